@@ -1,0 +1,61 @@
+// Logical tensors: merged tensors that exist nowhere on disk, described by where each run of their
+// row-major elements comes from. Building a catalog reads no tensor data.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ckptfs/dtype.hpp"
+#include "ckptfs/io.hpp"
+#include "ckptfs/torch.hpp"
+
+namespace ckptfs::catalog {
+
+// Elements [dst_begin, dst_begin + count) of a logical tensor are `count` consecutive elements of type
+// src_dtype starting at byte `src_offset` of `file` (a flat run).
+struct Piece {
+  uint64_t dst_begin = 0;
+  uint64_t count = 0;
+  io::FilePtr file;
+  uint64_t src_offset = 0;
+  DType src_dtype = DType::F32;
+};
+
+struct LogicalTensor {
+  std::string name;
+  DType dtype = DType::F32;     // the dtype it is served in; pieces are converted to it when they differ
+  std::vector<int64_t> shape;
+  std::vector<Piece> pieces;    // sorted by dst_begin, disjoint, tiling [0, numel) exactly
+  std::string origin;           // provenance shown by `ckptfs inspect --tensors`
+
+  uint64_t numel() const;
+  uint64_t nbytes() const { return numel() * dtype_size(dtype); }
+};
+
+struct Catalog {
+  std::vector<LogicalTensor> tensors;  // in the order the views lay them out (source order)
+  uint64_t total_bytes() const;
+};
+
+// Appends the pieces that make up `src` (any strides; contiguous runs are merged) as elements
+// [dst_begin, dst_begin + src.numel()) of a logical tensor.
+void append_source_tensor(std::vector<Piece>& pieces, uint64_t dst_begin, const torch::SourceTensor& src);
+
+// Appends elements [first, first + count) of `src` taken in row-major order, as logical elements
+// starting at dst_begin (a slice of a flat partition). Throws FormatError when the range exceeds src.
+void append_source_range(std::vector<Piece>& pieces, uint64_t dst_begin, const torch::SourceTensor& src,
+                         uint64_t first, uint64_t count);
+
+// Checks that the pieces tile [0, numel) and that every conversion is supported (same dtype, a 16-bit
+// float widened to F32, F32 rounded to BF16/F16). Throws FormatError naming the tensor.
+void validate(const LogicalTensor& tensor);
+
+// Reads bytes [offset, offset + dst.size()) of `tensor` served in tensor.dtype. Reads only the source
+// ranges it needs, coalescing adjacent runs into single preads, with bounded scratch memory. Throws
+// SourceError when a source file cannot be read or has changed since it was indexed.
+void read_tensor(const LogicalTensor& tensor, uint64_t offset, std::span<std::byte> dst);
+
+}  // namespace ckptfs::catalog

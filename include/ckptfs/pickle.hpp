@@ -1,0 +1,74 @@
+// Python pickle reader (protocols 0-5) that never executes anything. Unknown globals become opaque
+// Object values that keep their module, name, arguments and state, so DeepSpeed, Megatron, argparse or
+// numpy objects can be read without those libraries. Every length, count, index and nesting depth is
+// checked before use; malformed input throws FormatError (the caller prefixes the file name).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ckptfs::pickle {
+
+// Payload a higher layer attaches to a value (torch attaches tensors); the pickle layer never looks inside.
+struct Native {
+  virtual ~Native() = default;
+};
+
+enum class Kind {
+  None, Bool, Int, BigInt, Float, String, Bytes,
+  Tuple, List, Dict, Set, FrozenSet,
+  Global,  // a bare class/function reference (GLOBAL / STACK_GLOBAL not applied to anything)
+  Object,  // the result of REDUCE/NEWOBJ/getattr on a global the unpickler does not model
+  Native,  // a value built by a reduce hook (see UnpickleOptions::reduce)
+};
+
+struct Value;
+using ValuePtr = std::shared_ptr<Value>;
+
+struct Value {
+  Kind kind = Kind::None;
+  bool boolean = false;
+  int64_t integer = 0;  // Int
+  double real = 0;      // Float
+  std::string text;     // String (UTF-8), Bytes (raw), BigInt (two's complement, little-endian)
+  std::vector<ValuePtr> items;                          // Tuple, List, Set, FrozenSet; Object: APPENDs
+  std::vector<std::pair<ValuePtr, ValuePtr>> entries;   // Dict in insertion order; Object: SETITEMs
+  std::string module, name;  // Global and Object: the callable or class (Dict: "collections.OrderedDict")
+  std::string member;        // Object made by getattr(module.name, member) (enum members pickled by name)
+  ValuePtr args;             // Object: the argument tuple given to REDUCE / NEWOBJ
+  ValuePtr state;            // Object and Dict: the BUILD state, kept apart from entries
+  std::shared_ptr<const pickle::Native> native;
+
+  bool is(Kind k) const { return kind == k; }
+  bool is_global(std::string_view mod, std::string_view nm) const {
+    return (kind == Kind::Global || kind == Kind::Object) && module == mod && name == nm;
+  }
+  // Dict (or Object) entry whose key is the string `key`; nullptr when absent.
+  const Value* find(std::string_view key) const;
+  // Short description for error messages: "int", "dict", "deepspeed.runtime.zero.config.ZeroStageEnum".
+  std::string describe() const;
+};
+
+struct UnpickleOptions {
+  size_t max_depth = 512;          // nesting of marks and containers
+  size_t max_memo = 1u << 24;      // memo slots
+  // BINPERSID / PERSID: maps the persistent id to a value. Without a callback persistent ids are an error.
+  std::function<ValuePtr(const ValuePtr& pid)> persistent_load;
+  // REDUCE / NEWOBJ on a global: return a value to push, or nullptr to let the unpickler build its
+  // default (the builtins it models, else an opaque Object).
+  std::function<ValuePtr(const Value& callable, const ValuePtr& args)> reduce;
+};
+
+// Unpickles one pickle from the start of `data`. `consumed`, when given, receives the number of bytes
+// up to and including STOP (the legacy torch format concatenates several pickles).
+ValuePtr unpickle(std::span<const std::byte> data, const UnpickleOptions& options = {},
+                  size_t* consumed = nullptr);
+
+}  // namespace ckptfs::pickle

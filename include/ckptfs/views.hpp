@@ -1,0 +1,61 @@
+// Virtual files: sorted extents (inline bytes or byte ranges of logical tensors) that tile [0, size).
+// Nothing is materialised; read(offset, length) is a binary search plus tensor reads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ckptfs/catalog.hpp"
+
+namespace ckptfs::views {
+
+class VirtualFile {
+ public:
+  virtual ~VirtualFile() = default;
+  virtual uint64_t size() const = 0;
+  // Fills dst with the bytes at [offset, offset + dst.size()); the range must lie inside [0, size()).
+  // Throws SourceError when a source file cannot be read or changed since the mount.
+  virtual void read(uint64_t offset, std::span<std::byte> dst) const = 0;
+};
+
+using VirtualFilePtr = std::shared_ptr<const VirtualFile>;
+
+// One extent of an ExtentFile. Exactly one of inline bytes / tensor is set.
+struct Extent {
+  uint64_t offset = 0;  // in the virtual file
+  uint64_t length = 0;
+  std::shared_ptr<const std::string> bytes;   // inline: bytes[inline_offset, +length)
+  uint64_t inline_offset = 0;
+  const catalog::LogicalTensor* tensor = nullptr;  // tensor: its bytes [tensor_offset, +length)
+  uint64_t tensor_offset = 0;
+};
+
+class ExtentFile final : public VirtualFile {
+ public:
+  // `extents` must tile [0, size) in order; `keep_alive` owns the tensors the extents point to.
+  ExtentFile(std::vector<Extent> extents, std::shared_ptr<const void> keep_alive);
+  uint64_t size() const override { return size_; }
+  void read(uint64_t offset, std::span<std::byte> dst) const override;
+  const std::vector<Extent>& extents() const { return extents_; }
+
+ private:
+  std::vector<Extent> extents_;
+  std::shared_ptr<const void> keep_alive_;
+  uint64_t size_ = 0;
+};
+
+// A safetensors file under the reference writer's rules: __metadata__ {"format":"pt"}, header padded
+// with spaces to a multiple of 8, data section without holes; tensors grouped by dtype alignment
+// (widest first) and otherwise kept in catalog order, so a front-to-back read sweeps the shards in order.
+VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog);
+
+// A torch.save zip that torch.load(weights_only=True) accepts: protocol-2 pickle of a plain dict
+// {name: tensor}, one storage record per tensor, records 64-byte aligned, CRC fields 0 (as torch's own
+// compute_crc32=False writes), zip64 end records. `archive_name` is the top folder inside the zip
+// ("pytorch_model" for pytorch_model.bin).
+VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog, const std::string& archive_name);
+
+}  // namespace ckptfs::views
