@@ -1,0 +1,103 @@
+// `ckptfs export SRC OUT [--tag T]`: streams every view of a tag into OUT with bounded memory.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "ckptfs/checkpoint.hpp"
+#include "ckptfs/layout.hpp"
+#include "cli/arguments.hpp"
+#include "cli/commands.hpp"
+#include "cli/progress.hpp"
+
+namespace ckptfs::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T]";
+constexpr size_t kChunk = 8u << 20;  // bytes per read: memory use is this, not the model size
+
+struct OutputError : Error {
+  explicit OutputError(const std::string& message) : Error(ExitCode::output_failed, message) {}
+};
+
+// Writes `file` to `path` through a temporary name, so OUT never holds a partial file under a final name.
+void write_view(const views::VirtualFile& file, const fs::path& path, Progress& progress) {
+  const fs::path partial = path.string() + ".partial";
+  int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw OutputError(fmt::format("{}: cannot create: {}", partial.string(), std::strerror(errno)));
+  std::vector<std::byte> buffer(std::min<uint64_t>(kChunk, std::max<uint64_t>(file.size(), 1)));
+  try {
+    for (uint64_t offset = 0; offset < file.size();) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), file.size() - offset));
+      file.read(offset, std::span(buffer.data(), n));
+      for (size_t done = 0; done < n;) {
+        ssize_t w = ::write(fd, buffer.data() + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) throw OutputError(fmt::format("{}: write failed: {}", partial.string(), std::strerror(errno)));
+        done += static_cast<size_t>(w);
+      }
+      offset += n;
+      progress.advance(n);
+    }
+    if (::close(fd) != 0) {
+      fd = -1;
+      throw OutputError(fmt::format("{}: close failed: {}", partial.string(), std::strerror(errno)));
+    }
+    fd = -1;
+    fs::rename(partial, path);
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    std::error_code ec;
+    fs::remove(partial, ec);
+    throw;
+  }
+}
+
+bool is_inside(const fs::path& inner, const fs::path& outer) {
+  std::error_code ec;
+  const auto a = fs::weakly_canonical(inner, ec).string() + "/";
+  const auto b = fs::weakly_canonical(outer, ec).string() + "/";
+  return a.rfind(b, 0) == 0;
+}
+
+}  // namespace
+
+int run_export(std::span<const std::string> args) {
+  try {
+    Arguments a = parse_arguments(args, {}, 2, kUsage);
+    const fs::path source = a.positional[0], out = a.positional[1];
+    if (is_inside(out, source))
+      throw UsageError(fmt::format("{}: is inside the source directory; ckptfs never writes to the source", out.string()));
+    OpenOptions options;
+    options.tag = a.tag;
+    Checkpoint cp = open_checkpoint(source, options);
+    const Tag& tag = cp.latest_tag();
+    auto views = tag_views(tag);
+    uint64_t total = 0;
+    for (const auto& v : views) total += v.file->size();
+    Progress progress(total);
+    for (const auto& v : views) {
+      const fs::path path = out / v.path;
+      std::error_code ec;
+      fs::create_directories(path.parent_path(), ec);
+      if (ec) throw OutputError(fmt::format("{}: cannot create directory: {}", path.parent_path().string(), ec.message()));
+      progress.set_label(v.path);
+      write_view(*v.file, path, progress);
+    }
+    progress.finish();
+    return 0;
+  } catch (const std::exception& e) {
+    return report_error(e);
+  }
+}
+
+}  // namespace ckptfs::cli

@@ -1,0 +1,68 @@
+// `ckptfs inspect SRC [--tag T] [--json] [--tensors]`: what the checkpoint holds and what ckptfs serves.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ckptfs/checkpoint.hpp"
+#include "ckptfs/layout.hpp"
+#include "cli/arguments.hpp"
+#include "cli/commands.hpp"
+#include "ckptfs/describe.hpp"
+
+namespace ckptfs::cli {
+
+namespace {
+
+constexpr const char* kUsage = "ckptfs inspect SRC [--tag T] [--json] [--tensors]";
+
+std::string shape_string(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+void print_tensors(const catalog::Catalog& c, const char* title) {
+  fmt::print("  {} tensors ({}):\n", title, c.tensors.size());
+  for (const auto& t : c.tensors)
+    fmt::print("    {:<48} {:<9} {:<16} {}\n", t.name, dtype_torch_name(t.dtype), shape_string(t.shape), t.origin);
+}
+
+void print_text(const Checkpoint& cp, bool tensors) {
+  fmt::print("source:     {}\nframework:  {}\ntags:       ", cp.root.string(), cp.framework);
+  for (size_t i = 0; i < cp.tags.size(); ++i) fmt::print("{}{}", i ? ", " : "", cp.tags[i].name);
+  fmt::print(" (latest: {})\n", cp.latest);
+  for (const auto& tag : cp.tags) {
+    const auto& t = tag.topology;
+    fmt::print("\ntag {}  ({})\n", tag.name, tag.dir.string());
+    fmt::print("  topology:   ZeRO-{}, DP {}, TP {}, PP {}\n", t.zero_stage, t.dp, t.tp, t.pp);
+    fmt::print("  optimizer:  {}\n", t.optimizer);
+    fmt::print("  dtypes:     training {}, master float32\n", dtype_torch_name(t.train_dtype));
+    fmt::print("  tensors:    {} model, {} fp32 ({} source files)\n", tag.model->tensors.size(),
+               tag.fp32->tensors.size(), tag.files.size());
+    fmt::print("  views:\n");
+    for (const auto& v : tag_views(tag)) fmt::print("    {:<26} {:>16} bytes\n", v.path, v.file->size());
+    for (const auto& note : tag.notes) fmt::print("  note: {}\n", note);
+    if (tensors) {
+      print_tensors(*tag.model, "model");
+      print_tensors(*tag.fp32, "fp32");
+    }
+  }
+}
+
+}  // namespace
+
+int run_inspect(std::span<const std::string> args) {
+  try {
+    Arguments a = parse_arguments(args, {"--json", "--tensors"}, 1, kUsage);
+    OpenOptions options;
+    options.tag = a.tag;
+    Checkpoint cp = open_checkpoint(a.positional[0], options);
+    if (a.has("--json")) {
+      fmt::print("{}\n", describe_checkpoint(cp, a.has("--tensors")).dump(2));
+    } else {
+      print_text(cp, a.has("--tensors"));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    return report_error(e);
+  }
+}
+
+}  // namespace ckptfs::cli

@@ -1,0 +1,52 @@
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ckptfs/error.hpp"
+#include "cli/commands.hpp"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage:
+  ckptfs SRC MNT [-o opt,...] [-f] [-d]     mount the merged views of checkpoint SRC on MNT
+  ckptfs mount SRC MNT [...]                the same
+  ckptfs inspect SRC [--tag T] [--json] [--tensors]
+  ckptfs export SRC OUT [--tag T]           write OUT/model.safetensors, OUT/fp32/pytorch_model.bin,
+                                            OUT/fp32/model.safetensors
+  ckptfs --help | --version
+Run `ckptfs mount --help` for the mount options. Exit codes: docs/exit-codes.md.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ckptfs;
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return static_cast<int>(ExitCode::usage);
+  }
+  const std::string command = argv[1];
+  if (command == "--help" || command == "-h" || command == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (command == "--version" || command == "-V") {
+    fmt::print("ckptfs {}\n", CKPTFS_VERSION);
+    return 0;
+  }
+  const std::vector<std::string> rest(argv + 2, argv + argc);
+  if (command == "inspect") return cli::run_inspect(rest);
+  if (command == "export") return cli::run_export(rest);
+  if (command == "mount") {
+    argv[1] = argv[0];
+    return cli::run_mount(argc - 1, argv + 1);
+  }
+  if (!command.empty() && command[0] == '-' && command != "-o" && command != "-f" && command != "-d") {
+    fmt::print(stderr, "ckptfs: unknown option '{}'\n{}", command, kUsage);
+    return static_cast<int>(ExitCode::usage);
+  }
+  return cli::run_mount(argc, argv);
+}

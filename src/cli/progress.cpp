@@ -1,0 +1,36 @@
+#include "cli/progress.hpp"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+namespace ckptfs::cli {
+
+using Clock = std::chrono::steady_clock;
+
+Progress::Progress(uint64_t total)
+    : total_(total), enabled_(::isatty(STDERR_FILENO) == 1), start_(Clock::now()), last_draw_(start_) {}
+
+void Progress::advance(uint64_t bytes) {
+  done_ += bytes;
+  if (enabled_ && Clock::now() - last_draw_ > std::chrono::milliseconds(200)) draw();
+}
+
+void Progress::draw() {
+  last_draw_ = Clock::now();
+  const double seconds = std::chrono::duration<double>(last_draw_ - start_).count();
+  const double fraction = total_ ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(fraction * kWidth);
+  fmt::print(stderr, "\r[{:#<{}}{:<{}}] {:5.1f}% {:.2f}/{:.2f} GB {:.0f} MB/s  {:<28}", "", filled, "", kWidth - filled,
+             fraction * 100, static_cast<double>(done_) / 1e9, static_cast<double>(total_) / 1e9,
+             seconds > 0 ? static_cast<double>(done_) / 1e6 / seconds : 0.0, label_);
+}
+
+void Progress::finish() {
+  if (!enabled_) return;
+  draw();
+  fmt::print(stderr, "\n");
+}
+
+}  // namespace ckptfs::cli

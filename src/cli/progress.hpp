@@ -1,0 +1,26 @@
+// A one-line progress bar on stderr, drawn only when stderr is a terminal.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace ckptfs::cli {
+
+class Progress {
+ public:
+  explicit Progress(uint64_t total);
+  void set_label(std::string label) { label_ = std::move(label); }
+  void advance(uint64_t bytes);
+  void finish();
+
+ private:
+  void draw();
+  uint64_t total_;
+  uint64_t done_ = 0;
+  bool enabled_;
+  std::string label_;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+};
+
+}  // namespace ckptfs::cli

@@ -1,0 +1,156 @@
+#include "formats/deepspeed/partition_assembly.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ckptfs/error.hpp"
+
+namespace ckptfs::deepspeed {
+
+using catalog::LogicalTensor;
+
+namespace {
+
+std::string file_name(const std::filesystem::path& p) { return p.filename().string(); }
+
+uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+LogicalTensor fp32_tensor(const NamedShape& param) {
+  LogicalTensor t;
+  t.name = param.name;
+  t.dtype = DType::F32;
+  t.shape = param.shape;
+  return t;
+}
+
+}  // namespace
+
+const NamedTensor* find_named(const std::optional<std::vector<NamedTensor>>& tensors, std::string_view name) {
+  if (!tensors) return nullptr;
+  for (const auto& t : *tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+DType fp32_view_dtype(DType d) { return (d == DType::F16 || d == DType::BF16) ? DType::F32 : d; }
+
+LogicalTensor whole_tensor(const std::string& name, const torch::SourceTensor& src, DType dtype,
+                           std::string origin) {
+  LogicalTensor t;
+  t.name = name;
+  t.dtype = dtype;
+  t.shape = src.shape;
+  t.origin = std::move(origin);
+  catalog::append_source_tensor(t.pieces, 0, src);
+  return t;
+}
+
+std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file, const std::vector<OptimStates>& ranks) {
+  const auto& groups = *shapes_file.param_shapes;
+  const OptimStates& first = ranks.front();
+  if (groups.size() != first.fp32_groups.size())
+    throw FormatError(fmt::format("{}: param_shapes lists {} parameter groups but {} holds {}",
+                                  shapes_file.path.string(), groups.size(), file_name(first.path),
+                                  first.fp32_groups.size()));
+  const uint64_t n_ranks = ranks.size();
+  std::vector<LogicalTensor> out;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    uint64_t total = 0;
+    for (const auto& p : groups[g]) total += p.numel;
+    // Every rank owns an equal slice of the (padded) flat group; rank 0 always stores its whole slice
+    // unless it is also the last rank, whose stored slice may have the padding cut off.
+    const uint64_t slice = n_ranks > 1 ? first.fp32_groups[g].numel() : std::max<uint64_t>(total, 1);
+    if (slice * n_ranks < total)
+      throw FormatError(fmt::format("{}: param_shapes of group {} needs {} elements but the {} optimizer partitions "
+                                    "hold {} ({} each): shapes do not add up",
+                                    shapes_file.path.string(), g, total, n_ranks, slice * n_ranks, slice));
+    for (uint64_t r = 0; r < n_ranks; ++r) {
+      if (ranks[r].fp32_groups.size() <= g)
+        throw FormatError(fmt::format("{}: has no fp32 partition for group {}", ranks[r].path.string(), g));
+      const uint64_t stored = ranks[r].fp32_groups[g].numel();
+      const uint64_t needed = std::min(slice, total > r * slice ? total - r * slice : 0);
+      if (stored > slice || stored < needed)
+        throw FormatError(fmt::format("{}: fp32 partition of group {} holds {} elements, expected {} (rank {} of {})",
+                                      ranks[r].path.string(), g, stored, needed == slice ? slice : needed, r,
+                                      n_ranks));
+    }
+    uint64_t offset = 0;
+    for (const auto& param : groups[g]) {
+      LogicalTensor t = fp32_tensor(param);
+      t.origin = fmt::format("group {} [{}, {}) over {} rank partitions", g, offset, offset + param.numel, n_ranks);
+      for (uint64_t e = offset; e < offset + param.numel;) {
+        const uint64_t r = e / slice;
+        const uint64_t local = e - r * slice;
+        const uint64_t count = std::min(offset + param.numel - e, slice - local);
+        catalog::append_source_range(t.pieces, e - offset, ranks[r].fp32_groups[g], local, count);
+        e += count;
+      }
+      offset += param.numel;
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+std::vector<LogicalTensor> assemble_zero3_groups(const ModelStates& shapes_file, const std::vector<OptimStates>& ranks) {
+  const auto& groups = *shapes_file.param_shapes;
+  const uint64_t n_ranks = ranks.size();
+  std::vector<LogicalTensor> out;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    uint64_t partition_total = 0;
+    for (const auto& p : groups[i]) partition_total += ceil_div(p.numel, n_ranks);
+    for (const auto& rank : ranks) {
+      if (rank.fp32_groups.size() != groups.size())
+        throw FormatError(fmt::format("{}: holds {} fp32 sub-groups but {} lists {} in param_shapes",
+                                      rank.path.string(), rank.fp32_groups.size(), file_name(shapes_file.path),
+                                      groups.size()));
+      if (rank.fp32_groups[i].numel() != partition_total)
+        throw FormatError(fmt::format("{}: fp32_flat_groups[{}] holds {} elements but param_shapes of {} needs {} "
+                                      "per rank: shapes do not add up",
+                                      rank.path.string(), i, rank.fp32_groups[i].numel(),
+                                      file_name(shapes_file.path), partition_total));
+    }
+    uint64_t offset = 0;
+    for (const auto& param : groups[i]) {
+      const uint64_t part = ceil_div(param.numel, n_ranks);
+      LogicalTensor t = fp32_tensor(param);
+      t.origin = fmt::format("sub-group {} offset {}, {} per rank over {} ranks", i, offset, part, n_ranks);
+      for (uint64_t r = 0; r < n_ranks && r * part < param.numel; ++r) {
+        const uint64_t count = std::min(part, param.numel - r * part);
+        catalog::append_source_range(t.pieces, r * part, ranks[r].fp32_groups[i], offset, count);
+      }
+      offset += part;
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+std::vector<LogicalTensor> assemble_zero3_frozen(const std::vector<ModelStates>& ranks) {
+  std::vector<LogicalTensor> out;
+  const ModelStates& first = ranks.front();
+  if (!first.frozen_param_shapes) return out;
+  const uint64_t n_ranks = ranks.size();
+  for (const auto& param : *first.frozen_param_shapes) {
+    const uint64_t part = ceil_div(param.numel, n_ranks);
+    LogicalTensor t;
+    t.name = param.name;
+    t.shape = param.shape;
+    t.origin = fmt::format("frozen, {} per rank over {} ranks", part, n_ranks);
+    for (uint64_t r = 0; r < n_ranks; ++r) {
+      const NamedTensor* frag = find_named(ranks[r].frozen_param_fragments, param.name);
+      if (frag == nullptr)
+        throw FormatError(fmt::format("{}: frozen_param_fragments has no entry for {}", ranks[r].path.string(),
+                                      param.name));
+      if (r == 0) t.dtype = frag->tensor.dtype;
+      if (r * part >= param.numel) continue;
+      const uint64_t count = std::min(part, param.numel - r * part);
+      catalog::append_source_range(t.pieces, r * part, frag->tensor, 0, count);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace ckptfs::deepspeed

@@ -1,0 +1,32 @@
+// Assembles fp32 master weights from DeepSpeed's partitioned optimizer state (deepspeed.md §4.6):
+// flat groups split evenly across ranks (ZeRO-1/2, BF16_Optimizer) and per-parameter partitions
+// (ZeRO-3). The result describes where each element lives; no tensor data is read.
+#pragma once
+
+#include <vector>
+
+#include "ckptfs/catalog.hpp"
+#include "formats/deepspeed/state_files.hpp"
+
+namespace ckptfs::deepspeed {
+
+// `shapes` names the params of every group in flat-buffer order (param_shapes of `shapes_file`);
+// `ranks[r]` is data-parallel rank r's optimizer file. Returns fp32 tensors in param_shapes order.
+std::vector<catalog::LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file,
+                                                         const std::vector<OptimStates>& ranks);
+std::vector<catalog::LogicalTensor> assemble_zero3_groups(const ModelStates& shapes_file,
+                                                          const std::vector<OptimStates>& ranks);
+
+// ZeRO-3 frozen parameters: rank r's model-state file holds partition r of each one (bit16).
+std::vector<catalog::LogicalTensor> assemble_zero3_frozen(const std::vector<ModelStates>& ranks);
+
+// A whole source tensor as a logical tensor served in `dtype`.
+catalog::LogicalTensor whole_tensor(const std::string& name, const torch::SourceTensor& src, DType dtype,
+                                    std::string origin);
+
+const NamedTensor* find_named(const std::optional<std::vector<NamedTensor>>& tensors, std::string_view name);
+
+// F16/BF16 widen to F32 in the fp32 view; every other dtype (ints, bool, F64) is kept.
+DType fp32_view_dtype(DType d);
+
+}  // namespace ckptfs::deepspeed

@@ -1,0 +1,115 @@
+#include "formats/deepspeed/state_files.hpp"
+
+#include <fmt/format.h>
+
+#include "formats/deepspeed/pickle_access.hpp"
+
+namespace ckptfs::deepspeed {
+
+namespace {
+
+uint64_t checked_numel(const Field& field, const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d != 0 && n > UINT64_MAX / 2 / static_cast<uint64_t>(d)) field.fail("shape overflows");
+    n *= static_cast<uint64_t>(d);
+  }
+  return n;
+}
+
+std::vector<NamedShape> read_shapes(const Field& dict) {
+  std::vector<NamedShape> out;
+  for (const auto& [name, value] : dict.items()) {
+    auto shape = value.as_shape();
+    out.push_back({name, shape, checked_numel(value, shape)});
+  }
+  return out;
+}
+
+// Tensors of a name -> tensor dict; non-tensor entries (module extra state) are skipped.
+std::vector<NamedTensor> read_tensors(const Field& dict) {
+  std::vector<NamedTensor> out;
+  for (const auto& [name, value] : dict.items())
+    if (const auto* t = torch::as_tensor(&value.value())) out.push_back({name, *t});
+  return out;
+}
+
+void require_flat(const Field& field, const torch::SourceTensor& t) {
+  if (t.shape.size() != 1) field.fail(fmt::format("expected a 1-D flat tensor, found {} dimensions", t.shape.size()));
+  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    field.fail(fmt::format("expected floating-point master weights, found {}", dtype_torch_name(t.dtype)));
+}
+
+}  // namespace
+
+ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& path) {
+  auto archive = torch::TorchArchive::open(files.open(path));
+  Field root = root_field(archive);
+  if (!root.is_dict()) root.fail("not a DeepSpeed model-state file (expected a dict)");
+  if (!root["buffer_names"].present() && !root["module"].present())
+    root.fail("not a DeepSpeed model-state file (no 'module' or 'buffer_names')");
+
+  ModelStates ms;
+  ms.path = path;
+  if (root["module"].present()) ms.module = read_tensors(root["module"]);
+  if (auto names = root["buffer_names"]; names.present())
+    for (size_t i = 0; i < names.size(); ++i) ms.buffer_names.push_back(names.at(i).as_string());
+  if (auto shapes = root["param_shapes"]; shapes.present()) {
+    ms.param_shapes.emplace();
+    // Old checkpoints (< v0.5.4) hold a single dict instead of a list per group.
+    if (shapes.is_dict()) {
+      ms.param_shapes->push_back(read_shapes(shapes));
+    } else {
+      for (size_t g = 0; g < shapes.size(); ++g) ms.param_shapes->push_back(read_shapes(shapes.at(g)));
+    }
+  }
+  if (auto frozen = root["frozen_param_shapes"]; frozen.present()) ms.frozen_param_shapes = read_shapes(frozen);
+  if (auto frags = root["frozen_param_fragments"]; frags.present()) ms.frozen_param_fragments = read_tensors(frags);
+  if (auto shared = root["shared_params"]; shared.present())
+    for (const auto& [alias, owner] : shared.items()) ms.shared_params.emplace_back(alias, owner.as_string());
+  if (auto stage = root["ds_config"]["zero_optimization"]["stage"]; stage.present() && stage.value().is(pickle::Kind::Int))
+    ms.config_zero_stage = stage.as_int();
+  if (auto version = root["ds_version"]; version.present() && version.value().is(pickle::Kind::String))
+    ms.ds_version = version.as_string();
+  return ms;
+}
+
+OptimStates read_optim_states(io::FileSet& files, const std::filesystem::path& path) {
+  auto archive = torch::TorchArchive::open(files.open(path));
+  Field root = root_field(archive);
+  Field osd = root["optimizer_state_dict"];
+  if (!osd.is_dict()) root.fail("not a DeepSpeed optimizer-state file (no 'optimizer_state_dict' dict)");
+
+  OptimStates os;
+  os.path = path;
+  if (auto stage = osd["zero_stage"]; stage.present()) os.zero_stage = stage.as_enum_int();
+  Field count = osd["partition_count"];
+  if (count.is_list()) {
+    for (size_t g = 0; g < count.size(); ++g) os.partition_count.push_back(count.at(g).as_int());
+  } else {
+    os.partition_count.push_back(count.as_int());
+  }
+  for (int64_t c : os.partition_count)
+    if (c < 1 || c > (1 << 20)) count.fail(fmt::format("invalid partition count {}", c));
+
+  const bool zero3 = os.zero_stage && *os.zero_stage == 3;
+  Field groups = osd[zero3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups"];
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& t = groups.at(g).as_tensor();
+    require_flat(groups.at(g), t);
+    os.fp32_groups.push_back(t);
+  }
+  if (!zero3 && os.partition_count.size() != os.fp32_groups.size())
+    count.fail(fmt::format("lists {} groups but the file holds {} fp32 partitions", os.partition_count.size(),
+                           os.fp32_groups.size()));
+  return os;
+}
+
+std::vector<NamedTensor> read_state_dict(io::FileSet& files, const std::filesystem::path& path) {
+  auto archive = torch::TorchArchive::open(files.open(path));
+  Field root = root_field(archive);
+  if (!root.is_dict()) root.fail("expected a state dict");
+  return read_tensors(root);
+}
+
+}  // namespace ckptfs::deepspeed

@@ -1,0 +1,54 @@
+// What ckptfs needs from DeepSpeed's model-state and optimizer-state files (deepspeed.md §3, §4),
+// extracted from their pickles without reading tensor data.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckptfs/dtype.hpp"
+#include "ckptfs/io.hpp"
+#include "ckptfs/torch.hpp"
+
+namespace ckptfs::deepspeed {
+
+struct NamedTensor {
+  std::string name;
+  torch::SourceTensor tensor;
+};
+
+struct NamedShape {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t numel = 0;
+};
+
+struct ModelStates {
+  std::filesystem::path path;
+  std::optional<std::vector<NamedTensor>> module;  // nullopt for pipeline engines (`module` is None)
+  std::vector<std::string> buffer_names;
+  std::optional<std::vector<std::vector<NamedShape>>> param_shapes;  // one list per flat group / sub-group
+  std::optional<std::vector<NamedShape>> frozen_param_shapes;
+  std::optional<std::vector<NamedTensor>> frozen_param_fragments;
+  std::vector<std::pair<std::string, std::string>> shared_params;  // alias -> owner
+  std::optional<int64_t> config_zero_stage;                        // ds_config.zero_optimization.stage
+  std::string ds_version;
+};
+
+struct OptimStates {
+  std::filesystem::path path;
+  std::optional<int64_t> zero_stage;        // absent in BF16_Optimizer files
+  std::vector<int64_t> partition_count;     // per group (ZeRO-3: a single value)
+  std::vector<torch::SourceTensor> fp32_groups;  // single_partition_of_fp32_groups / fp32_flat_groups
+};
+
+ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& path);
+OptimStates read_optim_states(io::FileSet& files, const std::filesystem::path& path);
+
+// A plain torch.save'd state dict (pipeline layer files): name -> tensor in file order.
+std::vector<NamedTensor> read_state_dict(io::FileSet& files, const std::filesystem::path& path);
+
+}  // namespace ckptfs::deepspeed

@@ -1,0 +1,81 @@
+#include "formats/deepspeed/tag_files.hpp"
+
+#include <fmt/format.h>
+
+#include <regex>
+
+#include "ckptfs/error.hpp"
+
+namespace ckptfs::deepspeed {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::regex kModelStates(R"(mp_rank_(\d+)_model_states\.pt)");
+const std::regex kZero3ModelStates(R"(zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt)");
+const std::regex kOptimStates(R"((bf16_|fp16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_?optim_states\.pt)");
+const std::regex kLayerStates(R"(layer_(\d+)(-model_(\d+))?-model_states\.pt)");
+const std::regex kExpertStates(R"((layer_\d+_)?expert_\d+_mp_rank_\d+_model_states\.pt|expp_rank_\d+_mp_rank_\d+_optim_states\.pt)");
+
+int number(const std::ssub_match& m) { return m.matched ? std::stoi(m.str()) : 0; }
+
+template <typename Map, typename Key>
+void insert_unique(Map& map, Key key, const fs::path& path) {
+  auto [it, inserted] = map.emplace(key, path);
+  if (!inserted)
+    throw FormatError(fmt::format("{}: same rank as {} (ranks are numbered twice)", path.string(),
+                                  it->second.filename().string()));
+}
+
+}  // namespace
+
+std::vector<fs::path> TagFiles::all() const {
+  std::vector<fs::path> out;
+  for (const auto& [mp, p] : model_states) out.push_back(p);
+  for (const auto& [mp, ranks] : zero3_model_states)
+    for (const auto& [dp, p] : ranks) out.push_back(p);
+  for (const auto& [mp, ranks] : optim_states)
+    for (const auto& [dp, p] : ranks) out.push_back(p);
+  for (const auto& [layer, tps] : layer_states)
+    for (const auto& [tp, p] : tps) out.push_back(p);
+  return out;
+}
+
+TagFiles list_tag_files(const fs::path& dir) {
+  TagFiles files;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) throw SourceError(fmt::format("{}: cannot list: {}", dir.string(), ec.message()));
+  for (const auto& entry : it) {
+    if (!entry.is_regular_file(ec)) continue;
+    const std::string name = entry.path().filename().string();
+    std::smatch m;
+    if (std::regex_match(name, m, kExpertStates)) {
+      files.expert_files.push_back(entry.path());
+    } else if (std::regex_match(name, m, kZero3ModelStates)) {
+      insert_unique(files.zero3_model_states[number(m[2])], number(m[1]), entry.path());
+    } else if (std::regex_match(name, m, kModelStates)) {
+      insert_unique(files.model_states, number(m[1]), entry.path());
+    } else if (std::regex_match(name, m, kOptimStates)) {
+      if (m[1].matched && m[1].str() == "bf16_") files.bf16_prefix = true;
+      insert_unique(files.optim_states[number(m[3])], number(m[2]), entry.path());
+    } else if (std::regex_match(name, m, kLayerStates)) {
+      insert_unique(files.layer_states[number(m[1])], number(m[3]), entry.path());
+    }
+  }
+  return files;
+}
+
+bool is_tag_dir(const fs::path& dir) {
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return false;
+  for (const auto& entry : it) {
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, kModelStates) || std::regex_match(name, kZero3ModelStates)) return true;
+  }
+  return false;
+}
+
+}  // namespace ckptfs::deepspeed

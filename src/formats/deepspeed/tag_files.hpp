@@ -1,0 +1,28 @@
+// The checkpoint files of one DeepSpeed tag directory, classified by name (deepspeed.md §2.2).
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <vector>
+
+namespace ckptfs::deepspeed {
+
+struct TagFiles {
+  std::map<int, std::filesystem::path> model_states;                  // mp_rank_XX_model_states.pt by MP rank
+  std::map<int, std::map<int, std::filesystem::path>> zero3_model_states;  // [mp][dp]
+  std::map<int, std::map<int, std::filesystem::path>> optim_states;        // [mp][dp]
+  std::map<int, std::map<int, std::filesystem::path>> layer_states;        // [layer][tp]
+  std::vector<std::filesystem::path> expert_files;                   // MoE: not merged yet
+  bool bf16_prefix = false;                                          // optimizer files are bf16_zero_pp_rank_*
+
+  bool empty() const { return model_states.empty() && zero3_model_states.empty(); }
+  std::vector<std::filesystem::path> all() const;
+};
+
+// Lists `dir` and classifies every DeepSpeed file in it; other files are ignored.
+TagFiles list_tag_files(const std::filesystem::path& dir);
+
+// True when `dir` holds DeepSpeed model-state files.
+bool is_tag_dir(const std::filesystem::path& dir);
+
+}  // namespace ckptfs::deepspeed

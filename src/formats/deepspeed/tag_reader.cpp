@@ -1,0 +1,278 @@
+// Builds the two catalogs of one DeepSpeed tag (deepspeed.md §6 for what zero_to_fp32 produces):
+//   fp32:  buffers (float ones upcast), frozen params (upcast), trainable fp32 masters, tied aliases;
+//   model: the weights in the training dtype, in `module` (or pipeline layer) order.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "ckptfs/deepspeed.hpp"
+#include "ckptfs/error.hpp"
+#include "formats/deepspeed/partition_assembly.hpp"
+#include "formats/deepspeed/rank_files.hpp"
+#include "formats/deepspeed/tag_files.hpp"
+
+namespace ckptfs::deepspeed {
+
+using catalog::Catalog;
+using catalog::LogicalTensor;
+namespace fs = std::filesystem;
+
+namespace {
+
+// What one tag contributes before the catalogs are laid out.
+struct TagParts {
+  std::vector<NamedTensor> module;            // weights as the model holds them (model view order)
+  std::set<std::string> buffers;
+  std::vector<LogicalTensor> frozen;          // explicit frozen params (ZeRO-2/3); else derived from module
+  bool frozen_from_module = true;
+  std::vector<LogicalTensor> trainable;       // fp32 masters in param_shapes order
+  std::vector<std::pair<std::string, std::string>> aliases;
+  bool masters_known = true;                  // false: no partitioned optimizer state names the masters
+};
+
+LogicalTensor with_dtype(LogicalTensor t, DType dtype) {
+  t.dtype = dtype;
+  return t;
+}
+
+const LogicalTensor* find_tensor(const std::vector<LogicalTensor>& tensors, const std::string& name) {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+void add_aliases(std::vector<LogicalTensor>& out, const std::vector<std::pair<std::string, std::string>>& aliases,
+                 std::vector<std::string>& notes) {
+  for (const auto& [alias, owner] : aliases) {
+    if (find_tensor(out, alias) != nullptr) continue;
+    const LogicalTensor* source = find_tensor(out, owner);
+    if (source == nullptr) {
+      notes.push_back(fmt::format("tied parameter {} names {}, which has no data; left out", alias, owner));
+      continue;
+    }
+    LogicalTensor copy = *source;
+    copy.name = alias;
+    copy.origin = fmt::format("tied to {}", owner);
+    out.push_back(std::move(copy));
+  }
+}
+
+// fp32 master weights in zero_to_fp32's order: buffers, frozen, trainable, tied aliases.
+Catalog build_fp32_catalog(const TagParts& parts, std::vector<std::string>& notes) {
+  Catalog c;
+  std::set<std::string> trainable_names, alias_names;
+  for (const auto& t : parts.trainable) trainable_names.insert(t.name);
+  for (const auto& [alias, owner] : parts.aliases) alias_names.insert(alias);
+
+  if (!parts.masters_known) {
+    for (const auto& e : parts.module)
+      c.tensors.push_back(whole_tensor(e.name, e.tensor, fp32_view_dtype(e.tensor.dtype), "module, upcast"));
+    return c;
+  }
+  for (const auto& e : parts.module)
+    if (parts.buffers.count(e.name))
+      c.tensors.push_back(whole_tensor(e.name, e.tensor, fp32_view_dtype(e.tensor.dtype), "buffer"));
+  if (parts.frozen_from_module) {
+    for (const auto& e : parts.module)
+      if (!parts.buffers.count(e.name) && !trainable_names.count(e.name) && !alias_names.count(e.name))
+        c.tensors.push_back(whole_tensor(e.name, e.tensor, fp32_view_dtype(e.tensor.dtype), "frozen, from module"));
+  } else {
+    for (const auto& t : parts.frozen) c.tensors.push_back(with_dtype(t, fp32_view_dtype(t.dtype)));
+  }
+  for (const auto& t : parts.trainable) c.tensors.push_back(t);
+  add_aliases(c.tensors, parts.aliases, notes);
+  return c;
+}
+
+// Weights as the model holds them: `module` entries for ZeRO-0/1/2; for ZeRO-3 (placeholders in module)
+// the fp32 masters rounded to each parameter's dtype, frozen fragments and full buffers.
+Catalog build_model_catalog(const TagParts& parts, bool zero3, std::vector<std::string>& notes) {
+  Catalog c;
+  if (!zero3) {
+    for (const auto& e : parts.module) c.tensors.push_back(whole_tensor(e.name, e.tensor, e.tensor.dtype, "module"));
+    return c;
+  }
+  std::map<std::string, std::string> owner_of(parts.aliases.begin(), parts.aliases.end());
+  for (const auto& e : parts.module) {
+    if (parts.buffers.count(e.name)) {
+      c.tensors.push_back(whole_tensor(e.name, e.tensor, e.tensor.dtype, "buffer"));
+      continue;
+    }
+    const std::string& source_name = owner_of.count(e.name) ? owner_of[e.name] : e.name;
+    const LogicalTensor* source = find_tensor(parts.trainable, source_name);
+    if (source == nullptr) source = find_tensor(parts.frozen, source_name);
+    if (source == nullptr) {
+      notes.push_back(fmt::format("{} is a ZeRO-3 placeholder without partitions in the tag; left out", e.name));
+      continue;
+    }
+    LogicalTensor t = with_dtype(*source, e.tensor.dtype);
+    t.name = e.name;
+    if (source_name != e.name) t.origin = fmt::format("tied to {}", source_name);
+    c.tensors.push_back(std::move(t));
+  }
+  return c;
+}
+
+DType training_dtype(const Catalog& model, const std::vector<LogicalTensor>& trainable) {
+  for (const auto& t : model.tensors)
+    if (find_tensor(trainable, t.name) != nullptr && dtype_is_floating(t.dtype)) return t.dtype;
+  for (const auto& t : model.tensors)
+    if (dtype_is_floating(t.dtype)) return t.dtype;
+  return DType::F32;
+}
+
+std::string optimizer_name(const OptimStates& rank0) {
+  if (!rank0.zero_stage) return "BF16_Optimizer";
+  return *rank0.zero_stage == 3 ? "DeepSpeedZeroOptimizer_Stage3" : "DeepSpeedZeroOptimizer";
+}
+
+// Trainable fp32 masters of one MP rank of a ZeRO-1/2 or BF16_Optimizer checkpoint.
+std::vector<LogicalTensor> flat_group_masters(io::FileSet& files, const TagFiles& tf, int mp, const ModelStates& ms,
+                                              Topology& topo) {
+  auto optim = read_optim_ranks(files, tf, mp);
+  if (optim.front().zero_stage && *optim.front().zero_stage == 3)
+    throw FormatError(fmt::format("{}: ZeRO-3 optimizer state next to a ZeRO-0/1/2 model-state file {}",
+                                  optim.front().path.string(), ms.path.filename().string()));
+  if (!ms.param_shapes)
+    throw FormatError(fmt::format("{}: has no param_shapes, but the tag holds ZeRO optimizer files",
+                                  ms.path.string()));
+  topo.dp = static_cast<int>(optim.size());
+  topo.optimizer = optimizer_name(optim.front());
+  topo.zero_stage = optim.front().zero_stage ? static_cast<int>(*optim.front().zero_stage)
+                                             : static_cast<int>(ms.config_zero_stage.value_or(0));
+  return assemble_flat_groups(ms, optim);
+}
+
+void append_unique(std::vector<LogicalTensor>& into, std::vector<LogicalTensor> from) {
+  for (auto& t : from)
+    if (find_tensor(into, t.name) == nullptr) into.push_back(std::move(t));
+}
+
+TagParts read_zero3(io::FileSet& files, const TagFiles& tf, Topology& topo) {
+  if (tf.zero3_model_states.size() > 1)
+    throw UnsupportedError(fmt::format("{}: tensor-parallel ZeRO-3 checkpoints (several mp ranks) are not supported yet",
+                                       tf.zero3_model_states.rbegin()->second.begin()->second.string()));
+  const int mp = tf.zero3_model_states.begin()->first;
+  auto models = read_zero3_model_ranks(files, tf, mp);
+  auto optim = read_optim_ranks(files, tf, mp);
+  if (optim.size() != models.size())
+    throw FormatError(fmt::format("{}: the tag holds {} optimizer files but {} ZeRO-3 model-state files",
+                                  models.front().path.parent_path().string(), optim.size(), models.size()));
+  const ModelStates& ms = models.front();
+  if (!ms.module || !ms.param_shapes)
+    throw FormatError(fmt::format("{}: ZeRO-3 model states without 'module' or 'param_shapes'", ms.path.string()));
+  if (!optim.front().zero_stage || *optim.front().zero_stage != 3)
+    throw FormatError(fmt::format("{}: ZeRO-3 model-state files but this optimizer file is not ZeRO-3",
+                                  optim.front().path.string()));
+  topo.dp = static_cast<int>(optim.size());
+  topo.zero_stage = 3;
+  topo.optimizer = optimizer_name(optim.front());
+
+  TagParts parts;
+  parts.module = *ms.module;
+  parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
+  parts.trainable = assemble_zero3_groups(ms, optim);
+  parts.frozen = assemble_zero3_frozen(models);
+  parts.frozen_from_module = false;
+  parts.aliases = ms.shared_params;
+  return parts;
+}
+
+TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, Topology& topo, std::vector<std::string>& notes) {
+  if (tf.model_states.size() > 1)
+    throw UnsupportedError(fmt::format(
+        "{}: tensor-parallel DeepSpeed checkpoint ({} mp ranks): merging TP slices needs the model's split rules, "
+        "not supported yet",
+        std::next(tf.model_states.begin())->second.string(), tf.model_states.size()));
+  const auto& [mp, path] = *tf.model_states.begin();
+  ModelStates ms = read_model_states(files, path);
+  if (!ms.module) throw FormatError(fmt::format("{}: 'module' is None but the tag has no pipeline layer files",
+                                                path.string()));
+  TagParts parts;
+  parts.module = *ms.module;
+  parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
+  parts.aliases = ms.shared_params;
+  if (!tf.optim_states.count(mp)) {
+    // ZeRO-0 with a torch / FP16_Optimizer state inside the model-state file: its flat fp32 groups carry no
+    // names, so the fp32 view is the module upcast.
+    parts.masters_known = false;
+    topo.zero_stage = 0;
+    topo.optimizer = "none (optimizer state inside model states)";
+    notes.push_back("no partitioned optimizer state: fp32/ holds the module weights upcast to fp32");
+    return parts;
+  }
+  parts.trainable = flat_group_masters(files, tf, mp, ms, topo);
+  if (ms.frozen_param_fragments && ms.frozen_param_shapes) {
+    parts.frozen_from_module = false;
+    for (const auto& shape : *ms.frozen_param_shapes) {
+      const NamedTensor* frag = find_named(ms.frozen_param_fragments, shape.name);
+      if (frag == nullptr)
+        throw FormatError(fmt::format("{}: frozen_param_fragments has no entry for {}", path.string(), shape.name));
+      parts.frozen.push_back(whole_tensor(shape.name, frag->tensor, frag->tensor.dtype, "frozen fragment"));
+    }
+  } else if (topo.zero_stage <= 1) {
+    notes.push_back("frozen parameters are taken from module (zero_to_fp32 drops them under ZeRO-1/BF16)");
+  }
+  return parts;
+}
+
+// Pipeline engines: `module` is None and weights sit in layer_XX files, one per layer (deepspeed.md §3.6).
+TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo, std::vector<std::string>& notes) {
+  for (const auto& [layer, tps] : tf.layer_states)
+    if (tps.size() > 1 || tps.begin()->first != 0)
+      throw UnsupportedError(fmt::format("{}: pipeline checkpoint with tensor parallelism is not supported yet",
+                                         tps.rbegin()->second.string()));
+  TagParts parts;
+  std::set<std::string> known;
+  for (const auto& [mp, path] : tf.model_states) {
+    ModelStates ms = read_model_states(files, path);
+    Topology stage_topo;
+    append_unique(parts.trainable, flat_group_masters(files, tf, mp, ms, stage_topo));
+    topo.dp = stage_topo.dp;
+    topo.zero_stage = stage_topo.zero_stage;
+    topo.optimizer = stage_topo.optimizer;
+    parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
+    for (const auto& group : *ms.param_shapes)
+      for (const auto& p : group) known.insert(p.name);
+    if (mp == tf.model_states.begin()->first) parts.aliases = ms.shared_params;
+  }
+  known.insert(parts.buffers.begin(), parts.buffers.end());
+  topo.pp = static_cast<int>(tf.model_states.size());
+  for (const auto& [layer, tps] : tf.layer_states) {
+    auto entries = read_state_dict(files, tps.begin()->second);
+    const std::string prefix = layer_prefix(layer, entries, known);
+    for (auto& e : entries) parts.module.push_back({prefix + e.name, std::move(e.tensor)});
+  }
+  notes.push_back("pipeline layers are named as PipelineModule names them ({layer}.{key}, tied_modules.{key}.{key})");
+  return parts;
+}
+
+}  // namespace
+
+Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
+  TagFiles tf = list_tag_files(dir);
+  if (tf.empty()) throw SourceError(fmt::format("{}: no DeepSpeed model-state files", dir.string()));
+  if (!tf.expert_files.empty())
+    throw UnsupportedError(fmt::format("{}: Mixture-of-Experts checkpoints are not supported yet",
+                                       tf.expert_files.front().string()));
+  Tag tag;
+  tag.name = name;
+  tag.dir = dir;
+  tag.files = tf.all();
+  const bool zero3 = !tf.zero3_model_states.empty();
+  TagParts parts = zero3 ? read_zero3(files, tf, tag.topology)
+                   : !tf.layer_states.empty() ? read_pipeline(files, tf, tag.topology, tag.notes)
+                                              : read_data_parallel(files, tf, tag.topology, tag.notes);
+  auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, tag.notes));
+  auto model = std::make_shared<Catalog>(build_model_catalog(parts, zero3, tag.notes));
+  for (const auto* c : {fp32.get(), model.get()})
+    for (const auto& t : c->tensors) catalog::validate(t);
+  tag.topology.train_dtype = training_dtype(*model, parts.trainable);
+  tag.fp32 = std::move(fp32);
+  tag.model = std::move(model);
+  return tag;
+}
+
+}  // namespace ckptfs::deepspeed

@@ -1,0 +1,31 @@
+// Framework detection: the one place that knows every adapter.
+#include <fmt/format.h>
+
+#include "ckptfs/checkpoint.hpp"
+#include "ckptfs/deepspeed.hpp"
+#include "ckptfs/error.hpp"
+
+namespace ckptfs {
+
+namespace fs = std::filesystem;
+
+const Tag* Checkpoint::find(const std::string& tag) const {
+  for (const auto& t : tags)
+    if (t.name == tag) return &t;
+  return nullptr;
+}
+
+const Tag& Checkpoint::latest_tag() const {
+  const Tag* t = find(latest);
+  return t != nullptr ? *t : tags.back();
+}
+
+Checkpoint open_checkpoint(const fs::path& source, const OpenOptions& options) {
+  std::error_code ec;
+  if (!fs::exists(source, ec)) throw SourceError(fmt::format("{}: no such file or directory", source.string()));
+  if (!fs::is_directory(source, ec)) throw SourceError(fmt::format("{}: not a directory", source.string()));
+  if (deepspeed::is_deepspeed_source(source)) return deepspeed::open(source, options);
+  throw SourceError(fmt::format("{}: no checkpoint found (expected a DeepSpeed save dir or tag dir)", source.string()));
+}
+
+}  // namespace ckptfs
