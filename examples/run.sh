@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# README's first command: build ckptfs, mount the bundled DeepSpeed ZeRO-3 example checkpoint, look at
+# the merged files with ls/du and load the merged weights with torch.load, then unmount.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash .ci/install-deps
+bash .ci/build
+src=examples/deepspeed-zero3-bf16
+mnt=$(mktemp -d /tmp/ckptfs-example.XXXXXX)
+trap 'fusermount3 -u "$mnt" 2>/dev/null || true; rmdir "$mnt" 2>/dev/null || true' EXIT
+build/ckptfs "$src" "$mnt"
+echo "\$ ls -lR $mnt"
+ls -lR "$mnt"
+echo "\$ du -sh $mnt"
+du -sh "$mnt"
+echo "\$ torch.load($mnt/fp32/pytorch_model.bin, weights_only=True)"
+/usr/bin/python3 - "$mnt" <<'PY'
+import sys, torch
+sd = torch.load(f"{sys.argv[1]}/fp32/pytorch_model.bin", weights_only=True)
+for name, t in sd.items():
+    print(f"  {name:32} {str(t.dtype):15} {tuple(t.shape)}")
+print(f"{len(sd)} tensors, {sum(t.numel() for t in sd.values())} elements")
+PY
