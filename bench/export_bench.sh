@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): `ckptfs inspect` time and `ckptfs export` throughput on a generated ZeRO-3
+# checkpoint of 64 data-parallel ranks (>= 1 GB of fp32 master weights), against `cat` of the same
+# source shards, all in one run so the ratios compare like with like (same machine, same page cache).
+#
+#   bash bench/export_bench.sh [WORKDIR]        (default WORKDIR: build/bench)
+#
+# Prints: inspect wall time; export bytes written, seconds, GB/s and peak RSS; cat of the optimizer shards
+# to /dev/null and to a file in WORKDIR (GB/s); export / cat ratios.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=${1:-build/bench}
+bin=${CKPTFS_BIN:-build/ckptfs}
+mkdir -p "$work"
+/usr/bin/python3 mount_tests/gen/generate.py "$work/fixtures" --only bench_z3_dp64 >/dev/null
+src="$work/fixtures/bench_z3_dp64/checkpoint"
+tag_dir=$(find "$src" -mindepth 1 -maxdepth 1 -type d | head -n1)
+shards=("$tag_dir"/*_optim_states.pt)
+shard_bytes=$(cat "${shards[@]}" | wc -c)   # also warms the page cache for every run below
+
+now() { date +%s.%N; }
+rate() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
+
+t0=$(now); "$bin" inspect "$src" >/dev/null; t1=$(now)
+inspect_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+
+rm -rf "$work/out"
+t0=$(now)
+/usr/bin/time -f '%M' -o "$work/export.rss" "$bin" export "$src" "$work/out"
+t1=$(now)
+export_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+export_bytes=$(find "$work/out" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }')
+rss_kb=$(cat "$work/export.rss")
+
+t0=$(now); cat "${shards[@]}" >/dev/null; t1=$(now)
+cat_null_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+t0=$(now); cat "${shards[@]}" >"$work/cat.out"; t1=$(now)
+cat_file_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+rm -f "$work/cat.out"
+
+echo "source: $src (64 optimizer shards, $shard_bytes bytes)"
+echo "inspect: ${inspect_s} s"
+echo "export: $export_bytes bytes written in ${export_s} s = $(rate "$export_bytes" "$export_s") GB/s, peak RSS $((rss_kb / 1024)) MiB"
+echo "cat shards > /dev/null: $(rate "$shard_bytes" "$cat_null_s") GB/s"
+echo "cat shards > file:      $(rate "$shard_bytes" "$cat_file_s") GB/s"
+awk -v e="$(rate "$export_bytes" "$export_s")" -v n="$(rate "$shard_bytes" "$cat_null_s")" \
+    -v f="$(rate "$shard_bytes" "$cat_file_s")" \
+    'BEGIN { printf "ratio export/cat-to-file: %.2f   export/cat-to-null: %.2f\n", e / f, e / n }'
