@@ -14,11 +14,20 @@
 #include <utility>
 #include <vector>
 
+#include "ckptfs/error.hpp"
+
 namespace ckptfs::pickle {
 
 // Payload a higher layer attaches to a value (torch attaches tensors); the pickle layer never looks inside.
 struct Native {
   virtual ~Native() = default;
+  virtual std::string describe() const { return "native value"; }
+};
+
+// The pickle runs past the end of the given bytes: a caller reading a prefix of a longer stream (the
+// legacy torch format) may retry with more bytes.
+struct TruncatedError : FormatError {
+  using FormatError::FormatError;
 };
 
 enum class Kind {
@@ -44,15 +53,21 @@ struct Value {
   std::string member;        // Object made by getattr(module.name, member) (enum members pickled by name)
   ValuePtr args;             // Object: the argument tuple given to REDUCE / NEWOBJ
   ValuePtr state;            // Object and Dict: the BUILD state, kept apart from entries
+  ValuePtr kwargs;           // Object made by NEWOBJ_EX: the keyword arguments
   std::shared_ptr<const pickle::Native> native;
+
+  // Releases children iteratively, so destroying an arbitrarily deep tree never overflows the stack.
+  ~Value();
 
   bool is(Kind k) const { return kind == k; }
   bool is_global(std::string_view mod, std::string_view nm) const {
     return (kind == Kind::Global || kind == Kind::Object) && module == mod && name == nm;
   }
-  // Dict (or Object) entry whose key is the string `key`; nullptr when absent.
+  // Dict (or Object) entry whose key is the string `key`; nullptr when absent. The last entry wins (as
+  // in a Python dict). An Object also looks in its BUILD state (a dict, or the (dict, slots) pair).
   const Value* find(std::string_view key) const;
-  // Short description for error messages: "int", "dict", "deepspeed.runtime.zero.config.ZeroStageEnum".
+  // Short description for error messages: "int", "dict", "deepspeed.runtime.zero.config.ZeroStageEnum"
+  // (an Object made by getattr adds ".member"; a Native value describes itself).
   std::string describe() const;
 };
 
@@ -67,7 +82,9 @@ struct UnpickleOptions {
 };
 
 // Unpickles one pickle from the start of `data`. `consumed`, when given, receives the number of bytes
-// up to and including STOP (the legacy torch format concatenates several pickles).
+// up to and including STOP (the legacy torch format concatenates several pickles). The result is a tree
+// (shared subtrees allowed, cycles rejected) no deeper than max_depth. Throws FormatError naming the
+// opcode and byte offset; TruncatedError when the data ends before STOP.
 ValuePtr unpickle(std::span<const std::byte> data, const UnpickleOptions& options = {},
                   size_t* consumed = nullptr);
 

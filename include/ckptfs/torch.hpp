@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ckptfs/dtype.hpp"
@@ -35,6 +36,7 @@ struct SourceTensor {
 // What the unpickler pushes for _rebuild_tensor_v2/_v3, _rebuild_parameter, _rebuild_from_type_v2.
 struct TensorObject : pickle::Native {
   SourceTensor tensor;
+  std::string describe() const override { return "tensor"; }
 };
 
 // The tensor a value holds, or nullptr.

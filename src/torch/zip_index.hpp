@@ -1,0 +1,51 @@
+// The central directory of a zip archive as torch.save writes it (zip64 tail, 64-byte aligned records),
+// read from the end of the file only. Record data is located through each local header on demand.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ckptfs/io.hpp"
+
+namespace ckptfs::torch {
+
+struct ZipEntry {
+  std::string name;  // full name, with the top folder
+  uint16_t method = 0;
+  uint16_t flags = 0;
+  uint64_t compressed_size = 0;
+  uint64_t size = 0;
+  uint64_t local_header_offset = 0;
+};
+
+// Where a record's bytes sit in the file.
+struct RecordSpan {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+class ZipIndex {
+ public:
+  // Reads the end records and the central directory. Throws FormatError (without the file name).
+  static ZipIndex read(const io::File& file);
+
+  // The top folder: what precedes the first '/' of the first central-directory entry.
+  const std::string& root() const { return root_; }
+  // The record `root/name`, or nullptr.
+  const ZipEntry* find(std::string_view name) const;
+  // Reads the record's local header and returns where its data is. Throws FormatError when the record is
+  // compressed or encrypted, or its header or data lie outside the file.
+  RecordSpan locate(const io::File& file, const ZipEntry& entry) const;
+  std::vector<std::byte> read(const io::File& file, const ZipEntry& entry) const;
+
+ private:
+  std::string root_;
+  std::vector<ZipEntry> entries_;
+  std::map<std::string, size_t, std::less<>> by_name_;
+  uint64_t directory_offset_ = 0;  // records end where the central directory starts
+};
+
+}  // namespace ckptfs::torch
