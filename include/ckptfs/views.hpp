@@ -19,6 +19,8 @@ class VirtualFile {
   // Fills dst with the bytes at [offset, offset + dst.size()); the range must lie inside [0, size()).
   // Throws SourceError when a source file cannot be read or changed since the mount.
   virtual void read(uint64_t offset, std::span<std::byte> dst) const = 0;
+  // The distinct source files the bytes come from, so the caller can check whether they changed.
+  virtual std::vector<io::FilePtr> sources() const { return {}; }
 };
 
 using VirtualFilePtr = std::shared_ptr<const VirtualFile>;
@@ -39,6 +41,7 @@ class ExtentFile final : public VirtualFile {
   ExtentFile(std::vector<Extent> extents, std::shared_ptr<const void> keep_alive);
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, std::span<std::byte> dst) const override;
+  std::vector<io::FilePtr> sources() const override;
   const std::vector<Extent>& extents() const { return extents_; }
 
  private:
@@ -57,5 +60,12 @@ VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog)
 // compute_crc32=False writes), zip64 end records. `archive_name` is the top folder inside the zip
 // ("pytorch_model" for pytorch_model.bin).
 VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog, const std::string& archive_name);
+
+// A small file held in memory (ckptfs.json).
+VirtualFilePtr make_bytes_file(std::string bytes);
+
+// A source file served as is (side files such as config.json). Reads do not check whether the file
+// changed; sources() returns it so the caller can check on open.
+VirtualFilePtr make_passthrough(io::FilePtr file);
 
 }  // namespace ckptfs::views

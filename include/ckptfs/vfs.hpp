@@ -1,0 +1,73 @@
+// The mounted tree: an immutable inode table of directories and regular files (virtual files), built once
+// before mounting. Lookups are O(log n), nothing here touches tensor bytes, and inode numbers depend only
+// on the order files are added, so the same checkpoint always gets the same numbers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ckptfs/checkpoint.hpp"
+#include "ckptfs/io.hpp"
+#include "ckptfs/views.hpp"
+
+namespace ckptfs::vfs {
+
+using Ino = uint64_t;
+inline constexpr Ino kRootIno = 1;  // FUSE_ROOT_ID
+
+struct Node {
+  Ino ino = 0;
+  Ino parent = 0;
+  std::string name;
+  bool is_dir = false;
+  int64_t mtime_ns = 0;
+  // Regular files: the bytes, and file->sources() (the files they are read from), kept here because
+  // every open checks them.
+  views::VirtualFilePtr file;
+  std::vector<io::FilePtr> sources;
+  // Directories: (name, ino) sorted by name; subdirs counts the directories among them (for st_nlink).
+  std::vector<std::pair<std::string, Ino>> children;
+  uint32_t subdirs = 0;
+
+  uint64_t size() const { return file ? file->size() : 0; }
+};
+
+class VirtualTree {
+ public:
+  const Node* node(Ino ino) const;
+  const Node* lookup(Ino parent, std::string_view name) const;
+  // "a/b/c" relative to the root ("" for the root), for log messages.
+  std::string path(Ino ino) const;
+  size_t node_count() const { return nodes_.size(); }
+  uint64_t total_bytes() const { return total_bytes_; }
+
+ private:
+  friend class TreeBuilder;
+  std::vector<Node> nodes_;  // nodes_[ino - 1]
+  uint64_t total_bytes_ = 0;
+};
+
+class TreeBuilder {
+ public:
+  TreeBuilder();
+  // Adds a regular file at `path` ("fp32/model.safetensors"), creating its directories. Throws
+  // std::invalid_argument when the path is empty, has an empty, "." or ".." component, or is taken.
+  void add_file(std::string_view path, views::VirtualFilePtr file);
+  // Directories and files without sources get the newest mtime of all sources.
+  VirtualTree build() &&;
+
+ private:
+  Ino add_child(Ino parent, std::string_view name, bool is_dir);
+  Ino find(Ino parent, std::string_view name) const;
+  VirtualTree tree_;
+};
+
+// The mount layout for `checkpoint` (docs/mount.md): the latest tag's views at the root, the side files,
+// tags/<tag>/ for every tag, ckptfs.json, and source/<name> for side files whose name a view takes.
+VirtualTree build_tree(const Checkpoint& checkpoint);
+
+}  // namespace ckptfs::vfs

@@ -1,0 +1,799 @@
+#!/usr/bin/python3
+"""Writes synthetic DeepSpeed checkpoints (real ``torch.save`` zip files with DeepSpeed's pickled class
+names and storage sharing) plus the merged outputs ckptfs must produce from them.
+
+    /usr/bin/python3 mount_tests/gen/generate.py OUT_DIR [--only NAME ...] [--list] [--force]
+
+For every case: ``OUT_DIR/<case>/checkpoint/`` (a DeepSpeed save dir: ``latest`` + ``<tag>/``),
+``OUT_DIR/<case>/expected/{fp32.pt,model.pt}`` (``torch.save``d plain dicts name -> tensor, in the
+order ckptfs serves them) and ``OUT_DIR/<case>/case.json``.  Cases are written atomically (tmp dir +
+rename) and skipped when already present.  Everything is seeded; the expectations are computed from the
+generated master values with torch, never by running ckptfs.
+
+Layouts follow /work/shared/formats/deepspeed.md and the real DeepSpeed 0.14.5 fixtures in
+mount_tests/fixtures/deepspeed-real (same keys, key order, class names, file names).
+"""
+import argparse
+import collections
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import time
+import zlib
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ds_stubs  # noqa: E402
+
+DS = ds_stubs.install()
+OD = collections.OrderedDict
+DS_VERSION = "0.14.5"
+GEN_VERSION = 4  # bump to invalidate cached fixtures
+
+VOCAB, HIDDEN, FFN, SEQ = 101, 37, 53, 7
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+# ----------------------------------------------------------------------------------------------------
+# model description
+
+class Entry:
+    """One ``module`` (state_dict) entry."""
+
+    def __init__(self, name, kind, shape=None, group=None, subgroup=None, btype=None, owner=None):
+        self.name, self.kind, self.shape = name, kind, tuple(shape) if shape is not None else None
+        self.group, self.subgroup, self.btype, self.owner = group, subgroup, btype, owner
+
+    @property
+    def numel(self):
+        return int(np.prod(self.shape)) if self.shape else 1
+
+
+def tiny_lm():
+    """TinyLM of the real fixtures plus: 2 param groups (decay / no-decay), a second frozen parameter in
+    the middle of the module, an int64 buffer with values > 2**24 and a bool buffer.  ZeRO-3 splits the
+    decay group in two sub-groups.  Returns entries in state_dict (module) order."""
+    E = []
+    E.append(Entry("pos", "frozen", (SEQ, HIDDEN)))
+    E.append(Entry("out_bias", "train", (VOCAB,), group=1, subgroup=2))
+    # fewer elements than DP ranks: with DP 8 ranks 3..7 hold only padding of it under ZeRO-3
+    E.append(Entry("logit_scale", "train", (3,), group=1, subgroup=2))
+    E.append(Entry("mix", "buffer", (HIDDEN,), btype="float"))
+    E.append(Entry("step_count", "buffer", (3,), btype="int64"))
+    E.append(Entry("embed.weight", "train", (VOCAB, HIDDEN), group=0, subgroup=0))
+    for b in range(2):
+        p = f"blocks.{b}."
+        if b == 1:
+            E.append(Entry(p + "mask", "buffer", (5,), btype="bool"))
+        E.append(Entry(p + "ln.weight", "train", (HIDDEN,), group=1, subgroup=2))
+        if b == 1:
+            E.append(Entry(p + "ln.bias", "frozen", (HIDDEN,)))
+        else:
+            E.append(Entry(p + "ln.bias", "train", (HIDDEN,), group=1, subgroup=2))
+        E.append(Entry(p + "fc1.weight", "train", (FFN, HIDDEN), group=0, subgroup=b))
+        E.append(Entry(p + "fc1.bias", "train", (FFN,), group=1, subgroup=2))
+        E.append(Entry(p + "fc2.weight", "train", (HIDDEN, FFN), group=0, subgroup=b))
+        E.append(Entry(p + "fc2.bias", "train", (HIDDEN,), group=1, subgroup=2))
+    E.append(Entry("ln_f.weight", "train", (HIDDEN,), group=1, subgroup=2))
+    E.append(Entry("ln_f.bias", "train", (HIDDEN,), group=1, subgroup=2))
+    E.append(Entry("head.weight", "alias", (VOCAB, HIDDEN), owner="embed.weight"))
+    return E
+
+
+def groups_of(entries, key):
+    """Trainable entries per group (``key``='group') or sub-group (``key``='subgroup'), in module order."""
+    n = max(getattr(e, key) for e in entries if e.kind == "train") + 1
+    return [[e for e in entries if e.kind == "train" and getattr(e, key) == g] for g in range(n)]
+
+
+# ----------------------------------------------------------------------------------------------------
+# values
+
+def special_values(stage, dtype):
+    """Values that exercise rounding, overflow, subnormals and signed zero in the bit16 casts.  NaN only
+    where the bit16 copy is stored (ZeRO-0/1/2): torch 1.13's bf16 NaN cast gives 0xFFFF, a quirk we do
+    not ask ckptfs to copy for ZeRO-3 where it must round the master itself."""
+    v = [70000.0, 65520.0, 65519.0, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 1e-6, 1e-8, -0.0, 1e-40,
+         1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), float("inf"), float("-inf"), 3.0e38, -1e-45]
+    if stage != 3:
+        v.append(float("nan"))
+    return torch.tensor(v, dtype=torch.float32)
+
+
+def garbage(rng, n, dtype):
+    """n elements of random bit patterns (NaNs, infs included): what padding holds."""
+    item = torch.empty(0, dtype=dtype).element_size()
+    raw = bytearray(rng.bytes(n * item))
+    if n == 0:
+        return torch.empty(0, dtype=dtype)
+    return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).clone()
+
+
+class Values:
+    """Master fp32 values of trainable params, bit16 values of frozen params and buffer contents."""
+
+    def __init__(self, entries, dtype, stage, seed):
+        rng = np.random.default_rng(seed)
+        self.rng = rng
+        self.master, self.frozen, self.buffers = {}, {}, {}
+        for e in entries:
+            if e.kind == "train":
+                m = torch.from_numpy(rng.standard_normal(e.shape).astype(np.float32) * 0.5)
+                if e.name.endswith("out_bias"):
+                    sv = special_values(stage, dtype)
+                    m.view(-1)[: sv.numel()] = sv
+                self.master[e.name] = m
+            elif e.kind == "frozen":
+                self.frozen[e.name] = torch.from_numpy(rng.standard_normal(e.shape).astype(np.float32)).to(dtype)
+            elif e.kind == "buffer":
+                if e.btype == "float":
+                    self.buffers[e.name] = torch.from_numpy(rng.uniform(0.5, 1.5, e.shape).astype(np.float32)).to(dtype)
+                elif e.btype == "int64":
+                    self.buffers[e.name] = torch.tensor([2 ** 40 + 3, 2 ** 24 + 1, -7], dtype=torch.int64)
+                else:
+                    self.buffers[e.name] = torch.tensor([True, False, True, True, False])
+
+    def bit16(self, name, dtype):
+        return self.master[name].to(dtype)
+
+
+# ----------------------------------------------------------------------------------------------------
+# common pieces of the pickles
+
+def param_group_dict(g, params, weight_decay):
+    return {"lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-08, "weight_decay": weight_decay, "amsgrad": False,
+            "maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": False,
+            "params": params}
+
+
+def adam_state(rng, n):
+    return {"step": torch.tensor(3.0),
+            "exp_avg": torch.from_numpy(rng.standard_normal(n).astype(np.float32) * 1e-3),
+            "exp_avg_sq": torch.from_numpy(np.abs(rng.standard_normal(n)).astype(np.float32) * 1e-6)}
+
+
+def ds_config(stage, dtype_name, bf16_optimizer=False, pipeline=False):
+    cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2 if pipeline else 1,
+           "steps_per_print": 1,
+           "optimizer": {"type": "Adam", "params": {"lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-08,
+                                                    "weight_decay": 0.0}},
+           "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.01,
+                                                        "warmup_num_steps": 2}},
+           "gradient_clipping": 1.0, "wall_clock_breakdown": False}
+    if stage > 0:
+        cfg["zero_optimization"] = {"stage": stage}
+    if dtype_name == "fp16":
+        cfg["fp16"] = {"enabled": True, "initial_scale_power": 8, "loss_scale_window": 100, "hysteresis": 2}
+    elif dtype_name == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    if bf16_optimizer and stage > 0:
+        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+    return cfg
+
+
+def loss_scaler(dtype_name):
+    if dtype_name == "fp16":
+        return DS.DynamicLossScaler(init_scale=256, dtype=torch.float16)
+    return DS.LossScaler(1.0)
+
+
+def model_state_dict(case, module, buffer_names, optimizer, param_shapes, frozen_shapes, shared, frozen_frags,
+                     dp, mp=1):
+    sd = {"module": module, "buffer_names": buffer_names, "optimizer": optimizer, "param_shapes": param_shapes,
+          "frozen_param_shapes": frozen_shapes, "shared_params": shared, "frozen_param_fragments": frozen_frags,
+          "lr_scheduler": {"last_batch_iteration": 2}, "data_sampler": None, "random_ltd": None,
+          "sparse_tensor_module_names": set(), "skipped_steps": 0, "global_steps": case["global_steps"],
+          "global_samples": 4 * dp * case["global_steps"], "dp_world_size": dp, "mp_world_size": mp,
+          "ds_config": case["ds_config"], "ds_version": DS_VERSION,
+          # client state, as the real fixtures pass it
+          "fixture_case": case["name"], "my_epoch": 1, "my_float": 0.125, "my_list": [1, 2, 3],
+          "my_tensor": torch.arange(5)}
+    return sd
+
+
+def save(obj, path):
+    torch.save(obj, path)  # zip format, pickle protocol 2 (torch's defaults)
+
+
+def shapes_od(entries):
+    return OD((e.name, torch.Size(e.shape)) for e in entries)
+
+
+# ----------------------------------------------------------------------------------------------------
+# flat-buffer layouts (ZeRO-0 FP16_Optimizer, ZeRO-1/2, BF16_Optimizer)
+
+def flat_group(entries, values, dtype, align, rng):
+    """The bit16 flat buffer of one param group: params at their offsets, ``align`` padding filled with
+    garbage.  Returns (flat tensor, {name: view})."""
+    S = sum(e.numel for e in entries)
+    A = align * math.ceil(S / align) if align > 1 else S
+    flat = garbage(rng, A, dtype)
+    views, off = {}, 0
+    for e in entries:
+        flat[off: off + e.numel] = values.bit16(e.name, dtype).reshape(-1)
+        views[e.name] = flat[off: off + e.numel].view(e.shape)
+        off += e.numel
+    return flat, views
+
+
+def master_flat(entries, values, A, rng):
+    S = sum(e.numel for e in entries)
+    flat = garbage(rng, A, torch.float32)
+    if S:
+        flat[:S] = torch.cat([values.master[e.name].reshape(-1) for e in entries])
+    return flat
+
+
+def slice_mappings(entries, r, Q):
+    od, off = OD(), 0
+    for e in entries:
+        lo, hi = max(off, r * Q), min(off + e.numel, (r + 1) * Q)
+        if lo < hi:
+            od[e.name] = DS.fragment_address(numel=hi - lo, start=lo - r * Q)
+        off += e.numel
+    return od
+
+
+def build_module(entries, values, dtype, param_views):
+    """``module`` OrderedDict: param views (trainable), own-storage frozen params and buffers, alias =
+    same tensor object as the owner (so torch.save stores the owner's storage once)."""
+    module = OD()
+    for e in entries:
+        if e.kind == "train":
+            module[e.name] = param_views[e.name]
+        elif e.kind == "frozen":
+            module[e.name] = values.frozen[e.name].clone()
+        elif e.kind == "buffer":
+            module[e.name] = values.buffers[e.name].clone()
+        else:
+            module[e.name] = module[e.owner]
+    return module
+
+
+def write_zero012(case, tagdir, entries, values):
+    """ZeRO-0 (all three flavours), ZeRO-1/2 and BF16_Optimizer.  Returns the stored ``module``."""
+    stage, dtn, dp = case["stage"], case["dtype"], case["dp"]
+    dtype = DTYPES[dtn]
+    rng = values.rng
+    groups = groups_of(entries, "group")
+    opt_kind = case["optimizer"]
+    buffer_names = [e.name for e in entries if e.kind == "buffer"]
+    trainable = [e for e in entries if e.kind == "train"]
+
+    views = {}
+    if opt_kind == "torch":  # fp32 ZeRO-0: every param owns its storage
+        for e in trainable:
+            views[e.name] = values.bit16(e.name, dtype).clone()
+    else:
+        align = 1 if opt_kind == "fp16_optimizer" else 2 * dp
+        for g in groups:
+            _, v = flat_group(g, values, dtype, align, rng)
+            views.update(v)
+    module = build_module(entries, values, dtype, views)
+
+    if opt_kind in ("torch", "fp16_optimizer"):
+        idx = 0
+        state, pgs = {}, []
+        for gi, g in enumerate(groups):
+            ids = []
+            for e in g:
+                if opt_kind == "torch":
+                    state[idx] = adam_state(rng, e.numel)
+                    state[idx]["exp_avg"] = state[idx]["exp_avg"].view(e.shape)
+                    state[idx]["exp_avg_sq"] = state[idx]["exp_avg_sq"].view(e.shape)
+                ids.append(idx)
+                idx += 1
+            pgs.append(param_group_dict(gi, ids, 0.01 if gi == 0 else 0.0))
+        if opt_kind == "torch":
+            optimizer = {"state": state, "param_groups": pgs}
+        else:
+            inner_state = {gi: adam_state(rng, sum(e.numel for e in g)) for gi, g in enumerate(groups)}
+            optimizer = {"dynamic_loss_scale": True, "cur_scale": 256.0, "cur_iter": 3, "last_overflow_iter": -1,
+                         "scale_factor": 2.0, "scale_window": 100,
+                         "optimizer_state_dict": {"state": inner_state,
+                                                  "param_groups": [param_group_dict(gi, [gi], 0.01 if gi == 0 else 0.0)
+                                                                   for gi in range(len(groups))]},
+                         "fp32_groups_flat": [torch.cat([values.master[e.name].reshape(-1) for e in g]) for g in groups],
+                         "clip_grad": 1.0}
+        sd = model_state_dict(case, module, buffer_names, optimizer, None, None, None, None, dp)
+        save(sd, os.path.join(tagdir, "mp_rank_00_model_states.pt"))
+        return module
+
+    frozen = [e for e in entries if e.kind == "frozen"]
+    if stage == 2 and opt_kind == "zero":
+        frozen_shapes = shapes_od(frozen)
+        frozen_frags = OD((e.name, module[e.name]) for e in frozen)  # param.detach().cpu(): same storage
+    else:
+        frozen_shapes, frozen_frags = None, None
+    alias = [e for e in entries if e.kind == "alias"]
+    sd = model_state_dict(case, module, buffer_names, None, [shapes_od(g) for g in groups], frozen_shapes,
+                          {e.name: e.owner for e in alias}, frozen_frags, dp)
+    save(sd, os.path.join(tagdir, "mp_rank_00_model_states.pt"))
+
+    prefix = "bf16_" if dtn == "bf16" else ""
+    layout = []
+    for g in groups:
+        S = sum(e.numel for e in g)
+        A = 2 * dp * math.ceil(S / (2 * dp))
+        layout.append((S, A, A // dp, master_flat(g, values, A, rng)))
+    for r in range(dp):
+        parts, paddings, mappings, state = [], [], [], {}
+        for gi, (g, (S, A, Q, mflat)) in enumerate(zip(groups, layout)):
+            part = mflat[r * Q: (r + 1) * Q].clone()  # this rank's full padded partition (own storage)
+            pad = (A - S) if r == dp - 1 else 0
+            if opt_kind == "zero":
+                parts.append(part[: Q - pad])  # prefix view: the storage keeps the padding tail
+            else:
+                parts.append(part)  # BF16_Optimizer keeps the padding
+            paddings.append(pad)
+            mappings.append(slice_mappings(g, r, Q))
+            state[gi] = adam_state(rng, Q)
+        base = {"state": state, "param_groups": [param_group_dict(gi, [gi], 0.01 if gi == 0 else 0.0)
+                                                 for gi in range(len(groups))]}
+        if opt_kind == "zero":
+            osd = {"loss_scaler": loss_scaler(dtn), "dynamic_loss_scale": dtn == "fp16", "overflow": False,
+                   "clip_grad": 1.0, "base_optimizer_state": base, "single_partition_of_fp32_groups": parts,
+                   "zero_stage": DS.ZeroStageEnum(stage), "group_paddings": paddings,
+                   "partition_count": [dp] * len(groups), "ds_version": DS_VERSION,
+                   "param_slice_mappings": mappings}
+        else:
+            osd = {"clip_grad": 1.0, "base_optimizer_state": base, "single_partition_of_fp32_groups": parts,
+                   "group_paddings": paddings, "partition_count": [dp] * len(groups), "ds_version": DS_VERSION,
+                   "param_slice_mappings": mappings}
+        save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": DS_VERSION},
+             os.path.join(tagdir, f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+    return module
+
+
+def write_zero3(case, tagdir, entries, values):
+    dtn, dp = case["dtype"], case["dp"]
+    dtype = DTYPES[dtn]
+    rng = values.rng
+    subgroups = groups_of(entries, "subgroup")
+    groups = groups_of(entries, "group")
+    # param group j -> its sub-group indices
+    pg_sub = [sorted({e.subgroup for e in g}) for g in groups]
+    frozen = [e for e in entries if e.kind == "frozen"]
+    buffer_names = [e.name for e in entries if e.kind == "buffer"]
+    prefix = "bf16_" if dtn == "bf16" else ""
+
+    def part_of(full_flat, n, r, dt):
+        p = math.ceil(n / dp)
+        out = garbage(rng, p, dt)
+        lo, hi = r * p, min((r + 1) * p, n)
+        if hi > lo:
+            out[: hi - lo] = full_flat[lo:hi]
+        return out
+
+    for r in range(dp):
+        module = OD()
+        for e in entries:
+            if e.kind in ("train", "frozen"):
+                module[e.name] = torch.empty(0, dtype=dtype)
+            elif e.kind == "buffer":
+                module[e.name] = values.buffers[e.name].clone()
+            else:
+                module[e.name] = module[e.owner]
+        frags = OD((e.name, part_of(values.frozen[e.name].reshape(-1), e.numel, r, dtype)) for e in frozen)
+        shared = {e.name: e.owner for e in entries if e.kind == "alias"} if r == 0 else {}
+        sd = model_state_dict(case, module, buffer_names, None, [shapes_od(sg) for sg in subgroups],
+                              shapes_od(frozen), shared, frags, dp)
+        save(sd, os.path.join(tagdir, f"zero_pp_rank_{r}_mp_rank_00_model_states.pt"))
+
+        flat_groups, state = [], {}
+        for i, sg in enumerate(subgroups):
+            parts = [part_of(values.master[e.name].reshape(-1), e.numel, r, torch.float32) for e in sg]
+            flat_groups.append(torch.cat(parts))
+            state[i] = adam_state(rng, flat_groups[-1].numel())
+        osd = {"zero_stage": DS.ZeroStageEnum.weights, "loss_scaler": loss_scaler(dtn),
+               "dynamic_loss_scale": dtn == "fp16", "overflow": False, "partition_count": dp,
+               "optimizer_state_dict": {"state": state,
+                                        "param_groups": [param_group_dict(j, pg_sub[j], 0.01 if j == 0 else 0.0)
+                                                         for j in range(len(groups))]},
+               "fp32_flat_groups": flat_groups}
+        save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": DS_VERSION},
+             os.path.join(tagdir, f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+
+
+# ----------------------------------------------------------------------------------------------------
+# expectations
+
+def expected_outputs(case, entries, values, module):
+    """(fp32 dict, model dict) in ckptfs's documented order."""
+    stage, dtype = case["stage"], DTYPES[case["dtype"]]
+    fp32, model = {}, {}
+    if case["optimizer"] in ("torch", "fp16_optimizer"):
+        for k, v in module.items():
+            fp32[k] = v.float().clone() if v.is_floating_point() else v.clone()
+            model[k] = v.clone()
+        return fp32, model
+    for e in entries:
+        if e.kind == "buffer":
+            b = values.buffers[e.name]
+            fp32[e.name] = b.float() if b.is_floating_point() else b.clone()
+    for e in entries:
+        if e.kind == "frozen":
+            fp32[e.name] = values.frozen[e.name].float()
+    for g in groups_of(entries, "subgroup" if stage == 3 else "group"):
+        for e in g:
+            fp32[e.name] = values.master[e.name].clone()
+    for e in entries:
+        if e.kind == "alias":
+            fp32[e.name] = fp32[e.owner].clone()
+    if stage == 3:
+        for e in entries:
+            if e.kind == "train":
+                model[e.name] = values.master[e.name].to(dtype)
+            elif e.kind == "frozen":
+                model[e.name] = values.frozen[e.name].clone()
+            elif e.kind == "buffer":
+                model[e.name] = values.buffers[e.name].clone()
+            else:
+                model[e.name] = model[e.owner].clone()
+    else:
+        for k, v in module.items():
+            model[k] = v.clone()
+    return fp32, model
+
+
+# ----------------------------------------------------------------------------------------------------
+# pipeline case (like the real pp2_z1_fp32_ws4: 2 stages x DP 2, ZeRO-1, tied embedding)
+
+def write_pipeline(case, tagdir, seed):
+    dtn, dp = case["dtype"], case["dp"]
+    dtype = DTYPES[dtn]
+    rng = np.random.default_rng(seed)
+
+    def rnd(shape, scale=0.5):
+        return torch.from_numpy(rng.standard_normal(shape).astype(np.float32) * scale)
+
+    # layers: (index, file?, [(local key, kind, shape, btype)])
+    block = [("ln.weight", "train", (HIDDEN,)), ("ln.bias", "train", (HIDDEN,)), ("fc1.weight", "train", (FFN, HIDDEN)),
+             ("fc1.bias", "train", (FFN,)), ("fc2.weight", "train", (HIDDEN, FFN)), ("fc2.bias", "train", (HIDDEN,))]
+    layers = [
+        (0, "tied_modules.embed.", [("weight", "train", (VOCAB, HIDDEN)), ("pos", "frozen", (SEQ, HIDDEN)),
+                                    ("mix", "buffer_float", (HIDDEN,)), ("step_count", "buffer_int", (3,))]),
+        (1, "1.", block), (2, "2.", block),
+        (3, "3.", [("ln_f.weight", "train", (HIDDEN,)), ("ln_f.bias", "train", (HIDDEN,)),
+                   ("out_bias_holder.weight", "train", (1, 1)), ("out_bias_holder.bias", "train", (1,))]),
+    ]
+    stages = [[0, 1, 2], [3]]  # layer 4 = TiedLayerSpec('embed', forward_fn=...) on stage 1: no file
+    tied = "tied_modules.embed.weight"
+    master, stored = {}, {}
+    model_exp = {}
+    for li, pre, keys in layers:
+        sd = OD()
+        for k, kind, shape in keys:
+            name = pre + k
+            if kind == "train":
+                master[name] = rnd(shape)
+                if k == "ln_f.weight":
+                    sv = special_values(1, dtype)
+                    master[name].view(-1)[: min(sv.numel(), HIDDEN)] = sv[:HIDDEN]
+                t = master[name].to(dtype)
+            elif kind == "frozen":
+                t = rnd(shape, 1.0).to(dtype)
+            elif kind == "buffer_float":
+                t = torch.from_numpy(rng.uniform(0.5, 1.5, shape).astype(np.float32)).to(dtype)
+            else:
+                t = torch.tensor([2 ** 40 + 3, 2 ** 24 + 1, -7], dtype=torch.int64)
+            sd[k] = t.clone()  # layer files clone every tensor
+            stored[name] = (kind, t)
+            model_exp[name] = t.clone()
+        save(sd, os.path.join(tagdir, f"layer_{li:02d}-model_states.pt"))
+    # stage 1 holds its own replica of the tied weight's master; DeepSpeed keeps replicas in sync, but we
+    # perturb it so that a reader taking the tied master from the wrong stage is caught.
+    stage1_tied_master = master[tied] + 1e-3
+    buffer_names = [n for n, (k, _) in stored.items() if k.startswith("buffer")]
+    per_stage_names = []
+    for s, lids in enumerate(stages):
+        names = [tied] if s == 1 else []
+        for li, pre, keys in layers:
+            if li in lids:
+                names += [pre + k for k, kind, _ in keys if kind == "train"]
+        per_stage_names.append(names)
+        shapes = OD((n, torch.Size(master[n].shape)) for n in names)
+        msd = model_state_dict(case, None, buffer_names, None, [shapes], None, {}, None, dp, mp=2)
+        save(msd, os.path.join(tagdir, f"mp_rank_{s:02d}_model_states.pt"))
+        vals = [stage1_tied_master if (s == 1 and n == tied) else master[n] for n in names]
+        S = sum(v.numel() for v in vals)
+        A = 2 * dp * math.ceil(S / (2 * dp))
+        Q = A // dp
+        mflat = garbage(rng, A, torch.float32)
+        mflat[:S] = torch.cat([v.reshape(-1) for v in vals])
+
+        class _E:
+            def __init__(self, n, v):
+                self.name, self.numel = n, v.numel()
+        ents = [_E(n, v) for n, v in zip(names, vals)]
+        for r in range(dp):
+            part = mflat[r * Q: (r + 1) * Q].clone()
+            pad = (A - S) if r == dp - 1 else 0
+            osd = {"loss_scaler": loss_scaler(dtn), "dynamic_loss_scale": dtn == "fp16", "overflow": False,
+                   "clip_grad": 1.0,
+                   "base_optimizer_state": {"state": {0: adam_state(rng, Q)},
+                                            "param_groups": [param_group_dict(0, [0], 0.0)]},
+                   "single_partition_of_fp32_groups": [part[: Q - pad]], "zero_stage": DS.ZeroStageEnum(1),
+                   "group_paddings": [pad], "partition_count": [dp], "ds_version": DS_VERSION,
+                   "param_slice_mappings": [slice_mappings(ents, r, Q)]}
+            prefix = "bf16_" if dtn == "bf16" else ""
+            save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": DS_VERSION},
+                 os.path.join(tagdir, f"{prefix}zero_pp_rank_{r}_mp_rank_{s:02d}_optim_states.pt"))
+    fp32 = {}
+    for n, (kind, t) in stored.items():
+        if kind.startswith("buffer"):
+            fp32[n] = t.float() if t.is_floating_point() else t.clone()
+    for n, (kind, t) in stored.items():
+        if kind == "frozen":
+            fp32[n] = t.float()
+    for n in per_stage_names[0] + [n for n in per_stage_names[1] if n != tied]:
+        fp32[n] = master[n].clone()
+    return fp32, model_exp
+
+
+# ----------------------------------------------------------------------------------------------------
+# cases
+
+def make_cases():
+    cases = []
+
+    def add(name, stage, dtype, dp, optimizer, **kw):
+        c = {"name": name, "stage": stage, "dtype": dtype, "dp": dp, "optimizer": optimizer, "pipeline": False,
+             "tags": ["global_step3"], "src": "checkpoint", "side_files": False}
+        c.update(kw)
+        cases.append(c)
+
+    add("z0_fp32_dp2", 0, "fp32", 2, "torch")
+    add("z0_fp16_dp2", 0, "fp16", 2, "fp16_optimizer")
+    add("z0_bf16_dp2", 0, "bf16", 2, "bf16_optimizer", side_files=True)
+    for stage in (1, 2, 3):
+        for dt in ("fp32", "fp16", "bf16"):
+            for dp in (1, 2, 4, 8):
+                add(f"z{stage}_{dt}_dp{dp}", stage, dt, dp, "zero",
+                    side_files=(dp == 2 and dt == "bf16"))
+    add("bf16opt_z1_dp4", 1, "bf16", 4, "bf16_optimizer")
+    add("pp2_z1_fp16_dp2", 1, "fp16", 2, "zero", pipeline=True, side_files=True)
+    add("twotags_z2_bf16_dp2", 2, "bf16", 2, "zero", tags=["global_step2", "global_step4"])
+    add("tagsrc_z3_bf16_dp2", 3, "bf16", 2, "zero", src="checkpoint/global_step3")
+    return cases
+
+
+BENCH = {"name": "bench_z3_dp64", "stage": 3, "dtype": "bf16", "dp": 64, "optimizer": "zero", "pipeline": False,
+         "tags": ["global_step3"], "src": "checkpoint", "side_files": False, "bench": True}
+
+
+def case_seed(name, tag):
+    return zlib.crc32(f"{name}/{tag}".encode())
+
+
+def write_side_files(save_dir, case):
+    with open(os.path.join(save_dir, "config.json"), "w") as f:
+        json.dump({"architectures": ["TinyLM"], "vocab_size": VOCAB, "hidden_size": HIDDEN,
+                   "intermediate_size": FFN, "torch_dtype": {"fp32": "float32", "fp16": "float16",
+                                                             "bf16": "bfloat16"}[case["dtype"]]}, f, indent=2)
+    with open(os.path.join(save_dir, "tokenizer.json"), "w") as f:
+        json.dump({"version": "1.0", "model": {"type": "WordLevel",
+                                               "vocab": {f"tok{i}": i for i in range(VOCAB)}}}, f)
+
+
+def generate_case(case, root):
+    name = case["name"]
+    save_dir = os.path.join(root, "checkpoint")
+    os.makedirs(save_dir)
+    case = dict(case)
+    case["ds_config"] = ds_config(case["stage"], case["dtype"], case["optimizer"] == "bf16_optimizer",
+                                  case["pipeline"])
+    expected_dirs = {}
+    for ti, tag in enumerate(case["tags"]):
+        case["global_steps"] = int(tag.rsplit("step", 1)[-1]) if "step" in tag else 3
+        tagdir = os.path.join(save_dir, tag)
+        os.makedirs(tagdir)
+        seed = case_seed(name, tag)
+        if case["pipeline"]:
+            fp32, model = write_pipeline(case, tagdir, seed)
+        else:
+            entries = tiny_lm()
+            values = Values(entries, DTYPES[case["dtype"]], case["stage"], seed)
+            if case["stage"] == 3:
+                write_zero3(case, tagdir, entries, values)
+                module = None
+            else:
+                module = write_zero012(case, tagdir, entries, values)
+            fp32, model = expected_outputs(case, entries, values, module)
+        exp = "expected" if ti == len(case["tags"]) - 1 else f"expected_{tag}"
+        os.makedirs(os.path.join(root, exp))
+        save(fp32, os.path.join(root, exp, "fp32.pt"))
+        save(model, os.path.join(root, exp, "model.pt"))
+        expected_dirs[tag] = exp
+    with open(os.path.join(save_dir, "latest"), "w") as f:
+        f.write(case["tags"][-1])  # DeepSpeed writes the tag without a newline
+    if case["side_files"]:
+        write_side_files(save_dir, case)
+    case.pop("global_steps", None)
+    case["latest"] = case["tags"][-1]
+    case["expected"] = expected_dirs
+    case["seed"] = {t: case_seed(name, t) for t in case["tags"]}
+    case["generator_version"] = GEN_VERSION
+    with open(os.path.join(root, "case.json"), "w") as f:
+        json.dump(case, f, indent=1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# benchmark: ZeRO-3, DP 64, bf16 params + fp32 master, >= 1 GB of fp32 master weights.  Values are a
+# closed-form function of (param index, element index) so that each rank's partitions are computed
+# without holding the model; expectations are sha256 manifests computed one parameter at a time.
+
+BENCH_VOCAB, BENCH_HIDDEN, BENCH_FFN, BENCH_LAYERS = 32003, 1031, 4099, 28
+
+
+def bench_entries():
+    E = [Entry("embed.weight", "train", (BENCH_VOCAB, BENCH_HIDDEN), group=0, subgroup=0)]
+    for l in range(BENCH_LAYERS):
+        p = f"layers.{l}."
+        sg = 1 + (l * 2) // BENCH_LAYERS  # decay group in 2 sub-groups after the embedding's
+        E += [Entry(p + "norm.weight", "train", (BENCH_HIDDEN,), group=1, subgroup=3),
+              Entry(p + "up.weight", "train", (BENCH_FFN, BENCH_HIDDEN), group=0, subgroup=sg),
+              Entry(p + "up.bias", "train", (BENCH_FFN,), group=1, subgroup=3),
+              Entry(p + "down.weight", "train", (BENCH_HIDDEN, BENCH_FFN), group=0, subgroup=sg),
+              Entry(p + "down.bias", "train", (BENCH_HIDDEN,), group=1, subgroup=3)]
+    E += [Entry("norm.weight", "train", (BENCH_HIDDEN,), group=1, subgroup=3),
+          Entry("inv_freq", "buffer", (BENCH_HIDDEN // 2,), btype="float"),
+          Entry("head.weight", "alias", (BENCH_VOCAB, BENCH_HIDDEN), owner="embed.weight")]
+    return E
+
+
+def bench_master(k, lo, hi):
+    idx = np.arange(lo, hi, dtype=np.float64)
+    return torch.from_numpy((np.sin(idx * 0.7548776662 + k * 1.3) * 0.02 * (1 + k % 7)).astype(np.float32))
+
+
+def generate_bench(case, root):
+    t0 = time.time()
+    dp, dtype = case["dp"], torch.bfloat16
+    entries = bench_entries()
+    kidx = {e.name: k for k, e in enumerate(entries)}
+    subgroups = groups_of(entries, "subgroup")
+    groups = groups_of(entries, "group")
+    pg_sub = [sorted({e.subgroup for e in g}) for g in groups]
+    case = dict(case)
+    case["ds_config"] = ds_config(3, "bf16")
+    case["global_steps"] = 3
+    save_dir = os.path.join(root, "checkpoint")
+    tagdir = os.path.join(save_dir, "global_step3")
+    os.makedirs(tagdir)
+    rng = np.random.default_rng(64)
+    inv_freq = torch.from_numpy(1.0 / (10000 ** (np.arange(0, BENCH_HIDDEN // 2) / (BENCH_HIDDEN // 2)))
+                                .astype(np.float32)).to(dtype)
+    for r in range(dp):
+        module = OD()
+        for e in entries:
+            module[e.name] = inv_freq.clone() if e.kind == "buffer" else (
+                module[e.owner] if e.kind == "alias" else torch.empty(0, dtype=dtype))
+        sd = model_state_dict(case, module, ["inv_freq"], None, [shapes_od(sg) for sg in subgroups], OD(),
+                              {"head.weight": "embed.weight"} if r == 0 else {}, OD(), dp)
+        save(sd, os.path.join(tagdir, f"zero_pp_rank_{r}_mp_rank_00_model_states.pt"))
+        flat_groups, state = [], {}
+        for i, sg in enumerate(subgroups):
+            parts = []
+            for e in sg:
+                p = math.ceil(e.numel / dp)
+                lo, hi = r * p, min((r + 1) * p, e.numel)
+                t = bench_master(kidx[e.name], lo, max(lo, hi))
+                if t.numel() < p:
+                    t = torch.cat([t, garbage(rng, p - t.numel(), torch.float32)])
+                parts.append(t)
+            flat_groups.append(torch.cat(parts))
+            n = flat_groups[-1].numel()
+            state[i] = {"step": torch.tensor(3.0), "exp_avg": torch.zeros(n), "exp_avg_sq": torch.zeros(n)}
+        osd = {"zero_stage": DS.ZeroStageEnum.weights, "loss_scaler": DS.LossScaler(1.0), "dynamic_loss_scale": False,
+               "overflow": False, "partition_count": dp,
+               "optimizer_state_dict": {"state": state,
+                                        "param_groups": [param_group_dict(j, pg_sub[j], 0.0) for j in range(len(groups))]},
+               "fp32_flat_groups": flat_groups}
+        save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": DS_VERSION},
+             os.path.join(tagdir, f"bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+        del flat_groups, state, osd
+    with open(os.path.join(save_dir, "latest"), "w") as f:
+        f.write("global_step3")
+
+    def digest(t):
+        return hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+    fp32_man, model_man = OD(), OD()
+    total = 0
+    order_fp32 = [e for e in entries if e.kind == "buffer"] + [e for sg in subgroups for e in sg] + \
+                 [e for e in entries if e.kind == "alias"]
+    for e in order_fp32:
+        if e.kind == "buffer":
+            t = inv_freq.float()
+        else:
+            t = bench_master(kidx[e.owner if e.kind == "alias" else e.name], 0, e.numel).view(e.shape)
+        total += t.numel() * 4 if e.kind == "train" else 0
+        fp32_man[e.name] = {"dtype": "float32", "shape": list(t.shape), "sha256": digest(t)}
+    for e in entries:
+        if e.kind == "buffer":
+            t = inv_freq
+        else:
+            t = bench_master(kidx[e.owner if e.kind == "alias" else e.name], 0, e.numel).view(e.shape).to(dtype)
+        model_man[e.name] = {"dtype": "bfloat16", "shape": list(t.shape), "sha256": digest(t)}
+    os.makedirs(os.path.join(root, "expected"))
+    with open(os.path.join(root, "expected", "fp32.manifest.json"), "w") as f:
+        json.dump(fp32_man, f, indent=1)
+    with open(os.path.join(root, "expected", "model.manifest.json"), "w") as f:
+        json.dump(model_man, f, indent=1)
+    case.pop("global_steps")
+    case.update(latest="global_step3", expected={"global_step3": "expected"}, fp32_master_bytes=total,
+                generator_version=GEN_VERSION, generate_seconds=round(time.time() - t0, 1))
+    with open(os.path.join(root, "case.json"), "w") as f:
+        json.dump(case, f, indent=1)
+
+
+# ----------------------------------------------------------------------------------------------------
+
+def case_is_current(path):
+    try:
+        with open(os.path.join(path, "case.json")) as f:
+            return json.load(f).get("generator_version") == GEN_VERSION
+    except (OSError, ValueError):
+        return False
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="generate only these cases (bench_z3_dp64 too)")
+    ap.add_argument("--list", action="store_true", help="print the default case names and exit")
+    ap.add_argument("--force", action="store_true", help="regenerate cases that exist")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    cases = make_cases()
+    if args.list:
+        for c in cases:
+            print(c["name"])
+        return 0
+    by_name = {c["name"]: c for c in cases}
+    by_name[BENCH["name"]] = BENCH
+    if args.only:
+        unknown = [n for n in args.only if n not in by_name]
+        if unknown:
+            ap.error(f"unknown case(s): {', '.join(unknown)}")
+        todo = [by_name[n] for n in args.only]
+    else:
+        todo = cases
+    os.makedirs(args.out_dir, exist_ok=True)
+    t0 = time.time()
+    made = 0
+    for c in todo:
+        final = os.path.join(args.out_dir, c["name"])
+        if os.path.isdir(final):
+            if case_is_current(final) and not args.force:
+                continue
+            shutil.rmtree(final)
+        tmp = os.path.join(args.out_dir, f".tmp-{c['name']}-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        try:
+            (generate_bench if c.get("bench") else generate_case)(c, tmp)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                # another run (a concurrent pytest session) finished the same case first
+                if not case_is_current(final):
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)
+                continue
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        made += 1
+    print(f"generated {made} case(s) in {time.time() - t0:.1f}s into {args.out_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Broken checkpoints: ckptfs must exit with the documented code and a ONE-line message naming the broken
+file, never crash (signal) or print a traceback.  Exit codes: 2 usage, 3 source unreadable / no
+checkpoint, 4 invalid checkpoint, 5 unsupported, 7 output failed."""
+import os
+import shutil
+import struct
+import zipfile
+
+import pytest
+import torch
+
+import helpers as H
+
+TAG = "global_step3"
+# (case, its DP-4 variant, optimizer file prefix, model-states file of rank 0)
+BASES = {
+    "z2": ("z2_fp16_dp2", "z2_fp16_dp4", "", "mp_rank_00_model_states.pt"),
+    "z3": ("z3_bf16_dp2", "z3_bf16_dp4", "bf16_", "zero_pp_rank_0_mp_rank_00_model_states.pt"),
+}
+
+
+def optim_name(prefix, rank):
+    return f"{prefix}zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"
+
+
+def export(ckptfs_bin, src, tmp_path):
+    return H.run([ckptfs_bin, "export", src, tmp_path / "out"])
+
+
+def zip_member_data_range(path, suffix):
+    """(offset, size) of the stored data of the zip member whose name ends with ``suffix`` (sizes from the
+    central directory: torch's writer leaves them 0 in the local header and uses a data descriptor)."""
+    with zipfile.ZipFile(path) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith(suffix))
+    assert info.compress_type == zipfile.ZIP_STORED, "torch.save stores members uncompressed"
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)
+    assert local[:4] == b"PK\x03\x04"
+    nlen, xlen = struct.unpack_from("<HH", local, 26)
+    return info.header_offset + 30 + nlen + xlen, info.compress_size
+
+
+@pytest.fixture(params=sorted(BASES))
+def base(request):
+    return BASES[request.param]
+
+
+def test_truncated_zip(ckptfs_bin, case_copy, tmp_path, base):
+    case, _, prefix, _ = base
+    src = case_copy(case)
+    victim = src / TAG / optim_name(prefix, 1)
+    size = victim.stat().st_size
+    with open(victim, "r+b") as f:
+        f.truncate(size // 2)
+    H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_INVALID, [victim.name])
+
+
+def test_garbage_pickle(ckptfs_bin, case_copy, tmp_path, base):
+    case, _, prefix, _ = base
+    src = case_copy(case)
+    victim = src / TAG / optim_name(prefix, 0)
+    off, n = zip_member_data_range(victim, "/data.pkl")
+    junk = bytes([0x80, 0x02]) + bytes((i * 151 + 7) % 256 for i in range(n - 2))
+    with open(victim, "r+b") as f:
+        f.seek(off)
+        f.write(junk)
+    H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_INVALID, [victim.name])
+
+
+def test_missing_rank_file(ckptfs_bin, case_copy, tmp_path, base):
+    case, _, prefix, _ = base
+    src = case_copy(case)
+    victim = src / TAG / optim_name(prefix, 1)
+    victim.unlink()
+    # the message names the missing file (or, failing a name, the tag folder it is missing from)
+    H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_INVALID, [victim.name, TAG])
+
+
+def _resave(path, edit):
+    sd = torch.load(path, map_location="cpu", weights_only=False)
+    edit(sd)
+    torch.save(sd, path)
+
+
+def test_partition_count_mismatch(ckptfs_bin, case_copy, tmp_path, base):
+    case, _, prefix, _ = base
+    src = case_copy(case)
+    victim = src / TAG / optim_name(prefix, 0)
+
+    def edit(sd):
+        osd = sd["optimizer_state_dict"]
+        pc = osd["partition_count"]
+        osd["partition_count"] = [3 for _ in pc] if isinstance(pc, list) else 3
+    _resave(victim, edit)
+    H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_INVALID, [victim.name])
+
+
+def test_optimizer_file_from_other_world_size(ckptfs_bin, case_copy, fixtures_dir, tmp_path, base):
+    case, other, prefix, _ = base
+    src = case_copy(case)
+    victim = src / TAG / optim_name(prefix, 1)
+    shutil.copyfile(os.path.join(fixtures_dir, other, "checkpoint", TAG, victim.name), victim)
+    H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_INVALID, [victim.name])
+
+
+def test_param_shape_does_not_add_up(ckptfs_bin, case_copy, tmp_path, base):
+    case, _, prefix, model_file = base
+    src = case_copy(case)
+    victim = src / TAG / model_file
+
+    def edit(sd):
+        for group in sd["param_shapes"]:
+            if "embed.weight" in group:
+                rows, cols = group["embed.weight"]
+                group["embed.weight"] = torch.Size([rows + 3, cols])
+                return
+        raise AssertionError("embed.weight not in param_shapes")
+    _resave(victim, edit)
+    # the inconsistency is between the model states and the optimizer partitions: either may be named
+    H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_INVALID, [victim.name, "optim_states.pt"])
+
+
+def test_nonexistent_source(ckptfs_bin, tmp_path):
+    missing = tmp_path / "no_such_checkpoint"
+    H.assert_one_line_error(export(ckptfs_bin, missing, tmp_path), H.EXIT_SOURCE, ["no_such_checkpoint"])
+
+
+def test_empty_folder_is_not_a_checkpoint(ckptfs_bin, tmp_path):
+    empty = tmp_path / "empty_dir"
+    empty.mkdir()
+    H.assert_one_line_error(export(ckptfs_bin, empty, tmp_path), H.EXIT_SOURCE, ["empty_dir"])
+
+
+@pytest.mark.parametrize("args", [
+    ["export"],
+    ["export", "only_one_arg"],
+    ["export", "a", "b", "c"],
+    ["export", "--no-such-option", "a", "b"],
+    ["inspect"],
+    ["inspect", "--bogus", "x"],
+    ["export", "a", "b", "--tag"],
+], ids=lambda a: " ".join(a) or "none")
+def test_bad_usage(ckptfs_bin, args):
+    proc = H.run([ckptfs_bin, *args])
+    assert proc.returncode == H.EXIT_USAGE, H.describe(proc)
+    assert "Traceback" not in proc.stderr

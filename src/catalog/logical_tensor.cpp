@@ -1,0 +1,52 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "catalog/dtype_convert.hpp"
+#include "ckptfs/catalog.hpp"
+#include "ckptfs/error.hpp"
+
+namespace ckptfs::catalog {
+
+uint64_t LogicalTensor::numel() const {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+uint64_t Catalog::total_bytes() const {
+  uint64_t total = 0;
+  for (const auto& t : tensors) total += t.nbytes();
+  return total;
+}
+
+void validate(const LogicalTensor& tensor) {
+  const auto fail = [&](const std::string& what) {
+    throw FormatError(fmt::format("tensor {}: {}", tensor.name, what));
+  };
+  for (int64_t d : tensor.shape)
+    if (d < 0) fail(fmt::format("negative dimension in shape [{}]", fmt::join(tensor.shape, ", ")));
+  const uint64_t numel = tensor.numel();
+  uint64_t next = 0;
+  for (const Piece& p : tensor.pieces) {
+    if (p.dst_begin != next)
+      fail(fmt::format("elements [{}, {}) are {}", std::min(next, p.dst_begin), std::max(next, p.dst_begin),
+                       p.dst_begin > next ? "not covered by any source" : "covered twice"));
+    if (p.count == 0 || p.count > numel - next)
+      fail(fmt::format("a source run of {} elements at element {} does not fit in {} elements", p.count,
+                       p.dst_begin, numel));
+    next += p.count;
+    if (!p.file) fail("a source run has no file");
+    if (!conversion_supported(p.src_dtype, tensor.dtype))
+      fail(fmt::format("{} holds it as {}, which cannot be served as {}", p.file->path().string(),
+                       dtype_torch_name(p.src_dtype), dtype_torch_name(tensor.dtype)));
+    const uint64_t size = dtype_size(p.src_dtype);
+    if (p.src_offset > p.file->size() || p.count > (p.file->size() - p.src_offset) / size)
+      fail(fmt::format("{}: {} bytes at offset {} run past the end of the file ({} bytes)",
+                       p.file->path().string(), p.count * size, p.src_offset, p.file->size()));
+  }
+  if (next != numel) fail(fmt::format("elements [{}, {}) are not covered by any source", next, numel));
+}
+
+}  // namespace ckptfs::catalog

@@ -1,0 +1,144 @@
+// `ckptfs SRC MNT [-o opt,...] [-f] [-d] [--tag T]`: indexes the checkpoint and builds the whole tree,
+// then mounts it. Every checkpoint error surfaces here, before anything is mounted.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+
+#include "ckptfs/checkpoint.hpp"
+#include "ckptfs/fuse.hpp"
+#include "ckptfs/vfs.hpp"
+#include "cli/arguments.hpp"
+#include "cli/commands.hpp"
+
+namespace ckptfs::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kUsage = "ckptfs SRC MNT [-o opt,...] [-f] [-d] [--tag T]";
+
+constexpr const char* kHelp = R"(usage: ckptfs SRC MNT [-o opt,...] [-f] [-d] [--tag T]
+       ckptfs mount SRC MNT [...]
+
+Mounts the merged views of checkpoint SRC read-only on MNT (layout: docs/mount.md). Returns once the
+mount is live; the server keeps running in the background until `fusermount3 -u MNT` or SIGTERM.
+
+  -f              stay in the foreground
+  -d              foreground, with libfuse's request trace on stderr
+  --tag T         serve only tag T (at the root and under tags/T/)
+  -o opt,...      mount options, comma-separated:
+     threads=N        at most N server threads (default 16)
+     tag=T            the same as --tag T
+     read_ahead_kb=N  kernel readahead of the mount in KiB (default 1024, set when run as root;
+                      0 keeps the kernel's default, 128)
+     allow_other, default_permissions, fsname=..., and the other FUSE mount options (mount.fuse3(8))
+     are passed to libfuse; ro is always set, rw and defaults are ignored.
+
+Exit codes (docs/exit-codes.md): 0 mounted, 2 usage, 3 source unreadable, 4 invalid checkpoint,
+5 unsupported layout, 6 mount failed.
+)";
+
+struct MountArguments {
+  fs::path source, mountpoint;
+  OpenOptions open;
+  fuse::ServeOptions serve;
+};
+
+// Escapes a value for libfuse's comma-separated option list.
+std::string escape_option(const std::string& value) {
+  std::string out;
+  for (char ch : value) {
+    if (ch == ',' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+// "key=N" with N >= minimum.
+unsigned parse_number(const std::string& option, unsigned minimum) {
+  const std::string_view value = std::string_view(option).substr(option.find('=') + 1);
+  unsigned n = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec != std::errc() || end != value.data() + value.size() || n < minimum)
+    throw UsageError(fmt::format("-o {}: expected a number >= {}", option, minimum));
+  return n;
+}
+
+void add_mount_option(MountArguments& m, const std::string& option) {
+  if (option.empty() || option == "ro" || option == "rw" || option == "defaults") return;
+  if (option.starts_with("tag=")) {
+    m.open.tag = option.substr(4);
+  } else if (option.starts_with("threads=")) {
+    m.serve.max_threads = parse_number(option, 1);
+  } else if (option.starts_with("read_ahead_kb=")) {
+    m.serve.read_ahead_kb = parse_number(option, 0);
+  } else {
+    m.serve.fuse_options.push_back(option);
+  }
+}
+
+MountArguments parse(int argc, char** argv) {
+  MountArguments m;
+  std::vector<std::string> rest;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-o" || (a.starts_with("-o") && a.size() > 2)) {
+      if (a == "-o" && ++i >= argc) throw UsageError(fmt::format("-o needs a value\nusage: {}", kUsage));
+      const std::string list = a == "-o" ? argv[i] : a.substr(2);
+      for (size_t begin = 0, end; begin <= list.size(); begin = end + 1) {
+        end = std::min(list.find(',', begin), list.size());
+        add_mount_option(m, list.substr(begin, end - begin));
+      }
+    } else {
+      rest.push_back(std::move(a));
+    }
+  }
+  Arguments a = parse_arguments(rest, {"-f", "-d"}, 2, kUsage);
+  if (a.tag) m.open.tag = a.tag;
+  m.serve.foreground = a.has("-f");
+  m.serve.debug = a.has("-d");
+  // Absolute paths: the daemon runs in "/", and the sources are re-checked by path on every open.
+  m.source = fs::absolute(a.positional[0]).lexically_normal();
+  m.mountpoint = fs::absolute(a.positional[1]).lexically_normal();
+  m.serve.mountpoint = m.mountpoint.string();
+  const auto has = [&](std::string_view key) {
+    return std::any_of(m.serve.fuse_options.begin(), m.serve.fuse_options.end(),
+                       [&](const std::string& o) { return o.starts_with(key); });
+  };
+  // fsname = the source, as sshfs does: df and /proc/mounts show what is mounted, and `mount -a` can
+  // tell that an fstab line is already mounted.
+  if (!has("fsname=")) m.serve.fuse_options.push_back("fsname=" + escape_option(m.source.string()));
+  if (!has("subtype=")) m.serve.fuse_options.push_back("subtype=ckptfs");
+  return m;
+}
+
+}  // namespace
+
+int run_mount(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kHelp, stdout);
+      return 0;
+    }
+  }
+  try {
+    const MountArguments m = parse(argc, argv);
+    std::error_code ec;
+    if (!fs::is_directory(m.mountpoint, ec))
+      throw Error(ExitCode::mount_failed,
+                  fmt::format("{}: mount point is not a directory", m.mountpoint.string()));
+    const Checkpoint checkpoint = open_checkpoint(m.source, m.open);
+    const vfs::VirtualTree tree = vfs::build_tree(checkpoint);
+    fuse::serve(tree, m.serve);
+    return 0;
+  } catch (const std::exception& e) {
+    return report_error(e);
+  }
+}
+
+}  // namespace ckptfs::cli

@@ -1,0 +1,253 @@
+#include "fuse/operations.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <syslog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <new>
+#include <vector>
+
+namespace ckptfs::fuse {
+
+namespace {
+
+// The tree never changes while mounted, so the kernel may cache names, attributes and misses for long.
+constexpr double kTimeout = 86400.0;
+
+const Context& context(fuse_req_t req) {
+  return *static_cast<const Context*>(fuse_req_userdata(req));
+}
+
+// Every callback runs inside this: whatever escapes becomes an errno reply, never a crash or a hang.
+// `body` replies itself; it throws before replying or not at all.
+template <class Body>
+void guarded(fuse_req_t req, fuse_ino_t ino, const char* op, Body&& body) noexcept {
+  try {
+    body();
+  } catch (const std::bad_alloc&) {
+    fuse_reply_err(req, ENOMEM);
+  } catch (const std::exception& e) {
+    const Context& c = context(req);
+    log_error(c, fmt::format("{} /{}: {}", op, c.tree->path(ino), e.what()));
+    fuse_reply_err(req, EIO);
+  } catch (...) {
+    fuse_reply_err(req, EIO);
+  }
+}
+
+struct stat attributes(const Context& c, const vfs::Node& node) {
+  struct stat st {};
+  st.st_ino = node.ino;
+  st.st_mode = node.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  st.st_nlink = node.is_dir ? 2 + node.subdirs : 1;
+  st.st_uid = c.uid;
+  st.st_gid = c.gid;
+  st.st_size = static_cast<off_t>(node.size());  // directories: 0, so `du -sb` sums the files exactly
+  st.st_blocks = static_cast<blkcnt_t>((node.size() + 511) / 512);
+  st.st_blksize = 1 << 20;  // hint for stdio and cp: large reads
+  st.st_mtim = {static_cast<time_t>(node.mtime_ns / 1000000000),
+                static_cast<long>(node.mtime_ns % 1000000000)};
+  st.st_atim = st.st_ctim = st.st_mtim;
+  return st;
+}
+
+fuse_entry_param entry(const Context& c, const vfs::Node& node) {
+  fuse_entry_param e{};
+  e.ino = node.ino;
+  e.attr = attributes(c, node);
+  e.attr_timeout = e.entry_timeout = kTimeout;
+  return e;
+}
+
+void op_init(void*, fuse_conn_info* conn) {
+  // The kernel caps readahead at the bdi's read_ahead_kb (docs/mount.md); ask for as much as it allows.
+  conn->max_readahead = conn->max_readahead > (1u << 20) ? conn->max_readahead : (1u << 20);
+  conn->max_background = 64;  // kernel default 12 throttles parallel readahead
+  conn->congestion_threshold = 48;
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  guarded(req, parent, "lookup", [&] {
+    const Context& c = context(req);
+    const vfs::Node* dir = c.tree->node(parent);
+    if (dir == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    if (!dir->is_dir) return (void)fuse_reply_err(req, ENOTDIR);
+    fuse_entry_param e{};  // ino 0: the kernel caches the miss for entry_timeout
+    e.entry_timeout = kTimeout;
+    if (const vfs::Node* node = c.tree->lookup(parent, name)) e = entry(c, *node);
+    fuse_reply_entry(req, &e);
+  });
+}
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  guarded(req, ino, "getattr", [&] {
+    const Context& c = context(req);
+    const vfs::Node* node = c.tree->node(ino);
+    if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    const struct stat st = attributes(c, *node);
+    fuse_reply_attr(req, &st, kTimeout);
+  });
+}
+
+// readdir and readdirplus: offsets are entry indexes (0 ".", 1 "..", 2.. children), stable because the
+// tree never changes.
+void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, bool plus) {
+  guarded(req, ino, "readdir", [&] {
+    const Context& c = context(req);
+    const vfs::Node* dir = c.tree->node(ino);
+    if (dir == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    if (!dir->is_dir) return (void)fuse_reply_err(req, ENOTDIR);
+    std::vector<char> buffer(size);
+    size_t used = 0;
+    const size_t count = dir->children.size() + 2;
+    for (size_t i = static_cast<size_t>(std::max<off_t>(offset, 0)); i < count; ++i) {
+      const vfs::Node* node =
+          i < 2 ? c.tree->node(i == 0 ? dir->ino : dir->parent) : c.tree->node(dir->children[i - 2].second);
+      const char* name = i == 0 ? "." : i == 1 ? ".." : dir->children[i - 2].first.c_str();
+      const off_t next = static_cast<off_t>(i + 1);
+      size_t n;
+      if (plus) {
+        const fuse_entry_param e = entry(c, *node);
+        n = fuse_add_direntry_plus(req, buffer.data() + used, size - used, name, &e, next);
+      } else {
+        const struct stat st = attributes(c, *node);
+        n = fuse_add_direntry(req, buffer.data() + used, size - used, name, &st, next);
+      }
+      if (n > size - used) break;  // did not fit: the kernel asks again from `next - 1`
+      used += n;
+    }
+    fuse_reply_buf(req, buffer.data(), used);
+  });
+}
+
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
+  read_directory(req, ino, size, offset, false);
+}
+
+void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
+  read_directory(req, ino, size, offset, true);
+}
+
+void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  guarded(req, ino, "open", [&] {
+    const Context& c = context(req);
+    const vfs::Node* node = c.tree->node(ino);
+    if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    if (node->is_dir) return (void)fuse_reply_err(req, EISDIR);
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC) != 0)
+      return (void)fuse_reply_err(req, EROFS);
+    for (const auto& source : node->sources) {
+      if (!source->unchanged()) {
+        log_error(
+            c, fmt::format("open /{}: {}: changed since the mount (size or mtime); remount to serve the new "
+                           "checkpoint",
+                           c.tree->path(ino), source->path().string()));
+        return (void)fuse_reply_err(req, EIO);
+      }
+    }
+    fi->keep_cache = 1;  // immutable content: pages stay cached across opens; mmap stays shareable
+    fi->direct_io = 0;
+    fuse_reply_open(req, fi);
+  });
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
+  guarded(req, ino, "read", [&] {
+    const vfs::Node* node = context(req).tree->node(ino);
+    if (node == nullptr || node->is_dir) return (void)fuse_reply_err(req, node == nullptr ? ENOENT : EISDIR);
+    const uint64_t file_size = node->size();
+    const uint64_t start = static_cast<uint64_t>(std::max<off_t>(offset, 0));
+    if (start >= file_size) return (void)fuse_reply_buf(req, nullptr, 0);
+    const size_t length = static_cast<size_t>(std::min<uint64_t>(size, file_size - start));
+    // One buffer per worker thread, as large as the largest request it served (max_read bounds it).
+    thread_local std::vector<std::byte> buffer;
+    if (buffer.size() < length) buffer.resize(length);
+    node->file->read(start, std::span(buffer.data(), length));
+    fuse_reply_buf(req, reinterpret_cast<const char*>(buffer.data()), length);
+  });
+}
+
+void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+  fuse_reply_err(req, 0);
+}
+
+void op_statfs(fuse_req_t req, fuse_ino_t ino) {
+  guarded(req, ino, "statfs", [&] {
+    const Context& c = context(req);
+    struct statvfs st {};
+    st.f_bsize = st.f_frsize = 4096;
+    st.f_blocks = (c.tree->total_bytes() + 4095) / 4096;
+    st.f_files = c.tree->node_count();
+    st.f_namemax = 255;
+    st.f_flag = ST_RDONLY;
+    fuse_reply_statfs(req, &st);
+  });
+}
+
+void op_getxattr(fuse_req_t req, fuse_ino_t, const char*, size_t) {
+  fuse_reply_err(req, ENOTSUP);
+}
+
+void op_listxattr(fuse_req_t req, fuse_ino_t, size_t size) {
+  if (size == 0) {
+    fuse_reply_xattr(req, 0);
+  } else {
+    fuse_reply_buf(req, nullptr, 0);
+  }
+}
+
+// Fills any write-type slot of fuse_lowlevel_ops with a callback of its exact signature that replies EROFS.
+template <class Fn>
+struct ReadOnly;
+template <class... Args>
+struct ReadOnly<void (*)(fuse_req_t, Args...)> {
+  static void reply(fuse_req_t req, Args...) { fuse_reply_err(req, EROFS); }
+};
+template <class Fn>
+void refuse(Fn& slot) {
+  slot = &ReadOnly<Fn>::reply;
+}
+
+}  // namespace
+
+void log_error(const Context& c, const std::string& message) {
+  std::fprintf(stderr, "ckptfs: %s\n", message.c_str());
+  if (c.use_syslog) syslog(LOG_ERR, "%s", message.c_str());
+}
+
+fuse_lowlevel_ops make_operations() {
+  fuse_lowlevel_ops ops{};
+  ops.init = op_init;
+  ops.lookup = op_lookup;
+  ops.getattr = op_getattr;
+  ops.readdir = op_readdir;
+  ops.readdirplus = op_readdirplus;
+  ops.open = op_open;
+  ops.read = op_read;
+  ops.release = op_release;
+  ops.statfs = op_statfs;
+  ops.getxattr = op_getxattr;
+  ops.listxattr = op_listxattr;
+  refuse(ops.setattr);
+  refuse(ops.mknod);
+  refuse(ops.mkdir);
+  refuse(ops.unlink);
+  refuse(ops.rmdir);
+  refuse(ops.symlink);
+  refuse(ops.rename);
+  refuse(ops.link);
+  refuse(ops.write);
+  refuse(ops.create);
+  refuse(ops.setxattr);
+  refuse(ops.removexattr);
+  refuse(ops.fallocate);
+  refuse(ops.copy_file_range);
+  return ops;
+}
+
+}  // namespace ckptfs::fuse

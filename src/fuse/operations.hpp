@@ -1,0 +1,25 @@
+// The low-level FUSE callbacks over a VirtualTree (private to src/fuse).
+#pragma once
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+#include <sys/types.h>
+
+#include "ckptfs/vfs.hpp"
+
+namespace ckptfs::fuse {
+
+// What the callbacks reach through fuse_req_userdata(); outlives the session.
+struct Context {
+  const vfs::VirtualTree* tree = nullptr;
+  uid_t uid = 0;  // owner shown for every node: whoever mounted
+  gid_t gid = 0;
+  bool use_syslog = false;  // daemonised: stderr is /dev/null
+};
+
+fuse_lowlevel_ops make_operations();
+
+// One line to stderr, and to syslog when daemonised.
+void log_error(const Context& context, const std::string& message);
+
+}  // namespace ckptfs::fuse

@@ -1,0 +1,55 @@
+// The mount layout of a checkpoint (docs/mount.md).
+#include <fmt/format.h>
+
+#include <set>
+
+#include "ckptfs/describe.hpp"
+#include "ckptfs/layout.hpp"
+#include "ckptfs/vfs.hpp"
+
+namespace ckptfs::vfs {
+
+namespace {
+
+constexpr std::string_view kInfoFile = "ckptfs.json";
+constexpr std::string_view kTagsDir = "tags";
+constexpr std::string_view kRenamedDir = "source";  // side files whose name a view or ckptfs itself uses
+
+}  // namespace
+
+VirtualTree build_tree(const Checkpoint& checkpoint) {
+  TreeBuilder builder;
+  std::vector<std::vector<ViewFile>> views;  // per tag; the root shares the latest tag's files
+  for (const auto& tag : checkpoint.tags) views.push_back(tag_views(tag));
+  const Tag& latest = checkpoint.latest_tag();
+  for (const auto& v : views[&latest - checkpoint.tags.data()]) builder.add_file(v.path, v.file);
+  for (size_t i = 0; i < views.size(); ++i)
+    for (const auto& v : views[i])
+      builder.add_file(fmt::format("{}/{}/{}", kTagsDir, checkpoint.tags[i].name, v.path), v.file);
+
+  // Names at the root that ckptfs owns; a side file with one of them moves to source/<name>.
+  std::set<std::string, std::less<>> taken = {std::string(kInfoFile), std::string(kTagsDir)};
+  for (const auto& v : views.front()) taken.insert(v.path.substr(0, v.path.find('/')));
+  std::vector<std::pair<std::string, io::FilePtr>> side_files;
+  bool any_renamed = false;
+  for (const auto& path : checkpoint.side_files) {
+    std::string name = path.filename().string();
+    any_renamed = any_renamed || taken.contains(name);
+    side_files.emplace_back(std::move(name), io::File::open(path));
+  }
+  if (any_renamed) taken.insert(std::string(kRenamedDir));
+  nlohmann::json renamed = nlohmann::json::object();
+  for (const auto& [name, file] : side_files) {
+    std::string mount_path = name;
+    if (taken.contains(name)) renamed[name] = mount_path = fmt::format("{}/{}", kRenamedDir, name);
+    builder.add_file(mount_path, views::make_passthrough(file));
+  }
+
+  nlohmann::json info = describe_checkpoint(checkpoint, false);
+  info["root_tag"] = latest.name;
+  info["renamed_side_files"] = std::move(renamed);
+  builder.add_file(kInfoFile, views::make_bytes_file(info.dump(2) + "\n"));
+  return std::move(builder).build();
+}
+
+}  // namespace ckptfs::vfs

@@ -1,0 +1,109 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "ckptfs/vfs.hpp"
+
+namespace ckptfs::vfs {
+
+namespace {
+
+// Splits "a/b/c" into its components, rejecting what could not be a name in a directory.
+std::vector<std::string_view> components(std::string_view path) {
+  std::vector<std::string_view> out;
+  size_t begin = 0;
+  while (true) {
+    const size_t end = path.find('/', begin);
+    const std::string_view part = path.substr(begin, end == std::string_view::npos ? end : end - begin);
+    if (part.empty() || part == "." || part == "..")
+      throw std::invalid_argument(fmt::format("invalid path in the virtual tree: '{}'", path));
+    out.push_back(part);
+    if (end == std::string_view::npos) return out;
+    begin = end + 1;
+  }
+}
+
+auto child_position(const Node& dir, std::string_view name) {
+  return std::lower_bound(dir.children.begin(), dir.children.end(), name,
+                          [](const auto& child, std::string_view n) { return child.first < n; });
+}
+
+}  // namespace
+
+const Node* VirtualTree::node(Ino ino) const {
+  if (ino < kRootIno || ino > nodes_.size()) return nullptr;
+  return &nodes_[ino - 1];
+}
+
+const Node* VirtualTree::lookup(Ino parent, std::string_view name) const {
+  const Node* dir = node(parent);
+  if (dir == nullptr || !dir->is_dir) return nullptr;
+  auto it = child_position(*dir, name);
+  return it != dir->children.end() && it->first == name ? node(it->second) : nullptr;
+}
+
+std::string VirtualTree::path(Ino ino) const {
+  std::string out;
+  for (const Node* n = node(ino); n != nullptr && n->ino != kRootIno; n = node(n->parent))
+    out = out.empty() ? n->name : n->name + "/" + out;
+  return out;
+}
+
+TreeBuilder::TreeBuilder() {
+  Node root;
+  root.ino = kRootIno;
+  root.parent = kRootIno;
+  root.is_dir = true;
+  tree_.nodes_.push_back(std::move(root));
+}
+
+Ino TreeBuilder::find(Ino parent, std::string_view name) const {
+  const Node* n = tree_.lookup(parent, name);
+  return n != nullptr ? n->ino : 0;
+}
+
+Ino TreeBuilder::add_child(Ino parent, std::string_view name, bool is_dir) {
+  Node child;
+  child.ino = tree_.nodes_.size() + 1;
+  child.parent = parent;
+  child.name = name;
+  child.is_dir = is_dir;
+  Node& dir = tree_.nodes_[parent - 1];
+  dir.children.emplace(child_position(dir, name), child.name, child.ino);
+  dir.subdirs += is_dir ? 1 : 0;
+  tree_.nodes_.push_back(std::move(child));  // invalidates `dir`
+  return tree_.nodes_.back().ino;
+}
+
+void TreeBuilder::add_file(std::string_view path, views::VirtualFilePtr file) {
+  const auto parts = components(path);
+  Ino dir = kRootIno;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    Ino next = find(dir, parts[i]);
+    if (next == 0) {
+      next = add_child(dir, parts[i], true);
+    } else if (!tree_.nodes_[next - 1].is_dir) {
+      throw std::invalid_argument(
+          fmt::format("virtual tree: '{}' is a file, cannot hold '{}'", parts[i], path));
+    }
+    dir = next;
+  }
+  if (find(dir, parts.back()) != 0)
+    throw std::invalid_argument(fmt::format("virtual tree: '{}' added twice", path));
+  Node& node = tree_.nodes_[add_child(dir, parts.back(), false) - 1];
+  tree_.total_bytes_ += file->size();
+  node.sources = file->sources();
+  node.file = std::move(file);
+  for (const auto& s : node.sources) node.mtime_ns = std::max(node.mtime_ns, s->mtime_ns());
+}
+
+VirtualTree TreeBuilder::build() && {
+  int64_t newest = 0;
+  for (const auto& n : tree_.nodes_) newest = std::max(newest, n.mtime_ns);
+  for (auto& n : tree_.nodes_)
+    if (n.mtime_ns == 0) n.mtime_ns = newest;
+  return std::move(tree_);
+}
+
+}  // namespace ckptfs::vfs

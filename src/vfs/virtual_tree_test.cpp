@@ -1,0 +1,93 @@
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "ckptfs/vfs.hpp"
+#include "vfs/test_files.hpp"
+
+namespace ckptfs::vfs {
+namespace {
+
+using testing::memory_file;
+
+VirtualTree sample_tree() {
+  TreeBuilder b;
+  b.add_file("model.safetensors", memory_file("abc"));
+  b.add_file("fp32/pytorch_model.bin", memory_file(std::string(1000, 'x')));
+  b.add_file("fp32/model.safetensors", memory_file(""));
+  b.add_file("tags/step2/fp32/model.safetensors", memory_file("z"));
+  b.add_file("config.json", memory_file("{}"));
+  return std::move(b).build();
+}
+
+TEST(VfsTree, LookupWalksDirectories) {
+  const VirtualTree tree = sample_tree();
+  const Node* root = tree.node(kRootIno);
+  ASSERT_NE(root, nullptr);
+  EXPECT_TRUE(root->is_dir);
+  const Node* fp32 = tree.lookup(kRootIno, "fp32");
+  ASSERT_NE(fp32, nullptr);
+  EXPECT_TRUE(fp32->is_dir);
+  EXPECT_EQ(fp32->parent, kRootIno);
+  const Node* bin = tree.lookup(fp32->ino, "pytorch_model.bin");
+  ASSERT_NE(bin, nullptr);
+  EXPECT_FALSE(bin->is_dir);
+  EXPECT_EQ(bin->size(), 1000u);
+  EXPECT_EQ(tree.path(bin->ino), "fp32/pytorch_model.bin");
+  EXPECT_EQ(tree.path(kRootIno), "");
+  EXPECT_EQ(tree.lookup(kRootIno, "missing"), nullptr);
+  EXPECT_EQ(tree.lookup(bin->ino, "x"), nullptr);  // a file has no children
+  EXPECT_EQ(tree.node(0), nullptr);
+  EXPECT_EQ(tree.node(tree.node_count() + 1), nullptr);
+}
+
+TEST(VfsTree, ChildrenAreSortedAndCounted) {
+  const VirtualTree tree = sample_tree();
+  const Node* root = tree.node(kRootIno);
+  std::vector<std::string> names;
+  for (const auto& [name, ino] : root->children) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "fp32", "model.safetensors", "tags"}));
+  EXPECT_EQ(root->subdirs, 2u);
+  EXPECT_EQ(tree.node_count(), 10u);  // root, 5 files, fp32, tags, step2, step2/fp32
+  EXPECT_EQ(tree.total_bytes(), 3u + 1000u + 0u + 1u + 2u);
+}
+
+TEST(VfsTree, InodesDependOnlyOnInsertionOrder) {
+  const VirtualTree a = sample_tree(), b = sample_tree();
+  ASSERT_EQ(a.node_count(), b.node_count());
+  for (Ino ino = kRootIno; ino <= a.node_count(); ++ino) EXPECT_EQ(a.path(ino), b.path(ino));
+}
+
+TEST(VfsTree, RejectsBadPathsAndDuplicates) {
+  TreeBuilder b;
+  b.add_file("a/b", memory_file("1"));
+  EXPECT_THROW(b.add_file("a/b", memory_file("2")), std::invalid_argument);
+  EXPECT_THROW(b.add_file("a", memory_file("2")), std::invalid_argument);
+  EXPECT_THROW(b.add_file("a/b/c", memory_file("2")), std::invalid_argument);
+  for (const char* bad : {"", "/x", "x/", "x//y", "./x", "x/../y"})
+    EXPECT_THROW(b.add_file(bad, memory_file("2")), std::invalid_argument) << bad;
+}
+
+TEST(VfsTree, MtimeComesFromTheSources) {
+  testing::TempDir dir;
+  const auto old_path = dir.write("old.pt", "old"), new_path = dir.write("new.pt", "new");
+  std::filesystem::last_write_time(old_path,
+                                   std::filesystem::file_time_type::clock::now() - std::chrono::hours(48));
+  const auto old_file = io::File::open(old_path), new_file = io::File::open(new_path);
+  ASSERT_LT(old_file->mtime_ns(), new_file->mtime_ns());
+
+  TreeBuilder b;
+  b.add_file("old", memory_file("1", {old_file}));
+  b.add_file("both", memory_file("1", {old_file, new_file}));
+  b.add_file("d/generated", memory_file("1"));
+  const VirtualTree tree = std::move(b).build();
+  EXPECT_EQ(tree.lookup(kRootIno, "old")->mtime_ns, old_file->mtime_ns());
+  EXPECT_EQ(tree.lookup(kRootIno, "both")->mtime_ns, new_file->mtime_ns());
+  const Node* d = tree.lookup(kRootIno, "d");
+  EXPECT_EQ(d->mtime_ns, new_file->mtime_ns());
+  EXPECT_EQ(tree.lookup(d->ino, "generated")->mtime_ns, new_file->mtime_ns());
+  EXPECT_EQ(tree.node(kRootIno)->mtime_ns, new_file->mtime_ns());
+}
+
+}  // namespace
+}  // namespace ckptfs::vfs

@@ -1,0 +1,45 @@
+// Virtual files that are not assembled from tensors: bytes held in memory, and source files as they are.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "ckptfs/views.hpp"
+
+namespace ckptfs::views {
+
+namespace {
+
+class BytesFile final : public VirtualFile {
+ public:
+  explicit BytesFile(std::string bytes) : bytes_(std::move(bytes)) {}
+  uint64_t size() const override { return bytes_.size(); }
+  void read(uint64_t offset, std::span<std::byte> dst) const override {
+    if (offset > bytes_.size() || dst.size() > bytes_.size() - offset)
+      throw std::out_of_range(fmt::format("read of {} bytes at {} past the end ({} bytes)", dst.size(), offset,
+                                          bytes_.size()));
+    std::memcpy(dst.data(), bytes_.data() + offset, dst.size());
+  }
+
+ private:
+  std::string bytes_;
+};
+
+class PassthroughFile final : public VirtualFile {
+ public:
+  explicit PassthroughFile(io::FilePtr file) : file_(std::move(file)) {}
+  uint64_t size() const override { return file_->size(); }
+  void read(uint64_t offset, std::span<std::byte> dst) const override { file_->read_exact(offset, dst); }
+  std::vector<io::FilePtr> sources() const override { return {file_}; }
+
+ private:
+  io::FilePtr file_;
+};
+
+}  // namespace
+
+VirtualFilePtr make_bytes_file(std::string bytes) { return std::make_shared<BytesFile>(std::move(bytes)); }
+
+VirtualFilePtr make_passthrough(io::FilePtr file) { return std::make_shared<PassthroughFile>(std::move(file)); }
+
+}  // namespace ckptfs::views

@@ -1,0 +1,66 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <unordered_set>
+
+#include "ckptfs/error.hpp"
+#include "views/extent_builder.hpp"
+
+namespace ckptfs::views {
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference reader's limit
+
+void put_u64_le(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+
+}  // namespace
+
+VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog) {
+  const auto& tensors = catalog->tensors;
+  // Widest dtype first keeps every tensor naturally aligned (the data section starts at a multiple of 8);
+  // within a width, catalog order keeps a front-to-back read sweeping the shards front to back.
+  std::vector<size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return dtype_size(tensors[a].dtype) > dtype_size(tensors[b].dtype);
+  });
+
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}};
+  std::unordered_set<std::string_view> names;
+  uint64_t data_offset = 0;
+  for (size_t i : order) {
+    const auto& t = tensors[i];
+    if (!names.insert(t.name).second || t.name == "__metadata__")
+      throw FormatError(fmt::format("safetensors view: tensor name {} appears twice", t.name));
+    header[t.name] = {{"dtype", dtype_safetensors_name(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {data_offset, data_offset + t.nbytes()}}};
+    data_offset += t.nbytes();
+  }
+  std::string json;
+  try {
+    json = header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("safetensors view: cannot write the header: {}", e.what()));
+  }
+  json.append((8 - json.size() % 8) % 8, ' ');
+  if (json.size() > kMaxHeaderBytes)
+    throw UnsupportedError(fmt::format("safetensors view: header of {} bytes exceeds the {} byte limit", json.size(),
+                                       kMaxHeaderBytes));
+
+  ExtentBuilder out;
+  std::string prefix;
+  put_u64_le(prefix, json.size());
+  out.append(prefix);
+  out.append(json);
+  for (size_t i : order) out.append(tensors[i]);
+  return std::make_shared<ExtentFile>(std::move(out).finish(), std::move(catalog));
+}
+
+}  // namespace ckptfs::views

@@ -1,0 +1,107 @@
+// ExtentFile lookup and reads across extents, and the simple virtual files.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "catalog/test_sources.hpp"
+#include "ckptfs/views.hpp"
+
+namespace ckptfs::views {
+namespace {
+
+using testing::SourceFile;
+
+std::string read_all(const VirtualFile& f, uint64_t offset, uint64_t length) {
+  std::string out(length, '\0');
+  f.read(offset, std::as_writable_bytes(std::span(out)));
+  return out;
+}
+
+catalog::LogicalTensor bytes_tensor(const SourceFile& src, uint64_t offset, uint64_t n) {
+  catalog::LogicalTensor t;
+  t.name = "u8";
+  t.dtype = DType::U8;
+  t.shape = {static_cast<int64_t>(n)};
+  t.pieces.push_back({0, n, src.file(), offset, DType::U8});
+  return t;
+}
+
+TEST(Views, ExtentFileReadsAcrossExtents) {
+  std::string text;
+  for (int i = 0; i < 5000; ++i) text.push_back(static_cast<char>('a' + i % 26));
+  const SourceFile src(std::as_bytes(std::span(text)));
+  std::mt19937 rng(1);
+  // Alternating inline and tensor extents of random lengths (some empty), and the expected bytes.
+  auto tensors = std::make_shared<std::vector<catalog::LogicalTensor>>();
+  tensors->reserve(100);
+  auto inline_bytes = std::make_shared<const std::string>("0123456789ABCDEFGHIJ");
+  std::vector<Extent> extents;
+  std::string expected;
+  for (int i = 0; i < 100; ++i) {
+    Extent e;
+    e.offset = expected.size();
+    if (i % 2) {
+      e.length = rng() % 20;
+      e.tensor_offset = rng() % 10;
+      tensors->push_back(bytes_tensor(src, rng() % 4000, e.tensor_offset + e.length + rng() % 3));
+      e.tensor = &tensors->back();
+      expected += text.substr(tensors->back().pieces[0].src_offset + e.tensor_offset, e.length);
+    } else {
+      e.inline_offset = rng() % 10;
+      e.length = rng() % 10;
+      e.bytes = inline_bytes;
+      expected += inline_bytes->substr(e.inline_offset, e.length);
+    }
+    extents.push_back(e);
+  }
+  const ExtentFile file(std::move(extents), tensors);
+  ASSERT_EQ(file.size(), expected.size());
+  EXPECT_EQ(read_all(file, 0, expected.size()), expected);
+  for (int r = 0; r < 2000; ++r) {
+    const uint64_t offset = rng() % (expected.size() + 1);
+    const uint64_t length = rng() % (expected.size() - offset + 1);
+    ASSERT_EQ(read_all(file, offset, length), expected.substr(offset, length)) << offset << "+" << length;
+  }
+  EXPECT_THROW(read_all(file, expected.size() - 1, 2), std::out_of_range);
+  ASSERT_EQ(file.sources().size(), 1u);
+  EXPECT_EQ(file.sources()[0], src.file());
+}
+
+TEST(Views, ExtentFileRejectsHolesAndOverlaps) {
+  auto bytes = std::make_shared<const std::string>("abcdef");
+  const auto extent = [&](uint64_t offset, uint64_t length) {
+    Extent e;
+    e.offset = offset;
+    e.length = length;
+    e.bytes = bytes;
+    return e;
+  };
+  EXPECT_THROW(ExtentFile({extent(0, 2), extent(3, 2)}, nullptr), std::invalid_argument);
+  EXPECT_THROW(ExtentFile({extent(0, 2), extent(1, 2)}, nullptr), std::invalid_argument);
+  EXPECT_THROW(ExtentFile({extent(1, 2)}, nullptr), std::invalid_argument);
+  Extent neither;
+  neither.length = 1;
+  EXPECT_THROW(ExtentFile({neither}, nullptr), std::invalid_argument);
+  EXPECT_EQ(ExtentFile({}, nullptr).size(), 0u);
+  const ExtentFile ok({extent(0, 2), extent(2, 0), extent(2, 3)}, nullptr);
+  EXPECT_EQ(read_all(ok, 0, 5), "ababc");
+  EXPECT_TRUE(ok.sources().empty());
+}
+
+TEST(Views, BytesAndPassthroughFiles) {
+  const auto json = make_bytes_file("{\"a\": 1}\n");
+  EXPECT_EQ(json->size(), 9u);
+  EXPECT_EQ(read_all(*json, 2, 3), "a\":");
+  EXPECT_TRUE(json->sources().empty());
+
+  const std::string text = "config bytes";
+  const SourceFile src(std::as_bytes(std::span(text)));
+  const auto pass = make_passthrough(src.file());
+  EXPECT_EQ(pass->size(), text.size());
+  EXPECT_EQ(read_all(*pass, 7, 5), "bytes");
+  ASSERT_EQ(pass->sources().size(), 1u);
+  EXPECT_EQ(pass->sources()[0], src.file());
+}
+
+}  // namespace
+}  // namespace ckptfs::views
