@@ -109,7 +109,9 @@ TEST(TorchSave, RecordsAreAlignedAndComplete) {
     EXPECT_FALSE(e.zip64);
     EXPECT_EQ(e.header_offset, end) << e.name;  // records back to back, each with its data descriptor
     end = e.data_offset + e.size + (e.size > 0 ? 16 : 0);
-    if (e.size > 0) EXPECT_EQ(le(read_file(*file, e.data_offset + e.size, 16), 0, 4), 0x08074b50u);
+    if (e.size > 0) {
+      EXPECT_EQ(le(read_file(*file, e.data_offset + e.size, 16), 0, 4), 0x08074b50u);
+    }
     if (i >= 4 && i < 10) {
       EXPECT_EQ(e.size, tc.catalog()->tensors[i - 4].nbytes()) << e.name;
       EXPECT_EQ(read_file(*file, e.data_offset, e.size), tc.bytes(i - 4)) << e.name;

@@ -69,6 +69,7 @@ ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& p
     for (const auto& [alias, owner] : shared.items()) ms.shared_params.emplace_back(alias, owner.as_string());
   if (auto stage = root["ds_config"]["zero_optimization"]["stage"]; stage.present() && stage.value().is(pickle::Kind::Int))
     ms.config_zero_stage = stage.as_int();
+  if (auto dp = root["dp_world_size"]; dp.present() && dp.value().is(pickle::Kind::Int)) ms.dp_world_size = dp.as_int();
   if (auto version = root["ds_version"]; version.present() && version.value().is(pickle::Kind::String))
     ms.ds_version = version.as_string();
   return ms;

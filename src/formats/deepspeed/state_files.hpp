@@ -35,6 +35,7 @@ struct ModelStates {
   std::optional<std::vector<NamedTensor>> frozen_param_fragments;
   std::vector<std::pair<std::string, std::string>> shared_params;  // alias -> owner
   std::optional<int64_t> config_zero_stage;                        // ds_config.zero_optimization.stage
+  std::optional<int64_t> dp_world_size;
   std::string ds_version;
 };
 

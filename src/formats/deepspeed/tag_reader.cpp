@@ -199,6 +199,7 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, Topology& to
     // names, so the fp32 view is the module upcast.
     parts.masters_known = false;
     topo.zero_stage = 0;
+    topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
     topo.optimizer = "none (optimizer state inside model states)";
     notes.push_back("no partitioned optimizer state: fp32/ holds the module weights upcast to fp32");
     return parts;
