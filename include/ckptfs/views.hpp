@@ -29,7 +29,7 @@ using VirtualFilePtr = std::shared_ptr<const VirtualFile>;
 struct Extent {
   uint64_t offset = 0;  // in the virtual file
   uint64_t length = 0;
-  std::shared_ptr<const std::string> bytes;   // inline: bytes[inline_offset, +length)
+  std::shared_ptr<const std::string> bytes;  // inline: bytes[inline_offset, +length)
   uint64_t inline_offset = 0;
   const catalog::LogicalTensor* tensor = nullptr;  // tensor: its bytes [tensor_offset, +length)
   uint64_t tensor_offset = 0;
@@ -59,7 +59,8 @@ VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog)
 // {name: tensor}, one storage record per tensor, records 64-byte aligned, CRC fields 0 (as torch's own
 // compute_crc32=False writes), zip64 end records. `archive_name` is the top folder inside the zip
 // ("pytorch_model" for pytorch_model.bin).
-VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog, const std::string& archive_name);
+VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog,
+                               const std::string& archive_name);
 
 // A small file held in memory (ckptfs.json).
 VirtualFilePtr make_bytes_file(std::string bytes);

@@ -1,5 +1,7 @@
 // Assembly math against a brute-force reference: every byte read through the catalog is compared with the
 // byte computed element by element from the source files' contents.
+#include "ckptfs/catalog.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <thread>
 
 #include "catalog/test_sources.hpp"
-#include "ckptfs/catalog.hpp"
 #include "ckptfs/error.hpp"
 
 namespace ckptfs::catalog {
@@ -55,12 +56,14 @@ void reference_element(const Piece& p, uint64_t index, DType to, const std::vect
   std::memcpy(out, &w16, 2);
 }
 
-std::vector<std::byte> reference_bytes(const LogicalTensor& t, const std::map<const io::File*, const SourceFile*>& files) {
+std::vector<std::byte> reference_bytes(const LogicalTensor& t,
+                                       const std::map<const io::File*, const SourceFile*>& files) {
   std::vector<std::byte> out(t.nbytes());
   const size_t size = dtype_size(t.dtype);
   for (const Piece& p : t.pieces)
     for (uint64_t i = 0; i < p.count; ++i)
-      reference_element(p, i, t.dtype, files.at(p.file.get())->bytes(), out.data() + (p.dst_begin + i) * size);
+      reference_element(p, i, t.dtype, files.at(p.file.get())->bytes(),
+                        out.data() + (p.dst_begin + i) * size);
   return out;
 }
 
@@ -217,16 +220,16 @@ class CatalogStrided : public ::testing::Test {
 
 TEST_F(CatalogStrided, EveryLayoutReadsInRowMajorOrder) {
   const std::vector<std::pair<Strided, size_t>> cases = {
-      {{{4, 6}, {6, 1}, 3}, 1},          // contiguous: one piece
-      {{{4, 3}, {6, 1}, 1}, 4},          // column slice: one run per row
-      {{{6, 4}, {1, 6}, 0}, 24},         // transposed: one element per run
+      {{{4, 6}, {6, 1}, 3}, 1},               // contiguous: one piece
+      {{{4, 3}, {6, 1}, 1}, 4},               // column slice: one run per row
+      {{{6, 4}, {1, 6}, 0}, 24},              // transposed: one element per run
       {{{2, 1, 3, 5}, {40, 7, 5, 1}, 2}, 2},  // size-1 dim with an odd stride is ignored
-      {{{3, 4}, {0, 1}, 5}, 3},          // expanded (stride 0) rows
-      {{{5}, {2}, 0}, 5},                // every other element
-      {{{}, {}, 17}, 1},                 // 0-dim
-      {{{3, 0, 2}, {0, 2, 1}, 0}, 0},    // zero-size
+      {{{3, 4}, {0, 1}, 5}, 3},               // expanded (stride 0) rows
+      {{{5}, {2}, 0}, 5},                     // every other element
+      {{{}, {}, 17}, 1},                      // 0-dim
+      {{{3, 0, 2}, {0, 2, 1}, 0}, 0},         // zero-size
       {{{2, 3, 4}, {12, 4, 1}, 100}, 1},
-      {{{2, 3, 4}, {24, 4, 1}, 0}, 2},   // contiguous inner box, gap between outer slices
+      {{{2, 3, 4}, {24, 4, 1}, 0}, 2},  // contiguous inner box, gap between outer slices
   };
   for (const auto& [s, pieces] : cases) {
     LogicalTensor t = make_tensor("s", DType::I32, s.shape);
@@ -315,11 +318,13 @@ TEST(Catalog, ValidateNamesWhatIsWrong) {
   EXPECT_EQ(message(tensor({{0, 16, f, 0, DType::F32}})), "no error");
   EXPECT_EQ(message(tensor({{0, 8, f, 0, DType::F32}, {8, 8, f, 0, DType::BF16}})), "no error");
   EXPECT_NE(message(tensor({{0, 8, f, 0, DType::F32}})).find("[8, 16) are not covered"), std::string::npos);
-  EXPECT_NE(message(tensor({{0, 8, f, 0, DType::F32}, {9, 7, f, 0, DType::F32}})).find("[8, 9) are not covered"),
-            std::string::npos);
+  EXPECT_NE(
+      message(tensor({{0, 8, f, 0, DType::F32}, {9, 7, f, 0, DType::F32}})).find("[8, 9) are not covered"),
+      std::string::npos);
   EXPECT_NE(message(tensor({{0, 8, f, 0, DType::F32}, {6, 10, f, 0, DType::F32}})).find("covered twice"),
             std::string::npos);
-  EXPECT_NE(message(tensor({{0, 16, f, 0, DType::I32}})).find("cannot be served as float32"), std::string::npos);
+  EXPECT_NE(message(tensor({{0, 16, f, 0, DType::I32}})).find("cannot be served as float32"),
+            std::string::npos);
   EXPECT_EQ(message(tensor({{0, 16, f, 0, DType::F32}}, DType::F16)), "no error");
   EXPECT_NE(message(tensor({{0, 16, f, 200, DType::F32}})).find("run past the end"), std::string::npos);
   EXPECT_EQ(message(tensor({})).rfind("tensor layer.w: ", 0), 0u);

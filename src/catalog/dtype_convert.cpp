@@ -9,8 +9,12 @@ namespace ckptfs::catalog {
 
 namespace {
 
-float from_bits(uint32_t w) { return std::bit_cast<float>(w); }
-uint32_t to_bits(float f) { return std::bit_cast<uint32_t>(f); }
+float from_bits(uint32_t w) {
+  return std::bit_cast<float>(w);
+}
+uint32_t to_bits(float f) {
+  return std::bit_cast<uint32_t>(f);
+}
 
 template <typename From, typename To, typename Fn>
 void convert_each(std::span<const std::byte> src, std::span<std::byte> dst, Fn fn) {
@@ -54,7 +58,9 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
 }
 
-float bf16_to_f32(uint16_t b) { return from_bits(static_cast<uint32_t>(b) << 16); }
+float bf16_to_f32(uint16_t b) {
+  return from_bits(static_cast<uint32_t>(b) << 16);
+}
 
 uint16_t f32_to_bf16(float f) {
   const uint32_t w = to_bits(f);

@@ -13,20 +13,27 @@ namespace {
 
 namespace ref = testing::reference;
 
-uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
-float from_bits(uint32_t w) { return std::bit_cast<float>(w); }
+uint32_t bits(float f) {
+  return std::bit_cast<uint32_t>(f);
+}
+float from_bits(uint32_t w) {
+  return std::bit_cast<float>(w);
+}
 
 TEST(Convert, WideningIsExactForEvery16BitPattern) {
   for (uint32_t h = 0; h <= 0xFFFF; ++h) {
-    ASSERT_EQ(bits(f16_to_f32(static_cast<uint16_t>(h))), ref::f16_to_f32(static_cast<uint16_t>(h))) << std::hex << h;
-    ASSERT_EQ(bits(bf16_to_f32(static_cast<uint16_t>(h))), ref::bf16_to_f32(static_cast<uint16_t>(h))) << std::hex << h;
+    ASSERT_EQ(bits(f16_to_f32(static_cast<uint16_t>(h))), ref::f16_to_f32(static_cast<uint16_t>(h)))
+        << std::hex << h;
+    ASSERT_EQ(bits(bf16_to_f32(static_cast<uint16_t>(h))), ref::bf16_to_f32(static_cast<uint16_t>(h)))
+        << std::hex << h;
   }
 }
 
 TEST(Convert, NarrowingMatchesReferenceAroundEveryRoundingPoint) {
   // Every sign/exponent/upper-mantissa combination with low bits at and around both halfway points
   // (bit 12 for f16 normals, bit 15 for bf16), plus a sweep of the whole 32-bit space.
-  const uint32_t lows[] = {0x0000, 0x0001, 0x0FFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x7FFF, 0x8000, 0x8001, 0xFFFF};
+  const uint32_t lows[] = {0x0000, 0x0001, 0x0FFF, 0x1000, 0x1001, 0x1FFF,
+                           0x2000, 0x7FFF, 0x8000, 0x8001, 0xFFFF};
   std::vector<uint32_t> inputs;
   for (uint32_t high = 0; high <= 0xFFFF; ++high)
     for (uint32_t low : lows) inputs.push_back(high << 16 | low);
@@ -40,21 +47,23 @@ TEST(Convert, NarrowingMatchesReferenceAroundEveryRoundingPoint) {
 TEST(Convert, F16SubnormalsAndOverflow) {
   for (uint32_t e = 100; e < 114; ++e)  // every f32 exponent that lands in f16's subnormal range
     for (uint32_t m = 0; m < (1u << 23); m += 61)
-      ASSERT_EQ(f32_to_f16(from_bits(e << 23 | m)), ref::f32_to_f16(e << 23 | m)) << std::hex << (e << 23 | m);
-  EXPECT_EQ(f32_to_f16(0x1p-24f), 0x0001);           // smallest subnormal
-  EXPECT_EQ(f32_to_f16(0x1p-25f), 0x0000);           // tie to even: 0
-  EXPECT_EQ(f32_to_f16(0x1.8p-24f), 0x0002);         // tie to even: 2
+      ASSERT_EQ(f32_to_f16(from_bits(e << 23 | m)), ref::f32_to_f16(e << 23 | m))
+          << std::hex << (e << 23 | m);
+  EXPECT_EQ(f32_to_f16(0x1p-24f), 0x0001);    // smallest subnormal
+  EXPECT_EQ(f32_to_f16(0x1p-25f), 0x0000);    // tie to even: 0
+  EXPECT_EQ(f32_to_f16(0x1.8p-24f), 0x0002);  // tie to even: 2
   EXPECT_EQ(f32_to_f16(-0x1.8p-25f), 0x8001);
-  EXPECT_EQ(f32_to_f16(65504.0f), 0x7BFF);           // largest finite
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7BFF);  // largest finite
   EXPECT_EQ(f32_to_f16(65519.996f), 0x7BFF);
-  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);           // tie rounds up to inf
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);  // tie rounds up to inf
   EXPECT_EQ(f32_to_f16(-1e10f), 0xFC00);
   EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
 }
 
 TEST(Convert, ValuesTorchProduced) {
   // torch 1.13: torch.tensor(...).to(float16 / bfloat16).view(int16) for these float32 bit patterns.
-  const uint32_t in[] = {0x3f808000, 0x3f818000, 0x7f7fffff, 0x33000000, 0x33000001, 0x387fe000, 0x477ff000, 0x477fefff};
+  const uint32_t in[] = {0x3f808000, 0x3f818000, 0x7f7fffff, 0x33000000,
+                         0x33000001, 0x387fe000, 0x477ff000, 0x477fefff};
   const uint16_t f16[] = {15364, 15372, 31744, 0, 1, 1024, 31744, 31743};
   const uint16_t bf16[] = {16256, 16258, 32640, 13056, 13056, 14464, 18304, 18304};
   for (size_t i = 0; i < std::size(in); ++i) {

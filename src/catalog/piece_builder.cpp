@@ -51,8 +51,8 @@ void append_source_range(std::vector<Piece>& pieces, uint64_t dst_begin, const t
                                   src.storage.file->path().string(), first, first + count, numel));
   if (count == 0) return;
   if (src.strides.size() != src.shape.size())
-    throw FormatError(fmt::format("{}: tensor has {} dimensions but {} strides", src.storage.file->path().string(),
-                                  src.shape.size(), src.strides.size()));
+    throw FormatError(fmt::format("{}: tensor has {} dimensions but {} strides",
+                                  src.storage.file->path().string(), src.shape.size(), src.strides.size()));
 
   const BlockLayout layout(src);
   const uint64_t elem = dtype_size(src.dtype);
@@ -68,8 +68,9 @@ void append_source_range(std::vector<Piece>& pieces, uint64_t dst_begin, const t
   uint64_t within = first % layout.block;
   while (count > 0) {
     const uint64_t run = std::min(count, layout.block - within);
-    push_piece(pieces, Piece{dst_begin, run, src.storage.file,
-                             src.storage.offset + static_cast<uint64_t>(base) * elem + within * elem, src.dtype});
+    push_piece(pieces,
+               Piece{dst_begin, run, src.storage.file,
+                     src.storage.offset + static_cast<uint64_t>(base) * elem + within * elem, src.dtype});
     dst_begin += run;
     count -= run;
     within = 0;

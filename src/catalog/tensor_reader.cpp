@@ -47,7 +47,8 @@ void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, 
                              [](uint64_t e, const Piece& p) { return e < p.dst_begin; });
   size_t i = static_cast<size_t>(it - pieces.begin()) - 1;
   while (count > 0) {
-    if (i >= pieces.size()) throw std::logic_error(fmt::format("tensor {}: pieces do not cover it", tensor.name));
+    if (i >= pieces.size())
+      throw std::logic_error(fmt::format("tensor {}: pieces do not cover it", tensor.name));
     // One run: from `first` inside piece i through every following piece its bytes continue into.
     const Piece& p = pieces[i];
     const uint64_t src_offset = p.src_offset + (first - p.dst_begin) * dtype_size(p.src_dtype);
@@ -73,8 +74,8 @@ void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, 
 void read_tensor(const LogicalTensor& tensor, uint64_t offset, std::span<std::byte> dst) {
   const uint64_t size = dtype_size(tensor.dtype);
   if (offset > tensor.nbytes() || dst.size() > tensor.nbytes() - offset)
-    throw std::out_of_range(fmt::format("tensor {}: read of {} bytes at offset {} past its {} bytes", tensor.name,
-                                        dst.size(), offset, tensor.nbytes()));
+    throw std::out_of_range(fmt::format("tensor {}: read of {} bytes at offset {} past its {} bytes",
+                                        tensor.name, dst.size(), offset, tensor.nbytes()));
   // Elements cut by either end of the request are read whole into a small buffer, the rest in place.
   const auto partial = [&](uint64_t element, uint64_t skip) {
     std::array<std::byte, 16> buffer;

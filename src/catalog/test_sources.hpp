@@ -21,7 +21,8 @@ class SourceFile {
     char name[] = "/tmp/ckptfs_source_XXXXXX";
     const int fd = ::mkstemp(name);
     path_ = name;
-    for (size_t done = 0; done < bytes.size();) done += static_cast<size_t>(::write(fd, bytes.data() + done, bytes.size() - done));
+    for (size_t done = 0; done < bytes.size();)
+      done += static_cast<size_t>(::write(fd, bytes.data() + done, bytes.size() - done));
     ::close(fd);
     file_ = io::File::open(path_);
   }
@@ -58,7 +59,9 @@ inline uint32_t f16_to_f32(uint16_t h) {
   return sign | (e << 23) | ((m & 0x3FF) << 13);
 }
 
-inline uint32_t bf16_to_f32(uint16_t b) { return static_cast<uint32_t>(b) << 16; }
+inline uint32_t bf16_to_f32(uint16_t b) {
+  return static_cast<uint32_t>(b) << 16;
+}
 
 // Drops `shift` low bits of m, rounding to nearest, ties to even.
 inline uint64_t round_shift(uint64_t m, unsigned shift) {
@@ -73,7 +76,7 @@ inline uint16_t f32_to_f16(uint32_t w) {
   const int exp = static_cast<int>((w >> 23) & 0xFF);
   const uint32_t man = w & 0x7FFFFF;
   if (exp == 0xFF) return sign | (man ? 0x7E00 : 0x7C00);
-  if (exp == 0) return sign;  // f32 subnormals are far below half of f16's smallest subnormal
+  if (exp == 0) return sign;     // f32 subnormals are far below half of f16's smallest subnormal
   const int e = exp - 127 + 15;  // f16 biased exponent
   const uint64_t m = man | 0x800000u;
   if (e >= 1) {

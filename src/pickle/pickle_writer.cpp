@@ -46,7 +46,9 @@ void PickleWriter::empty_dict() {
   memoize();
 }
 
-void PickleWriter::mark() { out_.push_back(op::MARK); }
+void PickleWriter::mark() {
+  out_.push_back(op::MARK);
+}
 
 void PickleWriter::string(std::string_view text) {
   out_.push_back(op::BINUNICODE);
@@ -92,7 +94,9 @@ void PickleWriter::integer(int64_t value) {
   }
 }
 
-void PickleWriter::boolean(bool value) { out_.push_back(static_cast<char>(value ? op::NEWTRUE : op::NEWFALSE)); }
+void PickleWriter::boolean(bool value) {
+  out_.push_back(static_cast<char>(value ? op::NEWTRUE : op::NEWFALSE));
+}
 
 void PickleWriter::begin_tuple(size_t n) {
   if (n > 3) mark();
@@ -109,7 +113,9 @@ void PickleWriter::reduce() {
   memoize();
 }
 
-void PickleWriter::persistent_id() { out_.push_back(op::BINPERSID); }
+void PickleWriter::persistent_id() {
+  out_.push_back(op::BINPERSID);
+}
 
 void PickleWriter::set_items(size_t count, const std::function<void(size_t)>& write_item) {
   for (size_t begin = 0; begin < count; begin += kBatchSize) {

@@ -30,7 +30,7 @@ class PickleWriter {
   // three items, TUPLE1-3 otherwise, EMPTY_TUPLE for none; memoised unless empty).
   void begin_tuple(size_t n);
   void end_tuple(size_t n);
-  void reduce();  // REDUCE, memoising the result
+  void reduce();         // REDUCE, memoising the result
   void persistent_id();  // BINPERSID: the object on the stack is a persistent id
   // Adds `count` key/value pairs to the dict on the stack, in batches of 1000 as CPython does:
   // write_item(i) writes the i-th key then value.

@@ -13,7 +13,9 @@ namespace {
 
 using namespace std::string_literals;
 
-ValuePtr load(const std::string& bytes) { return unpickle(std::as_bytes(std::span(bytes))); }
+ValuePtr load(const std::string& bytes) {
+  return unpickle(std::as_bytes(std::span(bytes)));
+}
 
 TEST(PickleWriter, IntegersUseTheShortestOpcode) {
   PickleWriter w;
@@ -37,7 +39,10 @@ TEST(PickleWriter, TuplesAndMemo) {
   w.end_tuple(4);
   // pickle.dumps(('a', 'b', 'c', 'd'), 2)
   EXPECT_EQ(std::move(w).finish(),
-            "\x80\x02(X\x01\x00\x00\x00" "aq\x00X\x01\x00\x00\x00" "bq\x01X\x01\x00\x00\x00" "cq\x02X\x01\x00\x00\x00"
+            "\x80\x02(X\x01\x00\x00\x00"
+            "aq\x00X\x01\x00\x00\x00"
+            "bq\x01X\x01\x00\x00\x00"
+            "cq\x02X\x01\x00\x00\x00"
             "dq\x03tq\x04."s);
 
   PickleWriter small;
@@ -59,7 +64,9 @@ TEST(PickleWriter, SharedObjectsAreFetchedFromTheMemo) {
   w.global("collections", "OrderedDict");  // BINGET 0
   w.end_tuple(5);
   EXPECT_EQ(std::move(w).finish(),
-            "\x80\x02(ccollections\nOrderedDict\nq\x00X\x03\x00\x00\x00" "cpuq\x01X\x03\x00\x00\x00" "cpuq\x02h\x01h\x00tq\x03."s);
+            "\x80\x02(ccollections\nOrderedDict\nq\x00X\x03\x00\x00\x00"
+            "cpuq\x01X\x03\x00\x00\x00"
+            "cpuq\x02h\x01h\x00tq\x03."s);
 }
 
 TEST(PickleWriter, DictBatchesRoundTrip) {
@@ -92,9 +99,9 @@ TEST(PickleWriter, MemoIndicesPast255UseLongOpcodes) {
   PickleWriter w;
   w.begin_tuple(302);
   for (int i = 0; i < 300; ++i) w.integer(i);  // integers are not memoised
-  w.shared_string("x");                         // memo 0
-  w.shared_string("x");                         // BINGET 0
-  w.end_tuple(302);                             // memo 1
+  w.shared_string("x");                        // memo 0
+  w.shared_string("x");                        // BINGET 0
+  w.end_tuple(302);                            // memo 1
   const std::string first = std::move(w).finish();
   EXPECT_NE(first.find("q\x00h\x00t"s), std::string::npos);
 

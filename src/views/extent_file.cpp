@@ -14,8 +14,10 @@ ExtentFile::ExtentFile(std::vector<Extent> extents, std::shared_ptr<const void> 
   // Empty extents (zero-size tensors) are dropped so that every offset belongs to exactly one extent.
   std::erase_if(extents, [](const Extent& e) { return e.length == 0; });
   for (const Extent& e : extents) {
-    if (e.offset != size_) throw std::invalid_argument(fmt::format("extent at {} does not start at {}", e.offset, size_));
-    if (!e.tensor == !e.bytes) throw std::invalid_argument(fmt::format("extent at {} needs bytes or a tensor", e.offset));
+    if (e.offset != size_)
+      throw std::invalid_argument(fmt::format("extent at {} does not start at {}", e.offset, size_));
+    if (!e.tensor == !e.bytes)
+      throw std::invalid_argument(fmt::format("extent at {} needs bytes or a tensor", e.offset));
     size_ += e.length;
   }
   extents_ = std::move(extents);
@@ -23,7 +25,8 @@ ExtentFile::ExtentFile(std::vector<Extent> extents, std::shared_ptr<const void> 
 
 void ExtentFile::read(uint64_t offset, std::span<std::byte> dst) const {
   if (offset > size_ || dst.size() > size_ - offset)
-    throw std::out_of_range(fmt::format("read of {} bytes at {} past the end ({} bytes)", dst.size(), offset, size_));
+    throw std::out_of_range(
+        fmt::format("read of {} bytes at {} past the end ({} bytes)", dst.size(), offset, size_));
   auto it = std::upper_bound(extents_.begin(), extents_.end(), offset,
                              [](uint64_t off, const Extent& e) { return off < e.offset; });
   for (--it; !dst.empty(); ++it) {

@@ -16,8 +16,8 @@ class BytesFile final : public VirtualFile {
   uint64_t size() const override { return bytes_.size(); }
   void read(uint64_t offset, std::span<std::byte> dst) const override {
     if (offset > bytes_.size() || dst.size() > bytes_.size() - offset)
-      throw std::out_of_range(fmt::format("read of {} bytes at {} past the end ({} bytes)", dst.size(), offset,
-                                          bytes_.size()));
+      throw std::out_of_range(
+          fmt::format("read of {} bytes at {} past the end ({} bytes)", dst.size(), offset, bytes_.size()));
     std::memcpy(dst.data(), bytes_.data() + offset, dst.size());
   }
 
@@ -38,8 +38,12 @@ class PassthroughFile final : public VirtualFile {
 
 }  // namespace
 
-VirtualFilePtr make_bytes_file(std::string bytes) { return std::make_shared<BytesFile>(std::move(bytes)); }
+VirtualFilePtr make_bytes_file(std::string bytes) {
+  return std::make_shared<BytesFile>(std::move(bytes));
+}
 
-VirtualFilePtr make_passthrough(io::FilePtr file) { return std::make_shared<PassthroughFile>(std::move(file)); }
+VirtualFilePtr make_passthrough(io::FilePtr file) {
+  return std::make_shared<PassthroughFile>(std::move(file));
+}
 
 }  // namespace ckptfs::views

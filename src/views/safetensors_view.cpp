@@ -51,8 +51,8 @@ VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog)
   }
   json.append((8 - json.size() % 8) % 8, ' ');
   if (json.size() > kMaxHeaderBytes)
-    throw UnsupportedError(fmt::format("safetensors view: header of {} bytes exceeds the {} byte limit", json.size(),
-                                       kMaxHeaderBytes));
+    throw UnsupportedError(fmt::format("safetensors view: header of {} bytes exceeds the {} byte limit",
+                                       json.size(), kMaxHeaderBytes));
 
   ExtentBuilder out;
   std::string prefix;

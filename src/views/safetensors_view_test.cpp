@@ -28,8 +28,10 @@ TEST(Safetensors, LayoutIsWhatTheReferenceReaderAccepts) {
   const uint64_t n = le(all, 0, 8);
   ASSERT_EQ(n % 8, 0u);
   const std::string header = all.substr(8, n);
-  EXPECT_EQ(header.rfind(R"({"__metadata__":{"format":"pt"},"step":{"dtype":"I64","shape":[],"data_offsets":[0,8]},)", 0),
-            0u);
+  EXPECT_EQ(
+      header.rfind(
+          R"({"__metadata__":{"format":"pt"},"step":{"dtype":"I64","shape":[],"data_offsets":[0,8]},)", 0),
+      0u);
   EXPECT_EQ(header.find_last_not_of(' '), header.find_last_of('}'));
   const auto json = nlohmann::ordered_json::parse(header);
   ASSERT_EQ(json["__metadata__"], nlohmann::json({{"format", "pt"}}));
@@ -38,8 +40,8 @@ TEST(Safetensors, LayoutIsWhatTheReferenceReaderAccepts) {
   std::vector<std::string> names;
   for (const auto& [name, value] : json.items())
     if (name != "__metadata__") names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"step", "layer.0.bias", "empty", "z.scale", "embed.weight", "a.weight",
-                                             "mask", "q\"uote\\"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"step", "layer.0.bias", "empty", "z.scale", "embed.weight",
+                                             "a.weight", "mask", "q\"uote\\"}));
   uint64_t end = 0;
   for (const auto& name : names) {
     const auto& entry = json[name];

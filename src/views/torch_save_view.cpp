@@ -66,7 +66,8 @@ std::string data_pickle(const catalog::Catalog& catalog) {
 
 }  // namespace
 
-VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog, const std::string& archive_name) {
+VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog,
+                               const std::string& archive_name) {
   std::unordered_set<std::string_view> names;
   for (const auto& t : catalog->tensors)
     if (!names.insert(t.name).second)

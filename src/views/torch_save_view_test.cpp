@@ -96,11 +96,11 @@ TEST(TorchSave, RecordsAreAlignedAndComplete) {
   const auto entries = walk_zip(*file);
   std::vector<std::string> names;
   for (const auto& e : entries) names.push_back(e.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"pytorch_model/data.pkl", "pytorch_model/.format_version",
-                                             "pytorch_model/.storage_alignment", "pytorch_model/byteorder",
-                                             "pytorch_model/data/0", "pytorch_model/data/1", "pytorch_model/data/2",
-                                             "pytorch_model/data/3", "pytorch_model/data/4", "pytorch_model/data/5",
-                                             "pytorch_model/version"}));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "pytorch_model/data.pkl", "pytorch_model/.format_version",
+                       "pytorch_model/.storage_alignment", "pytorch_model/byteorder", "pytorch_model/data/0",
+                       "pytorch_model/data/1", "pytorch_model/data/2", "pytorch_model/data/3",
+                       "pytorch_model/data/4", "pytorch_model/data/5", "pytorch_model/version"}));
   uint64_t end = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
@@ -235,8 +235,8 @@ sys.exit(0 if ours == theirs else 3)
 )";
   const std::string script_path = bin.path() + ".py";
   std::ofstream(script_path) << script;
-  const int rc = std::system(
-      fmt::format("{} {} {} {} {}", python, script_path, bin.path(), pkl_path, out_path).c_str());
+  const int rc =
+      std::system(fmt::format("{} {} {} {} {}", python, script_path, bin.path(), pkl_path, out_path).c_str());
   std::ifstream in(out_path);
   std::map<std::string, std::string> got;
   for (std::string name, dtype, shape, hex; in >> name >> dtype;) {

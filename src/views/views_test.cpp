@@ -1,10 +1,11 @@
 // ExtentFile lookup and reads across extents, and the simple virtual files.
+#include "ckptfs/views.hpp"
+
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "catalog/test_sources.hpp"
-#include "ckptfs/views.hpp"
 
 namespace ckptfs::views {
 namespace {

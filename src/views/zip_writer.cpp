@@ -78,7 +78,16 @@ void append_zip(ExtentBuilder& out, std::string_view root, std::span<const ZipRe
   const uint64_t cd_size = central.text.size();
   const uint64_t eocd64_offset = cd_offset + cd_size;
   Header tail;
-  tail.u32(0x06064b50).u64(44).u16(0x031E).u16(0x002D).u32(0).u32(0).u64(n).u64(n).u64(cd_size).u64(cd_offset);
+  tail.u32(0x06064b50)
+      .u64(44)
+      .u16(0x031E)
+      .u16(0x002D)
+      .u32(0)
+      .u32(0)
+      .u64(n)
+      .u64(n)
+      .u64(cd_size)
+      .u64(cd_offset);
   tail.u32(0x07064b50).u32(0).u64(eocd64_offset).u32(1);
   tail.u32(0x06054b50).u16(0).u16(0).u16(std::min<uint64_t>(n, 0xFFFF)).u16(std::min<uint64_t>(n, 0xFFFF));
   tail.u32(std::min(cd_size, kU32Max)).u32(std::min(cd_offset, kU32Max)).u16(0);
