@@ -71,6 +71,12 @@ struct Value {
   std::string describe() const;
 };
 
+inline ValuePtr make_value(Kind kind) {
+  auto v = std::make_shared<Value>();
+  v->kind = kind;
+  return v;
+}
+
 struct UnpickleOptions {
   size_t max_depth = 512;          // nesting of marks and containers
   size_t max_memo = 1u << 24;      // memo slots

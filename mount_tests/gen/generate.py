@@ -85,6 +85,38 @@ def tiny_lm():
     return E
 
 
+# Llama-shaped case: a tiny LlamaForCausalLM with Hugging Face's parameter names, so that
+# transformers.AutoModelForCausalLM.from_pretrained can load the mount (mount_tests/device/).
+LLAMA = {"vocab_size": 128, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 96, "max_position_embeddings": 128,
+         "rms_norm_eps": 1e-05, "rope_theta": 10000.0}
+
+
+def llama_entries():
+    """LlamaForCausalLM's state_dict (untied lm_head, no biases, no persistent buffers).  Param groups as
+    HF's Trainer makes them: decay = the matrices, no-decay = the norms; ZeRO-3 sub-groups: embedding +
+    layer 0, layer 1 + lm_head, norms."""
+    H_, I_, V_ = LLAMA["hidden_size"], LLAMA["intermediate_size"], LLAMA["vocab_size"]
+    hd = H_ // LLAMA["num_attention_heads"]
+    kv = hd * LLAMA["num_key_value_heads"]
+    E = [Entry("model.embed_tokens.weight", "train", (V_, H_), group=0, subgroup=0)]
+    for l in range(LLAMA["num_hidden_layers"]):
+        p, sg = f"model.layers.{l}.", min(l, 1)
+        for k, shape in (("self_attn.q_proj", (H_, H_)), ("self_attn.k_proj", (kv, H_)),
+                         ("self_attn.v_proj", (kv, H_)), ("self_attn.o_proj", (H_, H_)),
+                         ("mlp.gate_proj", (I_, H_)), ("mlp.up_proj", (I_, H_)), ("mlp.down_proj", (H_, I_))):
+            E.append(Entry(p + k + ".weight", "train", shape, group=0, subgroup=sg))
+        E.append(Entry(p + "input_layernorm.weight", "train", (H_,), group=1, subgroup=2))
+        E.append(Entry(p + "post_attention_layernorm.weight", "train", (H_,), group=1, subgroup=2))
+    E.append(Entry("model.norm.weight", "train", (H_,), group=1, subgroup=2))
+    E.append(Entry("lm_head.weight", "train", (V_, H_), group=0, subgroup=1))
+    return E
+
+
+def entries_of(case):
+    return llama_entries() if case.get("model") == "llama" else tiny_lm()
+
+
 def groups_of(entries, key):
     """Trainable entries per group (``key``='group') or sub-group (``key``='subgroup'), in module order."""
     n = max(getattr(e, key) for e in entries if e.kind == "train") + 1
@@ -560,6 +592,7 @@ def make_cases():
     add("pp2_z1_fp16_dp2", 1, "fp16", 2, "zero", pipeline=True, side_files=True)
     add("twotags_z2_bf16_dp2", 2, "bf16", 2, "zero", tags=["global_step2", "global_step4"])
     add("tagsrc_z3_bf16_dp2", 3, "bf16", 2, "zero", src="checkpoint/global_step3")
+    add("llama_z3_bf16_dp2", 3, "bf16", 2, "zero", side_files=True, model="llama")
     return cases
 
 
@@ -572,6 +605,8 @@ def case_seed(name, tag):
 
 
 def write_side_files(save_dir, case):
+    if case.get("model") == "llama":
+        return write_llama_side_files(save_dir, case)
     with open(os.path.join(save_dir, "config.json"), "w") as f:
         json.dump({"architectures": ["TinyLM"], "vocab_size": VOCAB, "hidden_size": HIDDEN,
                    "intermediate_size": FFN, "torch_dtype": {"fp32": "float32", "fp16": "float16",
@@ -579,6 +614,23 @@ def write_side_files(save_dir, case):
     with open(os.path.join(save_dir, "tokenizer.json"), "w") as f:
         json.dump({"version": "1.0", "model": {"type": "WordLevel",
                                                "vocab": {f"tok{i}": i for i in range(VOCAB)}}}, f)
+
+
+def write_llama_side_files(save_dir, case):
+    """A config.json that transformers' AutoConfig / AutoModelForCausalLM accept, and a tokenizer.json."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **LLAMA,
+           "hidden_act": "silu", "initializer_range": 0.02, "attention_bias": False, "attention_dropout": 0.0,
+           "mlp_bias": False, "tie_word_embeddings": False, "use_cache": True, "bos_token_id": 1,
+           "eos_token_id": 2, "pad_token_id": 0, "rope_scaling": None,
+           "head_dim": LLAMA["hidden_size"] // LLAMA["num_attention_heads"],
+           "torch_dtype": {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[case["dtype"]]}
+    with open(os.path.join(save_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    with open(os.path.join(save_dir, "tokenizer.json"), "w") as f:
+        json.dump({"version": "1.0", "model": {"type": "WordLevel", "unk_token": "<unk>",
+                                               "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2,
+                                                         **{f"tok{i}": i for i in range(3, LLAMA["vocab_size"])}}}},
+                  f)
 
 
 def generate_case(case, root):
@@ -597,7 +649,7 @@ def generate_case(case, root):
         if case["pipeline"]:
             fp32, model = write_pipeline(case, tagdir, seed)
         else:
-            entries = tiny_lm()
+            entries = entries_of(case)
             values = Values(entries, DTYPES[case["dtype"]], case["stage"], seed)
             if case["stage"] == 3:
                 write_zero3(case, tagdir, entries, values)

@@ -9,12 +9,6 @@ namespace ckptfs::pickle {
 
 namespace {
 
-ValuePtr make(Kind kind) {
-  auto v = std::make_shared<Value>();
-  v->kind = kind;
-  return v;
-}
-
 bool is_latin1_name(const Value& v) {
   return v.kind == Kind::String && (v.text == "latin1" || v.text == "latin-1");
 }
@@ -22,7 +16,7 @@ bool is_latin1_name(const Value& v) {
 ValuePtr latin1_bytes(const Value& text, std::string_view callable) {
   auto bytes = utf8_to_latin1(text.text);
   if (!bytes) throw FormatError(fmt::format("{}: text has characters above U+00FF", callable));
-  auto v = make(Kind::Bytes);
+  auto v = make_value(Kind::Bytes);
   v->text = std::move(*bytes);
   return v;
 }
@@ -34,21 +28,21 @@ bool is_sequence(const Value& v) {
 ValuePtr construct_builtins_call(std::string_view name, const std::vector<ValuePtr>& a) {
   if (name == "getattr" && a.size() == 2 && a[0]->kind == Kind::Global && a[1]->kind == Kind::String) {
     // How Python >= 3.11 pickles enum members by name.
-    auto v = make(Kind::Object);
+    auto v = make_value(Kind::Object);
     v->module = a[0]->module;
     v->name = a[0]->name;
     v->member = a[1]->text;
     return v;
   }
   if ((name == "set" || name == "frozenset") && (a.empty() || (a.size() == 1 && is_sequence(*a[0])))) {
-    auto v = make(name == "set" ? Kind::Set : Kind::FrozenSet);
+    auto v = make_value(name == "set" ? Kind::Set : Kind::FrozenSet);
     if (!a.empty()) v->items = a[0]->items;
     return v;
   }
   if (name == "bytes" || name == "bytearray") {
-    if (a.empty()) return make(Kind::Bytes);
+    if (a.empty()) return make_value(Kind::Bytes);
     if (a.size() == 1 && a[0]->kind == Kind::Bytes) {
-      auto v = make(Kind::Bytes);
+      auto v = make_value(Kind::Bytes);
       v->text = a[0]->text;
       return v;
     }
@@ -67,7 +61,7 @@ ValuePtr construct_builtin(const Value& callable, const ValuePtr& args) {
   const std::string& name = callable.name;
   if (callable.kind != Kind::Global) return nullptr;
   if (module == "collections" && name == "OrderedDict" && a.empty()) {
-    auto v = make(Kind::Dict);
+    auto v = make_value(Kind::Dict);
     v->module = module;
     v->name = name;
     return v;
@@ -80,7 +74,7 @@ ValuePtr construct_builtin(const Value& callable, const ValuePtr& args) {
   // Protocols < 2 build instances of plain classes with copyreg._reconstructor(cls, base, state).
   if ((module == "copy_reg" || module == "copyreg") && name == "_reconstructor" && a.size() == 3 &&
       a[0]->kind == Kind::Global) {
-    auto v = make(Kind::Object);
+    auto v = make_value(Kind::Object);
     v->module = a[0]->module;
     v->name = a[0]->name;
     v->args = args;

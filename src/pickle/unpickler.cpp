@@ -22,38 +22,32 @@ namespace ckptfs::pickle {
 
 namespace {
 
-ValuePtr make(Kind kind) {
-  auto v = std::make_shared<Value>();
-  v->kind = kind;
-  return v;
-}
-
 ValuePtr make_int(int64_t i) {
-  auto v = make(Kind::Int);
+  auto v = make_value(Kind::Int);
   v->integer = i;
   return v;
 }
 
 ValuePtr make_bool(bool b) {
-  auto v = make(Kind::Bool);
+  auto v = make_value(Kind::Bool);
   v->boolean = b;
   return v;
 }
 
 ValuePtr make_text(Kind kind, std::string text) {
-  auto v = make(kind);
+  auto v = make_value(kind);
   v->text = std::move(text);
   return v;
 }
 
 ValuePtr make_sequence(Kind kind, std::vector<ValuePtr> items) {
-  auto v = make(kind);
+  auto v = make_value(kind);
   v->items = std::move(items);
   return v;
 }
 
 ValuePtr make_global(std::string module, std::string name) {
-  auto v = make(Kind::Global);
+  auto v = make_value(Kind::Global);
   v->module = std::move(module);
   v->name = std::move(name);
   return v;
@@ -201,7 +195,7 @@ class Unpickler {
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), d);
     if (ec != std::errc{} || end != text.data() + text.size())
       fail(fmt::format("bad float text '{:.40}'", text));
-    auto v = make(Kind::Float);
+    auto v = make_value(Kind::Float);
     v->real = d;
     push(std::move(v));
   }
@@ -237,7 +231,7 @@ class Unpickler {
       in_hook_ = false;
       if (built) return built;
     }
-    auto obj = make(Kind::Object);
+    auto obj = make_value(Kind::Object);
     obj->module = callable->module;
     obj->name = callable->name;
     obj->member = callable->member;
@@ -326,7 +320,7 @@ class Unpickler {
         return;
 
       case NONE:
-        return push(make(Kind::None));
+        return push(make_value(Kind::None));
       case NEWTRUE:
         return push(make_bool(true));
       case NEWFALSE:
@@ -360,7 +354,7 @@ class Unpickler {
         auto bytes = take(8);
         uint64_t bits = 0;
         for (auto b : bytes) bits = (bits << 8) | std::to_integer<uint64_t>(b);  // big-endian
-        auto v = make(Kind::Float);
+        auto v = make_value(Kind::Float);
         v->real = std::bit_cast<double>(bits);
         return push(std::move(v));
       }
@@ -403,7 +397,7 @@ class Unpickler {
         fail("out-of-band buffers not supported");
 
       case EMPTY_TUPLE:
-        return push(make(Kind::Tuple));
+        return push(make_value(Kind::Tuple));
       case TUPLE1:
         return push_tuple(1);
       case TUPLE2:
@@ -413,19 +407,19 @@ class Unpickler {
       case TUPLE:
         return push(make_sequence(Kind::Tuple, pop_mark()));
       case EMPTY_LIST:
-        return push(make(Kind::List));
+        return push(make_value(Kind::List));
       case LIST:
         return push(make_sequence(Kind::List, pop_mark()));
       case EMPTY_DICT:
-        return push(make(Kind::Dict));
+        return push(make_value(Kind::Dict));
       case DICT: {
         auto kv = pop_mark();
-        auto dict = make(Kind::Dict);
+        auto dict = make_value(Kind::Dict);
         set_items(dict, kv);
         return push(std::move(dict));
       }
       case EMPTY_SET:
-        return push(make(Kind::Set));
+        return push(make_value(Kind::Set));
       case FROZENSET:
         return push(make_sequence(Kind::FrozenSet, pop_mark()));
       case APPEND: {

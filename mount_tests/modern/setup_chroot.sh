@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Builds (once) a Debian 13 (trixie) chroot with modern clients: python3-torch 2.x, python3-safetensors (the
+# reference Rust-backed library), python3-numpy and, where trixie has it, python3-transformers. The tests in
+# mount_tests/modern/ mount ckptfs under CHROOT/mnt/ and run these clients inside the chroot.
+#
+#   bash mount_tests/modern/setup_chroot.sh        # chroot at ${CKPTFS_CHROOT:-build/trixie}
+#
+# Idempotent: a complete chroot carries CHROOT/.ckptfs-chroot-complete (the stamp the tests look for); a
+# chroot without it (an interrupted run) is set up again. Needs root and Debian's mirrors.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CHROOT="${CKPTFS_CHROOT:-build/trixie}"
+case "$CHROOT" in /*) ;; *) CHROOT="$PWD/$CHROOT" ;; esac
+STAMP="$CHROOT/.ckptfs-chroot-complete"
+SUITE=trixie
+MIRROR="${CKPTFS_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+PACKAGES=(python3 python3-torch python3-safetensors python3-numpy)
+OPTIONAL=(python3-transformers)
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+
+report() {
+  echo "setup_chroot: $CHROOT is ready (suite $SUITE):"
+  cat "$STAMP"
+}
+
+if [ -f "$STAMP" ]; then
+  report
+  exit 0
+fi
+
+if ! command -v debootstrap >/dev/null 2>&1; then
+  echo "setup_chroot: installing debootstrap on the host"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+fi
+
+# Anything still mounted below the chroot (a test that died) would be copied into or deleted through.
+chroot_mounts() { awk -v p="$CHROOT/" 'index($5, p) == 1 {print $5}' /proc/self/mountinfo | sort -r; }
+for m in $(chroot_mounts); do
+  $SUDO umount -l "$m" 2>/dev/null || fusermount3 -u -z "$m" 2>/dev/null || true
+done
+
+if [ ! -x "$CHROOT/usr/bin/apt-get" ] || [ ! -f "$CHROOT/.ckptfs-debootstrap-done" ]; then
+  echo "setup_chroot: debootstrap --variant=minbase $SUITE $CHROOT"
+  [ -n "$(chroot_mounts)" ] && { echo "setup_chroot: mounts left below $CHROOT; unmount them" >&2; exit 1; }
+  $SUDO rm -rf "$CHROOT"
+  mkdir -p "$(dirname "$CHROOT")"
+  $SUDO debootstrap --variant=minbase "$SUITE" "$CHROOT" "$MIRROR" >"$CHROOT.debootstrap.log" 2>&1 || {
+    tail -n 30 "$CHROOT.debootstrap.log" >&2
+    echo "setup_chroot: debootstrap failed (log: $CHROOT.debootstrap.log)" >&2
+    exit 1
+  }
+  $SUDO touch "$CHROOT/.ckptfs-debootstrap-done"
+fi
+
+in_chroot() { $SUDO chroot "$CHROOT" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive "$@"; }
+
+# The chroot's apt runs as the _apt user (sandbox); resolv.conf from the host for the mirror.
+$SUDO cp -L /etc/resolv.conf "$CHROOT/etc/resolv.conf" 2>/dev/null || true
+echo "setup_chroot: apt-get install ${PACKAGES[*]} in the chroot"
+in_chroot apt-get update -qq
+want=("${PACKAGES[@]}")
+for p in "${OPTIONAL[@]}"; do
+  if [ -n "$(in_chroot apt-cache madison "$p" 2>/dev/null)" ]; then
+    want+=("$p")
+  else
+    echo "setup_chroot: $p is not in $SUITE; skipped"
+  fi
+done
+in_chroot apt-get install -y -qq --no-install-recommends "${want[@]}" >"$CHROOT.apt.log" 2>&1 || {
+  tail -n 30 "$CHROOT.apt.log" >&2
+  echo "setup_chroot: apt-get install failed in the chroot (log: $CHROOT.apt.log)" >&2
+  exit 1
+}
+in_chroot apt-get clean
+
+# Check that the clients import, and record their versions in the stamp.
+versions="$(in_chroot python3 - <<'PY'
+import importlib, sys
+print(f"python {sys.version.split()[0]}")
+for m in ("torch", "safetensors", "numpy", "transformers"):
+    try:
+        print(f"{m} {importlib.import_module(m).__version__}")
+    except ImportError:
+        print(f"{m} absent")
+PY
+)"
+pkgs="$(in_chroot dpkg-query -W -f '${Package} ${Version}\n' "${want[@]}")"
+printf '%s\n%s\n' "$versions" "$pkgs" | $SUDO tee "$STAMP.tmp" >/dev/null
+$SUDO mv "$STAMP.tmp" "$STAMP"
+report
