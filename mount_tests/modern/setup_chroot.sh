@@ -87,6 +87,8 @@ for m in ("torch", "safetensors", "numpy", "transformers"):
         print(f"{m} absent")
 PY
 )"
+# (torch's UCX prints "failed to get boot id" on stdout in a chroot without /proc: keep the version lines)
+versions="$(printf '%s\n' "$versions" | grep -E '^(python|torch|safetensors|numpy|transformers) ' || true)"
 pkgs="$(in_chroot dpkg-query -W -f '${Package} ${Version}\n' "${want[@]}")"
 printf '%s\n%s\n' "$versions" "$pkgs" | $SUDO tee "$STAMP.tmp" >/dev/null
 $SUDO mv "$STAMP.tmp" "$STAMP"

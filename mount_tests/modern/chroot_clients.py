@@ -1,0 +1,100 @@
+"""Runs inside the Debian 13 chroot (torch 2.x, the reference safetensors library): reads a ckptfs mount
+with the modern clients and compares every tensor bit for bit with the generator's expectations.
+
+    python3 chroot_clients.py MNT EXPECTED_DIR
+
+EXPECTED_DIR holds the case's model.pt and fp32.pt (torch.save zips written by the host's torch).  Prints
+one PASS/FAIL line per check and a summary; exits 1 if any check failed.
+"""
+import os
+import sys
+import traceback
+
+import safetensors
+import safetensors.torch
+import torch
+from safetensors import safe_open
+
+
+def as_bytes(t):
+    t = t.detach().contiguous().reshape(-1)
+    return t.view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+
+
+def first_diff(a, b):
+    x, y = as_bytes(a), as_bytes(b)
+    idx = (x != y).nonzero()
+    i = int(idx[0]) // a.element_size() if len(idx) else -1
+    fa, fb = a.detach().contiguous().reshape(-1), b.detach().contiguous().reshape(-1)
+    return f"{len(idx)} bytes differ; first in element {i}: ours {fa[i].item()!r} expected {fb[i].item()!r}"
+
+
+def same_tensor(what, ours, exp):
+    assert ours.dtype == exp.dtype, f"{what}: dtype {ours.dtype}, expected {exp.dtype}"
+    assert tuple(ours.shape) == tuple(exp.shape), f"{what}: shape {tuple(ours.shape)}, expected {tuple(exp.shape)}"
+    if not torch.equal(as_bytes(ours), as_bytes(exp)):
+        raise AssertionError(f"{what}: {first_diff(ours, exp)}")
+
+
+def same_state(what, ours, exp, ordered):
+    missing = [k for k in exp if k not in ours]
+    extra = [k for k in ours if k not in exp]
+    assert not missing and not extra, f"{what}: missing {missing}, unexpected {extra}"
+    if ordered:
+        assert list(ours) == list(exp), f"{what}: key order {list(ours)}, expected {list(exp)}"
+    for k in exp:
+        same_tensor(f"{what}: {k}", ours[k], exp[k])
+    return len(exp)
+
+
+def check_safe_open(path, exp):
+    n = 0
+    with safe_open(path, framework="pt") as f:
+        assert f.metadata() == {"format": "pt"}, f"metadata {f.metadata()!r}"
+        keys = list(f.keys())
+        assert sorted(keys) == sorted(exp), f"keys {sorted(keys)}, expected {sorted(exp)}"
+        for k in keys:
+            same_tensor(k, f.get_tensor(k), exp[k])
+            t = exp[k]
+            if t.dim() >= 1 and t.shape[0] > 2:  # a partial read through get_slice
+                lo, hi = 1, t.shape[0] - 1
+                same_tensor(f"{k}[{lo}:{hi}]", f.get_slice(k)[lo:hi], t[lo:hi])
+            n += 1
+    return n
+
+
+def main(argv):
+    mnt, exp_dir = argv[1], argv[2]
+    exp_model = torch.load(os.path.join(exp_dir, "model.pt"), map_location="cpu", weights_only=True)
+    exp_fp32 = torch.load(os.path.join(exp_dir, "fp32.pt"), map_location="cpu", weights_only=True)
+    model_st = os.path.join(mnt, "model.safetensors")
+    fp32_st = os.path.join(mnt, "fp32", "model.safetensors")
+    fp32_bin = os.path.join(mnt, "fp32", "pytorch_model.bin")
+    checks = [
+        ("safe_open model.safetensors", lambda: check_safe_open(model_st, exp_model)),
+        ("safe_open fp32/model.safetensors", lambda: check_safe_open(fp32_st, exp_fp32)),
+        ("safetensors.torch.load_file model.safetensors",
+         lambda: same_state("load_file", safetensors.torch.load_file(model_st), exp_model, False)),
+        ("safetensors.torch.load_file fp32/model.safetensors",
+         lambda: same_state("load_file", safetensors.torch.load_file(fp32_st), exp_fp32, False)),
+        ("torch.load fp32/pytorch_model.bin weights_only mmap=True",
+         lambda: same_state("torch.load", torch.load(fp32_bin, weights_only=True, mmap=True), exp_fp32, True)),
+        ("torch.load fp32/pytorch_model.bin weights_only mmap=False",
+         lambda: same_state("torch.load", torch.load(fp32_bin, weights_only=True, mmap=False), exp_fp32, True)),
+    ]
+    print(f"clients: torch {torch.__version__}, safetensors {safetensors.__version__}")
+    failed = 0
+    for name, fn in checks:
+        try:
+            n = fn()
+            print(f"PASS {name} ({n} tensors)")
+        except Exception as e:  # noqa: BLE001 (report every check)
+            failed += 1
+            detail = str(e) if isinstance(e, AssertionError) else traceback.format_exc(limit=3)
+            print(f"FAIL {name}: {detail}")
+    print(f"summary: {len(checks) - failed} of {len(checks)} checks passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
