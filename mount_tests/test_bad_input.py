@@ -145,3 +145,26 @@ def test_bad_usage(ckptfs_bin, args):
     proc = H.run([ckptfs_bin, *args])
     assert proc.returncode == H.EXIT_USAGE, H.describe(proc)
     assert "Traceback" not in proc.stderr
+
+
+def test_tensor_parallel_ranks_are_unsupported(ckptfs_bin, case_copy, tmp_path):
+    """Several mp_rank files without pipeline layer files: TP slices whose merge rule is unknown."""
+    src = case_copy("z2_fp16_dp2")
+    shutil.copy(src / TAG / "mp_rank_00_model_states.pt", src / TAG / "mp_rank_01_model_states.pt")
+    H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_UNSUPPORTED,
+                            ["mp_rank_01_model_states.pt", "not supported yet"])
+
+
+def test_moe_expert_files_are_unsupported(ckptfs_bin, case_copy, tmp_path):
+    src = case_copy("z2_fp16_dp2")
+    shutil.copy(src / TAG / "mp_rank_00_model_states.pt",
+                src / TAG / "layer_0_expert_0_mp_rank_00_model_states.pt")
+    H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_UNSUPPORTED,
+                            ["layer_0_expert_0_mp_rank_00_model_states.pt", "not supported yet"])
+
+
+def test_output_inside_source_is_refused(ckptfs_bin, case_copy):
+    src = case_copy("z2_fp16_dp2")
+    before = sorted(p.name for p in src.rglob("*"))
+    H.assert_one_line_error(H.run([ckptfs_bin, "export", src, src / "merged"]), H.EXIT_USAGE, ["merged"])
+    assert sorted(p.name for p in src.rglob("*")) == before
