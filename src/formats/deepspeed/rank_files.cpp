@@ -27,8 +27,8 @@ void require_contiguous(const std::map<int, fs::path>& ranks, const fs::path& di
   int expected = 0;
   for (const auto& [rank, path] : ranks) {
     if (rank != expected)
-      throw FormatError(fmt::format("{}: missing {} (rank {} of the {} rank files found; the highest is {})",
-                                    (dir / name_of(expected)).string(), name_of(expected), expected, ranks.size(),
+      throw FormatError(fmt::format("{}: missing (rank {} of {} rank files found, the highest being {})",
+                                    (dir / name_of(expected)).string(), expected, ranks.size(),
                                     path.filename().string()));
     ++expected;
   }
@@ -50,9 +50,9 @@ void check_world_size(const std::vector<OptimStates>& ranks, const fs::path& dir
             "{}: partition_count is {} but the other rank files say {} (a file from another run or world size?)",
             r.path.string(), c, reference));
   if (reference > n_files)
-    throw FormatError(fmt::format("{}: missing {}: partition_count is {} but only {} optimizer files are in {}",
-                                  (dir / name_of(static_cast<int>(n_files))).string(),
-                                  name_of(static_cast<int>(n_files)), reference, n_files, dir.string()));
+    throw FormatError(fmt::format("{}: missing: partition_count is {} but only {} optimizer files are in {}",
+                                  (dir / name_of(static_cast<int>(n_files))).string(), reference, n_files,
+                                  dir.string()));
   if (reference < n_files)
     throw FormatError(fmt::format("{}: partition_count is {} but {} optimizer files are in {}; {} does not belong",
                                   ranks.front().path.string(), reference, n_files, dir.string(),
@@ -67,8 +67,8 @@ std::vector<OptimStates> read_optim_ranks(io::FileSet& files, const TagFiles& tf
                                                  : tf.zero3_model_states.at(mp).begin()->second.parent_path();
   auto name_of = [&](int dp) { return optim_name(tf, dp, mp); };
   if (it == tf.optim_states.end())
-    throw FormatError(fmt::format("{}: missing {}: the tag has no optimizer files for mp rank {}",
-                                  (dir / name_of(0)).string(), name_of(0), mp));
+    throw FormatError(fmt::format("{}: missing: the tag has no optimizer files for mp rank {}",
+                                  (dir / name_of(0)).string(), mp));
   require_contiguous(it->second, dir, name_of);
   std::vector<OptimStates> out;
   for (const auto& [dp, path] : it->second) out.push_back(read_optim_states(files, path));

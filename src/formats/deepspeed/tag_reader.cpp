@@ -226,17 +226,25 @@ TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo, s
       throw UnsupportedError(fmt::format("{}: pipeline checkpoint with tensor parallelism is not supported yet",
                                          tps.rbegin()->second.string()));
   TagParts parts;
+  // Without partitioned optimizer state (ZeRO-0 with a torch optimizer) the fp32 view is the upcast weights.
+  parts.masters_known = !tf.optim_states.empty();
   std::set<std::string> known;
   for (const auto& [mp, path] : tf.model_states) {
     ModelStates ms = read_model_states(files, path);
-    Topology stage_topo;
-    append_unique(parts.trainable, flat_group_masters(files, tf, mp, ms, stage_topo));
-    topo.dp = stage_topo.dp;
-    topo.zero_stage = stage_topo.zero_stage;
-    topo.optimizer = stage_topo.optimizer;
+    if (parts.masters_known) {
+      Topology stage_topo;
+      append_unique(parts.trainable, flat_group_masters(files, tf, mp, ms, stage_topo));
+      topo.dp = stage_topo.dp;
+      topo.zero_stage = stage_topo.zero_stage;
+      topo.optimizer = stage_topo.optimizer;
+    } else {
+      topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
+      topo.optimizer = "none (optimizer state inside model states)";
+    }
     parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
-    for (const auto& group : *ms.param_shapes)
-      for (const auto& p : group) known.insert(p.name);
+    if (ms.param_shapes)
+      for (const auto& group : *ms.param_shapes)
+        for (const auto& p : group) known.insert(p.name);
     if (mp == tf.model_states.begin()->first) parts.aliases = ms.shared_params;
   }
   known.insert(parts.buffers.begin(), parts.buffers.end());

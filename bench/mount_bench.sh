@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): read throughput of a ckptfs mount of a generated ZeRO-3 checkpoint of 64
+# data-parallel ranks (~1.08 GB of fp32 master weights, 3.2 GB of optimizer shards), against baselines
+# measured in the same run: `cat` of the source shards from the page cache, and the same shards read
+# through libfuse's own passthrough_ll example (built here from /usr/share/doc/libfuse3-dev/examples).
+#
+#   bash bench/mount_bench.sh [WORKDIR]        (default WORKDIR: build/bench; needs root for FUSE mounts
+#                                              and for the bdi readahead knob; CKPTFS_BIN overrides the
+#                                              binary, default build/ckptfs)
+#
+# Prints, in GB/s (1e9 bytes/s):
+#   - cat of the 64 optimizer shards to /dev/null (warm page cache);
+#   - passthrough_ll: the same shards read through a fresh passthrough mount (source warm, FUSE page
+#     cache cold), 1 reader (one cat of all shards) and 4 readers (4 cats of 16 shards each), with the
+#     kernel's default readahead (128 KiB, the example as shipped) and with the mount's bdi read_ahead_kb
+#     raised to 1024 (what ckptfs sets by default: 1 MiB FUSE reads), so that both sides get the same
+#     request size;
+#   - ckptfs, for fp32/model.safetensors (fp32 partitions copied, no conversion) and model.safetensors
+#     (fp32 -> bf16): first read through a freshly mounted ckptfs with 1 reader (cat), first read with
+#     4 readers (fresh mount again; 4 parallel dd bs=1M, each reading one quarter of the file with
+#     skip/count), and a re-read (cat, served by the kernel page cache);
+#   - ratios: ckptfs first read / passthrough_ll read (same reader count, both readahead settings),
+#     re-read / cat;
+#   - peak RSS (VmHWM) of a foreground ckptfs daemon after streaming all three merged views of this
+#     checkpoint, and of a small one (z3_bf16_dp8 generated into WORKDIR) for comparison: RSS must not
+#     grow with model size.
+# Run it twice: the machine is shared and single runs are noisy.
+set -euo pipefail
+shopt -s inherit_errexit
+cd "$(dirname "$0")/.."
+root=$PWD
+work=$(realpath -m "${1:-build/bench}")
+bin=$(realpath "${CKPTFS_BIN:-build/ckptfs}")
+read_timeout=300  # seconds allowed for any single read pass
+
+[ -x "$bin" ] || { echo "no ckptfs binary at $bin (cmake --build build)" >&2; exit 1; }
+mkdir -p "$work/mnt"
+
+# ---- cleanup: every mount made here is unmounted, every daemon started here is stopped ---------------
+pt_mnt="$work/mnt/passthrough"
+ck_mnt="$work/mnt/ckptfs"
+mounts=("$pt_mnt" "$ck_mnt")
+pids=()
+unmount() {  # $1: mount point; quiet when it is not mounted
+  if awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo; then
+    fusermount3 -u "$1" 2>/dev/null || fusermount3 -uz "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
+  fi
+}
+cleanup() {
+  local m p
+  for m in "${mounts[@]}"; do unmount "$m"; done
+  for p in "${pids[@]}"; do
+    kill "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+is_mounted() { awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo; }
+wait_mounted() {  # $1: mount point; up to 30 s
+  local i
+  for i in $(seq 300); do
+    is_mounted "$1" && return 0
+    sleep 0.1
+  done
+  echo "mount at $1 did not come up" >&2
+  return 1
+}
+fresh_dir() {  # $1: mount point: unmounted (a crashed earlier run may have left it mounted) and present
+  unmount "$1"
+  mkdir -p "$1"
+}
+bdi_of() { awk -v m="$1" '$5 == m { print $3 }' /proc/self/mountinfo; }
+set_readahead() {  # $1: mount point, $2: KiB; prints the value in effect
+  local f
+  f=/sys/class/bdi/$(bdi_of "$1")/read_ahead_kb
+  echo "$2" >"$f" 2>/dev/null || true
+  cat "$f"
+}
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
+rate() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+size_of() { stat -c %s "$1"; }
+
+# 4 parallel readers, each dd-ing one quarter of file $1 (bs=1M, byte skip/count); prints seconds.
+quarters() {
+  local file=$1 size q i t0 rc=0
+  local -a ps=()
+  size=$(size_of "$file")
+  q=$(((size + 3) / 4))
+  t0=$(now)
+  for i in 0 1 2 3; do
+    timeout "$read_timeout" dd if="$file" of=/dev/null bs=1M iflag=skip_bytes,count_bytes \
+      skip=$((i * q)) count=$q status=none &
+    ps+=($!)
+  done
+  for i in "${ps[@]}"; do wait "$i" || rc=$?; done
+  [ "$rc" -eq 0 ] || { echo "a reader of $file failed ($rc)" >&2; return 1; }
+  since "$t0"
+}
+timed_cat() {  # files...; prints seconds
+  local t0
+  t0=$(now)
+  timeout "$read_timeout" cat "$@" >/dev/null
+  since "$t0"
+}
+
+# ---- workload ----------------------------------------------------------------------------------------
+/usr/bin/python3 mount_tests/gen/generate.py "$work/fixtures" --only bench_z3_dp64 z3_bf16_dp8 >/dev/null
+src="$work/fixtures/bench_z3_dp64/checkpoint"
+small="$work/fixtures/z3_bf16_dp8/checkpoint"
+tag=$(basename "$(find "$src" -mindepth 1 -maxdepth 1 -type d | head -n1)")
+shard_names=()
+for f in "$src/$tag"/*_optim_states.pt; do shard_names+=("$(basename "$f")"); done
+shards=("${shard_names[@]/#/$src/$tag/}")
+shard_bytes=$(cat "${shards[@]}" | wc -c)  # also warms the page cache for everything below
+
+# ---- passthrough_ll, built from the example libfuse ships ---------------------------------------------
+pt_dir="$work/passthrough_ll"
+pt_bin="$pt_dir/passthrough_ll"
+if [ ! -x "$pt_bin" ]; then
+  examples=/usr/share/doc/libfuse3-dev/examples
+  mkdir -p "$pt_dir"
+  cp "$examples/passthrough_ll.c" "$examples/passthrough_helpers.h" "$pt_dir/"
+  # shellcheck disable=SC2046
+  gcc -O2 -o "$pt_bin.tmp" "$pt_dir/passthrough_ll.c" $(pkg-config fuse3 --cflags --libs)
+  mv "$pt_bin.tmp" "$pt_bin"
+fi
+
+echo "source: $src"
+echo "  64 optimizer shards, $shard_bytes bytes; fp32 master weights $(
+  /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["fp32_master_bytes"])' \
+    "$work/fixtures/bench_z3_dp64/case.json") bytes"
+echo "  $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), kernel $(uname -r)"
+echo
+
+t=$(timed_cat "${shards[@]}")
+cat_rate=$(rate "$shard_bytes" "$t")
+echo "baseline cat shards > /dev/null (page cache): $cat_rate GB/s"
+
+# passthrough_ll: fresh mount per pass, so its own page cache is cold and only the source is warm.
+pt_pass() {  # $1: readahead KiB (0: leave the kernel's default), $2: readers (1 or 4); sets pt_rate, pt_ra
+  local ra=$1 readers=$2 t0 t i rc=0 pid
+  local -a ps=() files
+  fresh_dir "$pt_mnt"
+  "$pt_bin" -o "source=$src,ro" "$pt_mnt"
+  wait_mounted "$pt_mnt"
+  if [ "$ra" -ne 0 ]; then
+    pt_ra=$(set_readahead "$pt_mnt" "$ra")
+  else
+    pt_ra=$(cat "/sys/class/bdi/$(bdi_of "$pt_mnt")/read_ahead_kb")
+  fi
+  files=("${shard_names[@]/#/$pt_mnt/$tag/}")
+  t0=$(now)
+  if [ "$readers" -eq 1 ]; then
+    timeout "$read_timeout" cat "${files[@]}" >/dev/null
+  else
+    for i in 0 1 2 3; do
+      timeout "$read_timeout" cat "${files[@]:$((i * 16)):16}" >/dev/null &
+      ps+=($!)
+    done
+    for pid in "${ps[@]}"; do wait "$pid" || rc=$?; done
+    [ "$rc" -eq 0 ] || { echo "passthrough reader failed ($rc)" >&2; return 1; }
+  fi
+  t=$(since "$t0")
+  unmount "$pt_mnt"
+  pt_rate=$(rate "$shard_bytes" "$t")
+}
+declare -A pt
+for ra in 0 1024; do
+  for readers in 1 4; do
+    pt_pass "$ra" "$readers"
+    pt[$ra,$readers]=$pt_rate
+    echo "baseline passthrough_ll, read_ahead_kb=$pt_ra, $readers reader(s), first read: $pt_rate GB/s"
+  done
+done
+echo
+
+# ---- ckptfs -------------------------------------------------------------------------------------------
+ck_mount() {  # fresh background mount (page cache of the view empty)
+  fresh_dir "$ck_mnt"
+  timeout 60 "$bin" "$src" "$ck_mnt"
+  wait_mounted "$ck_mnt"
+}
+for view in fp32/model.safetensors model.safetensors; do
+  ck_mount
+  file="$ck_mnt/$view"
+  bytes=$(size_of "$file")
+  ra=$(cat "/sys/class/bdi/$(bdi_of "$ck_mnt")/read_ahead_kb")
+  t=$(timed_cat "$file")
+  one=$(rate "$bytes" "$t")
+  t=$(timed_cat "$file")
+  again=$(rate "$bytes" "$t")
+  unmount "$ck_mnt"
+  ck_mount
+  t=$(quarters "$file")
+  four=$(rate "$bytes" "$t")
+  unmount "$ck_mnt"
+  echo "ckptfs $view ($bytes bytes, read_ahead_kb=$ra):"
+  echo "  first read, 1 reader (cat):              $one GB/s"
+  echo "  first read, 4 readers (dd, one quarter each): $four GB/s"
+  echo "  re-read (page cache, cat):               $again GB/s"
+  echo "  ratio first read / passthrough_ll, 1 reader:  $(ratio "$one" "${pt[1024,1]}") (ra 1024)" \
+    " $(ratio "$one" "${pt[0,1]}") (ra default)"
+  echo "  ratio first read / passthrough_ll, 4 readers: $(ratio "$four" "${pt[1024,4]}") (ra 1024)" \
+    " $(ratio "$four" "${pt[0,4]}") (ra default)"
+  echo "  ratio re-read / cat:                     $(ratio "$again" "$cat_rate")"
+done
+echo
+
+# ---- peak RSS of the daemon while streaming every merged view ---------------------------------------
+rss_case() {  # $1: label, $2: checkpoint dir
+  local label=$1 dir=$2 pid streamed=0 f hwm_mounted hwm
+  fresh_dir "$ck_mnt"
+  "$bin" "$dir" "$ck_mnt" -f 2>"$work/ckptfs-rss.log" &
+  pid=$!
+  pids+=("$pid")
+  wait_mounted "$ck_mnt"
+  ls "$ck_mnt" >/dev/null
+  hwm_mounted=$(awk '/^VmHWM/ { print $2 }' "/proc/$pid/status")
+  for f in fp32/model.safetensors fp32/pytorch_model.bin model.safetensors; do
+    timeout "$read_timeout" cat "$ck_mnt/$f" >/dev/null
+    streamed=$((streamed + $(size_of "$ck_mnt/$f")))
+  done
+  hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$pid/status")
+  unmount "$ck_mnt"
+  wait "$pid" || true
+  echo "peak RSS $label: $((hwm / 1024)) MiB after streaming $streamed bytes (3 views)" \
+    "($((hwm_mounted / 1024)) MiB once mounted)"
+}
+rss_case "bench_z3_dp64" "$src"
+rss_case "z3_bf16_dp8  " "$small"
