@@ -6,6 +6,7 @@ users do and compares every tensor bit for bit with the generator's expectation.
 
 Checks: config.json is a Llama config; safetensors.safe_open(MNT/model.safetensors) gives every tensor of
 expected/model.pt; transformers.AutoModelForCausalLM.from_pretrained(MNT, torch_dtype=torch.bfloat16)
+(`dtype=` on transformers >= 4.56)
 loads with no missing/unexpected keys and its state_dict equals expected/model.pt; one forward pass gives
 finite logits (on CUDA too when there is a GPU).  --safetensors-only skips the transformers checks (for
 machines without transformers).  Prints PASS/FAIL per check and a final `RESULT: PASS|FAIL` line; exit 0
@@ -100,11 +101,14 @@ def main(argv=None):
     else:
         state = {}
 
-        @check("transformers from_pretrained(torch_dtype=bfloat16)")
+        @check("transformers from_pretrained(bfloat16)")
         def _():
             import transformers
             from transformers import AutoModelForCausalLM
-            model, info = AutoModelForCausalLM.from_pretrained(mnt, torch_dtype=torch.bfloat16,
+            # `torch_dtype` is deprecated in favour of `dtype` since transformers 4.56
+            major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+            kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+            model, info = AutoModelForCausalLM.from_pretrained(mnt, **{kw: torch.bfloat16},
                                                                output_loading_info=True)
             state["model"] = model.eval()
             bad = {k: v for k, v in info.items() if v}

@@ -5,6 +5,9 @@
 #
 #   bash mount_tests/modern/setup_chroot.sh        # chroot at ${CKPTFS_CHROOT:-build/trixie}
 #
+# CKPTFS_CHROOT_SUITE=sid (with another CKPTFS_CHROOT) builds the chroot from unstable, which has
+# python3-transformers: then test_check_hf_load_in_chroot runs the transformers checks too.
+#
 # Idempotent: a complete chroot carries CHROOT/.ckptfs-chroot-complete (the stamp the tests look for); a
 # chroot without it (an interrupted run) is set up again. Needs root and Debian's mirrors.
 set -euo pipefail
@@ -12,7 +15,7 @@ cd "$(dirname "$0")/../.."
 CHROOT="${CKPTFS_CHROOT:-build/trixie}"
 case "$CHROOT" in /*) ;; *) CHROOT="$PWD/$CHROOT" ;; esac
 STAMP="$CHROOT/.ckptfs-chroot-complete"
-SUITE=trixie
+SUITE="${CKPTFS_CHROOT_SUITE:-trixie}"  # sid has python3-transformers (trixie does not)
 MIRROR="${CKPTFS_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PACKAGES=(python3 python3-torch python3-safetensors python3-numpy)
 OPTIONAL=(python3-transformers)
@@ -60,7 +63,8 @@ in_chroot() { $SUDO chroot "$CHROOT" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin D
 # The chroot's apt runs as the _apt user (sandbox); resolv.conf from the host for the mirror.
 $SUDO cp -L /etc/resolv.conf "$CHROOT/etc/resolv.conf" 2>/dev/null || true
 echo "setup_chroot: apt-get install ${PACKAGES[*]} in the chroot"
-in_chroot apt-get update -qq
+# (a mirror snapshot of sid can carry an expired Valid-Until; the archive key still signs it)
+in_chroot apt-get -o Acquire::Check-Valid-Until=false update -qq
 want=("${PACKAGES[@]}")
 for p in "${OPTIONAL[@]}"; do
   if [ -n "$(in_chroot apt-cache madison "$p" 2>/dev/null)" ]; then
