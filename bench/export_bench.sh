@@ -29,6 +29,7 @@ inspect_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
 measure() {  # $1: output dir; sets export_s, export_bytes, rss_kb, cat_file_s
   rm -rf "$1"
   local t0 t1
+  sync  # both timed writers start with no dirty pages left by an earlier one
   t0=$(now)
   /usr/bin/time -f '%M' -o "$work/export.rss" "$bin" export "$src" "$1"
   t1=$(now)
@@ -37,6 +38,7 @@ measure() {  # $1: output dir; sets export_s, export_bytes, rss_kb, cat_file_s
   rss_kb=$(cat "$work/export.rss")
   rm -rf "$1"
   mkdir -p "$1"
+  sync
   t0=$(now); cat "${shards[@]}" >"$1/cat.out"; t1=$(now)
   cat_file_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
   rm -rf "$1"
