@@ -409,3 +409,21 @@ def test_mount_and_fstab(fixtures_dir, tmp_path):
         assert r.returncode == 0, r.stderr
         with open("/proc/self/mountinfo") as f:
             assert sum(l.split()[4] == os.path.realpath(mnt) for l in f) == 1
+
+
+def test_mount_type_ckptfs_uses_the_helper(fixtures_dir, tmp_path):
+    """`mount -t ckptfs` and fstab lines of type `ckptfs` go through /sbin/mount.ckptfs (installed by
+    `cmake --install`, which .ci/run does)."""
+    if not os.access("/sbin/mount.ckptfs", os.X_OK):
+        pytest.skip("mount.ckptfs is not installed in /sbin (cmake --install build)")
+    src, mnt = source_of(fixtures_dir, SIDE_CASE), str(tmp_path / "mnt")
+    os.mkdir(mnt)
+    with run_mount_helper(["mount", "-t", "ckptfs", src, mnt, "-o", "allow_other"], mnt):
+        assert_mounted_as_ckptfs(src, mnt)
+    fstab = tmp_path / "fstab"
+    fstab.write_text(f"{src} {mnt} ckptfs ro,allow_other,nofail 0 0\n")
+    with run_mount_helper(["mount", "-T", str(fstab), mnt], mnt):
+        assert_mounted_as_ckptfs(src, mnt)
+    # mount -f (fake) must not mount anything.
+    r = subprocess.run(["mount", "-f", "-t", "ckptfs", src, mnt], capture_output=True, timeout=CMD_TIMEOUT)
+    assert r.returncode == 0 and not is_mounted(mnt)
