@@ -22,6 +22,8 @@ namespace ckptfs::pickle {
 struct Native {
   virtual ~Native() = default;
   virtual std::string describe() const { return "native value"; }
+  // What a consumer copying the value costs, in the units of UnpickleOptions::max_expansion.
+  virtual uint64_t weight() const { return 1; }
 };
 
 // The pickle runs past the end of the given bytes: a caller reading a prefix of a longer stream (the
@@ -80,6 +82,11 @@ inline ValuePtr make_value(Kind kind) {
 struct UnpickleOptions {
   size_t max_depth = 512;          // nesting of marks and containers
   size_t max_memo = 1u << 24;      // memo slots
+  // Shared references (memo, DUP) let a small pickle describe a huge value: a list holding one list
+  // twice, 60 levels deep, or set(x) / bytes(x) / torch.Size(x) on one large x a million times. Both what
+  // the unpickler copies and the value with every shared subtree expanded are bounded by
+  // max_expansion x the input size + 1 Mi units (a unit: one value, one item, 8 bytes of text).
+  uint64_t max_expansion = 16;
   // BINPERSID / PERSID: maps the persistent id to a value. Without a callback persistent ids are an error.
   std::function<ValuePtr(const ValuePtr& pid)> persistent_load;
   // REDUCE / NEWOBJ on a global: return a value to push, or nullptr to let the unpickler build its
@@ -89,7 +96,8 @@ struct UnpickleOptions {
 
 // Unpickles one pickle from the start of `data`. `consumed`, when given, receives the number of bytes
 // up to and including STOP (the legacy torch format concatenates several pickles). The result is a tree
-// (shared subtrees allowed, cycles rejected) no deeper than max_depth. Throws FormatError naming the
+// (shared subtrees allowed, cycles rejected) no deeper than max_depth and no larger, expanded, than
+// max_expansion allows. Throws FormatError naming the
 // opcode and byte offset; TruncatedError when the data ends before STOP.
 ValuePtr unpickle(std::span<const std::byte> data, const UnpickleOptions& options = {},
                   size_t* consumed = nullptr);

@@ -37,6 +37,7 @@ struct SourceTensor {
 struct TensorObject : pickle::Native {
   SourceTensor tensor;
   std::string describe() const override { return "tensor"; }
+  uint64_t weight() const override { return 1 + tensor.shape.size() + tensor.strides.size(); }
 };
 
 // The tensor a value holds, or nullptr.

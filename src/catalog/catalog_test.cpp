@@ -330,6 +330,28 @@ TEST(Catalog, ValidateNamesWhatIsWrong) {
   EXPECT_EQ(message(tensor({})).rfind("tensor layer.w: ", 0), 0u);
 }
 
+// A stride-0 view repeats one storage element: a few thousand times is served, 2^40 times (a piece per
+// element) is refused instead of exhausting memory.
+TEST(Catalog, RepeatedElementsAreBounded) {
+  SourceFile src = SourceFile::of(std::vector<float>{1.5f, 2.5f});
+  torch::SourceTensor t;
+  t.storage = {src.file(), 0, 8};
+  t.shape = {1000};
+  t.strides = {0};
+  std::vector<Piece> pieces;
+  append_source_tensor(pieces, 0, t);
+  EXPECT_EQ(pieces.size(), 1000u);
+  t.shape = {int64_t{1} << 40};
+  pieces.clear();
+  try {
+    append_source_tensor(pieces, 0, t);
+    ADD_FAILURE() << "no error";
+  } catch (const UnsupportedError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(src.path() + ": a tensor view of 1099511627776 elements", 0), 0u)
+        << e.what();
+  }
+}
+
 // Reads of /proc/self/io's syscr: the number of read syscalls this process made.
 uint64_t read_syscalls() {
   std::ifstream io("/proc/self/io");

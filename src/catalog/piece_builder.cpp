@@ -1,12 +1,19 @@
 // Source tensors (any strides) turned into flat runs of a logical tensor's element space.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "ckptfs/catalog.hpp"
 #include "ckptfs/error.hpp"
 
 namespace ckptfs::catalog {
 
 namespace {
+
+// Elements a view that repeats storage elements (stride 0, overlapping strides) may name beyond what its
+// storage holds; every repeated run becomes a piece, so a tiny storage expanded to 2^40 elements would
+// otherwise need terabytes of pieces.
+constexpr uint64_t kMaxRepeatedElements = uint64_t{1} << 16;
 
 // Appends `p`, extending the last piece instead when p continues it in both spaces.
 void push_piece(std::vector<Piece>& pieces, Piece p) {
@@ -54,8 +61,15 @@ void append_source_range(std::vector<Piece>& pieces, uint64_t dst_begin, const t
     throw FormatError(fmt::format("{}: tensor has {} dimensions but {} strides",
                                   src.storage.file->path().string(), src.shape.size(), src.strides.size()));
 
-  const BlockLayout layout(src);
   const uint64_t elem = dtype_size(src.dtype);
+  const uint64_t capacity = src.storage.nbytes / elem;
+  if (count > std::max(capacity, kMaxRepeatedElements))
+    throw UnsupportedError(fmt::format("{}: a tensor view of {} elements over a storage of {} repeats storage "
+                                       "elements (stride 0 or overlapping strides); ckptfs serves at most {} "
+                                       "such elements",
+                                       src.storage.file->path().string(), count, capacity, kMaxRepeatedElements));
+
+  const BlockLayout layout(src);
   // Odometer position of the block holding `first`, and the element address of that block's start.
   std::vector<int64_t> index(layout.sizes.size());
   uint64_t block_index = first / layout.block;

@@ -71,7 +71,10 @@ void write_view(const views::VirtualFile& file, const fs::path& path, Progress& 
       throw OutputError(fmt::format("{}: close failed: {}", partial.string(), std::strerror(errno)));
     }
     fd = -1;
-    fs::rename(partial, path);
+    std::error_code ec;
+    fs::rename(partial, path, ec);
+    if (ec) throw OutputError(fmt::format("{}: cannot rename to {}: {}", partial.string(), path.filename().string(),
+                                          ec.message()));
   } catch (...) {
     if (pending.valid()) pending.wait();
     if (fd >= 0) ::close(fd);

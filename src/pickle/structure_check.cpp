@@ -33,40 +33,64 @@ bool has_children(const Value& v) {
 
 }  // namespace
 
-std::optional<std::string> check_structure(const Value& root, size_t max_depth) {
-  if (!has_children(root)) return std::nullopt;
+uint64_t shallow_weight(const Value& v) {
+  const uint64_t text = v.text.size() + v.module.size() + v.name.size() + v.member.size();
+  return 1 + v.items.size() + v.entries.size() + text / 8 + (v.native ? v.native->weight() : 0);
+}
+
+std::optional<std::string> check_structure(const Value& root, size_t max_depth, uint64_t max_weight) {
+  const auto too_big = [&] {
+    return fmt::format("the value expands to more than {} units (shared references repeated)", max_weight);
+  };
+  if (!has_children(root)) return shallow_weight(root) > max_weight ? std::optional(too_big()) : std::nullopt;
   constexpr size_t kInProgress = std::numeric_limits<size_t>::max();
   const auto too_deep = [&] { return fmt::format("containers nested deeper than {} levels", max_depth); };
   if (max_depth == 0) return too_deep();
   struct Frame {
     const Value* value;
     size_t next_child = 0;
-    size_t height = 1;  // containers: 1 + the tallest child seen so far
+    size_t height = 1;    // containers: 1 + the tallest child seen so far
+    uint64_t weight = 0;  // its own and its children's so far, shared ones counted each time
   };
-  std::unordered_map<const Value*, size_t> heights;  // finished containers; kInProgress while on the path
-  std::vector<Frame> path{{&root}};
-  heights[&root] = kInProgress;
+  struct Done {
+    size_t height;  // kInProgress while on the path
+    uint64_t weight;
+  };
+  // Weights never exceed max_weight before the check below returns, so sums of two cannot overflow
+  // (max_weight is far below 2^63).
+  std::unordered_map<const Value*, Done> done;
+  std::vector<Frame> path{{&root, 0, 1, shallow_weight(root)}};
+  done[&root] = {kInProgress, 0};
   while (!path.empty()) {
     Frame& frame = path.back();
+    if (frame.weight > max_weight) return too_big();
     if (frame.next_child == child_count(*frame.value)) {
-      const size_t height = frame.height;
-      heights[frame.value] = height;
+      const Done finished{frame.height, frame.weight};
+      done[frame.value] = finished;
       path.pop_back();
-      if (!path.empty()) path.back().height = std::max(path.back().height, height + 1);
+      if (!path.empty()) {
+        path.back().height = std::max(path.back().height, finished.height + 1);
+        path.back().weight += finished.weight;
+      }
       continue;
     }
     const Value* c = child(*frame.value, frame.next_child++);
-    if (c == nullptr || !has_children(*c)) continue;
-    auto [it, inserted] = heights.try_emplace(c, kInProgress);
+    if (c == nullptr) continue;
+    if (!has_children(*c)) {
+      frame.weight += shallow_weight(*c);
+      continue;
+    }
+    auto [it, inserted] = done.try_emplace(c, Done{kInProgress, 0});
     if (!inserted) {
-      if (it->second == kInProgress) return "the value contains itself (recursive structure)";
-      // A shared subtree seen before: its height is known.
-      if (path.size() + it->second > max_depth) return too_deep();
-      frame.height = std::max(frame.height, it->second + 1);
+      if (it->second.height == kInProgress) return "the value contains itself (recursive structure)";
+      // A shared subtree seen before: its height and weight are known.
+      if (path.size() + it->second.height > max_depth) return too_deep();
+      frame.height = std::max(frame.height, it->second.height + 1);
+      frame.weight += it->second.weight;
       continue;
     }
     if (path.size() >= max_depth) return too_deep();
-    path.push_back({c});
+    path.push_back({c, 0, 1, shallow_weight(*c)});
   }
   return std::nullopt;
 }

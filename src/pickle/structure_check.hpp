@@ -1,5 +1,5 @@
-// Checks that an unpickled value is a tree (shared subtrees allowed) of bounded depth, so that consumers
-// can walk it recursively.
+// Checks that an unpickled value is a tree (shared subtrees allowed) of bounded depth and bounded expanded
+// size, so that consumers can walk it recursively and copy what they walk.
 #pragma once
 
 #include <cstddef>
@@ -10,8 +10,12 @@
 
 namespace ckptfs::pickle {
 
-// The problem (a cycle, or nesting deeper than max_depth containers), or nullopt. Iterative; its own
-// stack never exceeds max_depth frames.
-std::optional<std::string> check_structure(const Value& root, size_t max_depth);
+// What copying `v` alone costs (not its children): 1, plus 1 per item or entry, plus its text / 8.
+uint64_t shallow_weight(const Value& v);
+
+// The problem (a cycle, nesting deeper than max_depth containers, a weight over max_weight with every
+// shared subtree counted at each place it appears), or nullopt. Iterative; its own stack never exceeds
+// max_depth frames; each value is visited once.
+std::optional<std::string> check_structure(const Value& root, size_t max_depth, uint64_t max_weight);
 
 }  // namespace ckptfs::pickle

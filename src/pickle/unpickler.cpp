@@ -55,7 +55,8 @@ ValuePtr make_global(std::string module, std::string name) {
 
 class Unpickler {
  public:
-  Unpickler(std::span<const std::byte> data, const UnpickleOptions& options) : data_(data), opt_(options) {}
+  Unpickler(std::span<const std::byte> data, const UnpickleOptions& options)
+      : data_(data), opt_(options), max_weight_(max_weight(data.size(), options.max_expansion)) {}
 
   ValuePtr run(size_t* consumed) {
     try {
@@ -73,7 +74,7 @@ class Unpickler {
         }
       }
       ValuePtr result = pop();
-      if (auto problem = check_structure(*result, opt_.max_depth)) fail(*problem);
+      if (auto problem = check_structure(*result, opt_.max_depth, max_weight_)) fail(*problem);
       if (consumed) *consumed = pos_;
       return result;
     } catch (...) {
@@ -83,6 +84,27 @@ class Unpickler {
   }
 
  private:
+  static uint64_t max_weight(size_t data_size, uint64_t expansion) {
+    constexpr uint64_t kBase = 1 << 20, kCap = uint64_t{1} << 60;
+    return data_size > 0 && expansion > (kCap - kBase) / data_size ? kCap : kBase + expansion * data_size;
+  }
+
+  // Calls (the reduce hook, modelled builtins) and STACK_GLOBAL copy what their arguments hold, down to
+  // the items of an argument's items (_rebuild_from_type_v2's inner shape); a memoized argument used over
+  // and over would make that unbounded, so the copies draw on the expansion budget. The time spent here
+  // is proportional to the charge.
+  static uint64_t weight_within(const Value& v, int levels) {
+    uint64_t w = shallow_weight(v);
+    if (levels > 0)
+      for (const auto& item : v.items) w += weight_within(*item, levels - 1);
+    return w;
+  }
+  void charge(const Value& v, int levels) {
+    copied_ += weight_within(v, levels);
+    if (copied_ > max_weight_)
+      fail(fmt::format("arguments copied add up to more than {} units (shared references repeated)", max_weight_));
+  }
+
   [[noreturn]] void fail(std::string_view problem) const {
     auto name = op::name(op_);
     if (name.empty()) throw FormatError(fmt::format("pickle: byte {}: {}", op_pos_, problem));
@@ -224,6 +246,8 @@ class Unpickler {
     if (callable->kind != Kind::Global && callable->kind != Kind::Object)
       fail(fmt::format("cannot call a {}", callable->describe()));
     if (args->kind != Kind::Tuple) fail(fmt::format("arguments are a {}, not a tuple", args->describe()));
+    charge(*callable, 0);
+    charge(*args, 2);
     if (callable->kind == Kind::Global) {
       in_hook_ = true;
       ValuePtr built = opt_.reduce ? opt_.reduce(*callable, args) : nullptr;
@@ -241,6 +265,7 @@ class Unpickler {
 
   ValuePtr persistent(const ValuePtr& pid) {
     if (!opt_.persistent_load) fail("persistent id without a persistent_load handler");
+    charge(*pid, 2);
     in_hook_ = true;
     ValuePtr v = opt_.persistent_load(pid);
     in_hook_ = false;
@@ -470,6 +495,8 @@ class Unpickler {
         ValuePtr name = pop(), module = pop();
         if (module->kind != Kind::String || name->kind != Kind::String)
           fail("module and name must be strings");
+        charge(*module, 0);
+        charge(*name, 0);
         return push(make_global(module->text, name->text));
       }
       case EXT1:
@@ -519,6 +546,8 @@ class Unpickler {
 
   std::span<const std::byte> data_;
   const UnpickleOptions& opt_;
+  const uint64_t max_weight_;
+  uint64_t copied_ = 0;
   size_t pos_ = 0;
   size_t op_pos_ = 0;
   uint8_t op_ = 0;

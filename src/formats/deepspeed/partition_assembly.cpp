@@ -14,7 +14,16 @@ namespace {
 
 std::string file_name(const std::filesystem::path& p) { return p.filename().string(); }
 
-uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+// The elements of a group's params together; each param is below 2^63, their sum need not be.
+uint64_t add_numel(uint64_t total, uint64_t numel, const std::filesystem::path& shapes_file, size_t group) {
+  uint64_t sum = 0;
+  if (__builtin_add_overflow(total, numel, &sum))
+    throw FormatError(fmt::format("{}: param_shapes of group {} add up to more than 2^64 elements",
+                                  shapes_file.string(), group));
+  return sum;
+}
 
 LogicalTensor fp32_tensor(const NamedShape& param) {
   LogicalTensor t;
@@ -57,11 +66,11 @@ std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file, 
   std::vector<LogicalTensor> out;
   for (size_t g = 0; g < groups.size(); ++g) {
     uint64_t total = 0;
-    for (const auto& p : groups[g]) total += p.numel;
+    for (const auto& p : groups[g]) total = add_numel(total, p.numel, shapes_file.path, g);
     // Every rank owns an equal slice of the (padded) flat group; rank 0 always stores its whole slice
     // unless it is also the last rank, whose stored slice may have the padding cut off.
     const uint64_t slice = n_ranks > 1 ? first.fp32_groups[g].numel() : std::max<uint64_t>(total, 1);
-    if (slice * n_ranks < total)
+    if (slice < ceil_div(total, n_ranks))
       throw FormatError(fmt::format("{}: param_shapes of group {} needs {} elements but the {} optimizer partitions "
                                     "hold {} ({} each): shapes do not add up",
                                     shapes_file.path.string(), g, total, n_ranks, slice * n_ranks, slice));
@@ -69,7 +78,7 @@ std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file, 
       if (ranks[r].fp32_groups.size() <= g)
         throw FormatError(fmt::format("{}: has no fp32 partition for group {}", ranks[r].path.string(), g));
       const uint64_t stored = ranks[r].fp32_groups[g].numel();
-      const uint64_t needed = std::min(slice, total > r * slice ? total - r * slice : 0);
+      const uint64_t needed = r == 0 || slice <= total / r ? std::min(slice, total - r * slice) : 0;
       if (stored > slice || stored < needed)
         throw FormatError(fmt::format("{}: fp32 partition of group {} holds {} elements, expected {} (rank {} of {})",
                                       ranks[r].path.string(), g, stored, needed == slice ? slice : needed, r,
@@ -99,7 +108,8 @@ std::vector<LogicalTensor> assemble_zero3_groups(const ModelStates& shapes_file,
   std::vector<LogicalTensor> out;
   for (size_t i = 0; i < groups.size(); ++i) {
     uint64_t partition_total = 0;
-    for (const auto& p : groups[i]) partition_total += ceil_div(p.numel, n_ranks);
+    for (const auto& p : groups[i])
+      partition_total = add_numel(partition_total, ceil_div(p.numel, n_ranks), shapes_file.path, i);
     for (const auto& rank : ranks) {
       if (rank.fp32_groups.size() != groups.size())
         throw FormatError(fmt::format("{}: holds {} fp32 sub-groups but {} lists {} in param_shapes",

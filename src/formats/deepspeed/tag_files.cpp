@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <regex>
 
 #include "ckptfs/error.hpp"
@@ -18,7 +19,16 @@ const std::regex kOptimStates(R"((bf16_|fp16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_
 const std::regex kLayerStates(R"(layer_(\d+)(-model_(\d+))?-model_states\.pt)");
 const std::regex kExpertStates(R"((layer_\d+_)?expert_\d+_mp_rank_\d+_model_states\.pt|expp_rank_\d+_mp_rank_\d+_optim_states\.pt)");
 
-int number(const std::ssub_match& m) { return m.matched ? std::stoi(m.str()) : 0; }
+// A rank or layer number of a file name; absurdly large ones are a naming error, not a crash.
+int number(const std::ssub_match& m, const fs::path& path) {
+  if (!m.matched) return 0;
+  int n = 0;
+  const std::string digits = m.str();
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc{} || end != digits.data() + digits.size())
+    throw FormatError(fmt::format("{}: rank or layer number {} in the file name is out of range", path.string(), digits));
+  return n;
+}
 
 template <typename Map, typename Key>
 void insert_unique(Map& map, Key key, const fs::path& path) {
@@ -51,17 +61,18 @@ TagFiles list_tag_files(const fs::path& dir) {
     if (!entry.is_regular_file(ec)) continue;
     const std::string name = entry.path().filename().string();
     std::smatch m;
+    const auto num = [&](size_t group) { return number(m[group], entry.path()); };
     if (std::regex_match(name, m, kExpertStates)) {
       files.expert_files.push_back(entry.path());
     } else if (std::regex_match(name, m, kZero3ModelStates)) {
-      insert_unique(files.zero3_model_states[number(m[2])], number(m[1]), entry.path());
+      insert_unique(files.zero3_model_states[num(2)], num(1), entry.path());
     } else if (std::regex_match(name, m, kModelStates)) {
-      insert_unique(files.model_states, number(m[1]), entry.path());
+      insert_unique(files.model_states, num(1), entry.path());
     } else if (std::regex_match(name, m, kOptimStates)) {
       if (m[1].matched && m[1].str() == "bf16_") files.bf16_prefix = true;
-      insert_unique(files.optim_states[number(m[3])], number(m[2]), entry.path());
+      insert_unique(files.optim_states[num(3)], num(2), entry.path());
     } else if (std::regex_match(name, m, kLayerStates)) {
-      insert_unique(files.layer_states[number(m[1])], number(m[3]), entry.path());
+      insert_unique(files.layer_states[num(1)], num(3), entry.path());
     }
   }
   return files;

@@ -115,6 +115,23 @@ Catalog build_model_catalog(const TagParts& parts, bool zero3, std::vector<std::
   return c;
 }
 
+// The file a merged tensor's first elements come from (the tag dir for an empty tensor), for messages.
+const fs::path& source_of(const LogicalTensor& t, const fs::path& dir) {
+  return t.pieces.empty() || !t.pieces.front().file ? dir : t.pieces.front().file->path();
+}
+
+// A view cannot hold two tensors of one name; the second comes from a file that repeats another's keys
+// (a layer file copied over another, a dict pickled with a key twice).
+void require_unique_names(const Catalog& c, const fs::path& dir, std::string_view which) {
+  std::map<std::string_view, const LogicalTensor*> seen;
+  for (const auto& t : c.tensors) {
+    auto [it, inserted] = seen.emplace(t.name, &t);
+    if (inserted) continue;
+    throw FormatError(fmt::format("{}: tensor {} appears twice in the {} weights ({}; {})", source_of(t, dir).string(), t.name,
+                                  which, it->second->origin, t.origin));
+  }
+}
+
 DType training_dtype(const Catalog& model, const std::vector<LogicalTensor>& trainable) {
   for (const auto& t : model.tensors)
     if (find_tensor(trainable, t.name) != nullptr && dtype_is_floating(t.dtype)) return t.dtype;
@@ -276,8 +293,17 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
                                               : read_data_parallel(files, tf, tag.topology, tag.notes);
   auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, tag.notes));
   auto model = std::make_shared<Catalog>(build_model_catalog(parts, zero3, tag.notes));
-  for (const auto* c : {fp32.get(), model.get()})
-    for (const auto& t : c->tensors) catalog::validate(t);
+  require_unique_names(*fp32, dir, "fp32");
+  require_unique_names(*model, dir, "model");
+  for (const auto* c : {fp32.get(), model.get()}) {
+    for (const auto& t : c->tensors) {
+      try {
+        catalog::validate(t);
+      } catch (const FormatError& e) {
+        throw FormatError(fmt::format("{}: {}", source_of(t, dir).string(), e.what()));
+      }
+    }
+  }
   tag.topology.train_dtype = training_dtype(*model, parts.trainable);
   tag.fp32 = std::move(fp32);
   tag.model = std::move(model);
