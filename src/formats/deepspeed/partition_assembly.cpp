@@ -35,11 +35,16 @@ LogicalTensor fp32_tensor(const NamedShape& param) {
 
 }  // namespace
 
-const NamedTensor* find_named(const std::optional<std::vector<NamedTensor>>& tensors, std::string_view name) {
-  if (!tensors) return nullptr;
-  for (const auto& t : *tensors)
-    if (t.name == name) return &t;
-  return nullptr;
+NamedIndex index_named(const std::optional<std::vector<NamedTensor>>& tensors) {
+  NamedIndex index;
+  if (tensors)
+    for (const auto& t : *tensors) index.emplace(t.name, &t);
+  return index;
+}
+
+const NamedTensor* find_named(const NamedIndex& index, std::string_view name) {
+  auto it = index.find(name);
+  return it == index.end() ? nullptr : it->second;
 }
 
 DType fp32_view_dtype(DType d) { return (d == DType::F16 || d == DType::BF16) ? DType::F32 : d; }
@@ -142,6 +147,8 @@ std::vector<LogicalTensor> assemble_zero3_frozen(const std::vector<ModelStates>&
   const ModelStates& first = ranks.front();
   if (!first.frozen_param_shapes) return out;
   const uint64_t n_ranks = ranks.size();
+  std::vector<NamedIndex> fragments;
+  for (const auto& rank : ranks) fragments.push_back(index_named(rank.frozen_param_fragments));
   for (const auto& param : *first.frozen_param_shapes) {
     const uint64_t part = ceil_div(param.numel, n_ranks);
     LogicalTensor t;
@@ -149,7 +156,7 @@ std::vector<LogicalTensor> assemble_zero3_frozen(const std::vector<ModelStates>&
     t.shape = param.shape;
     t.origin = fmt::format("frozen, {} per rank over {} ranks", part, n_ranks);
     for (uint64_t r = 0; r < n_ranks; ++r) {
-      const NamedTensor* frag = find_named(ranks[r].frozen_param_fragments, param.name);
+      const NamedTensor* frag = find_named(fragments[r], param.name);
       if (frag == nullptr)
         throw FormatError(fmt::format("{}: frozen_param_fragments has no entry for {}", ranks[r].path.string(),
                                       param.name));

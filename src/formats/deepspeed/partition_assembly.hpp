@@ -3,6 +3,8 @@
 // (ZeRO-3). The result describes where each element lives; no tensor data is read.
 #pragma once
 
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "ckptfs/catalog.hpp"
@@ -24,7 +26,10 @@ std::vector<catalog::LogicalTensor> assemble_zero3_frozen(const std::vector<Mode
 catalog::LogicalTensor whole_tensor(const std::string& name, const torch::SourceTensor& src, DType dtype,
                                     std::string origin);
 
-const NamedTensor* find_named(const std::optional<std::vector<NamedTensor>>& tensors, std::string_view name);
+// Name -> tensor of a name -> tensor dict (absent dict: empty index).
+using NamedIndex = std::unordered_map<std::string_view, const NamedTensor*>;
+NamedIndex index_named(const std::optional<std::vector<NamedTensor>>& tensors);
+const NamedTensor* find_named(const NamedIndex& index, std::string_view name);
 
 // F16/BF16 widen to F32 in the fp32 view; every other dtype (ints, bool, F64) is kept.
 DType fp32_view_dtype(DType d);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "ckptfs/deepspeed.hpp"
 #include "ckptfs/error.hpp"
@@ -37,17 +38,25 @@ LogicalTensor with_dtype(LogicalTensor t, DType dtype) {
   return t;
 }
 
-const LogicalTensor* find_tensor(const std::vector<LogicalTensor>& tensors, const std::string& name) {
-  for (const auto& t : tensors)
-    if (t.name == name) return &t;
-  return nullptr;
+// Position of every tensor by name (models have up to hundreds of thousands of tensors: no linear scans).
+std::unordered_map<std::string, size_t> index_by_name(const std::vector<LogicalTensor>& tensors) {
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i].name, i);
+  return index;
+}
+
+const LogicalTensor* find_in(const std::vector<LogicalTensor>& tensors,
+                             const std::unordered_map<std::string, size_t>& index, const std::string& name) {
+  auto it = index.find(name);
+  return it == index.end() ? nullptr : &tensors[it->second];
 }
 
 void add_aliases(std::vector<LogicalTensor>& out, const std::vector<std::pair<std::string, std::string>>& aliases,
                  std::vector<std::string>& notes) {
+  auto index = index_by_name(out);
   for (const auto& [alias, owner] : aliases) {
-    if (find_tensor(out, alias) != nullptr) continue;
-    const LogicalTensor* source = find_tensor(out, owner);
+    if (index.count(alias)) continue;
+    const LogicalTensor* source = find_in(out, index, owner);
     if (source == nullptr) {
       notes.push_back(fmt::format("tied parameter {} names {}, which has no data; left out", alias, owner));
       continue;
@@ -55,6 +64,7 @@ void add_aliases(std::vector<LogicalTensor>& out, const std::vector<std::pair<st
     LogicalTensor copy = *source;
     copy.name = alias;
     copy.origin = fmt::format("tied to {}", owner);
+    index.emplace(alias, out.size());
     out.push_back(std::move(copy));
   }
 }
@@ -95,14 +105,15 @@ Catalog build_model_catalog(const TagParts& parts, bool zero3, std::vector<std::
     return c;
   }
   std::map<std::string, std::string> owner_of(parts.aliases.begin(), parts.aliases.end());
+  const auto trainable = index_by_name(parts.trainable), frozen = index_by_name(parts.frozen);
   for (const auto& e : parts.module) {
     if (parts.buffers.count(e.name)) {
       c.tensors.push_back(whole_tensor(e.name, e.tensor, e.tensor.dtype, "buffer"));
       continue;
     }
     const std::string& source_name = owner_of.count(e.name) ? owner_of[e.name] : e.name;
-    const LogicalTensor* source = find_tensor(parts.trainable, source_name);
-    if (source == nullptr) source = find_tensor(parts.frozen, source_name);
+    const LogicalTensor* source = find_in(parts.trainable, trainable, source_name);
+    if (source == nullptr) source = find_in(parts.frozen, frozen, source_name);
     if (source == nullptr) {
       notes.push_back(fmt::format("{} is a ZeRO-3 placeholder without partitions in the tag; left out", e.name));
       continue;
@@ -133,8 +144,9 @@ void require_unique_names(const Catalog& c, const fs::path& dir, std::string_vie
 }
 
 DType training_dtype(const Catalog& model, const std::vector<LogicalTensor>& trainable) {
+  const auto index = index_by_name(trainable);
   for (const auto& t : model.tensors)
-    if (find_tensor(trainable, t.name) != nullptr && dtype_is_floating(t.dtype)) return t.dtype;
+    if (index.count(t.name) && dtype_is_floating(t.dtype)) return t.dtype;
   for (const auto& t : model.tensors)
     if (dtype_is_floating(t.dtype)) return t.dtype;
   return DType::F32;
@@ -163,8 +175,9 @@ std::vector<LogicalTensor> flat_group_masters(io::FileSet& files, const TagFiles
 }
 
 void append_unique(std::vector<LogicalTensor>& into, std::vector<LogicalTensor> from) {
+  auto index = index_by_name(into);
   for (auto& t : from)
-    if (find_tensor(into, t.name) == nullptr) into.push_back(std::move(t));
+    if (index.emplace(t.name, into.size()).second) into.push_back(std::move(t));
 }
 
 TagParts read_zero3(io::FileSet& files, const TagFiles& tf, Topology& topo) {
@@ -224,8 +237,9 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, Topology& to
   parts.trainable = flat_group_masters(files, tf, mp, ms, topo);
   if (ms.frozen_param_fragments && ms.frozen_param_shapes) {
     parts.frozen_from_module = false;
+    const NamedIndex fragments = index_named(ms.frozen_param_fragments);
     for (const auto& shape : *ms.frozen_param_shapes) {
-      const NamedTensor* frag = find_named(ms.frozen_param_fragments, shape.name);
+      const NamedTensor* frag = find_named(fragments, shape.name);
       if (frag == nullptr)
         throw FormatError(fmt::format("{}: frozen_param_fragments has no entry for {}", path.string(), shape.name));
       parts.frozen.push_back(whole_tensor(shape.name, frag->tensor, frag->tensor.dtype, "frozen fragment"));
