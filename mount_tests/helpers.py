@@ -16,9 +16,9 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "gen"))
-import ds_stubs  # noqa: E402
+import deepspeed_classes  # noqa: E402
 
-ds_stubs.install()
+deepspeed_classes.install()
 
 EXIT_USAGE, EXIT_SOURCE, EXIT_INVALID, EXIT_UNSUPPORTED, EXIT_OUTPUT = 2, 3, 4, 5, 7
 DEFAULT_TIMEOUT = float(os.environ.get("CKPTFS_TEST_TIMEOUT", "120"))

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import ds_stubs  # noqa: E402
+import deepspeed_classes  # noqa: E402
 
-DS = ds_stubs.install()
+DS = deepspeed_classes.install()
 OD = collections.OrderedDict
 DS_VERSION = "0.14.5"
 GEN_VERSION = 4  # bump to invalidate cached fixtures

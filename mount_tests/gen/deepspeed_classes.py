@@ -16,7 +16,7 @@ def _module(name):
     mod = sys.modules.get(name)
     if mod is None:
         mod = types.ModuleType(name)
-        mod.__dict__["__ckptfs_stub__"] = True
+        mod.__dict__["__ckptfs_standin__"] = True
         sys.modules[name] = mod
         parent, _, child = name.rpartition(".")
         if parent:
