@@ -59,6 +59,28 @@ def pread_exact(fd, n, offset):
     return bytes(out)
 
 
+def in_threads(work, n):
+    """Runs work(i) for i in range(n) in n threads; asserts that none hangs, raises or returns a complaint
+    (a string)."""
+    errors = []
+
+    def run(i):
+        try:
+            complaint = work(i)
+            if complaint:
+                errors.append(f"thread {i}: {complaint}")
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(f"thread {i}: {e!r}")
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=CMD_TIMEOUT)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not errors, errors[:5]
+
+
 def boundaries(path):
     """Offsets where a header ends or a tensor's bytes begin: the seams a view is stitched at."""
     with open(path, "rb") as f:
@@ -138,29 +160,18 @@ def test_parallel_readers(mounted_case):
     ref = open(os.path.join(out, v), "rb").read()
     chunk = 64 * 1024
     want = [hashlib.sha256(ref[o:o + chunk]).hexdigest() for o in range(0, len(ref), chunk)]
-    errors = []
 
     def reader(seed):
+        order = list(range(len(want)))
+        random.Random(seed).shuffle(order)
+        fd = os.open(os.path.join(mnt, v), os.O_RDONLY)
         try:
-            order = list(range(len(want)))
-            random.Random(seed).shuffle(order)
-            fd = os.open(os.path.join(mnt, v), os.O_RDONLY)
-            try:
-                for i in order:
-                    if hashlib.sha256(pread_exact(fd, chunk, i * chunk)).hexdigest() != want[i]:
-                        errors.append(f"reader {seed}: chunk {i}")
-            finally:
-                os.close(fd)
-        except Exception as e:  # noqa: BLE001 - reported by the main thread
-            errors.append(f"reader {seed}: {e!r}")
+            bad = [i for i in order if hashlib.sha256(pread_exact(fd, chunk, i * chunk)).hexdigest() != want[i]]
+        finally:
+            os.close(fd)
+        return bad and f"chunks {bad[:5]} differ"
 
-    threads = [threading.Thread(target=reader, args=(s,)) for s in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=CMD_TIMEOUT)
-    assert not any(t.is_alive() for t in threads), "a reader hung"
-    assert not errors, errors[:5]
+    in_threads(reader, 8)
 
 
 def test_clients_load_from_the_mount(mounted_case, fixtures_dir):
@@ -273,6 +284,54 @@ def test_changed_source_gives_eio_for_its_views_only(ckptfs_bin, case_copy, tmp_
     assert os.path.basename(shard) in log and "fp32/model.safetensors" in log, log
 
 
+def test_deleted_shard_gives_eio_on_open_and_open_files_keep_their_bytes(ckptfs_bin, case_copy, export_cache,
+                                                                          fixtures_dir, tmp_path):
+    src = case_copy(SIDE_CASE)
+    proc, out = export_cache(source_of(fixtures_dir, SIDE_CASE))
+    H.assert_ok(proc)
+    with foreground(ckptfs_bin, src, tmp_path / "mnt") as server:
+        mnt = str(tmp_path / "mnt")
+        held = os.open(os.path.join(mnt, "fp32/model.safetensors"), os.O_RDONLY)
+        try:
+            shard = shard_of(src)
+            os.unlink(shard)
+            for v in ("fp32/model.safetensors", "fp32/pytorch_model.bin"):
+                with pytest.raises(OSError) as e:
+                    open(os.path.join(mnt, v), "rb")
+                assert e.value.errno == errno.EIO, v
+            # ckptfs holds every shard open: a file opened before the unlink reads the mount-time bytes.
+            assert pread_exact(held, os.fstat(held).st_size, 0) == open(os.path.join(out, "fp32/model.safetensors"),
+                                                                          "rb").read()
+        finally:
+            os.close(held)
+        assert len(open(os.path.join(mnt, "model.safetensors"), "rb").read()) > 0
+        assert os.listdir(mnt)
+    assert os.path.basename(shard) in server.stderr.read()
+
+
+@pytest.mark.parametrize("how", ["rewritten in place", "replaced by rename"])
+def test_shard_replaced_by_same_size_file_gives_eio(ckptfs_bin, case_copy, tmp_path, how):
+    src = case_copy(SIDE_CASE)
+    shard = shard_of(src)
+    data = open(shard, "rb").read()
+    st = os.stat(shard)
+    with foreground(ckptfs_bin, src, tmp_path / "mnt"):
+        mnt = str(tmp_path / "mnt")
+        if how == "rewritten in place":
+            with open(shard, "r+b") as f:
+                f.write(data)
+        else:
+            with open(shard + ".new", "wb") as f:
+                f.write(data)
+            os.rename(shard + ".new", shard)
+        os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # same size, newer mtime
+        assert os.path.getsize(shard) == st.st_size
+        with pytest.raises(OSError) as e:
+            open(os.path.join(mnt, "fp32/pytorch_model.bin"), "rb")
+        assert e.value.errno == errno.EIO
+        assert len(open(os.path.join(mnt, "model.safetensors"), "rb").read()) > 0
+
+
 def test_unmount_with_open_readers(ckptfs_bin, fixtures_dir, tmp_path):
     src = source_of(fixtures_dir, SIDE_CASE)
     mnt = str(tmp_path / "mnt")
@@ -302,6 +361,47 @@ def test_signal_unmounts(ckptfs_bin, fixtures_dir, tmp_path, sig):
         assert not is_mounted(mnt)
 
 
+def test_sigkill_leaves_a_dead_mount_that_fusermount_clears(ckptfs_bin, fixtures_dir, tmp_path):
+    """SIGKILL cannot unmount: the mount point answers ENOTCONN until `fusermount3 -u`; mounting again
+    before that fails with exit 6 and says so (docs/mount.md)."""
+    src, mnt = source_of(fixtures_dir, SIDE_CASE), str(tmp_path / "mnt")
+    with mounted(ckptfs_bin, src, mnt):
+        os.stat(os.path.join(mnt, "model.safetensors"))  # cached attributes must not fool the check
+        pids = server_pids(mnt)
+        assert len(pids) == 1, pids
+        os.kill(pids[0], signal.SIGKILL)
+        assert wait_until(lambda: not server_pids(mnt)), "the server survived SIGKILL"
+        assert is_mounted(mnt)
+
+        def listdir_errno():
+            try:
+                os.listdir(mnt)
+            except OSError as e:
+                return e.errno
+            return 0
+
+        # ECONNABORTED while the dying server still holds /dev/fuse, then ENOTCONN for good.
+        assert wait_until(lambda: listdir_errno() == errno.ENOTCONN), os.strerror(listdir_errno())
+        again = run_ckptfs(ckptfs_bin, src, mnt)
+        H.assert_one_line_error(again, 6, [f"fusermount3 -u {mnt}"])
+        r = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True, timeout=CMD_TIMEOUT)
+        assert r.returncode == 0 and not is_mounted(mnt), r.stderr
+    with mounted(ckptfs_bin, src, mnt):
+        assert "model.safetensors" in os.listdir(mnt)
+
+
+def test_mounting_twice_on_the_same_point_exits_6(ckptfs_bin, fixtures_dir, tmp_path):
+    src, mnt = source_of(fixtures_dir, SIDE_CASE), str(tmp_path / "mnt")
+    link = str(tmp_path / "link")
+    os.symlink("mnt", link)
+    with mounted(ckptfs_bin, src, mnt):
+        for target in (mnt, link):
+            H.assert_one_line_error(run_ckptfs(ckptfs_bin, src, target), 6, ["already a ckptfs mount"])
+        with open("/proc/self/mountinfo") as f:
+            assert sum(l.split()[4] == os.path.realpath(mnt) for l in f) == 1
+        assert os.listdir(mnt)
+
+
 def test_foreground_returns_after_unmount(ckptfs_bin, fixtures_dir, tmp_path):
     mnt = str(tmp_path / "mnt")
     with foreground(ckptfs_bin, source_of(fixtures_dir, SIDE_CASE), mnt, "-o", "threads=2") as proc:
@@ -317,6 +417,162 @@ def test_tag_option(ckptfs_bin, fixtures_dir, tmp_path):
         with mounted(ckptfs_bin, source_of(fixtures_dir, name), tmp_path / "mnt", *opts) as mnt:
             assert os.listdir(os.path.join(mnt, "tags")) == [first]
             assert json.load(open(os.path.join(mnt, "ckptfs.json")))["root_tag"] == first
+
+
+def big_side_file_copy(case_copy, size=24 * MIB):
+    """A copy of SIDE_CASE with a side file `big.bin` of `size` random bytes: large reads through ckptfs."""
+    src = case_copy(SIDE_CASE)
+    data = random.Random(size).randbytes(size)
+    with open(os.path.join(src, "big.bin"), "wb") as f:
+        f.write(data)
+    return src, data
+
+
+def test_read_sizes_and_offsets(ckptfs_bin, case_copy, tmp_path):
+    src, data = big_side_file_copy(case_copy)
+    with mounted(ckptfs_bin, src, tmp_path / "mnt") as mnt:
+        fd = os.open(os.path.join(mnt, "big.bin"), os.O_RDONLY)
+        try:
+            n = len(data)
+            assert os.pread(fd, 0, 0) == b"" and os.pread(fd, 0, n // 2) == b""
+            assert os.pread(fd, 4096, n) == b""  # at EOF
+            assert os.pread(fd, 4096, n + 12345) == b"" and os.pread(fd, 4096, 1 << 62) == b""  # past it
+            assert os.pread(fd, 4096, n - 10) == data[-10:]
+            assert pread_exact(fd, 16 * MIB, 12345) == data[12345:12345 + 16 * MIB]
+            assert pread_exact(fd, n + 1, 0) == data
+        finally:
+            os.close(fd)
+        # O_DIRECT bypasses the page cache: every request reaches ckptfs, up to max_read each.
+        try:
+            fd = os.open(os.path.join(mnt, "big.bin"), os.O_RDONLY | os.O_DIRECT)
+        except OSError as e:
+            pytest.skip(f"O_DIRECT: {e}")
+        try:
+            buf = mmap.mmap(-1, 8 * MIB)  # page-aligned
+            got = os.preadv(fd, [buf], 4096)
+            assert got == 8 * MIB and buf[:] == data[4096:4096 + 8 * MIB]
+            assert os.preadv(fd, [buf], n) == 0
+        finally:
+            os.close(fd)
+
+
+def test_one_thread_serves_parallel_uncached_readers(ckptfs_bin, case_copy, tmp_path):
+    """-o threads=1: eight readers of a fresh mount (nothing cached) all finish; nothing deadlocks."""
+    src, data = big_side_file_copy(case_copy, 8 * MIB)
+    chunk = 128 * 1024
+    with mounted(ckptfs_bin, src, tmp_path / "mnt", "-o", "threads=1") as mnt:
+        def reader(seed):
+            order = list(range(0, len(data), chunk))
+            random.Random(seed).shuffle(order)
+            with open(os.path.join(mnt, "big.bin"), "rb", buffering=0) as f, \
+                    open(os.path.join(mnt, "fp32/pytorch_model.bin"), "rb") as g:
+                bad = [off for off in order[:24] if pread_exact(f.fileno(), chunk, off) != data[off:off + chunk]]
+                g.read()
+            return bad and f"big.bin differs at {bad[:5]}"
+
+        in_threads(reader, 8)
+
+
+def test_many_concurrent_opens_and_closes(side_case):
+    src, mnt = side_case
+    (pid,) = server_pids(mnt)
+
+    def source_fds():  # each server thread has its own /dev/fuse fd (clone_fd): count the others
+        return sorted(os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")
+                      if os.readlink(f"/proc/{pid}/fd/{fd}") != "/dev/fuse")
+
+    fds_before = source_fds()
+    names = VIEWS + ["config.json", "ckptfs.json", "tokenizer.json"]
+
+    def opener(seed):
+        rng = random.Random(seed)
+        for _ in range(200):
+            fd = os.open(os.path.join(mnt, rng.choice(names)), os.O_RDONLY)
+            try:
+                os.fstat(fd)
+                os.pread(fd, 64, rng.randrange(0, 4096))
+            finally:
+                os.close(fd)
+
+    in_threads(opener, 16)
+    assert source_fds() == fds_before, "the server leaks file descriptors"
+
+
+def test_errnos_of_odd_requests(side_case):
+    src, mnt = side_case
+    target = os.path.join(mnt, "model.safetensors")
+    cases = {
+        "readlink of a file": (lambda: os.readlink(target), errno.EINVAL),
+        "ls of a missing path": (lambda: os.listdir(os.path.join(mnt, "nope", "deeper")), errno.ENOENT),
+        "stat below a file": (lambda: os.stat(os.path.join(target, "x")), errno.ENOTDIR),
+        "O_DIRECTORY on a file": (lambda: os.open(target, os.O_RDONLY | os.O_DIRECTORY), errno.ENOTDIR),
+        "getxattr": (lambda: os.getxattr(target, "user.x"), (errno.ENOTSUP, errno.ENODATA)),
+        "open a file for append": (lambda: os.open(target, os.O_WRONLY | os.O_APPEND), errno.EROFS),
+        "O_RDONLY|O_TRUNC": (lambda: os.open(target, os.O_RDONLY | os.O_TRUNC), errno.EROFS),
+    }
+    for what, (attempt, want) in cases.items():
+        with pytest.raises(OSError) as e:
+            attempt()
+        assert e.value.errno in (want if isinstance(want, tuple) else (want,)), f"{what}: {e.value}"
+    fd = os.open(os.path.join(mnt, "fp32"), os.O_RDONLY)  # a directory opens for reading, read() says so
+    try:
+        with pytest.raises(IsADirectoryError):
+            os.read(fd, 16)
+    finally:
+        os.close(fd)
+    assert os.listxattr(target) == []
+
+
+def test_statfs_and_df(side_case):
+    src, mnt = side_case
+    st = os.statvfs(mnt)
+    nodes = 1 + sum(len(d) + len(f) for _, d, f in os.walk(mnt))
+    total = sum(os.path.getsize(os.path.join(r, n)) for r, _, f in os.walk(mnt) for n in f)
+    assert st.f_flag & os.ST_RDONLY
+    assert st.f_bsize == st.f_frsize == 4096 and st.f_namemax == 255
+    assert st.f_blocks == math.ceil(total / 4096) and st.f_bfree == st.f_bavail == 0
+    assert st.f_files == nodes and st.f_ffree == 0
+    df = subprocess.run(["df", "-P", mnt], capture_output=True, text=True, timeout=CMD_TIMEOUT)
+    assert df.returncode == 0, df.stderr
+    assert df.stdout.splitlines()[1].split()[0] == src
+
+
+def test_non_empty_mount_point_is_fine(ckptfs_bin, fixtures_dir, tmp_path):
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    (mnt / "hidden").write_text("under the mount")
+    with mounted(ckptfs_bin, source_of(fixtures_dir, SIDE_CASE), mnt):
+        assert "hidden" not in os.listdir(mnt) and "model.safetensors" in os.listdir(mnt)
+    assert (mnt / "hidden").read_text() == "under the mount"
+
+
+def test_relative_paths_survive_the_daemon_chdir(ckptfs_bin, case_copy, tmp_path):
+    """The daemon runs in "/": `cd DIR && ckptfs ./ckpt ./mnt` must still read and re-check the sources."""
+    src = case_copy(SIDE_CASE)
+    (tmp_path / "mnt").mkdir()
+    r = subprocess.run([ckptfs_bin, f"./{src.name}", "./mnt"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=CMD_TIMEOUT)
+    mnt = str(tmp_path / "mnt")
+    try:
+        assert r.returncode == 0, r.stderr
+        cwds = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            with contextlib.suppress(OSError):
+                args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+                if args[:3] == [ckptfs_bin.encode(), f"./{src.name}".encode(), b"./mnt"]:
+                    cwds.append(os.readlink(f"/proc/{pid}/cwd"))
+        assert cwds == ["/"], cwds
+        for v in VIEWS + ["config.json"]:
+            assert len(open(os.path.join(mnt, v), "rb").read()) == os.path.getsize(os.path.join(mnt, v)), v
+        with open("/proc/self/mountinfo") as f:
+            assert any(l.split()[4] == mnt and f" {src} " in l for l in f), "fsname is not the absolute source"
+        os.utime(shard_of(src), ns=(0, 0))  # the sources are still checked, by their absolute paths
+        with pytest.raises(OSError) as e:
+            open(os.path.join(mnt, "fp32/model.safetensors"), "rb")
+        assert e.value.errno == errno.EIO
+    finally:
+        unmount(mnt)
+        wait_until(lambda: not is_mounted(mnt))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -346,6 +602,10 @@ def test_missing_source_exits_3(ckptfs_bin, tmp_path):
 def test_bad_mount_point_exits_6(ckptfs_bin, fixtures_dir, tmp_path):
     mnt = tmp_path / "missing"
     assert_refused(run_ckptfs(ckptfs_bin, source_of(fixtures_dir, SIDE_CASE), mnt), 6, mnt, ["missing"])
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    proc = run_ckptfs(ckptfs_bin, source_of(fixtures_dir, SIDE_CASE), afile)
+    H.assert_one_line_error(proc, 6, ["afile: mount point is not a directory"])
 
 
 def test_bad_options_exit_2(ckptfs_bin, fixtures_dir, tmp_path):

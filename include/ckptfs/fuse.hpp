@@ -2,6 +2,7 @@
 // (long entry/attr timeouts, keep_cache, never direct_io). Only this module and src/cli include libfuse.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,7 @@
 namespace ckptfs::fuse {
 
 struct ServeOptions {
-  std::string mountpoint;
+  std::string mountpoint;  // absolute, symbolic links resolved (what check_mountpoint returns)
   // Mount options for libfuse ("allow_other", "fsname=...", ...); "ro" is always added.
   std::vector<std::string> fuse_options;
   bool foreground = false;
@@ -20,6 +21,25 @@ struct ServeOptions {
   // set when the process may (root), 0 keeps the kernel's default.
   unsigned read_ahead_kb = 1024;
 };
+
+// A line of /proc/self/mountinfo.
+struct MountEntry {
+  std::string device;  // "MAJ:MIN": the bdi of a FUSE mount
+  std::string type;    // "fuse.ckptfs", "ext4", ...
+  std::string source;  // what df shows (a ckptfs mount: its SRC)
+};
+
+// The mount on `mountpoint` (absolute and normalised, as mountinfo spells it), the topmost when mounts are
+// stacked there; nullopt when nothing is mounted on it.
+std::optional<MountEntry> find_mount(const std::string& mountpoint);
+
+// Returns `mountpoint` with symbolic links resolved, as the kernel will mount it and mountinfo will show it.
+// Throws Error(ExitCode::mount_failed) naming `mountpoint` when it cannot take the mount: it is missing or
+// not a directory, it is a FUSE mount whose server died ("Transport endpoint is not connected": the message
+// says to run fusermount3 -u), or it is already a ckptfs mount. Other mounts there (a bind mount, a
+// container volume) are fine: ckptfs mounts on top. Asks the kernel, not its attribute cache, so a dead
+// mount cannot pass for a directory.
+std::string check_mountpoint(const std::string& mountpoint);
 
 // Mounts `tree` and serves it until it is unmounted (fusermount3 -u, umount) or SIGINT/SIGTERM/SIGHUP
 // arrives, then unmounts. Without `foreground` the process forks once the mount is live: the parent exits 0

@@ -104,7 +104,6 @@ MountArguments parse(int argc, char** argv) {
   // Absolute paths: the daemon runs in "/", and the sources are re-checked by path on every open.
   m.source = fs::absolute(a.positional[0]).lexically_normal();
   m.mountpoint = fs::absolute(a.positional[1]).lexically_normal();
-  m.serve.mountpoint = m.mountpoint.string();
   const auto has = [&](std::string_view key) {
     return std::any_of(m.serve.fuse_options.begin(), m.serve.fuse_options.end(),
                        [&](const std::string& o) { return o.starts_with(key); });
@@ -127,11 +126,8 @@ int run_mount(int argc, char** argv) {
     }
   }
   try {
-    const MountArguments m = parse(argc, argv);
-    std::error_code ec;
-    if (!fs::is_directory(m.mountpoint, ec))
-      throw Error(ExitCode::mount_failed,
-                  fmt::format("{}: mount point is not a directory", m.mountpoint.string()));
+    MountArguments m = parse(argc, argv);
+    m.serve.mountpoint = fuse::check_mountpoint(m.mountpoint.string());  // before the long indexing
     const Checkpoint checkpoint = open_checkpoint(m.source, m.open);
     const vfs::VirtualTree tree = vfs::build_tree(checkpoint);
     fuse::serve(tree, m.serve);

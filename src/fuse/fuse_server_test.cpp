@@ -224,5 +224,25 @@ TEST_F(FuseServer, ParallelReadersSeeTheSameBytes) {
   EXPECT_EQ(mismatches, 0);
 }
 
+TEST_F(FuseServer, MountPointChecks) {
+  // This mount is plain "fuse" (no subtype=ckptfs), so another mount may go on top of it.
+  const std::string mnt = mountpoint_->path().string();
+  const auto entry = find_mount(std::filesystem::canonical(mnt).string());
+  ASSERT_TRUE(entry.has_value());
+  EXPECT_EQ(entry->type, "fuse");
+  EXPECT_EQ(check_mountpoint(mnt), std::filesystem::canonical(mnt).string());
+  EXPECT_FALSE(find_mount((sources_->path() / "shard.pt").string()).has_value());
+  for (const std::string bad :
+       {(sources_->path() / "shard.pt").string(), (sources_->path() / "nope").string()}) {
+    try {
+      check_mountpoint(bad);
+      ADD_FAILURE() << bad << " passed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::mount_failed);
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ckptfs::fuse

@@ -23,6 +23,17 @@ const Context& context(fuse_req_t req) {
   return *static_cast<const Context*>(fuse_req_userdata(req));
 }
 
+// Logs "op /path: what" and replies `error`. Never throws: a failure to build the message (bad_alloc)
+// only loses the log line.
+void fail(fuse_req_t req, fuse_ino_t ino, const char* op, const char* what, int error) noexcept {
+  try {
+    const Context& c = context(req);
+    log_error(c, fmt::format("{} /{}: {}", op, c.tree->path(ino), what));
+  } catch (...) {
+  }
+  fuse_reply_err(req, error);
+}
+
 // Every callback runs inside this: whatever escapes becomes an errno reply, never a crash or a hang.
 // `body` replies itself; it throws before replying or not at all.
 template <class Body>
@@ -32,11 +43,9 @@ void guarded(fuse_req_t req, fuse_ino_t ino, const char* op, Body&& body) noexce
   } catch (const std::bad_alloc&) {
     fuse_reply_err(req, ENOMEM);
   } catch (const std::exception& e) {
-    const Context& c = context(req);
-    log_error(c, fmt::format("{} /{}: {}", op, c.tree->path(ino), e.what()));
-    fuse_reply_err(req, EIO);
+    fail(req, ino, op, e.what(), EIO);
   } catch (...) {
-    fuse_reply_err(req, EIO);
+    fail(req, ino, op, "unknown exception", EIO);
   }
 }
 
@@ -102,7 +111,8 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, b
     const vfs::Node* dir = c.tree->node(ino);
     if (dir == nullptr) return (void)fuse_reply_err(req, ENOENT);
     if (!dir->is_dir) return (void)fuse_reply_err(req, ENOTDIR);
-    std::vector<char> buffer(size);
+    thread_local std::vector<char> buffer;  // per worker thread, as large as the largest request
+    if (buffer.size() < size) buffer.resize(size);
     size_t used = 0;
     const size_t count = dir->children.size() + 2;
     for (size_t i = static_cast<size_t>(std::max<off_t>(offset, 0)); i < count; ++i) {

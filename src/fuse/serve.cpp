@@ -1,8 +1,13 @@
 // Session lifecycle: options -> session -> mount -> daemonise -> multithreaded loop -> unmount.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -37,21 +42,74 @@ std::unique_ptr<fuse_session, SessionDeleter> new_session(const ServeOptions& op
   return std::unique_ptr<fuse_session, SessionDeleter>(se);
 }
 
-// Raises the readahead of the mount's bdi ("MAJ:MIN", field 3 of its /proc/self/mountinfo line). Read
-// from mountinfo, since a stat() of the mount point would wait for the loop that is not running yet.
-// Best effort: without the privilege the kernel's default stays.
-void set_read_ahead(const std::string& mountpoint, unsigned kb) {
-  std::ifstream mountinfo("/proc/self/mountinfo");
-  std::string bdi;
-  for (std::string line; std::getline(mountinfo, line);) {
-    std::istringstream fields(line);
-    std::string id, parent, device, root, point;
-    if (fields >> id >> parent >> device >> root >> point && point == mountpoint) bdi = device;
+// mountinfo writes space, tab, newline and backslash in paths as \ooo (three octal digits).
+std::string unescape_mountinfo(const std::string& field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && i + 3 < field.size()) {
+      out +=
+          static_cast<char>(((field[i + 1] - '0') << 6) | ((field[i + 2] - '0') << 3) | (field[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += field[i];
+    }
   }
-  if (!bdi.empty()) std::ofstream(fmt::format("/sys/class/bdi/{}/read_ahead_kb", bdi)) << kb;
+  return out;
+}
+
+// Raises the readahead of the mount's bdi. Read from mountinfo, since a stat() of the mount point would
+// wait for the loop that is not running yet. Best effort: without the privilege the kernel's default stays.
+void set_read_ahead(const std::string& mountpoint, unsigned kb) {
+  if (const auto mount = find_mount(mountpoint))
+    std::ofstream(fmt::format("/sys/class/bdi/{}/read_ahead_kb", mount->device)) << kb;
 }
 
 }  // namespace
+
+std::optional<MountEntry> find_mount(const std::string& mountpoint) {
+  // id parent MAJ:MIN root mountpoint options [optional fields...] - type source superoptions
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  std::optional<MountEntry> found;
+  for (std::string line; std::getline(mountinfo, line);) {
+    std::istringstream fields(line);
+    std::string id, parent, device, root, point, field;
+    if (!(fields >> id >> parent >> device >> root >> point) || unescape_mountinfo(point) != mountpoint)
+      continue;
+    while (fields >> field && field != "-") {
+    }
+    MountEntry entry{device, "", ""};
+    fields >> entry.type >> entry.source;
+    entry.source = unescape_mountinfo(entry.source);
+    found = std::move(entry);  // later lines are mounted on top of earlier ones
+  }
+  return found;
+}
+
+std::string check_mountpoint(const std::string& mountpoint) {
+  struct statx stx {};
+  // AT_STATX_FORCE_SYNC: a FUSE mount whose server is gone still has its root's attributes cached.
+  if (::statx(AT_FDCWD, mountpoint.c_str(), AT_STATX_FORCE_SYNC, STATX_TYPE, &stx) != 0) {
+    const int err = errno;
+    // ECONNABORTED: the same, while the dying server still holds /dev/fuse.
+    if (err == ENOTCONN || err == ECONNABORTED)
+      throw Error(ExitCode::mount_failed,
+                  fmt::format("{}: {}: the server of the FUSE mount there is gone (killed?); run "
+                              "`fusermount3 -u {}` first",
+                              mountpoint, std::strerror(err), mountpoint));
+    throw Error(ExitCode::mount_failed, fmt::format("{}: mount point: {}", mountpoint, std::strerror(err)));
+  }
+  if (!S_ISDIR(stx.stx_mode))
+    throw Error(ExitCode::mount_failed, fmt::format("{}: mount point is not a directory", mountpoint));
+  // As mountinfo spells it: symbolic links resolved (the kernel mounts on the directory they lead to).
+  std::error_code ec;
+  std::string canonical = std::filesystem::canonical(mountpoint, ec).string();
+  if (ec) throw Error(ExitCode::mount_failed, fmt::format("{}: mount point: {}", mountpoint, ec.message()));
+  if (const auto mount = find_mount(canonical); mount && mount->type == "fuse.ckptfs")
+    throw Error(ExitCode::mount_failed,
+                fmt::format("{}: already a ckptfs mount (of {}); unmount it first (fusermount3 -u {})",
+                            mountpoint, mount->source, mountpoint));
+  return canonical;
+}
 
 void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
   const bool foreground = options.foreground || options.debug;
@@ -64,7 +122,11 @@ void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
                 fmt::format("{}: mount failed (see the fuse: line above)", options.mountpoint));
   if (options.read_ahead_kb != 0) set_read_ahead(options.mountpoint, options.read_ahead_kb);
   // The mount is live: the daemon's parent exits 0 from here (libfuse's own readiness pipe).
-  fuse_daemonize(foreground ? 1 : 0);
+  if (fuse_daemonize(foreground ? 1 : 0) != 0) {  // libfuse has said why
+    fuse_session_unmount(se);
+    throw Error(ExitCode::mount_failed,
+                fmt::format("{}: cannot start the server in the background", options.mountpoint));
+  }
   if (context.use_syslog) openlog("ckptfs", LOG_PID, LOG_DAEMON);
   if (fuse_set_signal_handlers(se) != 0) {
     fuse_session_unmount(se);
