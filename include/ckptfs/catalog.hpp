@@ -26,10 +26,10 @@ struct Piece {
 
 struct LogicalTensor {
   std::string name;
-  DType dtype = DType::F32;     // the dtype it is served in; pieces are converted to it when they differ
+  DType dtype = DType::F32;  // the dtype it is served in; pieces are converted to it when they differ
   std::vector<int64_t> shape;
-  std::vector<Piece> pieces;    // sorted by dst_begin, disjoint, tiling [0, numel) exactly
-  std::string origin;           // provenance shown by `ckptfs inspect --tensors`
+  std::vector<Piece> pieces;  // sorted by dst_begin, disjoint, tiling [0, numel) exactly
+  std::string origin;         // provenance shown by `ckptfs inspect --tensors`
 
   uint64_t numel() const;
   uint64_t nbytes() const { return numel() * dtype_size(dtype); }

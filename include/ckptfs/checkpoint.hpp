@@ -18,7 +18,7 @@ struct Topology {
   int tp = 1;
   int pp = 1;
   int zero_stage = 0;
-  std::string optimizer;    // "DeepSpeedZeroOptimizer", "DeepSpeedZeroOptimizer_Stage3", "BF16_Optimizer", ...
+  std::string optimizer;  // "DeepSpeedZeroOptimizer", "DeepSpeedZeroOptimizer_Stage3", "BF16_Optimizer", ...
   DType train_dtype = DType::F32;
 };
 
@@ -33,10 +33,10 @@ struct Tag {
 };
 
 struct Checkpoint {
-  std::string framework;          // "deepspeed"
-  std::filesystem::path root;     // the save dir (parent of the tags)
-  std::string latest;             // tag served at the mount root
-  std::vector<Tag> tags;          // sorted naturally (global_step9 before global_step10)
+  std::string framework;                          // "deepspeed"
+  std::filesystem::path root;                     // the save dir (parent of the tags)
+  std::string latest;                             // tag served at the mount root
+  std::vector<Tag> tags;                          // sorted naturally (global_step9 before global_step10)
   std::vector<std::filesystem::path> side_files;  // regular files of the root that are not checkpoint data
 
   const Tag* find(const std::string& tag) const;

@@ -9,16 +9,31 @@
 namespace ckptfs {
 
 enum class DType : uint8_t {
-  F64, F32, F16, BF16,
-  F8_E5M2, F8_E4M3FN, F8_E5M2FNUZ, F8_E4M3FNUZ,
-  I64, I32, I16, I8, U8, U16, U32, U64, Bool,
-  C64, C128,
+  F64,
+  F32,
+  F16,
+  BF16,
+  F8_E5M2,
+  F8_E4M3FN,
+  F8_E5M2FNUZ,
+  F8_E4M3FNUZ,
+  I64,
+  I32,
+  I16,
+  I8,
+  U8,
+  U16,
+  U32,
+  U64,
+  Bool,
+  C64,
+  C128,
 };
 
 size_t dtype_size(DType d);
 bool dtype_is_floating(DType d);
-std::string_view dtype_torch_name(DType d);         // "float32", "bfloat16", "int64", ...
-std::string_view dtype_safetensors_name(DType d);   // "F32", "BF16", "I64", ...
+std::string_view dtype_torch_name(DType d);        // "float32", "bfloat16", "int64", ...
+std::string_view dtype_safetensors_name(DType d);  // "F32", "BF16", "I64", ...
 // Legacy storage class ("FloatStorage"); empty for dtypes torch saves as UntypedStorage + _rebuild_tensor_v3.
 std::string_view dtype_storage_class(DType d);
 std::optional<DType> dtype_from_storage_class(std::string_view class_name);

@@ -33,8 +33,18 @@ struct TruncatedError : FormatError {
 };
 
 enum class Kind {
-  None, Bool, Int, BigInt, Float, String, Bytes,
-  Tuple, List, Dict, Set, FrozenSet,
+  None,
+  Bool,
+  Int,
+  BigInt,
+  Float,
+  String,
+  Bytes,
+  Tuple,
+  List,
+  Dict,
+  Set,
+  FrozenSet,
   Global,  // a bare class/function reference (GLOBAL / STACK_GLOBAL not applied to anything)
   Object,  // the result of REDUCE/NEWOBJ/getattr on a global the unpickler does not model
   Native,  // a value built by a reduce hook (see UnpickleOptions::reduce)
@@ -46,11 +56,11 @@ using ValuePtr = std::shared_ptr<Value>;
 struct Value {
   Kind kind = Kind::None;
   bool boolean = false;
-  int64_t integer = 0;  // Int
-  double real = 0;      // Float
-  std::string text;     // String (UTF-8), Bytes (raw), BigInt (two's complement, little-endian)
-  std::vector<ValuePtr> items;                          // Tuple, List, Set, FrozenSet; Object: APPENDs
-  std::vector<std::pair<ValuePtr, ValuePtr>> entries;   // Dict in insertion order; Object: SETITEMs
+  int64_t integer = 0;          // Int
+  double real = 0;              // Float
+  std::string text;             // String (UTF-8), Bytes (raw), BigInt (two's complement, little-endian)
+  std::vector<ValuePtr> items;  // Tuple, List, Set, FrozenSet; Object: APPENDs
+  std::vector<std::pair<ValuePtr, ValuePtr>> entries;  // Dict in insertion order; Object: SETITEMs
   std::string module, name;  // Global and Object: the callable or class (Dict: "collections.OrderedDict")
   std::string member;        // Object made by getattr(module.name, member) (enum members pickled by name)
   ValuePtr args;             // Object: the argument tuple given to REDUCE / NEWOBJ
@@ -80,8 +90,8 @@ inline ValuePtr make_value(Kind kind) {
 }
 
 struct UnpickleOptions {
-  size_t max_depth = 512;          // nesting of marks and containers
-  size_t max_memo = 1u << 24;      // memo slots
+  size_t max_depth = 512;      // nesting of marks and containers
+  size_t max_memo = 1u << 24;  // memo slots
   // Shared references (memo, DUP) let a small pickle describe a huge value: a list holding one list
   // twice, 60 levels deep, or set(x) / bytes(x) / torch.Size(x) on one large x a million times. Both what
   // the unpickler copies and the value with every shared subtree expanded are bounded by

@@ -40,7 +40,9 @@ constexpr std::array<DTypeInfo, 19> kTable{{
 }};
 // clang-format on
 
-const DTypeInfo& info(DType d) { return kTable[static_cast<size_t>(d)]; }
+const DTypeInfo& info(DType d) {
+  return kTable[static_cast<size_t>(d)];
+}
 
 static_assert([] {
   for (size_t i = 0; i < kTable.size(); ++i)
@@ -50,12 +52,24 @@ static_assert([] {
 
 }  // namespace
 
-size_t dtype_size(DType d) { return info(d).size; }
-bool dtype_is_floating(DType d) { return info(d).floating; }
-std::string_view dtype_torch_name(DType d) { return info(d).torch_name; }
-std::string_view dtype_safetensors_name(DType d) { return info(d).safetensors_name; }
-std::string_view dtype_storage_class(DType d) { return info(d).storage_class; }
-int dtype_safetensors_rank(DType d) { return info(d).safetensors_rank; }
+size_t dtype_size(DType d) {
+  return info(d).size;
+}
+bool dtype_is_floating(DType d) {
+  return info(d).floating;
+}
+std::string_view dtype_torch_name(DType d) {
+  return info(d).torch_name;
+}
+std::string_view dtype_safetensors_name(DType d) {
+  return info(d).safetensors_name;
+}
+std::string_view dtype_storage_class(DType d) {
+  return info(d).storage_class;
+}
+int dtype_safetensors_rank(DType d) {
+  return info(d).safetensors_rank;
+}
 
 std::optional<DType> dtype_from_storage_class(std::string_view class_name) {
   for (const auto& i : kTable)

@@ -64,10 +64,11 @@ void append_source_range(std::vector<Piece>& pieces, uint64_t dst_begin, const t
   const uint64_t elem = dtype_size(src.dtype);
   const uint64_t capacity = src.storage.nbytes / elem;
   if (count > std::max(capacity, kMaxRepeatedElements))
-    throw UnsupportedError(fmt::format("{}: a tensor view of {} elements over a storage of {} repeats storage "
-                                       "elements (stride 0 or overlapping strides); ckptfs serves at most {} "
-                                       "such elements",
-                                       src.storage.file->path().string(), count, capacity, kMaxRepeatedElements));
+    throw UnsupportedError(
+        fmt::format("{}: a tensor view of {} elements over a storage of {} repeats storage "
+                    "elements (stride 0 or overlapping strides); ckptfs serves at most {} "
+                    "such elements",
+                    src.storage.file->path().string(), count, capacity, kMaxRepeatedElements));
 
   const BlockLayout layout(src);
   // Odometer position of the block holding `first`, and the element address of that block's start.

@@ -23,7 +23,8 @@ Arguments parse_arguments(std::span<const std::string> args, const std::set<std:
     }
   }
   if (out.positional.size() != positionals)
-    throw UsageError(fmt::format("expected {} arguments, got {}\nusage: {}", positionals, out.positional.size(), usage));
+    throw UsageError(
+        fmt::format("expected {} arguments, got {}\nusage: {}", positionals, out.positional.size(), usage));
   return out;
 }
 

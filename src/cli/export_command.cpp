@@ -1,8 +1,7 @@
 // `ckptfs export SRC OUT [--tag T]`: streams every view of a tag into OUT with bounded memory.
 #include <fcntl.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <array>
 #include <cerrno>
@@ -73,8 +72,9 @@ void write_view(const views::VirtualFile& file, const fs::path& path, Progress& 
     fd = -1;
     std::error_code ec;
     fs::rename(partial, path, ec);
-    if (ec) throw OutputError(fmt::format("{}: cannot rename to {}: {}", partial.string(), path.filename().string(),
-                                          ec.message()));
+    if (ec)
+      throw OutputError(fmt::format("{}: cannot rename to {}: {}", partial.string(), path.filename().string(),
+                                    ec.message()));
   } catch (...) {
     if (pending.valid()) pending.wait();
     if (fd >= 0) ::close(fd);
@@ -98,7 +98,8 @@ int run_export(std::span<const std::string> args) {
     Arguments a = parse_arguments(args, {}, 2, kUsage);
     const fs::path source = a.positional[0], out = a.positional[1];
     if (is_inside(out, source))
-      throw UsageError(fmt::format("{}: is inside the source directory; ckptfs never writes to the source", out.string()));
+      throw UsageError(
+          fmt::format("{}: is inside the source directory; ckptfs never writes to the source", out.string()));
     OpenOptions options;
     options.tag = a.tag;
     Checkpoint cp = open_checkpoint(source, options);
@@ -111,7 +112,9 @@ int run_export(std::span<const std::string> args) {
       const fs::path path = out / v.path;
       std::error_code ec;
       fs::create_directories(path.parent_path(), ec);
-      if (ec) throw OutputError(fmt::format("{}: cannot create directory: {}", path.parent_path().string(), ec.message()));
+      if (ec)
+        throw OutputError(
+            fmt::format("{}: cannot create directory: {}", path.parent_path().string(), ec.message()));
       progress.set_label(v.path);
       write_view(*v.file, path, progress);
     }

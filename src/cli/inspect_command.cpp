@@ -5,10 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "ckptfs/checkpoint.hpp"
+#include "ckptfs/describe.hpp"
 #include "ckptfs/layout.hpp"
 #include "cli/arguments.hpp"
 #include "cli/commands.hpp"
-#include "ckptfs/describe.hpp"
 
 namespace ckptfs::cli {
 
@@ -16,12 +16,15 @@ namespace {
 
 constexpr const char* kUsage = "ckptfs inspect SRC [--tag T] [--json] [--tensors]";
 
-std::string shape_string(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string shape_string(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 void print_tensors(const catalog::Catalog& c, const char* title) {
   fmt::print("  {} tensors ({}):\n", title, c.tensors.size());
   for (const auto& t : c.tensors)
-    fmt::print("    {:<48} {:<9} {:<16} {}\n", t.name, dtype_torch_name(t.dtype), shape_string(t.shape), t.origin);
+    fmt::print("    {:<48} {:<9} {:<16} {}\n", t.name, dtype_torch_name(t.dtype), shape_string(t.shape),
+               t.origin);
 }
 
 void print_text(const Checkpoint& cp, bool tensors) {

@@ -1,8 +1,7 @@
 #include "cli/progress.hpp"
 
-#include <unistd.h>
-
 #include <fmt/format.h>
+#include <unistd.h>
 
 namespace ckptfs::cli {
 
@@ -22,8 +21,9 @@ void Progress::draw() {
   const double fraction = total_ ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
   constexpr int kWidth = 30;
   const int filled = static_cast<int>(fraction * kWidth);
-  fmt::print(stderr, "\r[{:#<{}}{:<{}}] {:5.1f}% {:.2f}/{:.2f} GB {:.0f} MB/s  {:<28}", "", filled, "", kWidth - filled,
-             fraction * 100, static_cast<double>(done_) / 1e9, static_cast<double>(total_) / 1e9,
+  fmt::print(stderr, "\r[{:#<{}}{:<{}}] {:5.1f}% {:.2f}/{:.2f} GB {:.0f} MB/s  {:<28}", "", filled, "",
+             kWidth - filled, fraction * 100, static_cast<double>(done_) / 1e9,
+             static_cast<double>(total_) / 1e9,
              seconds > 0 ? static_cast<double>(done_) / 1e6 / seconds : 0.0, label_);
 }
 

@@ -9,7 +9,8 @@ namespace {
 nlohmann::json describe_tensors(const catalog::Catalog& c) {
   auto out = nlohmann::json::array();
   for (const auto& t : c.tensors)
-    out.push_back({{"name", t.name}, {"dtype", dtype_torch_name(t.dtype)}, {"shape", t.shape}, {"origin", t.origin}});
+    out.push_back(
+        {{"name", t.name}, {"dtype", dtype_torch_name(t.dtype)}, {"shape", t.shape}, {"origin", t.origin}});
   return out;
 }
 
@@ -26,15 +27,19 @@ nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors) {
     nlohmann::json jt;
     jt["name"] = tag.name;
     jt["dir"] = tag.dir.string();
-    jt["topology"] = {{"zero_stage", t.zero_stage}, {"dp", t.dp},         {"tp", t.tp},
-                      {"pp", t.pp},                 {"optimizer", t.optimizer},
+    jt["topology"] = {{"zero_stage", t.zero_stage},
+                      {"dp", t.dp},
+                      {"tp", t.tp},
+                      {"pp", t.pp},
+                      {"optimizer", t.optimizer},
                       {"train_dtype", dtype_torch_name(t.train_dtype)}};
     jt["tensor_count"] = {{"model", tag.model->tensors.size()}, {"fp32", tag.fp32->tensors.size()}};
     jt["views"] = nlohmann::json::array();
     for (const auto& v : tag_views(tag)) jt["views"].push_back({{"path", v.path}, {"size", v.file->size()}});
     jt["source_files"] = tag.files.size();
     jt["notes"] = tag.notes;
-    if (with_tensors) jt["tensors"] = {{"model", describe_tensors(*tag.model)}, {"fp32", describe_tensors(*tag.fp32)}};
+    if (with_tensors)
+      jt["tensors"] = {{"model", describe_tensors(*tag.model)}, {"fp32", describe_tensors(*tag.fp32)}};
     j["tags"].push_back(std::move(jt));
   }
   return j;

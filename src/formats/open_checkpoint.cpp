@@ -22,10 +22,12 @@ const Tag& Checkpoint::latest_tag() const {
 
 Checkpoint open_checkpoint(const fs::path& source, const OpenOptions& options) {
   std::error_code ec;
-  if (!fs::exists(source, ec)) throw SourceError(fmt::format("{}: no such file or directory", source.string()));
+  if (!fs::exists(source, ec))
+    throw SourceError(fmt::format("{}: no such file or directory", source.string()));
   if (!fs::is_directory(source, ec)) throw SourceError(fmt::format("{}: not a directory", source.string()));
   if (deepspeed::is_deepspeed_source(source)) return deepspeed::open(source, options);
-  throw SourceError(fmt::format("{}: no checkpoint found (expected a DeepSpeed save dir or tag dir)", source.string()));
+  throw SourceError(
+      fmt::format("{}: no checkpoint found (expected a DeepSpeed save dir or tag dir)", source.string()));
 }
 
 }  // namespace ckptfs

@@ -1,11 +1,10 @@
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
@@ -23,7 +22,9 @@ int64_t mtime_of(const struct stat& st) {
 File::File(std::filesystem::path path, int fd, uint64_t size, int64_t mtime_ns)
     : path_(std::move(path)), fd_(fd), size_(size), mtime_ns_(mtime_ns) {}
 
-File::~File() { ::close(fd_); }
+File::~File() {
+  ::close(fd_);
+}
 
 std::shared_ptr<File> File::open(const std::filesystem::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

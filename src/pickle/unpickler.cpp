@@ -102,7 +102,8 @@ class Unpickler {
   void charge(const Value& v, int levels) {
     copied_ += weight_within(v, levels);
     if (copied_ > max_weight_)
-      fail(fmt::format("arguments copied add up to more than {} units (shared references repeated)", max_weight_));
+      fail(fmt::format("arguments copied add up to more than {} units (shared references repeated)",
+                       max_weight_));
   }
 
   [[noreturn]] void fail(std::string_view problem) const {

@@ -484,13 +484,16 @@ TEST(PickleLimits, GarbageIsAFormatError) {
   }
 }
 
-std::string u32le(uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); }
+std::string u32le(uint32_t v) {
+  return std::string(reinterpret_cast<const char*>(&v), 4);
+}
 
 // A small pickle must not describe (or make the unpickler copy) an unbounded amount: each case below
 // would need terabytes or 2^60 steps without the expansion budget, and must fail fast instead.
 TEST(PickleLimits, SharedReferencesCannotAmplify) {
   // A list of 100k Nones (memo 0), then set(it) 100k times: 10^10 item copies.
-  std::string sets = "(" + std::string(100000, 'N') + "lr" + u32le(0) + "c__builtin__\nset\nr" + u32le(1) + "0";
+  std::string sets =
+      "(" + std::string(100000, 'N') + "lr" + u32le(0) + "c__builtin__\nset\nr" + u32le(1) + "0";
   for (int i = 0; i < 100000; ++i) sets += "j" + u32le(1) + "j" + u32le(0) + "\x85R0";
   EXPECT_PICKLE_ERROR(sets + "N.", "arguments copied add up to more than");
   // One 1 MB bytes object (memo 0), bytes(it) 100k times; and the same string as STACK_GLOBAL's module.
@@ -499,7 +502,10 @@ TEST(PickleLimits, SharedReferencesCannotAmplify) {
   for (int i = 0; i < 100000; ++i) copies += "j" + u32le(1) + "j" + u32le(0) + "\x85R0";
   EXPECT_PICKLE_ERROR(copies + "N.", "arguments copied add up to more than");
   std::string globals = "X" + u32le(1 << 20) + std::string(1 << 20, 'm') + "r" + u32le(0) + "0";
-  for (int i = 0; i < 100000; ++i) globals += "j" + u32le(0) + "j" + u32le(0) + "\x93" "0";
+  for (int i = 0; i < 100000; ++i)
+    globals += "j" + u32le(0) + "j" + u32le(0) +
+               "\x93"
+               "0";
   EXPECT_PICKLE_ERROR(globals + "N.", "arguments copied add up to more than");
   // L(i+1) = [L(i), L(i)], 60 levels: 120 opcodes, 2^60 values once expanded.
   std::string doubling = "]r" + u32le(0);

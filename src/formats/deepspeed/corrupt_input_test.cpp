@@ -5,7 +5,6 @@
 // message starts with the path of the file (or directory) at fault: no other exception type, no crash,
 // no hang, no runaway memory.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,7 +72,9 @@ ZipMap map_zip(const std::string& b) {
     const std::string name = b.substr(at + 30, name_len);
     if (name.ends_with("/data.pkl")) {
       m.pickle_begin = at + 30 + name_len + extra_len;
-      m.pickle_end = i + 1 < m.local.size() ? m.local[i + 1] : m.central.empty() ? b.size() : m.central.front();
+      m.pickle_end = i + 1 < m.local.size() ? m.local[i + 1]
+                     : m.central.empty()    ? b.size()
+                                            : m.central.front();
     }
   }
   return m;
@@ -110,7 +111,8 @@ class Corrupter {
       write_file(work_ / s.name, s.bytes);
       sources_.push_back(std::move(s));
     }
-    std::sort(sources_.begin(), sources_.end(), [](const Source& a, const Source& b) { return a.name < b.name; });
+    std::sort(sources_.begin(), sources_.end(),
+              [](const Source& a, const Source& b) { return a.name < b.name; });
   }
 
   // Applies one mutation; returns its description.
@@ -120,20 +122,35 @@ class Corrupter {
     std::string what;
     const int kind = static_cast<int>(pick(9));
     switch (kind) {
-      case 0: what = flip_in(b, region_of(s.zip.central, b.size(), s.zip), "central directory"); break;
-      case 1: what = flip_in(b, local_header(s.zip, b.size()), "local header"); break;
-      case 2: what = flip_in(b, {s.zip.pickle_begin, s.zip.pickle_end}, "data.pkl"); break;
-      case 3: what = flip_in(b, end_records(s.zip, b.size()), "end records"); break;
+      case 0:
+        what = flip_in(b, region_of(s.zip.central, b.size(), s.zip), "central directory");
+        break;
+      case 1:
+        what = flip_in(b, local_header(s.zip, b.size()), "local header");
+        break;
+      case 2:
+        what = flip_in(b, {s.zip.pickle_begin, s.zip.pickle_end}, "data.pkl");
+        break;
+      case 3:
+        what = flip_in(b, end_records(s.zip, b.size()), "end records");
+        break;
       case 4: {
         const size_t at = pick(2) ? pick(b.size() + 1) : b.size() - std::min(b.size(), pick(512));
         b.resize(at);
         what = fmt("truncated at {}", at);
         break;
       }
-      case 5: what = huge_field(b, s.zip); break;
-      case 6: what = pickle_opcode(b, s.zip); break;
-      case 7: what = flip_in(b, {0, b.size()}, "anywhere"); break;
-      case 8: return duplicate(s);
+      case 5:
+        what = huge_field(b, s.zip);
+        break;
+      case 6:
+        what = pickle_opcode(b, s.zip);
+        break;
+      case 7:
+        what = flip_in(b, {0, b.size()}, "anywhere");
+        break;
+      case 8:
+        return duplicate(s);
     }
     write_file(work_ / s.name, b);
     restore_ = &s;
@@ -195,13 +212,15 @@ class Corrupter {
     };
     std::vector<Field> fields;
     for (size_t at : m.central)
-      for (Field f : {Field{20, 4}, {24, 4}, {28, 2}, {30, 2}, {32, 2}, {42, 4}}) fields.push_back({at + f.at, f.width});
+      for (Field f : {Field{20, 4}, {24, 4}, {28, 2}, {30, 2}, {32, 2}, {42, 4}})
+        fields.push_back({at + f.at, f.width});
     for (size_t at : m.local)
       for (Field f : {Field{18, 4}, {22, 4}, {26, 2}, {28, 2}}) fields.push_back({at + f.at, f.width});
     for (size_t at : m.end) {
       const uint32_t sig = u32_at(b, at);
       if (sig == 0x06054b50)
-        for (Field f : {Field{8, 2}, {10, 2}, {12, 4}, {16, 4}, {20, 2}}) fields.push_back({at + f.at, f.width});
+        for (Field f : {Field{8, 2}, {10, 2}, {12, 4}, {16, 4}, {20, 2}})
+          fields.push_back({at + f.at, f.width});
       if (sig == 0x06064b50)
         for (Field f : {Field{24, 8}, {32, 8}, {40, 8}, {48, 8}}) fields.push_back({at + f.at, f.width});
       if (sig == 0x07064b50) fields.push_back({at + 8, 8});
@@ -214,8 +233,8 @@ class Corrupter {
     if (fields.empty()) return "no field";
     const Field f = fields[pick(fields.size())];
     const uint64_t max = f.width == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * f.width)) - 1;
-    const uint64_t values[] = {max, max - 1, max / 2, max / 2 + 1, b.size(), b.size() + 1, 0, 1, uint64_t{1} << 31,
-                               (uint64_t{1} << 62) + 7};
+    const uint64_t values[] = {max,          max - 1, max / 2, max / 2 + 1,       b.size(),
+                               b.size() + 1, 0,       1,       uint64_t{1} << 31, (uint64_t{1} << 62) + 7};
     const uint64_t v = values[pick(std::size(values))] & max;
     put_le(b, f.at, v, f.width);
     return fmt("field of {} bytes at {} set to {}", f.width, f.at, v);
@@ -224,9 +243,11 @@ class Corrupter {
   // An opcode of the pickle replaced by another, or a length argument made huge.
   std::string pickle_opcode(std::string& b, const ZipMap& m) {
     if (m.pickle_end <= m.pickle_begin) return flip_in(b, {0, b.size()}, "anywhere (no pickle)");
-    static const char kOps[] = {'(', ')', ']', '}', '0', '2', 't', 'l', 'd', 'e', 'a', 'u', 's', 'R', 'b', 'c', '\x93',
-                                'q', 'r', 'h', 'j', 'X', '\x8d', 'B', '\x8e', 'T', 'U', 'Q', '\x81', '\x92', '\x85',
-                                '\x86', '\x87', '\x94', '\x95', '.', 'N', 'K', 'M', 'J', '\x8a', '\x8b', 'C', 'p', 'g'};
+    static const char kOps[] = {'(', ')',    ']',    '}',    '0',    '2',    't',    'l',    'd',
+                                'e', 'a',    'u',    's',    'R',    'b',    'c',    '\x93', 'q',
+                                'r', 'h',    'j',    'X',    '\x8d', 'B',    '\x8e', 'T',    'U',
+                                'Q', '\x81', '\x92', '\x85', '\x86', '\x87', '\x94', '\x95', '.',
+                                'N', 'K',    'M',    'J',    '\x8a', '\x8b', 'C',    'p',    'g'};
     const size_t at = m.pickle_begin + pick(m.pickle_end - m.pickle_begin);
     if (pick(3) == 0) {
       // An integer argument (BININT1, BININT2, BININT: shapes, strides, offsets, storage sizes, counts).
@@ -257,12 +278,15 @@ class Corrupter {
       restore_ = &s;
       return s.name + ": replaced by " + other.name;
     }
-    static const char* kNames[] = {"mp_rank_07_model_states.pt", "mp_rank_99999999999_model_states.pt",
+    static const char* kNames[] = {"mp_rank_07_model_states.pt",
+                                   "mp_rank_99999999999_model_states.pt",
                                    "zero_pp_rank_5_mp_rank_00_optim_states.pt",
                                    "bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt",
                                    "zero_pp_rank_99999999999_mp_rank_00_optim_states.pt",
-                                   "zero_pp_rank_2_mp_rank_00_model_states.pt", "layer_07-model_states.pt",
-                                   "layer_99999999999-model_states.pt", "mp_rank_00_model_states.pt"};
+                                   "zero_pp_rank_2_mp_rank_00_model_states.pt",
+                                   "layer_07-model_states.pt",
+                                   "layer_99999999999-model_states.pt",
+                                   "mp_rank_00_model_states.pt"};
     const std::string name = kNames[pick(std::size(kNames))];
     if (fs::exists(work_ / name)) {
       write_file(work_ / name, s.bytes);
@@ -285,8 +309,9 @@ class Corrupter {
 TEST(CorruptInput, RealCheckpointsFailCleanlyOrOpen) {
   // tmpfs when there is one: rewriting a file on ext4 flushes it on close, which would dominate the runtime.
   std::error_code ec;
-  const fs::path tmp = fs::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0 ? fs::path("/dev/shm")
-                                                                                         : fs::temp_directory_path();
+  const fs::path tmp = fs::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0
+                           ? fs::path("/dev/shm")
+                           : fs::temp_directory_path();
   const fs::path work = tmp / ("ckptfs-corrupt-" + std::to_string(::getpid()));
   fs::remove_all(work);
   const std::vector<std::string> fixtures = {"z0_bf16_ws2", "z1_fp32_ws4", "z2_bf16_ws2", "z3_fp16_ws2",
@@ -297,7 +322,8 @@ TEST(CorruptInput, RealCheckpointsFailCleanlyOrOpen) {
   std::string slowest_what;
   for (size_t f = 0; f < fixtures.size(); ++f) {
     const fs::path tag_dir = work / fixtures[f] / "global_step3";
-    Corrupter corrupter(kFixtures / fixtures[f] / "checkpoint/global_step3", tag_dir, 1000 + static_cast<uint32_t>(f));
+    Corrupter corrupter(kFixtures / fixtures[f] / "checkpoint/global_step3", tag_dir,
+                        1000 + static_cast<uint32_t>(f));
     ASSERT_NO_THROW(read_views(open_checkpoint(tag_dir))) << fixtures[f] << " unmodified";
     for (int i = 0; i < kPerFixture; ++i) {
       const std::string what = fixtures[f] + " #" + std::to_string(i) + " " + corrupter.mutate();

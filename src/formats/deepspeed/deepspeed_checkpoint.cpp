@@ -3,8 +3,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <ranges>
 #include <fstream>
+#include <ranges>
 #include <sstream>
 
 #include "ckptfs/deepspeed.hpp"
@@ -51,7 +51,8 @@ std::vector<fs::path> list_side_files(const fs::path& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_regular_file(ec) || name == "latest" || name == "latest_universal") continue;
-    if (is_tag_dir(dir) && (name.ends_with("_model_states.pt") || name.ends_with("optim_states.pt"))) continue;
+    if (is_tag_dir(dir) && (name.ends_with("_model_states.pt") || name.ends_with("optim_states.pt")))
+      continue;
     out.push_back(entry.path());
   }
   std::sort(out.begin(), out.end());
@@ -77,15 +78,18 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
   } else {
     cp.root = source;
     for (const auto& t : list_tags(source)) tag_dirs.emplace_back(t, source / t);
-    if (tag_dirs.empty()) throw SourceError(fmt::format("{}: no DeepSpeed tag directory found", source.string()));
+    if (tag_dirs.empty())
+      throw SourceError(fmt::format("{}: no DeepSpeed tag directory found", source.string()));
     auto latest = read_latest(source);
-    if (latest && std::none_of(tag_dirs.begin(), tag_dirs.end(), [&](const auto& t) { return t.first == *latest; }))
+    if (latest &&
+        std::none_of(tag_dirs.begin(), tag_dirs.end(), [&](const auto& t) { return t.first == *latest; }))
       throw FormatError(fmt::format("{}: names tag '{}', which is not a checkpoint directory here",
                                     (source / "latest").string(), *latest));
     cp.latest = latest.value_or(tag_dirs.back().first);
   }
   if (options.tag) {
-    auto it = std::find_if(tag_dirs.begin(), tag_dirs.end(), [&](const auto& t) { return t.first == *options.tag; });
+    auto it = std::find_if(tag_dirs.begin(), tag_dirs.end(),
+                           [&](const auto& t) { return t.first == *options.tag; });
     if (it == tag_dirs.end())
       throw SourceError(fmt::format("{}: no tag '{}' (tags: {})", source.string(), *options.tag,
                                     fmt::join(tag_dirs | std::views::keys, ", ")));

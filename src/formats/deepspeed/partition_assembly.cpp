@@ -12,9 +12,13 @@ using catalog::LogicalTensor;
 
 namespace {
 
-std::string file_name(const std::filesystem::path& p) { return p.filename().string(); }
+std::string file_name(const std::filesystem::path& p) {
+  return p.filename().string();
+}
 
-uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+uint64_t ceil_div(uint64_t a, uint64_t b) {
+  return a / b + (a % b != 0);
+}
 
 // The elements of a group's params together; each param is below 2^63, their sum need not be.
 uint64_t add_numel(uint64_t total, uint64_t numel, const std::filesystem::path& shapes_file, size_t group) {
@@ -47,7 +51,9 @@ const NamedTensor* find_named(const NamedIndex& index, std::string_view name) {
   return it == index.end() ? nullptr : it->second;
 }
 
-DType fp32_view_dtype(DType d) { return (d == DType::F16 || d == DType::BF16) ? DType::F32 : d; }
+DType fp32_view_dtype(DType d) {
+  return (d == DType::F16 || d == DType::BF16) ? DType::F32 : d;
+}
 
 LogicalTensor whole_tensor(const std::string& name, const torch::SourceTensor& src, DType dtype,
                            std::string origin) {
@@ -60,7 +66,8 @@ LogicalTensor whole_tensor(const std::string& name, const torch::SourceTensor& s
   return t;
 }
 
-std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file, const std::vector<OptimStates>& ranks) {
+std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file,
+                                                const std::vector<OptimStates>& ranks) {
   const auto& groups = *shapes_file.param_shapes;
   const OptimStates& first = ranks.front();
   if (groups.size() != first.fp32_groups.size())
@@ -76,23 +83,25 @@ std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file, 
     // unless it is also the last rank, whose stored slice may have the padding cut off.
     const uint64_t slice = n_ranks > 1 ? first.fp32_groups[g].numel() : std::max<uint64_t>(total, 1);
     if (slice < ceil_div(total, n_ranks))
-      throw FormatError(fmt::format("{}: param_shapes of group {} needs {} elements but the {} optimizer partitions "
-                                    "hold {} ({} each): shapes do not add up",
-                                    shapes_file.path.string(), g, total, n_ranks, slice * n_ranks, slice));
+      throw FormatError(
+          fmt::format("{}: param_shapes of group {} needs {} elements but the {} optimizer partitions "
+                      "hold {} ({} each): shapes do not add up",
+                      shapes_file.path.string(), g, total, n_ranks, slice * n_ranks, slice));
     for (uint64_t r = 0; r < n_ranks; ++r) {
       if (ranks[r].fp32_groups.size() <= g)
         throw FormatError(fmt::format("{}: has no fp32 partition for group {}", ranks[r].path.string(), g));
       const uint64_t stored = ranks[r].fp32_groups[g].numel();
       const uint64_t needed = r == 0 || slice <= total / r ? std::min(slice, total - r * slice) : 0;
       if (stored > slice || stored < needed)
-        throw FormatError(fmt::format("{}: fp32 partition of group {} holds {} elements, expected {} (rank {} of {})",
-                                      ranks[r].path.string(), g, stored, needed == slice ? slice : needed, r,
-                                      n_ranks));
+        throw FormatError(
+            fmt::format("{}: fp32 partition of group {} holds {} elements, expected {} (rank {} of {})",
+                        ranks[r].path.string(), g, stored, needed == slice ? slice : needed, r, n_ranks));
     }
     uint64_t offset = 0;
     for (const auto& param : groups[g]) {
       LogicalTensor t = fp32_tensor(param);
-      t.origin = fmt::format("group {} [{}, {}) over {} rank partitions", g, offset, offset + param.numel, n_ranks);
+      t.origin =
+          fmt::format("group {} [{}, {}) over {} rank partitions", g, offset, offset + param.numel, n_ranks);
       for (uint64_t e = offset; e < offset + param.numel;) {
         const uint64_t r = e / slice;
         const uint64_t local = e - r * slice;
@@ -107,7 +116,8 @@ std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file, 
   return out;
 }
 
-std::vector<LogicalTensor> assemble_zero3_groups(const ModelStates& shapes_file, const std::vector<OptimStates>& ranks) {
+std::vector<LogicalTensor> assemble_zero3_groups(const ModelStates& shapes_file,
+                                                 const std::vector<OptimStates>& ranks) {
   const auto& groups = *shapes_file.param_shapes;
   const uint64_t n_ranks = ranks.size();
   std::vector<LogicalTensor> out;
@@ -118,13 +128,14 @@ std::vector<LogicalTensor> assemble_zero3_groups(const ModelStates& shapes_file,
     for (const auto& rank : ranks) {
       if (rank.fp32_groups.size() != groups.size())
         throw FormatError(fmt::format("{}: holds {} fp32 sub-groups but {} lists {} in param_shapes",
-                                      rank.path.string(), rank.fp32_groups.size(), file_name(shapes_file.path),
-                                      groups.size()));
+                                      rank.path.string(), rank.fp32_groups.size(),
+                                      file_name(shapes_file.path), groups.size()));
       if (rank.fp32_groups[i].numel() != partition_total)
-        throw FormatError(fmt::format("{}: fp32_flat_groups[{}] holds {} elements but param_shapes of {} needs {} "
-                                      "per rank: shapes do not add up",
-                                      rank.path.string(), i, rank.fp32_groups[i].numel(),
-                                      file_name(shapes_file.path), partition_total));
+        throw FormatError(
+            fmt::format("{}: fp32_flat_groups[{}] holds {} elements but param_shapes of {} needs {} "
+                        "per rank: shapes do not add up",
+                        rank.path.string(), i, rank.fp32_groups[i].numel(), file_name(shapes_file.path),
+                        partition_total));
     }
     uint64_t offset = 0;
     for (const auto& param : groups[i]) {
@@ -158,8 +169,8 @@ std::vector<LogicalTensor> assemble_zero3_frozen(const std::vector<ModelStates>&
     for (uint64_t r = 0; r < n_ranks; ++r) {
       const NamedTensor* frag = find_named(fragments[r], param.name);
       if (frag == nullptr)
-        throw FormatError(fmt::format("{}: frozen_param_fragments has no entry for {}", ranks[r].path.string(),
-                                      param.name));
+        throw FormatError(fmt::format("{}: frozen_param_fragments has no entry for {}",
+                                      ranks[r].path.string(), param.name));
       if (r == 0) t.dtype = frag->tensor.dtype;
       if (r * part >= param.numel) continue;
       const uint64_t count = std::min(part, param.numel - r * part);

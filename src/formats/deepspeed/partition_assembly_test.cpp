@@ -55,7 +55,8 @@ ModelStates shapes_of(const std::vector<std::vector<uint64_t>>& groups) {
   int k = 0;
   for (const auto& g : groups) {
     ms.param_shapes->emplace_back();
-    for (uint64_t n : g) ms.param_shapes->back().push_back({"p" + std::to_string(k++), {static_cast<int64_t>(n)}, n});
+    for (uint64_t n : g)
+      ms.param_shapes->back().push_back({"p" + std::to_string(k++), {static_cast<int64_t>(n)}, n});
   }
   return ms;
 }

@@ -29,13 +29,15 @@ const pickle::Value& Field::value() const {
 
 Field Field::operator[](std::string_view key) const {
   const pickle::Value* child = nullptr;
-  if (value_ != nullptr && (value_->kind == Kind::Dict || value_->kind == Kind::Object)) child = value_->find(key);
+  if (value_ != nullptr && (value_->kind == Kind::Dict || value_->kind == Kind::Object))
+    child = value_->find(key);
   return Field(child, file_, join(path_, key));
 }
 
 Field Field::at(size_t index) const {
   const auto& v = value();
-  if (v.kind != Kind::List && v.kind != Kind::Tuple) fail(fmt::format("expected a list, found {}", v.describe()));
+  if (v.kind != Kind::List && v.kind != Kind::Tuple)
+    fail(fmt::format("expected a list, found {}", v.describe()));
   if (index >= v.items.size()) fail(fmt::format("has {} items, item {} is missing", v.items.size(), index));
   return Field(v.items[index].get(), file_, fmt::format("{}[{}]", path_, index));
 }
@@ -51,7 +53,9 @@ bool Field::is_list() const {
   return value_ != nullptr && (value_->kind == Kind::List || value_->kind == Kind::Tuple);
 }
 
-bool Field::is_dict() const { return value_ != nullptr && value_->kind == Kind::Dict; }
+bool Field::is_dict() const {
+  return value_ != nullptr && value_->kind == Kind::Dict;
+}
 
 int64_t Field::as_int() const {
   const auto& v = value();
@@ -94,13 +98,14 @@ int64_t Field::as_enum_int() const {
   if (v.kind == Kind::Object) {
     if (!v.member.empty()) {
       // ZeroStageEnum members pickled by name (Python >= 3.11).
-      static constexpr std::array<std::pair<std::string_view, int64_t>, 5> kStages{{
-          {"disabled", 0}, {"optimizer_states", 1}, {"gradients", 2}, {"weights", 3}, {"max_stage", 3}}};
+      static constexpr std::array<std::pair<std::string_view, int64_t>, 5> kStages{
+          {{"disabled", 0}, {"optimizer_states", 1}, {"gradients", 2}, {"weights", 3}, {"max_stage", 3}}};
       for (const auto& [name, stage] : kStages)
         if (v.member == name) return stage;
       fail(fmt::format("unknown enum member {}.{}", v.name, v.member));
     }
-    if (v.args && v.args->kind == Kind::Tuple && v.args->items.size() == 1 && v.args->items[0]->kind == Kind::Int)
+    if (v.args && v.args->kind == Kind::Tuple && v.args->items.size() == 1 &&
+        v.args->items[0]->kind == Kind::Int)
       return v.args->items[0]->integer;
   }
   fail(fmt::format("expected an enum or int, found {}", v.describe()));

@@ -14,7 +14,8 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string optim_name(const TagFiles& tf, int dp, int mp) {
-  return fmt::format("{}zero_pp_rank_{}_mp_rank_{:02d}_optim_states.pt", tf.bf16_prefix ? "bf16_" : "", dp, mp);
+  return fmt::format("{}zero_pp_rank_{}_mp_rank_{:02d}_optim_states.pt", tf.bf16_prefix ? "bf16_" : "", dp,
+                     mp);
 }
 
 std::string zero3_model_name(int dp, int mp) {
@@ -46,17 +47,19 @@ void check_world_size(const std::vector<OptimStates>& ranks, const fs::path& dir
   for (const auto& r : ranks)
     for (int64_t c : r.partition_count)
       if (c != reference)
-        throw FormatError(fmt::format(
-            "{}: partition_count is {} but the other rank files say {} (a file from another run or world size?)",
-            r.path.string(), c, reference));
+        throw FormatError(
+            fmt::format("{}: partition_count is {} but the other rank files say {} (a file from another run "
+                        "or world size?)",
+                        r.path.string(), c, reference));
   if (reference > n_files)
     throw FormatError(fmt::format("{}: missing: partition_count is {} but only {} optimizer files are in {}",
                                   (dir / name_of(static_cast<int>(n_files))).string(), reference, n_files,
                                   dir.string()));
   if (reference < n_files)
-    throw FormatError(fmt::format("{}: partition_count is {} but {} optimizer files are in {}; {} does not belong",
-                                  ranks.front().path.string(), reference, n_files, dir.string(),
-                                  ranks.back().path.filename().string()));
+    throw FormatError(
+        fmt::format("{}: partition_count is {} but {} optimizer files are in {}; {} does not belong",
+                    ranks.front().path.string(), reference, n_files, dir.string(),
+                    ranks.back().path.filename().string()));
 }
 
 }  // namespace
@@ -85,7 +88,8 @@ std::vector<ModelStates> read_zero3_model_ranks(io::FileSet& files, const TagFil
   return out;
 }
 
-std::string layer_prefix(int layer, const std::vector<NamedTensor>& entries, const std::set<std::string>& known) {
+std::string layer_prefix(int layer, const std::vector<NamedTensor>& entries,
+                         const std::set<std::string>& known) {
   const std::string numbered = fmt::format("{}.", layer);
   for (const auto& e : entries)
     if (known.count(numbered + e.name)) return numbered;

@@ -19,6 +19,7 @@ std::vector<ModelStates> read_zero3_model_ranks(io::FileSet& files, const TagFil
 
 // The name prefix of a pipeline layer file's keys: "tied_modules.<key>." when its keys match a tied
 // module's names in param_shapes / buffer_names (`known`), else "<layer>.".
-std::string layer_prefix(int layer, const std::vector<NamedTensor>& entries, const std::set<std::string>& known);
+std::string layer_prefix(int layer, const std::vector<NamedTensor>& entries,
+                         const std::set<std::string>& known);
 
 }  // namespace ckptfs::deepspeed

@@ -35,7 +35,8 @@ std::vector<NamedTensor> read_tensors(const Field& dict) {
 }
 
 void require_flat(const Field& field, const torch::SourceTensor& t) {
-  if (t.shape.size() != 1) field.fail(fmt::format("expected a 1-D flat tensor, found {} dimensions", t.shape.size()));
+  if (t.shape.size() != 1)
+    field.fail(fmt::format("expected a 1-D flat tensor, found {} dimensions", t.shape.size()));
   if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
     field.fail(fmt::format("expected floating-point master weights, found {}", dtype_torch_name(t.dtype)));
 }
@@ -63,13 +64,17 @@ ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& p
       for (size_t g = 0; g < shapes.size(); ++g) ms.param_shapes->push_back(read_shapes(shapes.at(g)));
     }
   }
-  if (auto frozen = root["frozen_param_shapes"]; frozen.present()) ms.frozen_param_shapes = read_shapes(frozen);
-  if (auto frags = root["frozen_param_fragments"]; frags.present()) ms.frozen_param_fragments = read_tensors(frags);
+  if (auto frozen = root["frozen_param_shapes"]; frozen.present())
+    ms.frozen_param_shapes = read_shapes(frozen);
+  if (auto frags = root["frozen_param_fragments"]; frags.present())
+    ms.frozen_param_fragments = read_tensors(frags);
   if (auto shared = root["shared_params"]; shared.present())
     for (const auto& [alias, owner] : shared.items()) ms.shared_params.emplace_back(alias, owner.as_string());
-  if (auto stage = root["ds_config"]["zero_optimization"]["stage"]; stage.present() && stage.value().is(pickle::Kind::Int))
+  if (auto stage = root["ds_config"]["zero_optimization"]["stage"];
+      stage.present() && stage.value().is(pickle::Kind::Int))
     ms.config_zero_stage = stage.as_int();
-  if (auto dp = root["dp_world_size"]; dp.present() && dp.value().is(pickle::Kind::Int)) ms.dp_world_size = dp.as_int();
+  if (auto dp = root["dp_world_size"]; dp.present() && dp.value().is(pickle::Kind::Int))
+    ms.dp_world_size = dp.as_int();
   if (auto version = root["ds_version"]; version.present() && version.value().is(pickle::Kind::String))
     ms.ds_version = version.as_string();
   return ms;

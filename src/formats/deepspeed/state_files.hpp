@@ -41,8 +41,8 @@ struct ModelStates {
 
 struct OptimStates {
   std::filesystem::path path;
-  std::optional<int64_t> zero_stage;        // absent in BF16_Optimizer files
-  std::vector<int64_t> partition_count;     // per group (ZeRO-3: a single value)
+  std::optional<int64_t> zero_stage;             // absent in BF16_Optimizer files
+  std::vector<int64_t> partition_count;          // per group (ZeRO-3: a single value)
   std::vector<torch::SourceTensor> fp32_groups;  // single_partition_of_fp32_groups / fp32_flat_groups
 };
 

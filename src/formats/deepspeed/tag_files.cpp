@@ -17,7 +17,8 @@ const std::regex kModelStates(R"(mp_rank_(\d+)_model_states\.pt)");
 const std::regex kZero3ModelStates(R"(zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt)");
 const std::regex kOptimStates(R"((bf16_|fp16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_?optim_states\.pt)");
 const std::regex kLayerStates(R"(layer_(\d+)(-model_(\d+))?-model_states\.pt)");
-const std::regex kExpertStates(R"((layer_\d+_)?expert_\d+_mp_rank_\d+_model_states\.pt|expp_rank_\d+_mp_rank_\d+_optim_states\.pt)");
+const std::regex kExpertStates(
+    R"((layer_\d+_)?expert_\d+_mp_rank_\d+_model_states\.pt|expp_rank_\d+_mp_rank_\d+_optim_states\.pt)");
 
 // A rank or layer number of a file name; absurdly large ones are a naming error, not a crash.
 int number(const std::ssub_match& m, const fs::path& path) {
@@ -26,7 +27,8 @@ int number(const std::ssub_match& m, const fs::path& path) {
   const std::string digits = m.str();
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
   if (ec != std::errc{} || end != digits.data() + digits.size())
-    throw FormatError(fmt::format("{}: rank or layer number {} in the file name is out of range", path.string(), digits));
+    throw FormatError(
+        fmt::format("{}: rank or layer number {} in the file name is out of range", path.string(), digits));
   return n;
 }
 

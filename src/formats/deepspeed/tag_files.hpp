@@ -8,12 +8,12 @@
 namespace ckptfs::deepspeed {
 
 struct TagFiles {
-  std::map<int, std::filesystem::path> model_states;                  // mp_rank_XX_model_states.pt by MP rank
+  std::map<int, std::filesystem::path> model_states;  // mp_rank_XX_model_states.pt by MP rank
   std::map<int, std::map<int, std::filesystem::path>> zero3_model_states;  // [mp][dp]
   std::map<int, std::map<int, std::filesystem::path>> optim_states;        // [mp][dp]
   std::map<int, std::map<int, std::filesystem::path>> layer_states;        // [layer][tp]
-  std::vector<std::filesystem::path> expert_files;                   // MoE: not merged yet
-  bool bf16_prefix = false;                                          // optimizer files are bf16_zero_pp_rank_*
+  std::vector<std::filesystem::path> expert_files;                         // MoE: not merged yet
+  bool bf16_prefix = false;  // optimizer files are bf16_zero_pp_rank_*
 
   bool empty() const { return model_states.empty() && zero3_model_states.empty(); }
   std::vector<std::filesystem::path> all() const;

@@ -24,13 +24,13 @@ namespace {
 
 // What one tag contributes before the catalogs are laid out.
 struct TagParts {
-  std::vector<NamedTensor> module;            // weights as the model holds them (model view order)
+  std::vector<NamedTensor> module;  // weights as the model holds them (model view order)
   std::set<std::string> buffers;
-  std::vector<LogicalTensor> frozen;          // explicit frozen params (ZeRO-2/3); else derived from module
+  std::vector<LogicalTensor> frozen;  // explicit frozen params (ZeRO-2/3); else derived from module
   bool frozen_from_module = true;
-  std::vector<LogicalTensor> trainable;       // fp32 masters in param_shapes order
+  std::vector<LogicalTensor> trainable;  // fp32 masters in param_shapes order
   std::vector<std::pair<std::string, std::string>> aliases;
-  bool masters_known = true;                  // false: no partitioned optimizer state names the masters
+  bool masters_known = true;  // false: no partitioned optimizer state names the masters
 };
 
 LogicalTensor with_dtype(LogicalTensor t, DType dtype) {
@@ -51,7 +51,8 @@ const LogicalTensor* find_in(const std::vector<LogicalTensor>& tensors,
   return it == index.end() ? nullptr : &tensors[it->second];
 }
 
-void add_aliases(std::vector<LogicalTensor>& out, const std::vector<std::pair<std::string, std::string>>& aliases,
+void add_aliases(std::vector<LogicalTensor>& out,
+                 const std::vector<std::pair<std::string, std::string>>& aliases,
                  std::vector<std::string>& notes) {
   auto index = index_by_name(out);
   for (const auto& [alias, owner] : aliases) {
@@ -87,7 +88,8 @@ Catalog build_fp32_catalog(const TagParts& parts, std::vector<std::string>& note
   if (parts.frozen_from_module) {
     for (const auto& e : parts.module)
       if (!parts.buffers.count(e.name) && !trainable_names.count(e.name) && !alias_names.count(e.name))
-        c.tensors.push_back(whole_tensor(e.name, e.tensor, fp32_view_dtype(e.tensor.dtype), "frozen, from module"));
+        c.tensors.push_back(
+            whole_tensor(e.name, e.tensor, fp32_view_dtype(e.tensor.dtype), "frozen, from module"));
   } else {
     for (const auto& t : parts.frozen) c.tensors.push_back(with_dtype(t, fp32_view_dtype(t.dtype)));
   }
@@ -101,7 +103,8 @@ Catalog build_fp32_catalog(const TagParts& parts, std::vector<std::string>& note
 Catalog build_model_catalog(const TagParts& parts, bool zero3, std::vector<std::string>& notes) {
   Catalog c;
   if (!zero3) {
-    for (const auto& e : parts.module) c.tensors.push_back(whole_tensor(e.name, e.tensor, e.tensor.dtype, "module"));
+    for (const auto& e : parts.module)
+      c.tensors.push_back(whole_tensor(e.name, e.tensor, e.tensor.dtype, "module"));
     return c;
   }
   std::map<std::string, std::string> owner_of(parts.aliases.begin(), parts.aliases.end());
@@ -115,7 +118,8 @@ Catalog build_model_catalog(const TagParts& parts, bool zero3, std::vector<std::
     const LogicalTensor* source = find_in(parts.trainable, trainable, source_name);
     if (source == nullptr) source = find_in(parts.frozen, frozen, source_name);
     if (source == nullptr) {
-      notes.push_back(fmt::format("{} is a ZeRO-3 placeholder without partitions in the tag; left out", e.name));
+      notes.push_back(
+          fmt::format("{} is a ZeRO-3 placeholder without partitions in the tag; left out", e.name));
       continue;
     }
     LogicalTensor t = with_dtype(*source, e.tensor.dtype);
@@ -138,8 +142,8 @@ void require_unique_names(const Catalog& c, const fs::path& dir, std::string_vie
   for (const auto& t : c.tensors) {
     auto [it, inserted] = seen.emplace(t.name, &t);
     if (inserted) continue;
-    throw FormatError(fmt::format("{}: tensor {} appears twice in the {} weights ({}; {})", source_of(t, dir).string(), t.name,
-                                  which, it->second->origin, t.origin));
+    throw FormatError(fmt::format("{}: tensor {} appears twice in the {} weights ({}; {})",
+                                  source_of(t, dir).string(), t.name, which, it->second->origin, t.origin));
   }
 }
 
@@ -158,15 +162,15 @@ std::string optimizer_name(const OptimStates& rank0) {
 }
 
 // Trainable fp32 masters of one MP rank of a ZeRO-1/2 or BF16_Optimizer checkpoint.
-std::vector<LogicalTensor> flat_group_masters(io::FileSet& files, const TagFiles& tf, int mp, const ModelStates& ms,
-                                              Topology& topo) {
+std::vector<LogicalTensor> flat_group_masters(io::FileSet& files, const TagFiles& tf, int mp,
+                                              const ModelStates& ms, Topology& topo) {
   auto optim = read_optim_ranks(files, tf, mp);
   if (optim.front().zero_stage && *optim.front().zero_stage == 3)
     throw FormatError(fmt::format("{}: ZeRO-3 optimizer state next to a ZeRO-0/1/2 model-state file {}",
                                   optim.front().path.string(), ms.path.filename().string()));
   if (!ms.param_shapes)
-    throw FormatError(fmt::format("{}: has no param_shapes, but the tag holds ZeRO optimizer files",
-                                  ms.path.string()));
+    throw FormatError(
+        fmt::format("{}: has no param_shapes, but the tag holds ZeRO optimizer files", ms.path.string()));
   topo.dp = static_cast<int>(optim.size());
   topo.optimizer = optimizer_name(optim.front());
   topo.zero_stage = optim.front().zero_stage ? static_cast<int>(*optim.front().zero_stage)
@@ -182,8 +186,9 @@ void append_unique(std::vector<LogicalTensor>& into, std::vector<LogicalTensor> 
 
 TagParts read_zero3(io::FileSet& files, const TagFiles& tf, Topology& topo) {
   if (tf.zero3_model_states.size() > 1)
-    throw UnsupportedError(fmt::format("{}: tensor-parallel ZeRO-3 checkpoints (several mp ranks) are not supported yet",
-                                       tf.zero3_model_states.rbegin()->second.begin()->second.string()));
+    throw UnsupportedError(
+        fmt::format("{}: tensor-parallel ZeRO-3 checkpoints (several mp ranks) are not supported yet",
+                    tf.zero3_model_states.rbegin()->second.begin()->second.string()));
   const int mp = tf.zero3_model_states.begin()->first;
   auto models = read_zero3_model_ranks(files, tf, mp);
   auto optim = read_optim_ranks(files, tf, mp);
@@ -192,7 +197,8 @@ TagParts read_zero3(io::FileSet& files, const TagFiles& tf, Topology& topo) {
                                   models.front().path.parent_path().string(), optim.size(), models.size()));
   const ModelStates& ms = models.front();
   if (!ms.module || !ms.param_shapes)
-    throw FormatError(fmt::format("{}: ZeRO-3 model states without 'module' or 'param_shapes'", ms.path.string()));
+    throw FormatError(
+        fmt::format("{}: ZeRO-3 model states without 'module' or 'param_shapes'", ms.path.string()));
   if (!optim.front().zero_stage || *optim.front().zero_stage != 3)
     throw FormatError(fmt::format("{}: ZeRO-3 model-state files but this optimizer file is not ZeRO-3",
                                   optim.front().path.string()));
@@ -210,16 +216,19 @@ TagParts read_zero3(io::FileSet& files, const TagFiles& tf, Topology& topo) {
   return parts;
 }
 
-TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, Topology& topo, std::vector<std::string>& notes) {
+TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, Topology& topo,
+                            std::vector<std::string>& notes) {
   if (tf.model_states.size() > 1)
-    throw UnsupportedError(fmt::format(
-        "{}: tensor-parallel DeepSpeed checkpoint ({} mp ranks): merging TP slices needs the model's split rules, "
-        "not supported yet",
-        std::next(tf.model_states.begin())->second.string(), tf.model_states.size()));
+    throw UnsupportedError(
+        fmt::format("{}: tensor-parallel DeepSpeed checkpoint ({} mp ranks): merging TP slices needs the "
+                    "model's split rules, "
+                    "not supported yet",
+                    std::next(tf.model_states.begin())->second.string(), tf.model_states.size()));
   const auto& [mp, path] = *tf.model_states.begin();
   ModelStates ms = read_model_states(files, path);
-  if (!ms.module) throw FormatError(fmt::format("{}: 'module' is None but the tag has no pipeline layer files",
-                                                path.string()));
+  if (!ms.module)
+    throw FormatError(
+        fmt::format("{}: 'module' is None but the tag has no pipeline layer files", path.string()));
   TagParts parts;
   parts.module = *ms.module;
   parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
@@ -241,7 +250,8 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, Topology& to
     for (const auto& shape : *ms.frozen_param_shapes) {
       const NamedTensor* frag = find_named(fragments, shape.name);
       if (frag == nullptr)
-        throw FormatError(fmt::format("{}: frozen_param_fragments has no entry for {}", path.string(), shape.name));
+        throw FormatError(
+            fmt::format("{}: frozen_param_fragments has no entry for {}", path.string(), shape.name));
       parts.frozen.push_back(whole_tensor(shape.name, frag->tensor, frag->tensor.dtype, "frozen fragment"));
     }
   } else if (topo.zero_stage <= 1) {
@@ -251,11 +261,13 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, Topology& to
 }
 
 // Pipeline engines: `module` is None and weights sit in layer_XX files, one per layer (deepspeed.md §3.6).
-TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo, std::vector<std::string>& notes) {
+TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo,
+                       std::vector<std::string>& notes) {
   for (const auto& [layer, tps] : tf.layer_states)
     if (tps.size() > 1 || tps.begin()->first != 0)
-      throw UnsupportedError(fmt::format("{}: pipeline checkpoint with tensor parallelism is not supported yet",
-                                         tps.rbegin()->second.string()));
+      throw UnsupportedError(
+          fmt::format("{}: pipeline checkpoint with tensor parallelism is not supported yet",
+                      tps.rbegin()->second.string()));
   TagParts parts;
   // Without partitioned optimizer state (ZeRO-0 with a torch optimizer) the fp32 view is the upcast weights.
   parts.masters_known = !tf.optim_states.empty();
@@ -285,7 +297,8 @@ TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo, s
     const std::string prefix = layer_prefix(layer, entries, known);
     for (auto& e : entries) parts.module.push_back({prefix + e.name, std::move(e.tensor)});
   }
-  notes.push_back("pipeline layers are named as PipelineModule names them ({layer}.{key}, tied_modules.{key}.{key})");
+  notes.push_back(
+      "pipeline layers are named as PipelineModule names them ({layer}.{key}, tied_modules.{key}.{key})");
   return parts;
 }
 
@@ -302,7 +315,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
   tag.dir = dir;
   tag.files = tf.all();
   const bool zero3 = !tf.zero3_model_states.empty();
-  TagParts parts = zero3 ? read_zero3(files, tf, tag.topology)
+  TagParts parts = zero3                      ? read_zero3(files, tf, tag.topology)
                    : !tf.layer_states.empty() ? read_pipeline(files, tf, tag.topology, tag.notes)
                                               : read_data_parallel(files, tf, tag.topology, tag.notes);
   auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, tag.notes));
