@@ -3,44 +3,25 @@
 #include "formats/deepspeed/partition_assembly.hpp"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cstring>
-#include <fstream>
 #include <random>
 
+#include "catalog/test_sources.hpp"
 #include "ckptfs/error.hpp"
 
 namespace ckptfs::deepspeed {
 namespace {
 
-// Writes float values to a temp file and returns 1-D F32 tensors over given [offset, count) element slices.
-class FloatFile {
- public:
-  explicit FloatFile(const std::vector<float>& values) {
-    char name[] = "/tmp/ckptfs_partition_XXXXXX";
-    int fd = ::mkstemp(name);
-    path_ = name;
-    EXPECT_EQ(::write(fd, values.data(), values.size() * sizeof(float)),
-              static_cast<ssize_t>(values.size() * sizeof(float)));
-    ::close(fd);
-    file_ = io::File::open(path_);
-  }
-  ~FloatFile() { ::unlink(path_.c_str()); }
-  torch::SourceTensor tensor(uint64_t first, uint64_t count) const {
-    torch::SourceTensor t;
-    t.storage = {file_, 0, file_->size()};
-    t.dtype = DType::F32;
-    t.shape = {static_cast<int64_t>(count)};
-    t.strides = {1};
-    t.storage_offset = static_cast<int64_t>(first);
-    return t;
-  }
-
- private:
-  std::string path_;
-  io::FilePtr file_;
-};
+// 1-D F32 tensor over elements [first, first + count) of a float source file (a view of its storage).
+torch::SourceTensor float_slice(const testing::SourceFile& file, uint64_t first, uint64_t count) {
+  torch::SourceTensor t;
+  t.storage = {file.file(), 0, file.file()->size()};
+  t.dtype = DType::F32;
+  t.shape = {static_cast<int64_t>(count)};
+  t.strides = {1};
+  t.storage_offset = static_cast<int64_t>(first);
+  return t;
+}
 
 std::vector<float> read_all(const catalog::LogicalTensor& t) {
   std::vector<float> out(t.numel());
@@ -90,10 +71,10 @@ TEST(DeepSpeedPartition, FlatGroupsMatchBruteForce) {
         slices[r].push_back({first, stored});
       }
     }
-    FloatFile file(data);
+    const auto file = testing::SourceFile::of(data);
     for (uint64_t r = 0; r < ranks; ++r) {
       optim[r].path = "rank" + std::to_string(r);
-      for (auto [first, count] : slices[r]) optim[r].fp32_groups.push_back(file.tensor(first, count));
+      for (auto [first, count] : slices[r]) optim[r].fp32_groups.push_back(float_slice(file, first, count));
     }
     auto tensors = assemble_flat_groups(ms, optim);
     size_t k = 0;
@@ -135,11 +116,11 @@ TEST(DeepSpeedPartition, Zero3ParametersMatchBruteForce) {
         spans[r].push_back({first, data.size() - first});
       }
     }
-    FloatFile file(data);
+    const auto file = testing::SourceFile::of(data);
     std::vector<OptimStates> optim(ranks);
     for (uint64_t r = 0; r < ranks; ++r) {
       optim[r].path = "rank" + std::to_string(r);
-      for (auto [first, count] : spans[r]) optim[r].fp32_groups.push_back(file.tensor(first, count));
+      for (auto [first, count] : spans[r]) optim[r].fp32_groups.push_back(float_slice(file, first, count));
     }
     auto tensors = assemble_zero3_groups(ms, optim);
     int k = 0;
@@ -155,11 +136,11 @@ TEST(DeepSpeedPartition, Zero3ParametersMatchBruteForce) {
 
 TEST(DeepSpeedPartition, ShapesThatDoNotAddUpAreRejected) {
   std::vector<float> data(64, 0.0f);
-  FloatFile file(data);
+  const auto file = testing::SourceFile::of(data);
   ModelStates ms = shapes_of({{10, 10}});
   std::vector<OptimStates> optim(2);
-  optim[0].fp32_groups = {file.tensor(0, 10)};
-  optim[1].fp32_groups = {file.tensor(10, 10)};
+  optim[0].fp32_groups = {float_slice(file, 0, 10)};
+  optim[1].fp32_groups = {float_slice(file, 10, 10)};
   EXPECT_NO_THROW(assemble_flat_groups(ms, optim));
   ms.param_shapes->front().push_back({"extra", {5}, 5});
   EXPECT_THROW(assemble_flat_groups(ms, optim), FormatError);
