@@ -17,12 +17,20 @@ nlohmann::json describe_tensors(const catalog::Catalog& c) {
 }  // namespace
 
 nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors) {
+  std::vector<std::vector<ViewFile>> views;
+  for (const auto& tag : cp.tags) views.push_back(tag_views(tag));
+  return describe_checkpoint(cp, with_tensors, views);
+}
+
+nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
+                                   const std::vector<std::vector<ViewFile>>& views) {
   nlohmann::json j;
   j["source"] = cp.root.string();
   j["framework"] = cp.framework;
   j["latest"] = cp.latest;
   j["tags"] = nlohmann::json::array();
-  for (const auto& tag : cp.tags) {
+  for (size_t i = 0; i < cp.tags.size(); ++i) {
+    const Tag& tag = cp.tags[i];
     const auto& t = tag.topology;
     nlohmann::json jt;
     jt["name"] = tag.name;
@@ -35,7 +43,7 @@ nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors) {
                       {"train_dtype", dtype_torch_name(t.train_dtype)}};
     jt["tensor_count"] = {{"model", tag.model->tensors.size()}, {"fp32", tag.fp32->tensors.size()}};
     jt["views"] = nlohmann::json::array();
-    for (const auto& v : tag_views(tag)) jt["views"].push_back({{"path", v.path}, {"size", v.file->size()}});
+    for (const auto& v : views.at(i)) jt["views"].push_back({{"path", v.path}, {"size", v.file->size()}});
     jt["source_files"] = tag.files.size();
     jt["notes"] = tag.notes;
     if (with_tensors)

@@ -45,7 +45,7 @@ VirtualTree build_tree(const Checkpoint& checkpoint) {
     builder.add_file(mount_path, views::make_passthrough(file));
   }
 
-  nlohmann::json info = describe_checkpoint(checkpoint, false);
+  nlohmann::json info = describe_checkpoint(checkpoint, false, views);
   info["root_tag"] = latest.name;
   info["renamed_side_files"] = std::move(renamed);
   builder.add_file(kInfoFile, views::make_bytes_file(info.dump(2) + "\n"));
