@@ -1,4 +1,7 @@
-// Read-only access to source files: every source file is opened once, O_RDONLY, and read with pread.
+// Read-only access to source files. A File remembers what the file was when it was indexed (device,
+// inode, size, mtime, ctime) and reads with pread through a process-wide, bounded cache of open
+// descriptors: thousands of rank files can be indexed and served under `ulimit -n 1024`, and a file
+// whose descriptor was evicted is reopened on demand and checked to be the same file.
 #pragma once
 
 #include <sys/types.h>
@@ -15,35 +18,58 @@
 
 namespace ckptfs::io {
 
+// What identifies a source file's content as indexed: a replacement (new inode) or a change in place
+// (size, mtime or ctime) no longer matches.
+struct FileIdentity {
+  dev_t device = 0;
+  ino_t inode = 0;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+};
+
 class File {
  public:
-  // Opens `path` read-only. Throws SourceError naming the path when it cannot be opened.
+  // Opens `path` read-only and records its identity. Throws SourceError naming the path when it cannot
+  // be opened or is not a regular file.
   static std::shared_ptr<File> open(const std::filesystem::path& path);
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
 
   const std::filesystem::path& path() const { return path_; }
-  uint64_t size() const { return size_; }
-  int64_t mtime_ns() const { return mtime_ns_; }
+  uint64_t size() const { return identity_.size; }
+  int64_t mtime_ns() const { return identity_.mtime_ns; }
+  const FileIdentity& identity() const { return identity_; }
 
   // Reads exactly dst.size() bytes at `offset` (retrying on EINTR and short reads). Throws SourceError
-  // naming the file on an I/O error or when the range runs past the end of the file.
+  // naming the file on an I/O error, when the range runs past the end of the file, or when the file
+  // had to be reopened and is no longer the one indexed.
   void read_exact(uint64_t offset, std::span<std::byte> dst) const;
   std::vector<std::byte> read(uint64_t offset, uint64_t length) const;
 
-  // True while the file on disk still has the size and mtime it had when opened.
+  // True while the file at path() still has the identity it had when opened.
   bool unchanged() const;
 
  private:
-  File(std::filesystem::path path, int fd, uint64_t size, int64_t mtime_ns);
+  File(std::filesystem::path path, FileIdentity identity);
   std::filesystem::path path_;
-  int fd_;
-  uint64_t size_;
-  int64_t mtime_ns_;
+  FileIdentity identity_;
 };
 
 using FilePtr = std::shared_ptr<File>;
+
+// Most descriptors the cache keeps open at once (default 256). A descriptor in use by a read stays
+// open until that read ends, so the bound can be exceeded by the number of concurrent readers.
+void set_max_open_files(size_t max_open);
+size_t max_open_files();
+// Descriptors the cache holds now (for tests and `inspect`).
+size_t open_file_count();
+
+// Raises the soft RLIMIT_NOFILE to the hard limit (as libfuse's passthrough_hp does); returns the new
+// soft limit.
+uint64_t raise_open_file_limit();
 
 // Opens each path once and hands out the same File for later requests.
 class FileSet {

@@ -580,20 +580,33 @@ def make_cases():
         c.update(kw)
         cases.append(c)
 
-    add("z0_fp32_dp2", 0, "fp32", 2, "torch")
-    add("z0_fp16_dp2", 0, "fp16", 2, "fp16_optimizer")
-    add("z0_bf16_dp2", 0, "bf16", 2, "bf16_optimizer", side_files=True)
+    for dp in (1, 2):
+        add(f"z0_fp32_dp{dp}", 0, "fp32", dp, "torch")
+        add(f"z0_fp16_dp{dp}", 0, "fp16", dp, "fp16_optimizer")
+        add(f"z0_bf16_dp{dp}", 0, "bf16", dp, "bf16_optimizer", side_files=(dp == 2))
     for stage in (1, 2, 3):
         for dt in ("fp32", "fp16", "bf16"):
             for dp in (1, 2, 4, 8):
                 add(f"z{stage}_{dt}_dp{dp}", stage, dt, dp, "zero",
                     side_files=(dp == 2 and dt == "bf16"))
+    # one rank (HF Trainer on one GPU): both param groups have an odd number of elements, so the saved
+    # partitions carry BF16_Optimizer's alignment padding
+    add("bf16opt_z1_dp1", 1, "bf16", 1, "bf16_optimizer")
     add("bf16opt_z1_dp4", 1, "bf16", 4, "bf16_optimizer")
     add("pp2_z1_fp16_dp2", 1, "fp16", 2, "zero", pipeline=True, side_files=True)
     add("twotags_z2_bf16_dp2", 2, "bf16", 2, "zero", tags=["global_step2", "global_step4"])
     add("tagsrc_z3_bf16_dp2", 3, "bf16", 2, "zero", src="checkpoint/global_step3")
     add("llama_z3_bf16_dp2", 3, "bf16", 2, "zero", side_files=True, model="llama")
     return cases
+
+
+def scale_cases():
+    """Many files: one 1,024-rank ZeRO-3 tag (2,048 files), and 12 tags of a 64-rank ZeRO-3 run (1,536
+    files). Mounted and exported under `ulimit -n 1024` by test_scale.py; not in the default list."""
+    base = {"stage": 3, "dtype": "bf16", "optimizer": "zero", "pipeline": False, "src": "checkpoint",
+            "side_files": False}
+    return [dict(base, name="scale_z3_dp1024", dp=1024, tags=["global_step3"]),
+            dict(base, name="scale_12tags_z3_dp64", dp=64, tags=[f"global_step{i}" for i in range(1, 13)])]
 
 
 BENCH = {"name": "bench_z3_dp64", "stage": 3, "dtype": "bf16", "dp": 64, "optimizer": "zero", "pipeline": False,
@@ -798,7 +811,7 @@ def case_is_current(path):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--only", nargs="+", metavar="NAME", help="generate only these cases (bench_z3_dp64 too)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="generate only these cases (bench_z3_dp64 and the scale cases too)")
     ap.add_argument("--list", action="store_true", help="print the default case names and exit")
     ap.add_argument("--force", action="store_true", help="regenerate cases that exist")
     args = ap.parse_args(argv)
@@ -810,6 +823,7 @@ def main(argv=None):
         return 0
     by_name = {c["name"]: c for c in cases}
     by_name[BENCH["name"]] = BENCH
+    by_name.update((c["name"], c) for c in scale_cases())
     if args.only:
         unknown = [n for n in args.only if n not in by_name]
         if unknown:

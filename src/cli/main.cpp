@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/io.hpp"
 #include "cli/commands.hpp"
 
 namespace {
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
     fmt::print("ckptfs {}\n", CKPTFS_VERSION);
     return 0;
   }
+  // Thousands of rank files stay within the fd cache's bound; the headroom is for FUSE and readers.
+  io::raise_open_file_limit();
   const std::vector<std::string> rest(argv + 2, argv + argc);
   if (command == "inspect") return cli::run_inspect(rest);
   if (command == "export") return cli::run_export(rest);

@@ -6,9 +6,11 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/fuse.hpp"
+#include "ckptfs/io.hpp"
 #include "ckptfs/vfs.hpp"
 #include "cli/arguments.hpp"
 #include "cli/commands.hpp"
@@ -32,6 +34,8 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
   --tag T         serve only tag T (at the root and under tags/T/)
   -o opt,...      mount options, comma-separated:
      threads=N        at most N server threads (default 16)
+     max_open=N       at most N source files held open at once (default 256); others are reopened
+                      on demand and checked to be the file that was indexed
      tag=T            the same as --tag T
      read_ahead_kb=N  kernel readahead of the mount in KiB (default 1024, set when run as root;
                       0 keeps the kernel's default, 128)
@@ -46,6 +50,7 @@ struct MountArguments {
   fs::path source, mountpoint;
   OpenOptions open;
   fuse::ServeOptions serve;
+  std::optional<unsigned> max_open;
 };
 
 // Escapes a value for libfuse's comma-separated option list.
@@ -74,6 +79,8 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.open.tag = option.substr(4);
   } else if (option.starts_with("threads=")) {
     m.serve.max_threads = parse_number(option, 1);
+  } else if (option.starts_with("max_open=")) {
+    m.max_open = parse_number(option, 1);
   } else if (option.starts_with("read_ahead_kb=")) {
     m.serve.read_ahead_kb = parse_number(option, 0);
   } else {
@@ -128,6 +135,7 @@ int run_mount(int argc, char** argv) {
   try {
     MountArguments m = parse(argc, argv);
     m.serve.mountpoint = fuse::check_mountpoint(m.mountpoint.string());  // before the long indexing
+    if (m.max_open) io::set_max_open_files(*m.max_open);
     const Checkpoint checkpoint = open_checkpoint(m.source, m.open);
     const vfs::VirtualTree tree = vfs::build_tree(checkpoint);
     fuse::serve(tree, m.serve);

@@ -154,7 +154,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     for (const auto& source : node->sources) {
       if (!source->unchanged()) {
         log_error(
-            c, fmt::format("open /{}: {}: changed since the mount (size or mtime); remount to serve the new "
+            c, fmt::format("open /{}: {}: changed since the mount (replaced, or its size, mtime or ctime differ); remount to serve the new "
                            "checkpoint",
                            c.tree->path(ino), source->path().string()));
         return (void)fuse_reply_err(req, EIO);

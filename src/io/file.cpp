@@ -1,5 +1,5 @@
-#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,48 +8,35 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
+#include "io/fd_cache.hpp"
 
 namespace ckptfs::io {
 
-namespace {
-
-int64_t mtime_of(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-}
-
-}  // namespace
-
-File::File(std::filesystem::path path, int fd, uint64_t size, int64_t mtime_ns)
-    : path_(std::move(path)), fd_(fd), size_(size), mtime_ns_(mtime_ns) {}
+File::File(std::filesystem::path path, FileIdentity identity)
+    : path_(std::move(path)), identity_(identity) {}
 
 File::~File() {
-  ::close(fd_);
+  fd_cache::forget(this);
 }
 
 std::shared_ptr<File> File::open(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw SourceError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    throw SourceError(fmt::format("{}: cannot stat: {}", path.string(), std::strerror(err)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw SourceError(fmt::format("{}: not a regular file", path.string()));
-  }
-  return std::shared_ptr<File>(new File(path, fd, static_cast<uint64_t>(st.st_size), mtime_of(st)));
+  auto [fd, identity] = open_source(path);
+  std::shared_ptr<File> file(new File(path, identity));
+  fd_cache::insert(file.get(), std::move(fd));  // the indexing that follows reads it at once
+  return file;
 }
 
 void File::read_exact(uint64_t offset, std::span<std::byte> dst) const {
-  if (offset > size_ || dst.size() > size_ - offset) {
+  const uint64_t size = identity_.size;
+  if (offset > size || dst.size() > size - offset) {
     throw SourceError(fmt::format("{}: read of {} bytes at offset {} runs past the end ({} bytes)",
-                                  path_.string(), dst.size(), offset, size_));
+                                  path_.string(), dst.size(), offset, size));
   }
+  if (dst.empty()) return;
+  const OpenFdPtr fd = fd_cache::acquire(*this);
   size_t done = 0;
   while (done < dst.size()) {
-    ssize_t n = ::pread(fd_, dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
+    ssize_t n = ::pread(fd->get(), dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       throw SourceError(fmt::format("{}: read error at offset {}: {}", path_.string(), offset + done,
@@ -57,16 +44,16 @@ void File::read_exact(uint64_t offset, std::span<std::byte> dst) const {
     }
     if (n == 0) {
       throw SourceError(fmt::format("{}: file shrank: no data at offset {} (was {} bytes)", path_.string(),
-                                    offset + done, size_));
+                                    offset + done, size));
     }
     done += static_cast<size_t>(n);
   }
 }
 
 std::vector<std::byte> File::read(uint64_t offset, uint64_t length) const {
-  if (offset > size_ || length > size_ - offset) {
+  if (offset > identity_.size || length > identity_.size - offset) {
     throw SourceError(fmt::format("{}: read of {} bytes at offset {} runs past the end ({} bytes)",
-                                  path_.string(), length, offset, size_));
+                                  path_.string(), length, offset, identity_.size));
   }
   std::vector<std::byte> out(length);
   read_exact(offset, out);
@@ -76,7 +63,18 @@ std::vector<std::byte> File::read(uint64_t offset, uint64_t length) const {
 bool File::unchanged() const {
   struct stat st {};
   if (::stat(path_.c_str(), &st) != 0) return false;
-  return static_cast<uint64_t>(st.st_size) == size_ && mtime_of(st) == mtime_ns_;
+  return identity_of(st) == identity_;
+}
+
+uint64_t raise_open_file_limit() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);  // best effort: the fd cache keeps us below any limit anyway
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  return limit.rlim_cur;
 }
 
 FilePtr FileSet::open(const std::filesystem::path& path) {

@@ -79,9 +79,10 @@ std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file,
   for (size_t g = 0; g < groups.size(); ++g) {
     uint64_t total = 0;
     for (const auto& p : groups[g]) total = add_numel(total, p.numel, shapes_file.path, g);
-    // Every rank owns an equal slice of the (padded) flat group; rank 0 always stores its whole slice
-    // unless it is also the last rank, whose stored slice may have the padding cut off.
-    const uint64_t slice = n_ranks > 1 ? first.fp32_groups[g].numel() : std::max<uint64_t>(total, 1);
+    // Every rank owns an equal slice of the flat group padded for alignment (2 x world size). Rank 0
+    // stores its whole slice, padding included; ZeRO-1/2 cut the padding off the last rank's slice,
+    // BF16_Optimizer keeps it (so one rank's slice can hold more elements than its params).
+    const uint64_t slice = std::max<uint64_t>(first.fp32_groups[g].numel(), 1);
     if (slice < ceil_div(total, n_ranks))
       throw FormatError(
           fmt::format("{}: param_shapes of group {} needs {} elements but the {} optimizer partitions "
