@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "ckptfs/dtype.hpp"
 #include "ckptfs/io.hpp"
+#include "ckptfs/pickle.hpp"
 #include "ckptfs/torch.hpp"
 
 namespace ckptfs::catalog {
@@ -34,6 +36,19 @@ struct LogicalTensor {
   uint64_t numel() const;
   uint64_t nbytes() const { return numel() * dtype_size(dtype); }
 };
+
+// A logical tensor inside a pickle value tree: what views that write general values (universal files,
+// optimizer states) put where torch.save would write a tensor.
+struct TensorValue final : pickle::Native {
+  const LogicalTensor* tensor = nullptr;
+  std::vector<int64_t> shape;  // as pickled: tensor->shape, or a reshape with the same element count
+  bool requires_grad = false;
+  std::string describe() const override { return "tensor " + tensor->name; }
+};
+
+// `tensor` as a pickle value (Kind::Native holding a TensorValue); `shape` defaults to tensor.shape.
+pickle::ValuePtr tensor_value(const LogicalTensor& tensor, bool requires_grad = false,
+                              std::optional<std::vector<int64_t>> shape = std::nullopt);
 
 struct Catalog {
   std::vector<LogicalTensor> tensors;  // in the order the views lay them out (source order)

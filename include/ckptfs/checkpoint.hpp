@@ -1,8 +1,10 @@
 // A checkpoint directory as ckptfs understands it, whatever the framework: its tags (saved steps), and
-// per tag the topology and two catalogs (fp32 master weights, model weights in the training dtype).
+// per tag the topology and its named catalogs (fp32 master weights, model weights in the training dtype,
+// optimizer state), and what it offers as a universal checkpoint.
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "ckptfs/catalog.hpp"
 #include "ckptfs/dtype.hpp"
+#include "ckptfs/pickle.hpp"
 
 namespace ckptfs {
 
@@ -22,14 +25,41 @@ struct Topology {
   DType train_dtype = DType::F32;
 };
 
+using CatalogPtr = std::shared_ptr<const catalog::Catalog>;
+
+// One trainable parameter of a universal checkpoint: zero/<name>/{fp32,<state keys>,step}.pt.
+struct UniversalParam {
+  std::string name;
+  const catalog::LogicalTensor* fp32 = nullptr;        // in the tag's "fp32" catalog
+  std::vector<const catalog::LogicalTensor*> state;    // aligned with UniversalPlan::state_keys
+  pickle::ValuePtr step;                               // step.pt (its group's step); null: no step.pt
+};
+
+// What a tag offers as a DeepSpeed universal checkpoint (docs/formats/universal.md): the optimizer's
+// parameters with their fp32 masters and per-parameter state, the global optimizer state and the
+// model-state files that ds_to_universal copies.
+struct UniversalPlan {
+  bool bare_tensors = false;            // ZeRO-3: bare 1-D tensors; else {'cat_dim': 0, 'param': T}
+  std::vector<std::string> state_keys;  // "exp_avg", "exp_avg_sq", ...
+  std::vector<UniversalParam> params;   // trainable parameters, as the optimizer lists them
+  pickle::ValuePtr optimizer_state;     // zero/optimizer_state.pt (tensors as catalog::tensor_value)
+  std::vector<std::filesystem::path> model_state_files;  // copied byte for byte
+  std::vector<CatalogPtr> keep_alive;                    // catalogs the pointers above refer to
+};
+
 struct Tag {
   std::string name;
   std::filesystem::path dir;
   Topology topology;
-  std::shared_ptr<const catalog::Catalog> fp32;   // fp32 master weights (zero_to_fp32 equivalent)
-  std::shared_ptr<const catalog::Catalog> model;  // weights in the training dtype
-  std::vector<std::filesystem::path> files;       // every checkpoint file of the tag
-  std::vector<std::string> notes;                 // deviations from the reference tools, for `inspect`
+  // Catalogs by role: "fp32" (master weights, zero_to_fp32 equivalent), "model" (weights in the
+  // training dtype), and per-parameter optimizer state ("exp_avg", "exp_avg_sq", ...) where partitioned.
+  std::map<std::string, CatalogPtr, std::less<>> catalogs;
+  std::shared_ptr<const UniversalPlan> universal;  // null: no partitioned optimizer state to show
+  std::vector<std::filesystem::path> files;        // every checkpoint file of the tag
+  std::vector<std::string> notes;                  // deviations from the reference tools, for `inspect`
+
+  // The catalog of `role`; throws std::out_of_range when the tag has none.
+  const CatalogPtr& catalog(std::string_view role) const;
 };
 
 struct Checkpoint {

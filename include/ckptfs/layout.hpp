@@ -1,6 +1,7 @@
 // The files ckptfs shows for one tag, shared by `inspect`, `export` and the mount.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,22 @@ struct ViewFile {
   views::VirtualFilePtr file;
 };
 
-// model.safetensors (training dtype), fp32/pytorch_model.bin and fp32/model.safetensors (fp32 masters).
+// model.safetensors (training dtype), fp32/pytorch_model.bin and fp32/model.safetensors (fp32 masters),
+// and, where the tag has partitioned optimizer state, the universal/ tree (docs/formats/universal.md).
 std::vector<ViewFile> tag_views(const Tag& tag);
+
+// One row of a listing for people (`inspect`, ckptfs.json): a view file, or a tree of many files
+// (universal/) counted as one.
+struct ViewSummary {
+  std::string path;  // "model.safetensors", "universal/"
+  uint64_t bytes = 0;
+  size_t files = 0;
+};
+std::vector<ViewSummary> summarize_views(const std::vector<ViewFile>& views);
+
+namespace views {
+// universal/latest_universal and universal/<tag>_universal/... of a tag with a UniversalPlan (else none).
+std::vector<ViewFile> universal_views(const Tag& tag);
+}  // namespace views
 
 }  // namespace ckptfs

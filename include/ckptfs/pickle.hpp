@@ -66,6 +66,7 @@ struct Value {
   ValuePtr args;             // Object: the argument tuple given to REDUCE / NEWOBJ
   ValuePtr state;            // Object and Dict: the BUILD state, kept apart from entries
   ValuePtr kwargs;           // Object made by NEWOBJ_EX: the keyword arguments
+  bool made_by_new = false;  // Object made by NEWOBJ / NEWOBJ_EX (cls.__new__(cls, *args), no __init__)
   std::shared_ptr<const pickle::Native> native;
 
   // Releases children iteratively, so destroying an arbitrarily deep tree never overflows the stack.

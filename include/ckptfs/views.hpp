@@ -62,7 +62,7 @@ VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog)
 VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog,
                                const std::string& archive_name);
 
-// A small file held in memory (ckptfs.json).
+// A small file held in memory (ckptfs.json, latest_universal).
 VirtualFilePtr make_bytes_file(std::string bytes);
 
 // A source file served as is (side files such as config.json). Reads do not check whether the file

@@ -15,6 +15,17 @@ uint64_t LogicalTensor::numel() const {
   return n;
 }
 
+pickle::ValuePtr tensor_value(const LogicalTensor& tensor, bool requires_grad,
+                              std::optional<std::vector<int64_t>> shape) {
+  auto native = std::make_shared<TensorValue>();
+  native->tensor = &tensor;
+  native->shape = shape ? std::move(*shape) : tensor.shape;
+  native->requires_grad = requires_grad;
+  auto v = pickle::make_value(pickle::Kind::Native);
+  v->native = std::move(native);
+  return v;
+}
+
 uint64_t Catalog::total_bytes() const {
   uint64_t total = 0;
   for (const auto& t : tensors) total += t.nbytes();

@@ -1,4 +1,5 @@
-// `ckptfs export SRC OUT [--tag T]`: streams every view of a tag into OUT with bounded memory.
+// `ckptfs export SRC OUT [--tag T] [--universal]`: streams the views of a tag into OUT with bounded
+// memory; the universal/ tree (optimizer state included, about three times the fp32 bytes) on request.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -24,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T]";
+constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T] [--universal]";
 constexpr size_t kChunk = 8u << 20;  // bytes per read: memory use is twice this, not the model size
 
 struct OutputError : Error {
@@ -95,7 +96,7 @@ bool is_inside(const fs::path& inner, const fs::path& outer) {
 
 int run_export(std::span<const std::string> args) {
   try {
-    Arguments a = parse_arguments(args, {}, 2, kUsage);
+    Arguments a = parse_arguments(args, {"--universal"}, 2, kUsage);
     const fs::path source = a.positional[0], out = a.positional[1];
     if (is_inside(out, source))
       throw UsageError(
@@ -105,6 +106,8 @@ int run_export(std::span<const std::string> args) {
     Checkpoint cp = open_checkpoint(source, options);
     const Tag& tag = cp.latest_tag();
     auto views = tag_views(tag);
+    if (!a.has("--universal"))
+      std::erase_if(views, [](const ViewFile& v) { return v.path.starts_with("universal/"); });
     uint64_t total = 0;
     for (const auto& v : views) total += v.file->size();
     Progress progress(total);

@@ -20,7 +20,7 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-void print_tensors(const catalog::Catalog& c, const char* title) {
+void print_tensors(const catalog::Catalog& c, const std::string& title) {
   fmt::print("  {} tensors ({}):\n", title, c.tensors.size());
   for (const auto& t : c.tensors)
     fmt::print("    {:<48} {:<9} {:<16} {}\n", t.name, dtype_torch_name(t.dtype), shape_string(t.shape),
@@ -37,15 +37,20 @@ void print_text(const Checkpoint& cp, bool tensors) {
     fmt::print("  topology:   ZeRO-{}, DP {}, TP {}, PP {}\n", t.zero_stage, t.dp, t.tp, t.pp);
     fmt::print("  optimizer:  {}\n", t.optimizer);
     fmt::print("  dtypes:     training {}, master float32\n", dtype_torch_name(t.train_dtype));
-    fmt::print("  tensors:    {} model, {} fp32 ({} source files)\n", tag.model->tensors.size(),
-               tag.fp32->tensors.size(), tag.files.size());
+    fmt::print("  tensors:   ");
+    for (const auto& [role, c] : tag.catalogs) fmt::print(" {} {},", c->tensors.size(), role);
+    fmt::print(" ({} source files)\n", tag.files.size());
     fmt::print("  views:\n");
-    for (const auto& v : tag_views(tag)) fmt::print("    {:<26} {:>16} bytes\n", v.path, v.file->size());
-    for (const auto& note : tag.notes) fmt::print("  note: {}\n", note);
-    if (tensors) {
-      print_tensors(*tag.model, "model");
-      print_tensors(*tag.fp32, "fp32");
+    for (const auto& v : summarize_views(tag_views(tag))) {
+      if (v.files == 1) {
+        fmt::print("    {:<37} {:>16} bytes\n", v.path, v.bytes);
+      } else {
+        fmt::print("    {:<37} {:>16} bytes in {} files\n", v.path, v.bytes, v.files);
+      }
     }
+    for (const auto& note : tag.notes) fmt::print("  note: {}\n", note);
+    if (tensors)
+      for (const auto& [role, c] : tag.catalogs) print_tensors(*c, role);
   }
 }
 

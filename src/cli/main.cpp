@@ -15,8 +15,9 @@ constexpr const char* kUsage = R"(usage:
   ckptfs SRC MNT [-o opt,...] [-f] [-d]     mount the merged views of checkpoint SRC on MNT
   ckptfs mount SRC MNT [...]                the same
   ckptfs inspect SRC [--tag T] [--json] [--tensors]
-  ckptfs export SRC OUT [--tag T]           write OUT/model.safetensors, OUT/fp32/pytorch_model.bin,
-                                            OUT/fp32/model.safetensors
+  ckptfs export SRC OUT [--tag T] [--universal]
+                                            write OUT/model.safetensors, OUT/fp32/pytorch_model.bin,
+                                            OUT/fp32/model.safetensors (and OUT/universal/)
   ckptfs --help | --version
 Run `ckptfs mount --help` for the mount options. Exit codes: docs/exit-codes.md.
 )";

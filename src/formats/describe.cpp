@@ -41,13 +41,15 @@ nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
                       {"pp", t.pp},
                       {"optimizer", t.optimizer},
                       {"train_dtype", dtype_torch_name(t.train_dtype)}};
-    jt["tensor_count"] = {{"model", tag.model->tensors.size()}, {"fp32", tag.fp32->tensors.size()}};
+    jt["tensor_count"] = nlohmann::json::object();
+    for (const auto& [role, c] : tag.catalogs) jt["tensor_count"][role] = c->tensors.size();
     jt["views"] = nlohmann::json::array();
-    for (const auto& v : views.at(i)) jt["views"].push_back({{"path", v.path}, {"size", v.file->size()}});
+    for (const auto& v : summarize_views(views.at(i)))
+      jt["views"].push_back({{"path", v.path}, {"size", v.bytes}, {"files", v.files}});
     jt["source_files"] = tag.files.size();
     jt["notes"] = tag.notes;
     if (with_tensors)
-      jt["tensors"] = {{"model", describe_tensors(*tag.model)}, {"fp32", describe_tensors(*tag.fp32)}};
+      for (const auto& [role, c] : tag.catalogs) jt["tensors"][role] = describe_tensors(*c);
     j["tags"].push_back(std::move(jt));
   }
   return j;

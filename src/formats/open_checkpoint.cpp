@@ -9,6 +9,12 @@ namespace ckptfs {
 
 namespace fs = std::filesystem;
 
+const CatalogPtr& Tag::catalog(std::string_view role) const {
+  auto it = catalogs.find(role);
+  if (it == catalogs.end()) throw std::out_of_range(fmt::format("tag {} has no {} catalog", name, role));
+  return it->second;
+}
+
 const Tag* Checkpoint::find(const std::string& tag) const {
   for (const auto& t : tags)
     if (t.name == tag) return &t;

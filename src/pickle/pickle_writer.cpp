@@ -1,5 +1,7 @@
 #include "pickle/pickle_writer.hpp"
 
+#include <cstring>
+
 #include "pickle/opcodes.hpp"
 
 namespace ckptfs::pickle {
@@ -28,16 +30,20 @@ void PickleWriter::memoize() {
   ++memo_size_;
 }
 
+void PickleWriter::get(uint32_t index) {
+  if (index < 256) {
+    out_.push_back(op::BINGET);
+    put_le(index, 1);
+  } else {
+    out_.push_back(op::LONG_BINGET);
+    put_le(index, 4);
+  }
+}
+
 bool PickleWriter::get_shared(std::string key) {
   auto [it, inserted] = shared_.try_emplace(std::move(key), memo_size_);
   if (inserted) return false;
-  if (it->second < 256) {
-    out_.push_back(op::BINGET);
-    put_le(it->second, 1);
-  } else {
-    out_.push_back(op::LONG_BINGET);
-    put_le(it->second, 4);
-  }
+  get(it->second);
   return true;
 }
 
@@ -94,6 +100,47 @@ void PickleWriter::integer(int64_t value) {
   }
 }
 
+void PickleWriter::big_integer(std::string_view twos_complement) {
+  if (twos_complement.size() < 256) {
+    out_.push_back(static_cast<char>(op::LONG1));
+    put_le(twos_complement.size(), 1);
+  } else {
+    out_.push_back(static_cast<char>(op::LONG4));
+    put_le(twos_complement.size(), 4);
+  }
+  out_ += twos_complement;
+}
+
+void PickleWriter::none() {
+  out_.push_back(op::NONE);
+}
+
+void PickleWriter::real(double value) {
+  out_.push_back(op::BINFLOAT);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  for (int i = 7; i >= 0; --i) out_.push_back(static_cast<char>(bits >> (8 * i)));  // big-endian
+}
+
+void PickleWriter::empty_list() {
+  out_.push_back(op::EMPTY_LIST);
+  memoize();
+}
+
+void PickleWriter::append_items(size_t count, const std::function<void(size_t)>& write_item) {
+  batched(count, write_item, op::APPEND, op::APPENDS);
+}
+
+void PickleWriter::batched(size_t count, const std::function<void(size_t)>& write_item, uint8_t one,
+                           uint8_t many) {
+  for (size_t begin = 0; begin < count; begin += kBatchSize) {
+    const size_t end = std::min(count, begin + kBatchSize);
+    if (end - begin > 1) mark();
+    for (size_t i = begin; i < end; ++i) write_item(i);
+    out_.push_back(static_cast<char>(end - begin > 1 ? many : one));
+  }
+}
+
 void PickleWriter::boolean(bool value) {
   out_.push_back(static_cast<char>(value ? op::NEWTRUE : op::NEWFALSE));
 }
@@ -113,17 +160,21 @@ void PickleWriter::reduce() {
   memoize();
 }
 
+void PickleWriter::new_object() {
+  out_.push_back(static_cast<char>(op::NEWOBJ));
+  memoize();
+}
+
+void PickleWriter::build() {
+  out_.push_back(op::BUILD);
+}
+
 void PickleWriter::persistent_id() {
   out_.push_back(op::BINPERSID);
 }
 
 void PickleWriter::set_items(size_t count, const std::function<void(size_t)>& write_item) {
-  for (size_t begin = 0; begin < count; begin += kBatchSize) {
-    const size_t end = std::min(count, begin + kBatchSize);
-    if (end - begin > 1) mark();
-    for (size_t i = begin; i < end; ++i) write_item(i);
-    out_.push_back(end - begin > 1 ? op::SETITEMS : op::SETITEM);
-  }
+  batched(count, write_item, op::SETITEM, op::SETITEMS);
 }
 
 std::string PickleWriter::finish() && {

@@ -509,11 +509,14 @@ class Unpickler {
       case REDUCE:
       case NEWOBJ: {
         ValuePtr args = pop(), callable = pop();
-        return push(construct(callable, args));
+        ValuePtr obj = construct(callable, args);
+        if (obj->kind == Kind::Object) obj->made_by_new = true;
+        return push(std::move(obj));
       }
       case NEWOBJ_EX: {
         ValuePtr kwargs = pop(), args = pop(), cls = pop();
         ValuePtr obj = construct(cls, args);
+        if (obj->kind == Kind::Object) obj->made_by_new = true;
         if (obj->kind == Kind::Object && !(kwargs->kind == Kind::Dict && kwargs->entries.empty()))
           obj->kwargs = std::move(kwargs);
         return push(std::move(obj));

@@ -43,7 +43,7 @@ struct Fixture {
       Tag tag;
       tag.name = name;
       tag.dir = dir.path() / name;
-      tag.fp32 = tag.model = catalog;
+      tag.catalogs = {{"fp32", catalog}, {"model", catalog}};
       checkpoint.tags.push_back(std::move(tag));
     }
     checkpoint.framework = "deepspeed";

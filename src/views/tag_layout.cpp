@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <map>
+
 #include "ckptfs/error.hpp"
 #include "ckptfs/layout.hpp"
 
@@ -9,16 +11,36 @@ std::vector<ViewFile> tag_views(const Tag& tag) {
   // The view builders know the tensors, not where they come from: their errors (a name that appears
   // twice, a header over the size limit) get the tag directory.
   try {
-    return {
-        {"model.safetensors", views::make_safetensors(tag.model)},
-        {"fp32/pytorch_model.bin", views::make_torch_save(tag.fp32, "pytorch_model")},
-        {"fp32/model.safetensors", views::make_safetensors(tag.fp32)},
+    std::vector<ViewFile> views = {
+        {"model.safetensors", views::make_safetensors(tag.catalog("model"))},
+        {"fp32/pytorch_model.bin", views::make_torch_save(tag.catalog("fp32"), "pytorch_model")},
+        {"fp32/model.safetensors", views::make_safetensors(tag.catalog("fp32"))},
     };
+    for (auto& v : views::universal_views(tag)) views.push_back(std::move(v));
+    return views;
   } catch (const UnsupportedError& e) {
     throw UnsupportedError(fmt::format("{}: {}", tag.dir.string(), e.what()));
   } catch (const FormatError& e) {
     throw FormatError(fmt::format("{}: {}", tag.dir.string(), e.what()));
   }
+}
+
+std::vector<ViewSummary> summarize_views(const std::vector<ViewFile>& views) {
+  std::vector<ViewSummary> out;
+  std::map<std::string, size_t> trees;  // "universal/" -> its row
+  for (const auto& v : views) {
+    size_t row = out.size();
+    if (v.path.starts_with("universal/")) {
+      auto [it, inserted] = trees.try_emplace("universal/", out.size());
+      if (inserted) out.push_back({"universal/", 0, 0});
+      row = it->second;
+    } else {
+      out.push_back({v.path, 0, 0});
+    }
+    out[row].bytes += v.file->size();
+    out[row].files += 1;
+  }
+  return out;
 }
 
 }  // namespace ckptfs

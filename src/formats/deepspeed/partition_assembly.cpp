@@ -29,10 +29,10 @@ uint64_t add_numel(uint64_t total, uint64_t numel, const std::filesystem::path& 
   return sum;
 }
 
-LogicalTensor fp32_tensor(const NamedShape& param) {
+LogicalTensor param_tensor(const NamedShape& param, DType dtype) {
   LogicalTensor t;
   t.name = param.name;
-  t.dtype = DType::F32;
+  t.dtype = dtype;
   t.shape = param.shape;
   return t;
 }
@@ -66,8 +66,99 @@ LogicalTensor whole_tensor(const std::string& name, const torch::SourceTensor& s
   return t;
 }
 
-std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file,
-                                                const std::vector<OptimStates>& ranks) {
+namespace {
+
+// fp32 masters are served in F32 whatever they are stored in; optimizer state keeps its stored dtype.
+DType served_dtype(const std::string& key, const torch::SourceTensor& stored) {
+  return key == "fp32" ? DType::F32 : stored.dtype;
+}
+
+// The optimizer-state tensor `key` of group g in one rank's file; FormatError when absent.
+const torch::SourceTensor& state_tensor(const OptimStates& rank, size_t g, const std::string& key) {
+  auto it = rank.group_state.find(static_cast<int64_t>(g));
+  if (it != rank.group_state.end())
+    for (const auto& t : it->second)
+      if (t.name == key) return t.tensor;
+  throw FormatError(fmt::format("{}: optimizer state of group {} has no '{}'", rank.path.string(), g, key));
+}
+
+// A stored partition must hold at least the elements of the params it covers (`needed`).
+void require_stored(const OptimStates& rank, size_t g, const std::string& key, uint64_t stored,
+                    uint64_t needed) {
+  if (stored < needed)
+    throw FormatError(fmt::format("{}: {} partition of group {} holds {} elements, expected at least {}",
+                                  rank.path.string(), key, g, stored, needed));
+}
+
+// ZeRO-1/2 and BF16_Optimizer: each rank owns slice[g] consecutive elements of group g's flat buffer.
+std::vector<LogicalTensor> lay_out_flat_groups(const ModelStates& shapes_file,
+                                               const std::vector<OptimStates>& ranks,
+                                               const std::vector<uint64_t>& slices, const std::string& key) {
+  const auto& groups = *shapes_file.param_shapes;
+  const uint64_t n_ranks = ranks.size();
+  std::vector<LogicalTensor> out;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const uint64_t slice = slices[g];
+    uint64_t total = 0;
+    for (const auto& p : groups[g]) total += p.numel;
+    std::vector<const torch::SourceTensor*> parts;
+    for (uint64_t r = 0; r < n_ranks; ++r) {
+      parts.push_back(key == "fp32" ? &ranks[r].fp32_groups[g] : &state_tensor(ranks[r], g, key));
+      const uint64_t needed = r * slice < total ? std::min(slice, total - r * slice) : 0;
+      require_stored(ranks[r], g, key, parts.back()->numel(), needed);
+    }
+    uint64_t offset = 0;
+    for (const auto& param : groups[g]) {
+      LogicalTensor t = param_tensor(param, served_dtype(key, *parts.front()));
+      t.origin = fmt::format("{} group {} [{}, {}) over {} rank partitions", key, g, offset,
+                             offset + param.numel, n_ranks);
+      for (uint64_t e = offset; e < offset + param.numel;) {
+        const uint64_t r = e / slice;
+        const uint64_t local = e - r * slice;
+        const uint64_t count = std::min(offset + param.numel - e, slice - local);
+        catalog::append_source_range(t.pieces, e - offset, *parts[r], local, count);
+        e += count;
+      }
+      offset += param.numel;
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+// ZeRO-3: rank r holds ceil(numel / ranks) elements of every param of sub-group i, one after another.
+std::vector<LogicalTensor> lay_out_zero3_groups(const ModelStates& shapes_file,
+                                                const std::vector<OptimStates>& ranks, const std::string& key) {
+  const auto& groups = *shapes_file.param_shapes;
+  const uint64_t n_ranks = ranks.size();
+  std::vector<LogicalTensor> out;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    uint64_t partition_total = 0;
+    for (const auto& p : groups[i])
+      partition_total = add_numel(partition_total, ceil_div(p.numel, n_ranks), shapes_file.path, i);
+    std::vector<const torch::SourceTensor*> parts;
+    for (const auto& rank : ranks) {
+      parts.push_back(key == "fp32" ? &rank.fp32_groups[i] : &state_tensor(rank, i, key));
+      require_stored(rank, i, key, parts.back()->numel(), partition_total);
+    }
+    uint64_t offset = 0;
+    for (const auto& param : groups[i]) {
+      const uint64_t part = ceil_div(param.numel, n_ranks);
+      LogicalTensor t = param_tensor(param, served_dtype(key, *parts.front()));
+      t.origin =
+          fmt::format("{} sub-group {} offset {}, {} per rank over {} ranks", key, i, offset, part, n_ranks);
+      for (uint64_t r = 0; r < n_ranks && r * part < param.numel; ++r) {
+        const uint64_t count = std::min(part, param.numel - r * part);
+        catalog::append_source_range(t.pieces, r * part, *parts[r], offset, count);
+      }
+      offset += part;
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+std::vector<uint64_t> flat_group_slices(const ModelStates& shapes_file, const std::vector<OptimStates>& ranks) {
   const auto& groups = *shapes_file.param_shapes;
   const OptimStates& first = ranks.front();
   if (groups.size() != first.fp32_groups.size())
@@ -75,7 +166,7 @@ std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file,
                                   shapes_file.path.string(), groups.size(), file_name(first.path),
                                   first.fp32_groups.size()));
   const uint64_t n_ranks = ranks.size();
-  std::vector<LogicalTensor> out;
+  std::vector<uint64_t> slices;
   for (size_t g = 0; g < groups.size(); ++g) {
     uint64_t total = 0;
     for (const auto& p : groups[g]) total = add_numel(total, p.numel, shapes_file.path, g);
@@ -98,60 +189,37 @@ std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file,
             fmt::format("{}: fp32 partition of group {} holds {} elements, expected {} (rank {} of {})",
                         ranks[r].path.string(), g, stored, needed == slice ? slice : needed, r, n_ranks));
     }
-    uint64_t offset = 0;
-    for (const auto& param : groups[g]) {
-      LogicalTensor t = fp32_tensor(param);
-      t.origin =
-          fmt::format("group {} [{}, {}) over {} rank partitions", g, offset, offset + param.numel, n_ranks);
-      for (uint64_t e = offset; e < offset + param.numel;) {
-        const uint64_t r = e / slice;
-        const uint64_t local = e - r * slice;
-        const uint64_t count = std::min(offset + param.numel - e, slice - local);
-        catalog::append_source_range(t.pieces, e - offset, ranks[r].fp32_groups[g], local, count);
-        e += count;
-      }
-      offset += param.numel;
-      out.push_back(std::move(t));
-    }
+    slices.push_back(slice);
   }
-  return out;
+  return slices;
+}
+
+}  // namespace
+
+std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file,
+                                                const std::vector<OptimStates>& ranks) {
+  return lay_out_flat_groups(shapes_file, ranks, flat_group_slices(shapes_file, ranks), "fp32");
+}
+
+std::vector<LogicalTensor> assemble_flat_state(const ModelStates& shapes_file,
+                                               const std::vector<OptimStates>& ranks, const std::string& key) {
+  return lay_out_flat_groups(shapes_file, ranks, flat_group_slices(shapes_file, ranks), key);
 }
 
 std::vector<LogicalTensor> assemble_zero3_groups(const ModelStates& shapes_file,
                                                  const std::vector<OptimStates>& ranks) {
   const auto& groups = *shapes_file.param_shapes;
-  const uint64_t n_ranks = ranks.size();
-  std::vector<LogicalTensor> out;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    uint64_t partition_total = 0;
-    for (const auto& p : groups[i])
-      partition_total = add_numel(partition_total, ceil_div(p.numel, n_ranks), shapes_file.path, i);
-    for (const auto& rank : ranks) {
-      if (rank.fp32_groups.size() != groups.size())
-        throw FormatError(fmt::format("{}: holds {} fp32 sub-groups but {} lists {} in param_shapes",
-                                      rank.path.string(), rank.fp32_groups.size(),
-                                      file_name(shapes_file.path), groups.size()));
-      if (rank.fp32_groups[i].numel() != partition_total)
-        throw FormatError(
-            fmt::format("{}: fp32_flat_groups[{}] holds {} elements but param_shapes of {} needs {} "
-                        "per rank: shapes do not add up",
-                        rank.path.string(), i, rank.fp32_groups[i].numel(), file_name(shapes_file.path),
-                        partition_total));
-    }
-    uint64_t offset = 0;
-    for (const auto& param : groups[i]) {
-      const uint64_t part = ceil_div(param.numel, n_ranks);
-      LogicalTensor t = fp32_tensor(param);
-      t.origin = fmt::format("sub-group {} offset {}, {} per rank over {} ranks", i, offset, part, n_ranks);
-      for (uint64_t r = 0; r < n_ranks && r * part < param.numel; ++r) {
-        const uint64_t count = std::min(part, param.numel - r * part);
-        catalog::append_source_range(t.pieces, r * part, ranks[r].fp32_groups[i], offset, count);
-      }
-      offset += part;
-      out.push_back(std::move(t));
-    }
-  }
-  return out;
+  for (const auto& rank : ranks)
+    if (rank.fp32_groups.size() != groups.size())
+      throw FormatError(fmt::format("{}: holds {} fp32 sub-groups but {} lists {} in param_shapes",
+                                    rank.path.string(), rank.fp32_groups.size(), file_name(shapes_file.path),
+                                    groups.size()));
+  return lay_out_zero3_groups(shapes_file, ranks, "fp32");
+}
+
+std::vector<LogicalTensor> assemble_zero3_state(const ModelStates& shapes_file,
+                                                const std::vector<OptimStates>& ranks, const std::string& key) {
+  return lay_out_zero3_groups(shapes_file, ranks, key);
 }
 
 std::vector<LogicalTensor> assemble_zero3_frozen(const std::vector<ModelStates>& ranks) {

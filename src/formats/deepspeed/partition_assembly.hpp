@@ -3,6 +3,7 @@
 // (ZeRO-3). The result describes where each element lives; no tensor data is read.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +19,15 @@ std::vector<catalog::LogicalTensor> assemble_flat_groups(const ModelStates& shap
                                                          const std::vector<OptimStates>& ranks);
 std::vector<catalog::LogicalTensor> assemble_zero3_groups(const ModelStates& shapes_file,
                                                           const std::vector<OptimStates>& ranks);
+
+// The optimizer's per-parameter state `key` (exp_avg, exp_avg_sq, ...), laid out like the fp32 masters
+// (moments keep their stored dtype and the padding of every rank's partition).
+std::vector<catalog::LogicalTensor> assemble_flat_state(const ModelStates& shapes_file,
+                                                        const std::vector<OptimStates>& ranks,
+                                                        const std::string& key);
+std::vector<catalog::LogicalTensor> assemble_zero3_state(const ModelStates& shapes_file,
+                                                         const std::vector<OptimStates>& ranks,
+                                                         const std::string& key);
 
 // ZeRO-3 frozen parameters: rank r's model-state file holds partition r of each one (bit16).
 std::vector<catalog::LogicalTensor> assemble_zero3_frozen(const std::vector<ModelStates>& ranks);

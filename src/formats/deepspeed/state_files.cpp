@@ -41,6 +41,19 @@ void require_flat(const Field& field, const torch::SourceTensor& t) {
     field.fail(fmt::format("expected floating-point master weights, found {}", dtype_torch_name(t.dtype)));
 }
 
+// {group index: {key: tensor or number}}; anything else (an elastic checkpoint's per-group list, a
+// missing state) leaves `out` empty: the tag then has no optimizer moments to show.
+void read_group_state(const Field& state, std::map<int64_t, std::vector<NamedTensor>>& out) {
+  if (!state.present() || !state.value().is(pickle::Kind::Dict)) return;
+  for (const auto& [key, value] : state.value().entries) {
+    if (!key->is(pickle::Kind::Int) || !value->is(pickle::Kind::Dict)) continue;
+    auto& tensors = out[key->integer];
+    for (const auto& [name, item] : value->entries)
+      if (const auto* t = torch::as_tensor(item.get()); t && name->is(pickle::Kind::String))
+        tensors.push_back({name->text, *t});
+  }
+}
+
 }  // namespace
 
 ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& path) {
@@ -105,6 +118,10 @@ OptimStates read_optim_states(io::FileSet& files, const std::filesystem::path& p
     require_flat(groups.at(g), t);
     os.fp32_groups.push_back(t);
   }
+  read_group_state(zero3 ? osd["optimizer_state_dict"]["state"] : osd["base_optimizer_state"]["state"],
+                   os.group_state);
+  for (const auto& [key, value] : archive.root()->entries)
+    if (key->is(pickle::Kind::String) && key->text == "optimizer_state_dict") os.inner = value;
   if (!zero3 && os.partition_count.size() != os.fp32_groups.size())
     count.fail(fmt::format("lists {} groups but the file holds {} fp32 partitions", os.partition_count.size(),
                            os.fp32_groups.size()));

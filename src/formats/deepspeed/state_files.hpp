@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -44,6 +45,10 @@ struct OptimStates {
   std::optional<int64_t> zero_stage;             // absent in BF16_Optimizer files
   std::vector<int64_t> partition_count;          // per group (ZeRO-3: a single value)
   std::vector<torch::SourceTensor> fp32_groups;  // single_partition_of_fp32_groups / fp32_flat_groups
+  // The wrapped torch optimizer's state per group (ZeRO-3: per sub-group) index: its tensors by key, in
+  // order (Adam: step, exp_avg, exp_avg_sq), each moment a flat partition laid out like fp32_groups.
+  std::map<int64_t, std::vector<NamedTensor>> group_state;
+  pickle::ValuePtr inner;  // optimizer_state_dict as unpickled (universal/ rebuilds optimizer_state.pt)
 };
 
 ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& path);

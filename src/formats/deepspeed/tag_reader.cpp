@@ -13,6 +13,7 @@
 #include "formats/deepspeed/partition_assembly.hpp"
 #include "formats/deepspeed/rank_files.hpp"
 #include "formats/deepspeed/tag_files.hpp"
+#include "formats/deepspeed/universal_state.hpp"
 
 namespace ckptfs::deepspeed {
 
@@ -31,6 +32,13 @@ struct TagParts {
   std::vector<LogicalTensor> trainable;  // fp32 masters in param_shapes order
   std::vector<std::pair<std::string, std::string>> aliases;
   bool masters_known = true;  // false: no partitioned optimizer state names the masters
+  // Universal checkpoint parts: per-parameter state aligned with `trainable`, the global optimizer state
+  // (with the catalog of its tensors) and the model-state files ds_to_universal copies.
+  std::optional<OptimizerState> optimizer;
+  std::string no_universal;  // why the tag has no universal/ (when optimizer is empty)
+  pickle::ValuePtr optimizer_state;
+  std::shared_ptr<Catalog> optimizer_state_tensors = std::make_shared<Catalog>();
+  std::vector<fs::path> model_state_copies;
 };
 
 LogicalTensor with_dtype(LogicalTensor t, DType dtype) {
@@ -161,9 +169,10 @@ std::string optimizer_name(const OptimStates& rank0) {
   return *rank0.zero_stage == 3 ? "DeepSpeedZeroOptimizer_Stage3" : "DeepSpeedZeroOptimizer";
 }
 
-// Trainable fp32 masters of one MP rank of a ZeRO-1/2 or BF16_Optimizer checkpoint.
-std::vector<LogicalTensor> flat_group_masters(io::FileSet& files, const TagFiles& tf, int mp,
-                                              const ModelStates& ms, Topology& topo) {
+// Adds the trainable fp32 masters and optimizer state of one MP rank (a pipeline stage) of a ZeRO-1/2 or
+// BF16_Optimizer checkpoint to `parts`; a name an earlier stage added (a tied weight) is kept from there.
+void add_flat_stage(io::FileSet& files, const TagFiles& tf, int mp, const ModelStates& ms, Topology& topo,
+                    TagParts& parts) {
   auto optim = read_optim_ranks(files, tf, mp);
   if (optim.front().zero_stage && *optim.front().zero_stage == 3)
     throw FormatError(fmt::format("{}: ZeRO-3 optimizer state next to a ZeRO-0/1/2 model-state file {}",
@@ -175,13 +184,34 @@ std::vector<LogicalTensor> flat_group_masters(io::FileSet& files, const TagFiles
   topo.optimizer = optimizer_name(optim.front());
   topo.zero_stage = optim.front().zero_stage ? static_cast<int>(*optim.front().zero_stage)
                                              : static_cast<int>(ms.config_zero_stage.value_or(0));
-  return assemble_flat_groups(ms, optim);
-}
-
-void append_unique(std::vector<LogicalTensor>& into, std::vector<LogicalTensor> from) {
-  auto index = index_by_name(into);
-  for (auto& t : from)
-    if (index.emplace(t.name, into.size()).second) into.push_back(std::move(t));
+  auto masters = assemble_flat_groups(ms, optim);
+  const bool first_stage = !parts.optimizer_state;
+  std::string why_not;
+  auto state = read_optimizer_state(ms, optim, false, why_not);
+  if (first_stage) {
+    parts.optimizer_state =
+        universal_optimizer_state(optim.front(), topo.dp, false, *parts.optimizer_state_tensors);
+    if (state) parts.optimizer = OptimizerState{state->keys, {}, {}, {}};
+  }
+  if (!state || (parts.optimizer && parts.optimizer->keys != state->keys)) {
+    parts.optimizer.reset();
+    if (parts.no_universal.empty())
+      parts.no_universal = state ? fmt::format("{}: pipeline stages keep different optimizer state",
+                                               optim.front().path.string())
+                                 : why_not;
+  }
+  auto index = index_by_name(parts.trainable);
+  for (size_t i = 0; i < masters.size(); ++i) {
+    if (!index.emplace(masters[i].name, parts.trainable.size()).second) continue;
+    parts.trainable.push_back(std::move(masters[i]));
+    if (parts.optimizer) {
+      parts.optimizer->tensors.push_back(std::move(state->tensors[i]));
+      parts.optimizer->steps.push_back(state->steps[i]);
+    }
+  }
+  if (parts.optimizer && state)
+    for (auto& c : state->keep_alive) parts.optimizer->keep_alive.push_back(std::move(c));
+  parts.model_state_copies.push_back(ms.path);
 }
 
 TagParts read_zero3(io::FileSet& files, const TagFiles& tf, Topology& topo) {
@@ -213,6 +243,10 @@ TagParts read_zero3(io::FileSet& files, const TagFiles& tf, Topology& topo) {
   parts.frozen = assemble_zero3_frozen(models);
   parts.frozen_from_module = false;
   parts.aliases = ms.shared_params;
+  parts.optimizer = read_optimizer_state(ms, optim, true, parts.no_universal);
+  parts.optimizer_state =
+      universal_optimizer_state(optim.front(), topo.dp, true, *parts.optimizer_state_tensors);
+  for (const auto& m : models) parts.model_state_copies.push_back(m.path);
   return parts;
 }
 
@@ -243,7 +277,7 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, Topology& to
     notes.push_back("no partitioned optimizer state: fp32/ holds the module weights upcast to fp32");
     return parts;
   }
-  parts.trainable = flat_group_masters(files, tf, mp, ms, topo);
+  add_flat_stage(files, tf, mp, ms, topo, parts);
   if (ms.frozen_param_fragments && ms.frozen_param_shapes) {
     parts.frozen_from_module = false;
     const NamedIndex fragments = index_named(ms.frozen_param_fragments);
@@ -275,11 +309,7 @@ TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo,
   for (const auto& [mp, path] : tf.model_states) {
     ModelStates ms = read_model_states(files, path);
     if (parts.masters_known) {
-      Topology stage_topo;
-      append_unique(parts.trainable, flat_group_masters(files, tf, mp, ms, stage_topo));
-      topo.dp = stage_topo.dp;
-      topo.zero_stage = stage_topo.zero_stage;
-      topo.optimizer = stage_topo.optimizer;
+      add_flat_stage(files, tf, mp, ms, topo, parts);
     } else {
       topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
       topo.optimizer = "none (optimizer state inside model states)";
@@ -300,6 +330,45 @@ TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo,
   notes.push_back(
       "pipeline layers are named as PipelineModule names them ({layer}.{key}, tied_modules.{key}.{key})");
   return parts;
+}
+
+// The universal checkpoint of the tag, and a catalog per optimizer state key in `tag`; null (with a
+// note) when the tag keeps no per-parameter optimizer state.
+std::shared_ptr<const UniversalPlan> universal_plan(TagParts& parts, const std::shared_ptr<Catalog>& fp32,
+                                                    bool zero3, Tag& tag) {
+  if (!parts.optimizer) {
+    tag.notes.push_back(fmt::format("no universal/: {}", parts.no_universal.empty()
+                                                             ? "no partitioned optimizer state"
+                                                             : parts.no_universal));
+    return nullptr;
+  }
+  OptimizerState& state = *parts.optimizer;
+  auto plan = std::make_shared<UniversalPlan>();
+  plan->bare_tensors = zero3;
+  plan->state_keys = state.keys;
+  plan->optimizer_state = parts.optimizer_state;
+  plan->model_state_files = parts.model_state_copies;
+  plan->keep_alive = {fp32, parts.optimizer_state_tensors};
+  for (auto& c : state.keep_alive) plan->keep_alive.push_back(std::move(c));
+  std::vector<std::shared_ptr<Catalog>> by_key(state.keys.size());
+  for (size_t k = 0; k < state.keys.size(); ++k) {
+    by_key[k] = std::make_shared<Catalog>();
+    for (auto& per_param : state.tensors) by_key[k]->tensors.push_back(std::move(per_param[k]));
+  }
+  const auto masters = index_by_name(fp32->tensors);
+  for (size_t p = 0; p < parts.trainable.size(); ++p) {
+    UniversalParam param;
+    param.name = parts.trainable[p].name;
+    param.fp32 = find_in(fp32->tensors, masters, param.name);
+    for (const auto& c : by_key) param.state.push_back(&c->tensors[p]);
+    param.step = state.steps[p];
+    plan->params.push_back(std::move(param));
+  }
+  for (size_t k = 0; k < state.keys.size(); ++k) {
+    plan->keep_alive.push_back(by_key[k]);
+    tag.catalogs.emplace(state.keys[k], std::move(by_key[k]));
+  }
+  return plan;
 }
 
 }  // namespace
@@ -332,8 +401,9 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
     }
   }
   tag.topology.train_dtype = training_dtype(*model, parts.trainable);
-  tag.fp32 = std::move(fp32);
-  tag.model = std::move(model);
+  tag.universal = universal_plan(parts, fp32, zero3, tag);
+  tag.catalogs.emplace("fp32", std::move(fp32));
+  tag.catalogs.emplace("model", std::move(model));
   return tag;
 }
 
