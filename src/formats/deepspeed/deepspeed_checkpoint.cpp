@@ -18,24 +18,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// ds_to_universal output (zero/optimizer_state.pt) is served by a view of its own, not as a training tag.
-bool is_universal_dir(const fs::path& dir) {
-  std::error_code ec;
-  return fs::is_regular_file(dir / "zero" / "optimizer_state.pt", ec);
-}
-
 std::vector<std::string> list_tags(const fs::path& root) {
   std::vector<std::string> tags;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec))
-    if (entry.is_directory(ec) && is_tag_dir(entry.path()) && !is_universal_dir(entry.path()))
+    if (entry.is_directory(ec) && is_tag_dir(entry.path()))
       tags.push_back(entry.path().filename().string());
   std::sort(tags.begin(), tags.end(), natural_less);
   return tags;
 }
 
-std::optional<std::string> read_latest(const fs::path& root) {
-  std::ifstream in(root / "latest");
+// The tag a `latest` (or, in a save dir of universal checkpoints only, `latest_universal`) file names.
+std::optional<std::string> read_latest(const fs::path& root, const char* file) {
+  std::ifstream in(root / file);
   if (!in) return std::nullopt;
   std::stringstream ss;
   ss << in.rdbuf();
@@ -80,7 +75,8 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     for (const auto& t : list_tags(source)) tag_dirs.emplace_back(t, source / t);
     if (tag_dirs.empty())
       throw SourceError(fmt::format("{}: no DeepSpeed tag directory found", source.string()));
-    auto latest = read_latest(source);
+    auto latest = read_latest(source, "latest");
+    if (!latest) latest = read_latest(source, "latest_universal");
     if (latest &&
         std::none_of(tag_dirs.begin(), tag_dirs.end(), [&](const auto& t) { return t.first == *latest; }))
       throw FormatError(fmt::format("{}: names tag '{}', which is not a checkpoint directory here",

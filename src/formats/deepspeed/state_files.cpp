@@ -86,6 +86,10 @@ ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& p
   if (auto stage = root["ds_config"]["zero_optimization"]["stage"];
       stage.present() && stage.value().is(pickle::Kind::Int))
     ms.config_zero_stage = stage.as_int();
+  for (const auto& [key, dtype] : {std::pair{"bf16", DType::BF16}, std::pair{"fp16", DType::F16}})
+    if (auto on = root["ds_config"][key]["enabled"]; on.present() && on.value().is(pickle::Kind::Bool) &&
+                                                     on.value().boolean)
+      ms.config_dtype = dtype;
   if (auto dp = root["dp_world_size"]; dp.present() && dp.value().is(pickle::Kind::Int))
     ms.dp_world_size = dp.as_int();
   if (auto version = root["ds_version"]; version.present() && version.value().is(pickle::Kind::String))

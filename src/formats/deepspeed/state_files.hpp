@@ -36,6 +36,7 @@ struct ModelStates {
   std::optional<std::vector<NamedTensor>> frozen_param_fragments;
   std::vector<std::pair<std::string, std::string>> shared_params;  // alias -> owner
   std::optional<int64_t> config_zero_stage;                        // ds_config.zero_optimization.stage
+  DType config_dtype = DType::F32;  // ds_config: BF16 / F16 when bf16 / fp16 is enabled
   std::optional<int64_t> dp_world_size;
   std::string ds_version;
 };

@@ -13,6 +13,7 @@
 #include "formats/deepspeed/partition_assembly.hpp"
 #include "formats/deepspeed/rank_files.hpp"
 #include "formats/deepspeed/tag_files.hpp"
+#include "formats/deepspeed/universal_input.hpp"
 #include "formats/deepspeed/universal_state.hpp"
 
 namespace ckptfs::deepspeed {
@@ -39,6 +40,8 @@ struct TagParts {
   pickle::ValuePtr optimizer_state;
   std::shared_ptr<Catalog> optimizer_state_tensors = std::make_shared<Catalog>();
   std::vector<fs::path> model_state_copies;
+  // A pipeline universal checkpoint has no layer files: the model view is the masters in this dtype.
+  std::optional<DType> model_from_masters;
 };
 
 LogicalTensor with_dtype(LogicalTensor t, DType dtype) {
@@ -110,6 +113,11 @@ Catalog build_fp32_catalog(const TagParts& parts, std::vector<std::string>& note
 // the fp32 masters rounded to each parameter's dtype, frozen fragments and full buffers.
 Catalog build_model_catalog(const TagParts& parts, bool zero3, std::vector<std::string>& notes) {
   Catalog c;
+  if (parts.model_from_masters) {
+    for (const auto& t : parts.trainable) c.tensors.push_back(with_dtype(t, *parts.model_from_masters));
+    add_aliases(c.tensors, parts.aliases, notes);
+    return c;
+  }
   if (!zero3) {
     for (const auto& e : parts.module)
       c.tensors.push_back(whole_tensor(e.name, e.tensor, e.tensor.dtype, "module"));
@@ -371,6 +379,56 @@ std::shared_ptr<const UniversalPlan> universal_plan(TagParts& parts, const std::
   return plan;
 }
 
+// A universal checkpoint (<tag>_universal/): the model-state copies give module, buffers, frozen params
+// and param_shapes, and zero/<param>/fp32.pt the fp32 masters in place of the optimizer files.
+TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& dir, Topology& topo,
+                        std::vector<std::string>& notes) {
+  TagParts parts;
+  parts.no_universal = "the source is a universal checkpoint";
+  topo.optimizer = "none (universal checkpoint: fp32 masters from zero/<param>/fp32.pt)";
+  if (!tf.zero3_model_states.empty()) {
+    if (tf.zero3_model_states.size() > 1)
+      throw UnsupportedError(fmt::format("{}: tensor-parallel universal checkpoints are not supported yet",
+                                         tf.zero3_model_states.rbegin()->second.begin()->second.string()));
+    auto models = read_zero3_model_ranks(files, tf, tf.zero3_model_states.begin()->first);
+    const ModelStates& ms = models.front();
+    if (!ms.module || !ms.param_shapes)
+      throw FormatError(
+          fmt::format("{}: ZeRO-3 model states without 'module' or 'param_shapes'", ms.path.string()));
+    parts.module = *ms.module;
+    parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
+    parts.trainable = read_universal_masters(files, dir, *ms.param_shapes);
+    parts.frozen = assemble_zero3_frozen(models);
+    parts.frozen_from_module = false;
+    parts.aliases = ms.shared_params;
+    topo.dp = static_cast<int>(models.size());
+    topo.zero_stage = 3;
+    return parts;
+  }
+  std::set<std::string> seen;
+  for (const auto& [mp, path] : tf.model_states) {
+    ModelStates ms = read_model_states(files, path);
+    if (!ms.param_shapes)
+      throw FormatError(fmt::format("{}: has no param_shapes, which a universal checkpoint needs", path.string()));
+    for (auto& t : read_universal_masters(files, dir, *ms.param_shapes))
+      if (seen.insert(t.name).second) parts.trainable.push_back(std::move(t));
+    parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
+    topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
+    topo.zero_stage = static_cast<int>(ms.config_zero_stage.value_or(0));
+    if (mp != tf.model_states.begin()->first) continue;
+    parts.aliases = ms.shared_params;
+    if (ms.module) {
+      parts.module = *ms.module;
+    } else {
+      parts.model_from_masters = ms.config_dtype;
+      notes.push_back("pipeline universal checkpoint (no layer files): model.safetensors holds the fp32 "
+                      "masters rounded to the training dtype; frozen parameters and buffers are not in it");
+    }
+  }
+  topo.pp = parts.model_from_masters ? static_cast<int>(tf.model_states.size()) : 1;
+  return parts;
+}
+
 }  // namespace
 
 Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
@@ -384,7 +442,8 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
   tag.dir = dir;
   tag.files = tf.all();
   const bool zero3 = !tf.zero3_model_states.empty();
-  TagParts parts = zero3                      ? read_zero3(files, tf, tag.topology)
+  TagParts parts = is_universal_dir(dir)      ? read_universal(files, tf, dir, tag.topology, tag.notes)
+                   : zero3                    ? read_zero3(files, tf, tag.topology)
                    : !tf.layer_states.empty() ? read_pipeline(files, tf, tag.topology, tag.notes)
                                               : read_data_parallel(files, tf, tag.topology, tag.notes);
   auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, tag.notes));

@@ -1,0 +1,24 @@
+// DeepSpeed universal checkpoints as input (docs/formats/universal.md): a `<tag>_universal/` dir holds
+// the model-state files of the run and zero/<param>/fp32.pt per trainable parameter, which take the place
+// of the partitioned optimizer files as the source of the fp32 masters.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include "ckptfs/catalog.hpp"
+#include "ckptfs/io.hpp"
+#include "formats/deepspeed/state_files.hpp"
+
+namespace ckptfs::deepspeed {
+
+// True when `dir` holds zero/optimizer_state.pt (what ds_to_universal writes).
+bool is_universal_dir(const std::filesystem::path& dir);
+
+// The fp32 masters of the params of `groups` (param_shapes of a model-state file, in order), each read
+// from <dir>/zero/<name>/fp32.pt ({'param': T, ...} or a bare tensor) and shaped as param_shapes says.
+// Throws FormatError naming the file when one is missing or does not hold the param's element count.
+std::vector<catalog::LogicalTensor> read_universal_masters(io::FileSet& files, const std::filesystem::path& dir,
+                                                           const std::vector<std::vector<NamedShape>>& groups);
+
+}  // namespace ckptfs::deepspeed
