@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -63,7 +64,19 @@ class TreeBuilder {
  private:
   Ino add_child(Ino parent, std::string_view name, bool is_dir);
   Ino find(Ino parent, std::string_view name) const;
+
+  // (parent, name) -> ino while building: children are appended and sorted once in build(), so a
+  // directory of n entries costs O(n log n), not O(n^2).
+  struct ChildKey {
+    Ino parent;
+    std::string name;
+    bool operator==(const ChildKey&) const = default;
+  };
+  struct ChildKeyHash {
+    size_t operator()(const ChildKey& k) const { return std::hash<std::string>()(k.name) * 31 + k.parent; }
+  };
   VirtualTree tree_;
+  std::unordered_map<ChildKey, Ino, ChildKeyHash> index_;
 };
 
 // The mount layout for `checkpoint` (docs/mount.md): the latest tag's views at the root, the side files,

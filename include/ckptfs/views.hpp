@@ -62,6 +62,9 @@ VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog)
 VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog,
                                const std::string& archive_name);
 
+// The distinct source files the tensors are read from, in order of first use.
+std::vector<io::FilePtr> distinct_sources(std::span<const catalog::LogicalTensor* const> tensors);
+
 // A small file held in memory (ckptfs.json, latest_universal).
 VirtualFilePtr make_bytes_file(std::string bytes);
 

@@ -59,8 +59,8 @@ TreeBuilder::TreeBuilder() {
 }
 
 Ino TreeBuilder::find(Ino parent, std::string_view name) const {
-  const Node* n = tree_.lookup(parent, name);
-  return n != nullptr ? n->ino : 0;
+  auto it = index_.find(ChildKey{parent, std::string(name)});
+  return it != index_.end() ? it->second : 0;
 }
 
 Ino TreeBuilder::add_child(Ino parent, std::string_view name, bool is_dir) {
@@ -70,8 +70,9 @@ Ino TreeBuilder::add_child(Ino parent, std::string_view name, bool is_dir) {
   child.name = name;
   child.is_dir = is_dir;
   Node& dir = tree_.nodes_[parent - 1];
-  dir.children.emplace(child_position(dir, name), child.name, child.ino);
+  dir.children.emplace_back(child.name, child.ino);  // sorted once, in build()
   dir.subdirs += is_dir ? 1 : 0;
+  index_.emplace(ChildKey{parent, child.name}, child.ino);
   tree_.nodes_.push_back(std::move(child));  // invalidates `dir`
   return tree_.nodes_.back().ino;
 }
@@ -99,6 +100,7 @@ void TreeBuilder::add_file(std::string_view path, views::VirtualFilePtr file) {
 }
 
 VirtualTree TreeBuilder::build() && {
+  for (auto& n : tree_.nodes_) std::sort(n.children.begin(), n.children.end());
   int64_t newest = 0;
   for (const auto& n : tree_.nodes_) newest = std::max(newest, n.mtime_ns);
   for (auto& n : tree_.nodes_)

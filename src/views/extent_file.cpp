@@ -41,15 +41,20 @@ void ExtentFile::read(uint64_t offset, std::span<std::byte> dst) const {
   }
 }
 
-std::vector<io::FilePtr> ExtentFile::sources() const {
+std::vector<io::FilePtr> distinct_sources(std::span<const catalog::LogicalTensor* const> tensors) {
   std::vector<io::FilePtr> files;
   std::unordered_set<const io::File*> seen;
-  for (const Extent& e : extents_) {
-    if (!e.tensor) continue;
-    for (const auto& p : e.tensor->pieces)
+  for (const auto* t : tensors)
+    for (const auto& p : t->pieces)
       if (seen.insert(p.file.get()).second) files.push_back(p.file);
-  }
   return files;
+}
+
+std::vector<io::FilePtr> ExtentFile::sources() const {
+  std::vector<const catalog::LogicalTensor*> tensors;
+  for (const Extent& e : extents_)
+    if (e.tensor) tensors.push_back(e.tensor);
+  return distinct_sources(tensors);
 }
 
 }  // namespace ckptfs::views

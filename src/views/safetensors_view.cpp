@@ -1,6 +1,8 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <unordered_set>
@@ -30,25 +32,26 @@ VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog)
     return dtype_size(tensors[a].dtype) > dtype_size(tensors[b].dtype);
   });
 
-  nlohmann::ordered_json header;
-  header["__metadata__"] = {{"format", "pt"}};
+  // The header is written as text in one pass (a JSON object built key by key is quadratic in the
+  // number of tensors); the layout is what nlohmann::json::dump() gives for the same object.
+  std::string json = R"({"__metadata__":{"format":"pt"})";
   std::unordered_set<std::string_view> names;
   uint64_t data_offset = 0;
   for (size_t i : order) {
     const auto& t = tensors[i];
     if (!names.insert(t.name).second || t.name == "__metadata__")
       throw FormatError(fmt::format("safetensors view: tensor name {} appears twice", t.name));
-    header[t.name] = {{"dtype", dtype_safetensors_name(t.dtype)},
-                      {"shape", t.shape},
-                      {"data_offsets", {data_offset, data_offset + t.nbytes()}}};
+    try {
+      json += ',' + nlohmann::json(t.name).dump();  // escaped; invalid UTF-8 throws
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(fmt::format("safetensors view: cannot write the header: {}", e.what()));
+    }
+    fmt::format_to(std::back_inserter(json), R"(:{{"dtype":"{}","shape":[{}],"data_offsets":[{},{}]}})",
+                   dtype_safetensors_name(t.dtype), fmt::join(t.shape, ","), data_offset,
+                   data_offset + t.nbytes());
     data_offset += t.nbytes();
   }
-  std::string json;
-  try {
-    json = header.dump();
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(fmt::format("safetensors view: cannot write the header: {}", e.what()));
-  }
+  json += '}';
   json.append((8 - json.size() % 8) % 8, ' ');
   if (json.size() > kMaxHeaderBytes)
     throw UnsupportedError(fmt::format("safetensors view: header of {} bytes exceeds the {} byte limit",

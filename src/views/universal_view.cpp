@@ -29,7 +29,15 @@ class UniversalParamFile final : public VirtualFile {
 
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, std::span<std::byte> dst) const override { build()->read(offset, dst); }
-  std::vector<io::FilePtr> sources() const override { return build()->sources(); }
+  std::vector<io::FilePtr> sources() const override {
+    const UniversalParam& p = plan_->params[param_];
+    const pickle::Value* v = what_ == kStep ? p.step.get() : nullptr;
+    const auto* step = v && v->native ? dynamic_cast<const catalog::TensorValue*>(v->native.get()) : nullptr;
+    const catalog::LogicalTensor* t = what_ == kStep ? (step ? step->tensor : nullptr)
+                                      : what_ == kFp32 ? p.fp32
+                                                       : p.state[what_];
+    return t ? distinct_sources(std::span(&t, 1)) : std::vector<io::FilePtr>{};
+  }
 
   std::string stem() const {
     return what_ == kStep ? "step" : what_ == kFp32 ? "fp32" : plan_->state_keys[what_];
