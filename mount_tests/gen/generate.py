@@ -6,9 +6,13 @@ names and storage sharing) plus the merged outputs ckptfs must produce from them
 
 For every case: ``OUT_DIR/<case>/checkpoint/`` (a DeepSpeed save dir: ``latest`` + ``<tag>/``),
 ``OUT_DIR/<case>/expected/{fp32.pt,model.pt}`` (``torch.save``d plain dicts name -> tensor, in the
-order ckptfs serves them) and ``OUT_DIR/<case>/case.json``.  Cases are written atomically (tmp dir +
-rename) and skipped when already present.  Everything is seeded; the expectations are computed from the
-generated master values with torch, never by running ckptfs.
+order ckptfs serves them) and ``OUT_DIR/<case>/case.json``.  For a tag with partitioned optimizer
+state (ZeRO-1/2/3, BF16_Optimizer, pipeline) also ``universal.pt`` (OrderedDict param name -> {'fp32',
+'exp_avg', 'exp_avg_sq'[, 'step']}: what ckptfs must serve under universal/<tag>_universal/zero/<name>/)
+and ``universal_optimizer_state.pt`` (its zero/optimizer_state.pt); case.json ``universal`` gives the
+file form ('dict' / 'bare'), the model-state files copied, the file count.  Cases are written
+atomically (tmp dir + rename) and skipped when already present.  Everything is seeded; the
+expectations are computed from the generated master values with torch, never by running ckptfs.
 
 Layouts follow /work/shared/formats/deepspeed.md and the real DeepSpeed 0.14.5 fixtures in
 mount_tests/fixtures/deepspeed-real (same keys, key order, class names, file names).
@@ -33,9 +37,10 @@ import deepspeed_classes  # noqa: E402
 DS = deepspeed_classes.install()
 OD = collections.OrderedDict
 DS_VERSION = "0.14.5"
-GEN_VERSION = 4  # bump to invalidate cached fixtures
+GEN_VERSION = 5  # bump to invalidate cached fixtures
 
 VOCAB, HIDDEN, FFN, SEQ = 101, 37, 53, 7
+MANY_PARAMS = 20480  # trainable params of many_params_z2_dp2
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -113,8 +118,29 @@ def llama_entries():
     return E
 
 
+def many_params_entries(n_train=MANY_PARAMS):
+    """``n_train`` small trainable params (shapes cycle through 1-D, 2-D and one-element ones) in two
+    param groups, plus a frozen param, a float buffer and a tied alias: many universal/zero/<param>/
+    folders from a small checkpoint."""
+    shapes = [(3,), (2, 3), (1,), (5,), (2, 2), (7,), (1, 1)]
+    E = [Entry("pos", "frozen", (4, 3)), Entry("mix", "buffer", (3,), btype="float")]
+    for i in range(n_train):
+        E.append(Entry(f"blocks.{i // 4}.p{i % 4}", "train", shapes[i % len(shapes)], group=i % 3 // 2,
+                       subgroup=0))
+    E.append(Entry("head.weight", "alias", (2, 3), owner="blocks.0.p1"))
+    return E
+
+
 def entries_of(case):
+    if case.get("model") == "many_params":
+        return many_params_entries()
     return llama_entries() if case.get("model") == "llama" else tiny_lm()
+
+
+def has_universal(case):
+    """ckptfs serves universal/ for partitioned optimizer state: ZeRO-1/2/3, BF16_Optimizer (ZeRO-0 too),
+    pipeline; not for ZeRO-0 with a torch optimizer or FP16_Optimizer (state inside the model file)."""
+    return case["pipeline"] or case["stage"] == 3 or case["optimizer"] in ("zero", "bf16_optimizer")
 
 
 def groups_of(entries, key):
@@ -287,8 +313,55 @@ def build_module(entries, values, dtype, param_views):
     return module
 
 
-def write_zero012(case, tagdir, entries, values):
-    """ZeRO-0 (all three flavours), ZeRO-1/2 and BF16_Optimizer.  Returns the stored ``module``."""
+# ----------------------------------------------------------------------------------------------------
+# universal checkpoint expectations (docs/formats/universal.md §0, §2, §3): what ckptfs must serve under
+# universal/<tag>_universal/ for a tag with partitioned optimizer state.  Computed here from the values
+# the generator itself made (masters, the Adam moment arrays it wrote into each rank), never from ckptfs.
+
+class Universal:
+    """Collects one tag's universal expectation: ``params`` = OrderedDict name -> {'fp32', 'exp_avg',
+    'exp_avg_sq'[, 'step']} (ZeRO<=2: full param shape, 'step' = the group's 0-d step tensor; ZeRO-3: 1-D,
+    no step); ``optimizer_state`` = the expected zero/optimizer_state.pt object; ``copies`` = the tag's
+    model-state files that the tree copies byte for byte; ``form`` = 'dict' (ZeRO<=2) or 'bare' (ZeRO-3)."""
+
+    def __init__(self):
+        self.params, self.optimizer_state, self.copies, self.form = OD(), None, [], None
+
+    def add_flat_group(self, names_shapes, fp32_flat, rank_states, step):
+        """ZeRO<=2 param group: ``fp32_flat`` = the group's masters concatenated (params in flat order);
+        ``rank_states`` = per rank (exp_avg, exp_avg_sq) partitions of Q elements each, concatenated over
+        ranks in rank order (the virtual flat vector); params take [off, off + numel) of each."""
+        moments = {k: torch.cat([st[k] for st in rank_states]) for k in ("exp_avg", "exp_avg_sq")}
+        off = 0
+        for name, shape in names_shapes:
+            n = int(np.prod(shape)) if len(shape) else 1
+            self.params[name] = {"fp32": fp32_flat[off: off + n].view(shape),
+                                 "exp_avg": moments["exp_avg"][off: off + n].view(shape),
+                                 "exp_avg_sq": moments["exp_avg_sq"][off: off + n].view(shape),
+                                 "step": step}
+            off += n
+
+    def write(self, exp_dir):
+        save(self.params, os.path.join(exp_dir, "universal.pt"))
+        save(self.optimizer_state, os.path.join(exp_dir, "universal_optimizer_state.pt"))
+
+
+def universal_osd_012(rank0_osd):
+    """§3.1: rank 0's inner dict without base_optimizer_state, single_partition_of_fp32_groups and
+    param_slice_mappings (order kept), group_paddings all 0, partition_count = [W]*groups (already so),
+    plus 'param_groups' = base_optimizer_state['param_groups']."""
+    out = {}  # a plain dict, like DeepSpeed's
+    for k, v in rank0_osd.items():
+        if k in ("base_optimizer_state", "single_partition_of_fp32_groups", "param_slice_mappings"):
+            continue
+        out[k] = [0] * len(v) if k == "group_paddings" else v
+    out["param_groups"] = rank0_osd["base_optimizer_state"]["param_groups"]
+    return out
+
+
+def write_zero012(case, tagdir, entries, values, uni=None):
+    """ZeRO-0 (all three flavours), ZeRO-1/2 and BF16_Optimizer.  Returns the stored ``module``.  With
+    partitioned optimizer state (ZeRO-1/2, BF16_Optimizer) fills ``uni`` (a Universal) when given."""
     stage, dtn, dp = case["stage"], case["dtype"], case["dp"]
     dtype = DTYPES[dtn]
     rng = values.rng
@@ -348,6 +421,7 @@ def write_zero012(case, tagdir, entries, values):
     save(sd, os.path.join(tagdir, "mp_rank_00_model_states.pt"))
 
     prefix = "bf16_" if dtn == "bf16" else ""
+    rank_states = []  # per rank, per group: the Adam state written into that rank's file
     layout = []
     for g in groups:
         S = sum(e.numel for e in g)
@@ -365,6 +439,7 @@ def write_zero012(case, tagdir, entries, values):
             paddings.append(pad)
             mappings.append(slice_mappings(g, r, Q))
             state[gi] = adam_state(rng, Q)
+        rank_states.append(state)
         base = {"state": state, "param_groups": [param_group_dict(gi, [gi], 0.01 if gi == 0 else 0.0)
                                                  for gi in range(len(groups))]}
         if opt_kind == "zero":
@@ -379,10 +454,18 @@ def write_zero012(case, tagdir, entries, values):
                    "param_slice_mappings": mappings}
         save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": DS_VERSION},
              os.path.join(tagdir, f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+        if r == 0 and uni is not None:
+            uni.optimizer_state = universal_osd_012(osd)
+    if uni is not None:
+        uni.form, uni.copies = "dict", ["mp_rank_00_model_states.pt"]
+        for gi, g in enumerate(groups):
+            fp32_flat = torch.cat([values.master[e.name].reshape(-1) for e in g])
+            uni.add_flat_group([(e.name, e.shape) for e in g], fp32_flat, [st[gi] for st in rank_states],
+                               rank_states[0][gi]["step"])
     return module
 
 
-def write_zero3(case, tagdir, entries, values):
+def write_zero3(case, tagdir, entries, values, uni=None):
     dtn, dp = case["dtype"], case["dp"]
     dtype = DTYPES[dtn]
     rng = values.rng
@@ -393,6 +476,7 @@ def write_zero3(case, tagdir, entries, values):
     frozen = [e for e in entries if e.kind == "frozen"]
     buffer_names = [e.name for e in entries if e.kind == "buffer"]
     prefix = "bf16_" if dtn == "bf16" else ""
+    rank_states = []  # per rank, per sub-group: the Adam state written into that rank's file
 
     def part_of(full_flat, n, r, dt):
         p = math.ceil(n / dp)
@@ -422,6 +506,7 @@ def write_zero3(case, tagdir, entries, values):
             parts = [part_of(values.master[e.name].reshape(-1), e.numel, r, torch.float32) for e in sg]
             flat_groups.append(torch.cat(parts))
             state[i] = adam_state(rng, flat_groups[-1].numel())
+        rank_states.append(state)
         osd = {"zero_stage": DS.ZeroStageEnum.weights, "loss_scaler": loss_scaler(dtn),
                "dynamic_loss_scale": dtn == "fp16", "overflow": False, "partition_count": dp,
                "optimizer_state_dict": {"state": state,
@@ -430,6 +515,27 @@ def write_zero3(case, tagdir, entries, values):
                "fp32_flat_groups": flat_groups}
         save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": DS_VERSION},
              os.path.join(tagdir, f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+        if r == 0 and uni is not None:
+            # §3.2: rank 0's inner dict, complete, + 'param_groups' (the same list object)
+            uni.optimizer_state = dict(osd)
+            uni.optimizer_state["param_groups"] = osd["optimizer_state_dict"]["param_groups"]
+    if uni is None:
+        return
+    uni.form = "bare"
+    uni.copies = [f"zero_pp_rank_{r}_mp_rank_00_model_states.pt" for r in range(dp)]
+    # rank r holds elements [r*p, r*p + real_r) of each param, at offset sum(p_j) of its sub-group; the
+    # merged moments are the concatenation of those real elements over r (exactly numel elements)
+    for i, sg in enumerate(subgroups):
+        off = 0
+        for e in sg:
+            p = math.ceil(e.numel / dp)
+            d = {"fp32": values.master[e.name].reshape(-1).clone()}
+            for k in ("exp_avg", "exp_avg_sq"):
+                d[k] = torch.cat([rank_states[r][i][k][off: off + max(0, min(p, e.numel - r * p))]
+                                  for r in range(dp)])
+                assert d[k].numel() == e.numel
+            uni.params[e.name] = d
+            off += p
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -476,7 +582,7 @@ def expected_outputs(case, entries, values, module):
 # ----------------------------------------------------------------------------------------------------
 # pipeline case (like the real pp2_z1_fp32_ws4: 2 stages x DP 2, ZeRO-1, tied embedding)
 
-def write_pipeline(case, tagdir, seed):
+def write_pipeline(case, tagdir, seed, uni=None):
     dtn, dp = case["dtype"], case["dp"]
     dtype = DTYPES[dtn]
     rng = np.random.default_rng(seed)
@@ -543,12 +649,15 @@ def write_pipeline(case, tagdir, seed):
             def __init__(self, n, v):
                 self.name, self.numel = n, v.numel()
         ents = [_E(n, v) for n, v in zip(names, vals)]
+        stage_states = []
         for r in range(dp):
             part = mflat[r * Q: (r + 1) * Q].clone()
             pad = (A - S) if r == dp - 1 else 0
+            st0 = adam_state(rng, Q)
+            stage_states.append(st0)
             osd = {"loss_scaler": loss_scaler(dtn), "dynamic_loss_scale": dtn == "fp16", "overflow": False,
                    "clip_grad": 1.0,
-                   "base_optimizer_state": {"state": {0: adam_state(rng, Q)},
+                   "base_optimizer_state": {"state": {0: st0},
                                             "param_groups": [param_group_dict(0, [0], 0.0)]},
                    "single_partition_of_fp32_groups": [part[: Q - pad]], "zero_stage": DS.ZeroStageEnum(1),
                    "group_paddings": [pad], "partition_count": [dp], "ds_version": DS_VERSION,
@@ -556,6 +665,21 @@ def write_pipeline(case, tagdir, seed):
             prefix = "bf16_" if dtn == "bf16" else ""
             save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": DS_VERSION},
                  os.path.join(tagdir, f"{prefix}zero_pp_rank_{r}_mp_rank_{s:02d}_optim_states.pt"))
+            if s == 0 and r == 0 and uni is not None:
+                uni.optimizer_state = universal_osd_012(osd)  # from (pp 0, dp 0)
+        if uni is not None:
+            # a name held by several stages (the tied embedding) comes from the lowest stage: stage 1's
+            # perturbed replica must not show up
+            uni.form = "dict"
+            uni.copies.append(f"mp_rank_{s:02d}_model_states.pt")
+            fp32_flat = torch.cat([v.reshape(-1) for v in vals])
+            before = OD(uni.params)
+            uni.add_flat_group([(n, tuple(v.shape)) for n, v in zip(names, vals)], fp32_flat, stage_states,
+                               stage_states[0]["step"])
+            for n in names:
+                if n in before:
+                    uni.params[n] = before[n]
+            uni.params = OD((n, uni.params[n]) for n in list(before) + [n for n in names if n not in before])
     fp32 = {}
     for n, (kind, t) in stored.items():
         if kind.startswith("buffer"):
@@ -609,6 +733,14 @@ def scale_cases():
             dict(base, name="scale_12tags_z3_dp64", dp=64, tags=[f"global_step{i}" for i in range(1, 13)])]
 
 
+def many_params_cases():
+    """ZeRO-2, DP 2, bf16, 20,480 small trainable params: 81,922 files under universal/<tag>_universal/.
+    Used by test_universal.py (scale test) and a universal/ benchmark; not in the default list."""
+    return [{"name": "many_params_z2_dp2", "stage": 2, "dtype": "bf16", "dp": 2, "optimizer": "zero",
+             "pipeline": False, "tags": ["global_step3"], "src": "checkpoint", "side_files": False,
+             "model": "many_params"}]
+
+
 BENCH = {"name": "bench_z3_dp64", "stage": 3, "dtype": "bf16", "dp": 64, "optimizer": "zero", "pipeline": False,
          "tags": ["global_step3"], "src": "checkpoint", "side_files": False, "bench": True}
 
@@ -654,26 +786,34 @@ def generate_case(case, root):
     case["ds_config"] = ds_config(case["stage"], case["dtype"], case["optimizer"] == "bf16_optimizer",
                                   case["pipeline"])
     expected_dirs = {}
+    universal = None
     for ti, tag in enumerate(case["tags"]):
         case["global_steps"] = int(tag.rsplit("step", 1)[-1]) if "step" in tag else 3
         tagdir = os.path.join(save_dir, tag)
         os.makedirs(tagdir)
         seed = case_seed(name, tag)
+        uni = Universal() if has_universal(case) else None
         if case["pipeline"]:
-            fp32, model = write_pipeline(case, tagdir, seed)
+            fp32, model = write_pipeline(case, tagdir, seed, uni)
         else:
             entries = entries_of(case)
             values = Values(entries, DTYPES[case["dtype"]], case["stage"], seed)
             if case["stage"] == 3:
-                write_zero3(case, tagdir, entries, values)
+                write_zero3(case, tagdir, entries, values, uni)
                 module = None
             else:
-                module = write_zero012(case, tagdir, entries, values)
+                module = write_zero012(case, tagdir, entries, values, uni)
             fp32, model = expected_outputs(case, entries, values, module)
         exp = "expected" if ti == len(case["tags"]) - 1 else f"expected_{tag}"
         os.makedirs(os.path.join(root, exp))
         save(fp32, os.path.join(root, exp, "fp32.pt"))
         save(model, os.path.join(root, exp, "model.pt"))
+        if uni is not None:
+            uni.write(os.path.join(root, exp))
+            universal = {"form": uni.form, "step": uni.form == "dict", "copies": uni.copies,
+                         "params": len(uni.params),
+                         "files": len(uni.params) * (4 if uni.form == "dict" else 3) + 1 + len(uni.copies),
+                         "expected": "universal.pt", "optimizer_state": "universal_optimizer_state.pt"}
         expected_dirs[tag] = exp
     with open(os.path.join(save_dir, "latest"), "w") as f:
         f.write(case["tags"][-1])  # DeepSpeed writes the tag without a newline
@@ -683,6 +823,8 @@ def generate_case(case, root):
     case["latest"] = case["tags"][-1]
     case["expected"] = expected_dirs
     case["seed"] = {t: case_seed(name, t) for t in case["tags"]}
+    # the universal/ tree ckptfs serves for every tag (null: no partitioned optimizer state, no universal/)
+    case["universal"] = universal
     case["generator_version"] = GEN_VERSION
     with open(os.path.join(root, "case.json"), "w") as f:
         json.dump(case, f, indent=1)
@@ -811,7 +953,8 @@ def case_is_current(path):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--only", nargs="+", metavar="NAME", help="generate only these cases (bench_z3_dp64 and the scale cases too)")
+    ap.add_argument("--only", nargs="+", metavar="NAME",
+                    help="generate only these cases (bench_z3_dp64, the scale cases and many_params_z2_dp2 too)")
     ap.add_argument("--list", action="store_true", help="print the default case names and exit")
     ap.add_argument("--force", action="store_true", help="regenerate cases that exist")
     args = ap.parse_args(argv)
@@ -824,6 +967,7 @@ def main(argv=None):
     by_name = {c["name"]: c for c in cases}
     by_name[BENCH["name"]] = BENCH
     by_name.update((c["name"], c) for c in scale_cases())
+    by_name.update((c["name"], c) for c in many_params_cases())
     if args.only:
         unknown = [n for n in args.only if n not in by_name]
         if unknown:
