@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # README's first command: build ckptfs, mount the bundled DeepSpeed ZeRO-3 example checkpoint, look at
-# the merged files with ls/du and load the merged weights with torch.load, then unmount.
+# the merged files with ls/du, load the merged weights and a file of the universal/ tree with torch.load,
+# unmount; then inspect the bundled universal checkpoint (written by DeepSpeed's ds_to_universal).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The tests run this script against an existing binary (CKPTFS_BIN) and skip the set-up.
@@ -25,3 +26,13 @@ for name, t in sd.items():
     print(f"  {name:32} {str(t.dtype):15} {tuple(t.shape)}")
 print(f"{len(sd)} tensors, {sum(t.numel() for t in sd.values())} elements")
 PY
+uni="$mnt/universal/$(cat "$mnt/universal/latest_universal")"
+echo "\$ torch.load($uni/zero/embed.weight/exp_avg.pt)   (ZeRO-3: a bare tensor)"
+/usr/bin/python3 - "$uni" <<'PY'
+import os, sys, torch
+t = torch.load(f"{sys.argv[1]}/zero/embed.weight/exp_avg.pt", weights_only=True)
+print(f"  exp_avg of embed.weight: {t.dtype} {tuple(t.shape)}")
+print(f"  universal params: {len(os.listdir(sys.argv[1] + '/zero')) - 1}")
+PY
+echo "\$ ckptfs inspect examples/deepspeed-universal-z2-bf16"
+"$bin" inspect examples/deepspeed-universal-z2-bf16

@@ -23,6 +23,24 @@ def test_example_script_mounts_lists_and_loads(ckptfs_bin, fixtures_dir):
     assert f"{len(expected)} tensors, {sum(t.numel() for t in expected.values())} elements" in out
     for name in expected:
         assert re.search(rf"^\s+{re.escape(name)}\s", out, re.M)
+    # universal/: ZeRO-3 keeps bare 1-D tensors; the example's embedding is 101 x 37
+    assert "exp_avg of embed.weight: torch.float32 (3737,)" in out
+    universal = torch.load(Path(fixtures_dir) / "z3_bf16_dp2" / "expected" / "universal.pt")
+    assert f"universal params: {len(universal)}" in out
+    # the bundled universal checkpoint is read as input
+    assert "format:     DeepSpeed universal checkpoint (ds_to_universal output)" in out
+    assert re.search(r"^\s+fp32/pytorch_model\.bin\s+\d+ bytes", out, re.M)
+
+
+def test_universal_example_is_deepspeeds_output():
+    """examples/deepspeed-universal-z2-bf16 is DeepSpeed's own ds_to_universal output, byte for byte."""
+    example = REPO / "examples" / "deepspeed-universal-z2-bf16"
+    original = REPO / "mount_tests" / "fixtures" / "deepspeed-real" / "z2_bf16_ws2" / "checkpoint" / \
+        "global_step3_universal"
+    names = sorted(p.relative_to(example) for p in example.rglob("*") if p.is_file())
+    assert names and names == sorted(p.relative_to(original) for p in original.rglob("*") if p.is_file())
+    for name in names:
+        assert (example / name).read_bytes() == (original / name).read_bytes(), name
 
 
 def test_example_is_the_generated_case(fixtures_dir):

@@ -101,17 +101,19 @@ def test_walk_sizes_and_blocks(mounted_case):
     case, src, mnt, out = mounted_case
     ls = subprocess.run(["ls", "-lR", mnt], capture_output=True, text=True, timeout=CMD_TIMEOUT)
     assert ls.returncode == 0, ls.stderr
-    total = 0
+    sizes = {}  # by inode: the root views and tags/<latest>/ are hard links, which du counts once
     for root, dirs, files in os.walk(mnt):
         for f in files:
             st = os.stat(os.path.join(root, f))
             assert st.st_blocks == math.ceil(st.st_size / 512), f
             assert st.st_mode & 0o777 == 0o444, f
-            total += st.st_size
+            sizes[st.st_ino] = st.st_size
     for v in VIEWS:
-        assert os.stat(os.path.join(mnt, v)).st_size == os.path.getsize(os.path.join(out, v)), v
+        st, tagged = os.stat(os.path.join(mnt, v)), os.stat(os.path.join(mnt, "tags", case["latest"], v))
+        assert st.st_size == os.path.getsize(os.path.join(out, v)), v
+        assert (st.st_ino, st.st_nlink) == (tagged.st_ino, 2), f"{v} and tags/<latest>/{v} are one inode"
     du = subprocess.run(["du", "-sb", mnt], capture_output=True, text=True, timeout=CMD_TIMEOUT)
-    assert int(du.stdout.split()[0]) == total
+    assert int(du.stdout.split()[0]) == sum(sizes.values())
     info = json.loads(open(os.path.join(mnt, "ckptfs.json")).read())
     assert info["root_tag"] == case["latest"]
     assert [t["name"] for t in info["tags"]] == case["tags"]
@@ -528,8 +530,15 @@ def test_errnos_of_odd_requests(side_case):
 def test_statfs_and_df(side_case):
     src, mnt = side_case
     st = os.statvfs(mnt)
-    nodes = 1 + sum(len(d) + len(f) for _, d, f in os.walk(mnt))
-    total = sum(os.path.getsize(os.path.join(r, n)) for r, _, f in os.walk(mnt) for n in f)
+    # every inode once: the root views and tags/<latest>/ share theirs
+    stats = {os.stat(r).st_ino for r, _, _ in os.walk(mnt)}
+    files = {}
+    for r, _, f in os.walk(mnt):
+        for n in f:
+            st_file = os.stat(os.path.join(r, n))
+            files[st_file.st_ino] = st_file.st_size
+    nodes = len(stats) + len(files)
+    total = sum(files.values())
     assert st.f_flag & os.ST_RDONLY
     assert st.f_bsize == st.f_frsize == 4096 and st.f_namemax == 255
     assert st.f_blocks == math.ceil(total / 4096) and st.f_bfree == st.f_bavail == 0

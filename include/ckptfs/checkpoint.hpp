@@ -50,6 +50,7 @@ struct UniversalPlan {
 struct Tag {
   std::string name;
   std::filesystem::path dir;
+  std::string format;  // what the tag dir holds: "DeepSpeed checkpoint", "DeepSpeed universal checkpoint"
   Topology topology;
   // Catalogs by role: "fp32" (master weights, zero_to_fp32 equivalent), "model" (weights in the
   // training dtype), and per-parameter optimizer state ("exp_avg", "exp_avg_sq", ...) where partitioned.

@@ -33,6 +33,7 @@ struct Node {
   // Directories: (name, ino) sorted by name; subdirs counts the directories among them (for st_nlink).
   std::vector<std::pair<std::string, Ino>> children;
   uint32_t subdirs = 0;
+  uint32_t links = 1;  // regular files: directory entries naming this node (a root view and tags/<latest>/)
 
   uint64_t size() const { return file ? file->size() : 0; }
 };
@@ -57,12 +58,18 @@ class TreeBuilder {
   TreeBuilder();
   // Adds a regular file at `path` ("fp32/model.safetensors"), creating its directories. Throws
   // std::invalid_argument when the path is empty, has an empty, "." or ".." component, or is taken.
-  void add_file(std::string_view path, views::VirtualFilePtr file);
+  Ino add_file(std::string_view path, views::VirtualFilePtr file);
+  // Adds `path` as a second name of the regular file `target` (a hard link: one inode, one page-cache
+  // copy). Throws std::invalid_argument as add_file does.
+  void add_link(std::string_view path, Ino target);
   // Directories and files without sources get the newest mtime of all sources.
   VirtualTree build() &&;
 
  private:
   Ino add_child(Ino parent, std::string_view name, bool is_dir);
+  // Creates the directories of `path` (its components `parts`) and returns the last one's ino; throws
+  // when one of them is a file or the final name is taken.
+  Ino add_parents(std::string_view path, const std::vector<std::string_view>& parts);
   Ino find(Ino parent, std::string_view name) const;
 
   // (parent, name) -> ino while building: children are appended and sorted once in build(), so a

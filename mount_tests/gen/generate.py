@@ -37,7 +37,7 @@ import deepspeed_classes  # noqa: E402
 DS = deepspeed_classes.install()
 OD = collections.OrderedDict
 DS_VERSION = "0.14.5"
-GEN_VERSION = 5  # bump to invalidate cached fixtures
+GEN_VERSION = 6  # bump to invalidate cached fixtures
 
 VOCAB, HIDDEN, FFN, SEQ = 101, 37, 53, 7
 MANY_PARAMS = 20480  # trainable params of many_params_z2_dp2
@@ -149,6 +149,19 @@ def groups_of(entries, key):
     return [[e for e in entries if e.kind == "train" and getattr(e, key) == g] for g in range(n)]
 
 
+def round_robin_reorder(group, dp):
+    """DeepSpeed's ``DeepSpeedZeroOptimizer._round_robin_reorder`` (ZeRO-1/2, ``round_robin_gradients: true``):
+    param i of the group goes to bucket i % dp, buckets concatenated in bucket order, each bucket in
+    original order.  E.g. 5 params, dp 4: [0, 4, 1, 2, 3]."""
+    return [group[i] for j in range(dp) for i in range(j, len(group), dp)]
+
+
+def flat_order(case, group):
+    """The order a ZeRO-1/2 param group is flattened in (= its ``param_shapes`` order):
+    ``round_robin_bit16_groups``, which is the module order unless the case sets ``round_robin``."""
+    return round_robin_reorder(group, case["dp"]) if case.get("round_robin") else group
+
+
 # ----------------------------------------------------------------------------------------------------
 # values
 
@@ -215,7 +228,7 @@ def adam_state(rng, n):
             "exp_avg_sq": torch.from_numpy(np.abs(rng.standard_normal(n)).astype(np.float32) * 1e-6)}
 
 
-def ds_config(stage, dtype_name, bf16_optimizer=False, pipeline=False):
+def ds_config(stage, dtype_name, bf16_optimizer=False, pipeline=False, round_robin=False):
     cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2 if pipeline else 1,
            "steps_per_print": 1,
            "optimizer": {"type": "Adam", "params": {"lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-08,
@@ -225,6 +238,8 @@ def ds_config(stage, dtype_name, bf16_optimizer=False, pipeline=False):
            "gradient_clipping": 1.0, "wall_clock_breakdown": False}
     if stage > 0:
         cfg["zero_optimization"] = {"stage": stage}
+        if round_robin:
+            cfg["zero_optimization"]["round_robin_gradients"] = True
     if dtype_name == "fp16":
         cfg["fp16"] = {"enabled": True, "initial_scale_power": 8, "loss_scale_window": 100, "hysteresis": 2}
     elif dtype_name == "bf16":
@@ -366,6 +381,11 @@ def write_zero012(case, tagdir, entries, values, uni=None):
     dtype = DTYPES[dtn]
     rng = values.rng
     groups = groups_of(entries, "group")
+    # round_robin_gradients (ZeRO-1/2, stage_1_and_2.py): each group's params are flattened in
+    # round_robin_bit16_groups order, and param_shapes (engine._get_zero_param_shapes) walks that same
+    # list, so flat buffer, fp32 partitions and Adam moments all follow ``fgroups``; the ``module`` keeps
+    # module order, its params being views into the reordered flat buffer (_update_model_bit16_weights).
+    fgroups = [flat_order(case, g) for g in groups]
     opt_kind = case["optimizer"]
     buffer_names = [e.name for e in entries if e.kind == "buffer"]
     trainable = [e for e in entries if e.kind == "train"]
@@ -376,7 +396,7 @@ def write_zero012(case, tagdir, entries, values, uni=None):
             views[e.name] = values.bit16(e.name, dtype).clone()
     else:
         align = 1 if opt_kind == "fp16_optimizer" else 2 * dp
-        for g in groups:
+        for g in fgroups:
             _, v = flat_group(g, values, dtype, align, rng)
             views.update(v)
     module = build_module(entries, values, dtype, views)
@@ -416,14 +436,14 @@ def write_zero012(case, tagdir, entries, values, uni=None):
     else:
         frozen_shapes, frozen_frags = None, None
     alias = [e for e in entries if e.kind == "alias"]
-    sd = model_state_dict(case, module, buffer_names, None, [shapes_od(g) for g in groups], frozen_shapes,
+    sd = model_state_dict(case, module, buffer_names, None, [shapes_od(g) for g in fgroups], frozen_shapes,
                           {e.name: e.owner for e in alias}, frozen_frags, dp)
     save(sd, os.path.join(tagdir, "mp_rank_00_model_states.pt"))
 
     prefix = "bf16_" if dtn == "bf16" else ""
     rank_states = []  # per rank, per group: the Adam state written into that rank's file
     layout = []
-    for g in groups:
+    for g in fgroups:
         S = sum(e.numel for e in g)
         A = 2 * dp * math.ceil(S / (2 * dp))
         layout.append((S, A, A // dp, master_flat(g, values, A, rng)))
@@ -437,6 +457,12 @@ def write_zero012(case, tagdir, entries, values, uni=None):
             else:
                 parts.append(part)  # BF16_Optimizer keeps the padding
             paddings.append(pad)
+            # param_slice_mappings as DeepSpeed writes them: _create_param_mapping walks bit16_groups (module
+            # order) and each lp._hp_mapping comes from link_hp_params(lp_param_list=self.bit16_groups[i]),
+            # whose _init_lp_to_hp_mapping accumulates offsets in that same original order.  With
+            # round_robin_gradients they do not describe the round-robin flat buffer: ds_to_universal.py
+            # (extract_zero_shards narrows the fp32 partition and Adam moments with them) mislabels
+            # fragments; param_shapes gives the true layout.  (Checked in v0.14.5 and master 38327e0.)
             mappings.append(slice_mappings(g, r, Q))
             state[gi] = adam_state(rng, Q)
         rank_states.append(state)
@@ -458,7 +484,7 @@ def write_zero012(case, tagdir, entries, values, uni=None):
             uni.optimizer_state = universal_osd_012(osd)
     if uni is not None:
         uni.form, uni.copies = "dict", ["mp_rank_00_model_states.pt"]
-        for gi, g in enumerate(groups):
+        for gi, g in enumerate(fgroups):
             fp32_flat = torch.cat([values.master[e.name].reshape(-1) for e in g])
             uni.add_flat_group([(e.name, e.shape) for e in g], fp32_flat, [st[gi] for st in rank_states],
                                rank_states[0][gi]["step"])
@@ -558,7 +584,7 @@ def expected_outputs(case, entries, values, module):
         if e.kind == "frozen":
             fp32[e.name] = values.frozen[e.name].float()
     for g in groups_of(entries, "subgroup" if stage == 3 else "group"):
-        for e in g:
+        for e in (g if stage == 3 else flat_order(case, g)):  # trainable in param_shapes order
             fp32[e.name] = values.master[e.name].clone()
     for e in entries:
         if e.kind == "alias":
@@ -719,6 +745,9 @@ def make_cases():
     add("bf16opt_z1_dp4", 1, "bf16", 4, "bf16_optimizer")
     add("pp2_z1_fp16_dp2", 1, "fp16", 2, "zero", pipeline=True, side_files=True)
     add("twotags_z2_bf16_dp2", 2, "bf16", 2, "zero", tags=["global_step2", "global_step4"])
+    # round_robin_gradients: params flattened (and param_shapes listed) in round-robin order, while the
+    # param_slice_mappings DeepSpeed writes describe the original order (ds_to_universal mislabels them)
+    add("rr_z2_bf16_dp4", 2, "bf16", 4, "zero", round_robin=True)
     add("tagsrc_z3_bf16_dp2", 3, "bf16", 2, "zero", src="checkpoint/global_step3")
     add("llama_z3_bf16_dp2", 3, "bf16", 2, "zero", side_files=True, model="llama")
     return cases
@@ -784,7 +813,7 @@ def generate_case(case, root):
     os.makedirs(save_dir)
     case = dict(case)
     case["ds_config"] = ds_config(case["stage"], case["dtype"], case["optimizer"] == "bf16_optimizer",
-                                  case["pipeline"])
+                                  case["pipeline"], case.get("round_robin", False))
     expected_dirs = {}
     universal = None
     for ti, tag in enumerate(case["tags"]):

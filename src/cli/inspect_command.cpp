@@ -34,6 +34,7 @@ void print_text(const Checkpoint& cp, bool tensors) {
   for (const auto& tag : cp.tags) {
     const auto& t = tag.topology;
     fmt::print("\ntag {}  ({})\n", tag.name, tag.dir.string());
+    fmt::print("  format:     {}\n", tag.format);
     fmt::print("  topology:   ZeRO-{}, DP {}, TP {}, PP {}\n", t.zero_stage, t.dp, t.tp, t.pp);
     fmt::print("  optimizer:  {}\n", t.optimizer);
     fmt::print("  dtypes:     training {}, master float32\n", dtype_torch_name(t.train_dtype));

@@ -35,6 +35,7 @@ nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
     nlohmann::json jt;
     jt["name"] = tag.name;
     jt["dir"] = tag.dir.string();
+    jt["format"] = tag.format;
     jt["topology"] = {{"zero_stage", t.zero_stage},
                       {"dp", t.dp},
                       {"tp", t.tp},

@@ -53,7 +53,7 @@ struct stat attributes(const Context& c, const vfs::Node& node) {
   struct stat st {};
   st.st_ino = node.ino;
   st.st_mode = node.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
-  st.st_nlink = node.is_dir ? 2 + node.subdirs : 1;
+  st.st_nlink = node.is_dir ? 2 + node.subdirs : node.links;
   st.st_uid = c.uid;
   st.st_gid = c.gid;
   st.st_size = static_cast<off_t>(node.size());  // directories: 0, so `du -sb` sums the files exactly

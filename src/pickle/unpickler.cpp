@@ -510,7 +510,7 @@ class Unpickler {
       case NEWOBJ: {
         ValuePtr args = pop(), callable = pop();
         ValuePtr obj = construct(callable, args);
-        if (obj->kind == Kind::Object) obj->made_by_new = true;
+        if (obj->kind == Kind::Object) obj->made_by_new = op_ == NEWOBJ;
         return push(std::move(obj));
       }
       case NEWOBJ_EX: {

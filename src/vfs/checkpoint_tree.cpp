@@ -22,14 +22,25 @@ VirtualTree build_tree(const Checkpoint& checkpoint) {
   std::vector<std::vector<ViewFile>> views;  // per tag; the root shares the latest tag's files
   for (const auto& tag : checkpoint.tags) views.push_back(tag_views(tag));
   const Tag& latest = checkpoint.latest_tag();
-  for (const auto& v : views[&latest - checkpoint.tags.data()]) builder.add_file(v.path, v.file);
-  for (size_t i = 0; i < views.size(); ++i)
-    for (const auto& v : views[i])
-      builder.add_file(fmt::format("{}/{}/{}", kTagsDir, checkpoint.tags[i].name, v.path), v.file);
+  const auto& root_views = views[&latest - checkpoint.tags.data()];
+  // The root views and tags/<latest>/ are the same inodes (hard links): one page-cache copy.
+  std::vector<Ino> root_inodes;
+  for (const auto& v : root_views) root_inodes.push_back(builder.add_file(v.path, v.file));
+  for (size_t i = 0; i < views.size(); ++i) {
+    const bool is_root = &views[i] == &root_views;
+    for (size_t j = 0; j < views[i].size(); ++j) {
+      const std::string path = fmt::format("{}/{}/{}", kTagsDir, checkpoint.tags[i].name, views[i][j].path);
+      if (is_root) {
+        builder.add_link(path, root_inodes[j]);
+      } else {
+        builder.add_file(path, views[i][j].file);
+      }
+    }
+  }
 
   // Names at the root that ckptfs owns; a side file with one of them moves to source/<name>.
   std::set<std::string, std::less<>> taken = {std::string(kInfoFile), std::string(kTagsDir)};
-  for (const auto& v : views.front()) taken.insert(v.path.substr(0, v.path.find('/')));
+  for (const auto& v : root_views) taken.insert(v.path.substr(0, v.path.find('/')));
   std::vector<std::pair<std::string, io::FilePtr>> side_files;
   bool any_renamed = false;
   for (const auto& path : checkpoint.side_files) {

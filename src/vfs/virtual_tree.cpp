@@ -77,8 +77,7 @@ Ino TreeBuilder::add_child(Ino parent, std::string_view name, bool is_dir) {
   return tree_.nodes_.back().ino;
 }
 
-void TreeBuilder::add_file(std::string_view path, views::VirtualFilePtr file) {
-  const auto parts = components(path);
+Ino TreeBuilder::add_parents(std::string_view path, const std::vector<std::string_view>& parts) {
   Ino dir = kRootIno;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     Ino next = find(dir, parts[i]);
@@ -92,11 +91,29 @@ void TreeBuilder::add_file(std::string_view path, views::VirtualFilePtr file) {
   }
   if (find(dir, parts.back()) != 0)
     throw std::invalid_argument(fmt::format("virtual tree: '{}' added twice", path));
-  Node& node = tree_.nodes_[add_child(dir, parts.back(), false) - 1];
+  return dir;
+}
+
+Ino TreeBuilder::add_file(std::string_view path, views::VirtualFilePtr file) {
+  const auto parts = components(path);
+  const Ino ino = add_child(add_parents(path, parts), parts.back(), false);
+  Node& node = tree_.nodes_[ino - 1];
   tree_.total_bytes_ += file->size();
   node.sources = file->sources();
   node.file = std::move(file);
   for (const auto& s : node.sources) node.mtime_ns = std::max(node.mtime_ns, s->mtime_ns());
+  return ino;
+}
+
+void TreeBuilder::add_link(std::string_view path, Ino target) {
+  if (target <= kRootIno || target > tree_.nodes_.size() || tree_.nodes_[target - 1].is_dir)
+    throw std::invalid_argument(fmt::format("virtual tree: '{}' links to no regular file", path));
+  const auto parts = components(path);
+  const Ino dir = add_parents(path, parts);
+  Node& parent = tree_.nodes_[dir - 1];
+  parent.children.emplace_back(std::string(parts.back()), target);
+  index_.emplace(ChildKey{dir, std::string(parts.back())}, target);
+  tree_.nodes_[target - 1].links += 1;
 }
 
 VirtualTree TreeBuilder::build() && {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "ckptfs/vfs.hpp"
@@ -87,6 +88,38 @@ TEST(VfsTree, MtimeComesFromTheSources) {
   EXPECT_EQ(d->mtime_ns, new_file->mtime_ns());
   EXPECT_EQ(tree.lookup(d->ino, "generated")->mtime_ns, new_file->mtime_ns());
   EXPECT_EQ(tree.node(kRootIno)->mtime_ns, new_file->mtime_ns());
+}
+
+}  // namespace
+}  // namespace ckptfs::vfs
+
+namespace ckptfs::vfs {
+namespace {
+
+TEST(VfsTree, LinkIsASecondNameOfTheSameInode) {
+  TreeBuilder b;
+  const Ino file = b.add_file("fp32/model.safetensors", testing::memory_file("abc"));
+  b.add_link("tags/step1/fp32/model.safetensors", file);
+  EXPECT_THROW(b.add_link("tags/step1/fp32/model.safetensors", file), std::invalid_argument);
+  EXPECT_THROW(b.add_link("dir-link", kRootIno), std::invalid_argument);
+  const VirtualTree tree = std::move(b).build();
+  const Node* tagged = tree.lookup(tree.lookup(tree.lookup(tree.lookup(kRootIno, "tags")->ino, "step1")->ino,
+                                               "fp32")->ino,
+                                   "model.safetensors");
+  ASSERT_NE(tagged, nullptr);
+  EXPECT_EQ(tagged->ino, file);
+  EXPECT_EQ(tagged->links, 2u);
+  EXPECT_EQ(tree.node(file)->size(), 3u);
+}
+
+TEST(VfsTree, LargeDirectoryIsSortedOnce) {
+  TreeBuilder b;
+  for (int i = 9999; i >= 0; --i) b.add_file("zero/p" + std::to_string(i) + "/fp32.pt", testing::memory_file("x"));
+  const VirtualTree tree = std::move(b).build();
+  const Node* zero = tree.lookup(kRootIno, "zero");
+  ASSERT_EQ(zero->children.size(), 10000u);
+  EXPECT_TRUE(std::is_sorted(zero->children.begin(), zero->children.end()));
+  EXPECT_NE(tree.lookup(zero->ino, "p1234"), nullptr);
 }
 
 }  // namespace

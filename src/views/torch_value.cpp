@@ -230,13 +230,15 @@ TorchPickle pickle_for_torch_save(const pickle::Value& root) {
 }
 
 VirtualFilePtr make_torch_save_value(const pickle::Value& root, const std::string& archive_name,
-                                     std::shared_ptr<const void> keep_alive) {
+                                     std::shared_ptr<const void> keep_alive, ZipRecords layout) {
   TorchPickle pickled = pickle_for_torch_save(root);
   std::vector<ZipRecord> records;
   records.push_back({"data.pkl", std::move(pickled.data_pkl)});
-  records.push_back({".format_version", "1"});
-  records.push_back({".storage_alignment", std::to_string(kZipAlignment)});
-  records.push_back({"byteorder", "little"});
+  if (layout == ZipRecords::torch_2_1) {
+    records.push_back({".format_version", "1"});
+    records.push_back({".storage_alignment", std::to_string(kZipAlignment)});
+    records.push_back({"byteorder", "little"});
+  }
   for (size_t i = 0; i < pickled.storages.size(); ++i)
     records.push_back({fmt::format("data/{}", i), {}, pickled.storages[i]});
   records.push_back({"version", "3\n"});

@@ -26,8 +26,13 @@ struct TorchPickle {
 // Throws FormatError for a native value that is not a catalog::TensorValue.
 TorchPickle pickle_for_torch_save(const pickle::Value& root);
 
-// A torch.save zip of `root` (records as make_torch_save lays them out); `keep_alive` owns the tensors.
+// The records of the zip: torch >= 2.1 adds .format_version, .storage_alignment and byteorder to the
+// data.pkl, data/<key>..., version that torch 1.13 writes (and DeepSpeed's universal files hold).
+enum class ZipRecords { torch_2_1, torch_1_13 };
+
+// A torch.save zip of `root`; `keep_alive` owns the tensors.
 VirtualFilePtr make_torch_save_value(const pickle::Value& root, const std::string& archive_name,
-                                     std::shared_ptr<const void> keep_alive);
+                                     std::shared_ptr<const void> keep_alive,
+                                     ZipRecords records = ZipRecords::torch_2_1);
 
 }  // namespace ckptfs::views

@@ -1,5 +1,5 @@
 // universal/: a DeepSpeed universal checkpoint (docs/formats/universal.md) laid out from a tag's
-// UniversalPlan. One directory per trainable parameter with a few small torch.save files each: tens of
+// UniversalPlan, in the zip layout of DeepSpeed's own files (torch 1.13's records). One directory per trainable parameter with a few small torch.save files each: tens of
 // thousands of files for a large model, so each file keeps only its indices and builds its zip layout
 // when read (a few microseconds, nothing next to the tensor bytes it serves).
 #include <fmt/format.h>
@@ -60,7 +60,9 @@ class UniversalParamFile final : public VirtualFile {
     return dict;
   }
 
-  VirtualFilePtr build() const { return make_torch_save_value(*value(), stem(), plan_); }
+  VirtualFilePtr build() const {
+    return make_torch_save_value(*value(), stem(), plan_, ZipRecords::torch_1_13);
+  }
 
   std::shared_ptr<const UniversalPlan> plan_;
   size_t param_, what_;
@@ -86,7 +88,8 @@ std::vector<ViewFile> universal_views(const Tag& tag) {
   for (const auto& path : plan->model_state_files)
     out.push_back({fmt::format("{}/{}", dir, path.filename().string()), make_passthrough(io::File::open(path))});
   out.push_back({dir + "/zero/optimizer_state.pt",
-                 make_torch_save_value(*plan->optimizer_state, "optimizer_state", plan)});
+                 make_torch_save_value(*plan->optimizer_state, "optimizer_state", plan,
+                                       ZipRecords::torch_1_13)});
   for (size_t i = 0; i < plan->params.size(); ++i) {
     const UniversalParam& p = plan->params[i];
     require_directory_name(p.name, tag);

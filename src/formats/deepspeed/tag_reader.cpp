@@ -442,10 +442,15 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
   tag.dir = dir;
   tag.files = tf.all();
   const bool zero3 = !tf.zero3_model_states.empty();
-  TagParts parts = is_universal_dir(dir)      ? read_universal(files, tf, dir, tag.topology, tag.notes)
+  const bool universal = is_universal_dir(dir);
+  tag.format = universal ? "DeepSpeed universal checkpoint (ds_to_universal output)" : "DeepSpeed checkpoint";
+  TagParts parts = universal                  ? read_universal(files, tf, dir, tag.topology, tag.notes)
                    : zero3                    ? read_zero3(files, tf, tag.topology)
                    : !tf.layer_states.empty() ? read_pipeline(files, tf, tag.topology, tag.notes)
                                               : read_data_parallel(files, tf, tag.topology, tag.notes);
+  if (universal)
+    for (const auto& t : parts.trainable)
+      if (!t.pieces.empty()) tag.files.push_back(t.pieces.front().file->path());
   auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, tag.notes));
   auto model = std::make_shared<Catalog>(build_model_catalog(parts, zero3, tag.notes));
   require_unique_names(*fp32, dir, "fp32");
