@@ -135,6 +135,19 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, b
   });
 }
 
+// Directories never change: the kernel may keep their listings (cache_readdir), so a second `ls -lR`
+// or `du` of a large tree is served without a READDIR round trip per block of entries.
+void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  guarded(req, ino, "opendir", [&] {
+    const vfs::Node* node = context(req).tree->node(ino);
+    if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    if (!node->is_dir) return (void)fuse_reply_err(req, ENOTDIR);
+    fi->cache_readdir = 1;
+    fi->keep_cache = 1;
+    fuse_reply_open(req, fi);
+  });
+}
+
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
   read_directory(req, ino, size, offset, false);
 }
@@ -235,6 +248,7 @@ fuse_lowlevel_ops make_operations() {
   ops.init = op_init;
   ops.lookup = op_lookup;
   ops.getattr = op_getattr;
+  ops.opendir = op_opendir;
   ops.readdir = op_readdir;
   ops.readdirplus = op_readdirplus;
   ops.open = op_open;
