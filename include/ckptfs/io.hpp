@@ -60,6 +60,27 @@ class File {
 
 using FilePtr = std::shared_ptr<File>;
 
+// A byte range [base, base + length) of a source file read as a file of its own: a torch.save archive
+// nested at an offset of a DCP .distcp file. Offsets given to read() are relative to base.
+class FileRange {
+ public:
+  FileRange(FilePtr file);  // the whole file (implicit: a FilePtr is its own range)
+  // Throws SourceError naming the file when the range runs past its end.
+  FileRange(FilePtr file, uint64_t base, uint64_t length);
+
+  const FilePtr& file() const { return file_; }
+  const std::filesystem::path& path() const { return file_->path(); }
+  uint64_t base() const { return base_; }
+  uint64_t size() const { return length_; }
+  // Bytes [offset, offset + length) of the range; SourceError when they run past its end.
+  std::vector<std::byte> read(uint64_t offset, uint64_t length) const;
+
+ private:
+  FilePtr file_;
+  uint64_t base_ = 0;
+  uint64_t length_ = 0;
+};
+
 // Most descriptors the cache keeps open at once (default 256). A descriptor in use by a read stays
 // open until that read ends, so the bound can be exceeded by the number of concurrent readers.
 void set_max_open_files(size_t max_open);

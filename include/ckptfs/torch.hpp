@@ -49,7 +49,8 @@ class TorchArchive {
   // Reads the zip directory (or walks the legacy format) and unpickles data.pkl. Every bound is checked:
   // every tensor's storage lies inside the file and every view inside its storage. Throws FormatError
   // naming the file.
-  static TorchArchive open(io::FilePtr file);
+  // `range` is a whole file or, for a DCP item, the byte range of a .distcp file the archive occupies.
+  static TorchArchive open(const io::FileRange& range);
 
   const pickle::ValuePtr& root() const { return root_; }
   const io::FilePtr& file() const { return file_; }

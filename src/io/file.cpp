@@ -66,6 +66,22 @@ bool File::unchanged() const {
   return identity_of(st) == identity_;
 }
 
+FileRange::FileRange(FilePtr file) : file_(std::move(file)), base_(0), length_(file_->size()) {}
+
+FileRange::FileRange(FilePtr file, uint64_t base, uint64_t length)
+    : file_(std::move(file)), base_(base), length_(length) {
+  if (base > file_->size() || length > file_->size() - base)
+    throw SourceError(fmt::format("{}: bytes [{}, {}) lie outside the file ({} bytes)", file_->path().string(),
+                                  base, base + length, file_->size()));
+}
+
+std::vector<std::byte> FileRange::read(uint64_t offset, uint64_t length) const {
+  if (offset > length_ || length > length_ - offset)
+    throw SourceError(fmt::format("{}: read of {} bytes at offset {} runs past the end of the {} bytes at {}",
+                                  file_->path().string(), length, offset, length_, base_));
+  return file_->read(base_ + offset, length);
+}
+
 uint64_t raise_open_file_limit() {
   struct rlimit limit {};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ckptfs/error.hpp"
@@ -57,6 +58,29 @@ TEST(TorchArchive, TensorsResolveToSpans) {
   EXPECT_EQ(a->storage.file, archive.file());
   EXPECT_EQ(as_tensor(archive.root().get()), nullptr);
   EXPECT_EQ(archive.root()->find("a")->describe(), "tensor");
+}
+
+TEST(TorchArchive, ArchiveNestedInAByteRange) {
+  // A DCP .distcp file: torch.save archives back to back, each read in place from its byte range.
+  const std::string first = build_zip({{"data.pkl", two_views_pickle()}, {"data/0", std::string(48, 'a')}});
+  const std::string second = build_zip({{"data.pkl", two_views_pickle()}, {"data/0", std::string(48, 'b')}});
+  const std::string head(100, '\0');
+  TempFile f(head + first + second + "trailing");
+  const auto file = io::File::open(f.path());
+  const auto archive = TorchArchive::open(io::FileRange(file, head.size() + first.size(), second.size()));
+  const SourceTensor* a = as_tensor(archive.root()->find("a"));
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->storage.file, file);
+  const auto bytes = file->read(a->storage.offset, a->storage.nbytes);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()), std::string(48, 'b'));
+  // a range past the file's end, and an archive cut short, name the file and the range
+  EXPECT_THROW(io::FileRange(file, head.size(), 1u << 20), SourceError);
+  try {
+    TorchArchive::open(io::FileRange(file, head.size(), first.size() - 30));
+    FAIL() << "a truncated nested archive opened";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("(bytes {}..", head.size())), std::string::npos) << e.what();
+  }
 }
 
 TEST(TorchArchive, RecordSizeMismatch) {

@@ -8,20 +8,20 @@
 
 namespace ckptfs::torch {
 
-bool is_zip_file(const io::File& file) {
+bool is_zip_file(const io::FileRange& file) {
   if (file.size() < 4) return false;
   const auto head = file.read(0, 4);
   return head[0] == std::byte{'P'} && head[1] == std::byte{'K'} && head[2] == std::byte{3} &&
          head[3] == std::byte{4};
 }
 
-pickle::ValuePtr read_zip(const io::FilePtr& file) {
-  const ZipIndex index = ZipIndex::read(*file);
+pickle::ValuePtr read_zip(const io::FileRange& file) {
+  const ZipIndex index = ZipIndex::read(file);
   if (index.find("constants.pkl"))
     throw UnsupportedError("a TorchScript archive (constants.pkl), not a torch.save file");
   const ZipEntry* data_pkl = index.find("data.pkl");
   if (!data_pkl) throw FormatError(fmt::format("no record '{}/data.pkl' in the zip archive", index.root()));
-  const auto pickle_bytes = index.read(*file, *data_pkl);
+  const auto pickle_bytes = index.read(file, *data_pkl);
 
   TensorBuilder builder;
   pickle::ValuePtr root;
@@ -36,12 +36,12 @@ pickle::ValuePtr read_zip(const io::FilePtr& file) {
     const ZipEntry* record = index.find("data/" + key);
     if (!record)
       throw FormatError(fmt::format("storage '{}' has no record '{}/data/{}'", key, index.root(), key));
-    const RecordSpan span = index.locate(*file, *record);
+    const RecordSpan span = index.locate(file, *record);
     if (span.size != root_storage.nbytes)
       throw FormatError(fmt::format("record '{}' holds {} bytes but storage '{}' is {} x {} ({} bytes)",
                                     record->name, span.size, key, root_storage.numel,
                                     dtype_torch_name(root_storage.dtype), root_storage.nbytes));
-    return StorageSpan{file, span.offset, span.size};
+    return StorageSpan{file.file(), file.base() + span.offset, span.size};
   });
   return root;
 }

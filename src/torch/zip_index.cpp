@@ -52,7 +52,7 @@ struct EndRecord {
   uint64_t end_offset = 0;  // where the end records start: the central directory must end before
 };
 
-EndRecord read_end_records(const io::File& file) {
+EndRecord read_end_records(const io::FileRange& file) {
   const uint64_t size = file.size();
   if (size < kEndSize) throw FormatError("truncated zip: no end of central directory record");
   const uint64_t tail_len = std::min<uint64_t>(size, kEndSize + 0xffff + kZip64LocatorSize);
@@ -125,7 +125,7 @@ void apply_zip64_extra(const Reader& r, size_t at, size_t len, ZipEntry& e) {
 
 }  // namespace
 
-ZipIndex ZipIndex::read(const io::File& file) {
+ZipIndex ZipIndex::read(const io::FileRange& file) {
   const EndRecord end = read_end_records(file);
   if (end.directory_offset > end.end_offset || end.directory_size > end.end_offset - end.directory_offset)
     throw FormatError(
@@ -181,7 +181,7 @@ const ZipEntry* ZipIndex::find(std::string_view name) const {
   return it == by_name_.end() ? nullptr : &entries_[it->second];
 }
 
-RecordSpan ZipIndex::locate(const io::File& file, const ZipEntry& e) const {
+RecordSpan ZipIndex::locate(const io::FileRange& file, const ZipEntry& e) const {
   if (e.flags & 1) throw FormatError(fmt::format("record '{}' is encrypted", e.name));
   if (e.method != 0)
     throw FormatError(fmt::format("record '{}' is compressed (method {}); only stored records are supported",
@@ -212,7 +212,7 @@ RecordSpan ZipIndex::locate(const io::File& file, const ZipEntry& e) const {
   return {data_offset, e.size};
 }
 
-std::vector<std::byte> ZipIndex::read(const io::File& file, const ZipEntry& entry) const {
+std::vector<std::byte> ZipIndex::read(const io::FileRange& file, const ZipEntry& entry) const {
   const RecordSpan span = locate(file, entry);
   return file.read(span.offset, span.size);
 }

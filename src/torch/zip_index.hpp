@@ -1,5 +1,5 @@
 // The central directory of a zip archive as torch.save writes it (zip64 tail, 64-byte aligned records),
-// read from the end of the file only. Record data is located through each local header on demand.
+// read from the end of the archive's byte range only (a whole file, or an item of a DCP .distcp file). Record data is located through each local header on demand.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +21,7 @@ struct ZipEntry {
   uint64_t local_header_offset = 0;
 };
 
-// Where a record's bytes sit in the file.
+// Where a record's bytes sit, relative to the start of the archive's byte range.
 struct RecordSpan {
   uint64_t offset = 0;
   uint64_t size = 0;
@@ -30,7 +30,7 @@ struct RecordSpan {
 class ZipIndex {
  public:
   // Reads the end records and the central directory. Throws FormatError (without the file name).
-  static ZipIndex read(const io::File& file);
+  static ZipIndex read(const io::FileRange& file);
 
   // The top folder: what precedes the first '/' of the first central-directory entry.
   const std::string& root() const { return root_; }
@@ -38,8 +38,8 @@ class ZipIndex {
   const ZipEntry* find(std::string_view name) const;
   // Reads the record's local header and returns where its data is. Throws FormatError when the record is
   // compressed or encrypted, or its header or data lie outside the file.
-  RecordSpan locate(const io::File& file, const ZipEntry& entry) const;
-  std::vector<std::byte> read(const io::File& file, const ZipEntry& entry) const;
+  RecordSpan locate(const io::FileRange& file, const ZipEntry& entry) const;
+  std::vector<std::byte> read(const io::FileRange& file, const ZipEntry& entry) const;
 
  private:
   std::string root_;

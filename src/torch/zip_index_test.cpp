@@ -15,9 +15,9 @@ std::string error_of(const std::string& zip) {
   TempFile f(zip);
   auto file = io::File::open(f.path());
   try {
-    auto index = ZipIndex::read(*file);
+    auto index = ZipIndex::read(file);
     for (const char* name : {"data.pkl", "data/0"})
-      if (const ZipEntry* e = index.find(name)) index.locate(*file, *e);
+      if (const ZipEntry* e = index.find(name)) index.locate(file, *e);
   } catch (const FormatError& e) {
     return e.what();
   }
@@ -32,14 +32,14 @@ TEST(ZipIndex, LocatesAlignedRecords) {
       TempFile f(build_zip({{"data.pkl", "abc"}, {"data/0", std::string(100, 'x')}, {"version", "3\n"}},
                            {.root = "my_model", .zip64_tail = tail, .zip64_extras = z64}));
       auto file = io::File::open(f.path());
-      auto index = ZipIndex::read(*file);
+      auto index = ZipIndex::read(file);
       EXPECT_EQ(index.root(), "my_model");
       const ZipEntry* e = index.find("data/0");
       ASSERT_NE(e, nullptr);
-      auto span = index.locate(*file, *e);
+      auto span = index.locate(file, *e);
       EXPECT_EQ(span.offset % 64, 0u);
       EXPECT_EQ(span.size, 100u);
-      auto pkl = index.read(*file, *index.find("data.pkl"));
+      auto pkl = index.read(file, *index.find("data.pkl"));
       EXPECT_EQ(std::string(reinterpret_cast<const char*>(pkl.data()), pkl.size()), "abc");
       EXPECT_EQ(index.find("missing"), nullptr);
     }
