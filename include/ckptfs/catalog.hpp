@@ -26,15 +26,55 @@ struct Piece {
   DType src_dtype = DType::F32;
 };
 
+// An N-d chunk of a logical tensor held whole by one source tensor: the box [offsets, offsets + sizes)
+// of the logical index space (a DCP chunk, a tensor-parallel slice). The source may have any strides.
+struct Box {
+  std::vector<int64_t> offsets, sizes;
+  torch::SourceTensor source;  // source.shape == sizes
+};
+
+// The boxes that tile a logical tensor, indexed as a grid of the boxes' edges, so that the source runs
+// of any element range are computed arithmetically: memory grows with the number of boxes, never with
+// the number of rows (a column-split 8192 x 8192 tensor over 8 ranks is 8 boxes).
+class BoxAssembly {
+ public:
+  // Throws FormatError naming `name` when a box lies outside `shape`, does not match its source's shape,
+  // overlaps another, or when elements are covered by no box.
+  BoxAssembly(const std::string& name, std::vector<int64_t> shape, std::vector<Box> boxes);
+
+  // Appends the source runs of elements [first, first + count) as pieces (dst_begin = element index),
+  // in order; each run is as long as both the logical and the source layout allow.
+  void plan(uint64_t first, uint64_t count, std::vector<Piece>& out) const;
+  const std::vector<Box>& boxes() const { return boxes_; }
+
+ private:
+  size_t box_at(const std::vector<int64_t>& index) const;
+
+  std::vector<int64_t> shape_;
+  std::vector<Box> boxes_;
+  std::vector<std::vector<int64_t>> edges_;  // per dimension: sorted distinct box edges, 0 and the extent
+  std::vector<uint64_t> cell_strides_;       // row-major strides of the grid of cells between edges
+  std::vector<uint32_t> cell_box_;           // the box covering each cell
+  // Per box: the first dimension of its trailing block that is contiguous in both the logical tensor
+  // (the box spans the whole extent of every later dimension) and the source (row-major strides);
+  // the number of dimensions when the source's last dimension is strided.
+  std::vector<size_t> block_dim_;
+};
+
 struct LogicalTensor {
   std::string name;
-  DType dtype = DType::F32;  // the dtype it is served in; pieces are converted to it when they differ
+  DType dtype = DType::F32;  // the dtype it is served in; sources are converted to it when they differ
   std::vector<int64_t> shape;
-  std::vector<Piece> pieces;  // sorted by dst_begin, disjoint, tiling [0, numel) exactly
-  std::string origin;         // provenance shown by `ckptfs inspect --tensors`
+  // Where the elements come from: flat runs (sorted by dst_begin, disjoint, tiling [0, numel) exactly),
+  // or, when `boxes` is set (pieces then empty), N-d boxes whose runs are planned per read.
+  std::vector<Piece> pieces;
+  std::shared_ptr<const BoxAssembly> boxes;
+  std::string origin;  // provenance shown by `ckptfs inspect --tensors`
 
   uint64_t numel() const;
   uint64_t nbytes() const { return numel() * dtype_size(dtype); }
+  // The source files the elements come from, in order of first use.
+  std::vector<io::FilePtr> files() const;
 };
 
 // A logical tensor inside a pickle value tree: what views that write general values (universal files,

@@ -26,6 +26,17 @@ pickle::ValuePtr tensor_value(const LogicalTensor& tensor, bool requires_grad,
   return v;
 }
 
+std::vector<io::FilePtr> LogicalTensor::files() const {
+  std::vector<io::FilePtr> out;
+  const auto add = [&](const io::FilePtr& f) {
+    if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
+  };
+  for (const Piece& p : pieces) add(p.file);
+  if (boxes)
+    for (const Box& b : boxes->boxes()) add(b.source.storage.file);
+  return out;
+}
+
 uint64_t Catalog::total_bytes() const {
   uint64_t total = 0;
   for (const auto& t : tensors) total += t.nbytes();
@@ -39,6 +50,14 @@ void validate(const LogicalTensor& tensor) {
   for (int64_t d : tensor.shape)
     if (d < 0) fail(fmt::format("negative dimension in shape [{}]", fmt::join(tensor.shape, ", ")));
   const uint64_t numel = tensor.numel();
+  if (tensor.boxes) {  // the tiling was checked when the assembly was built; sources were bounds-checked
+    if (!tensor.pieces.empty()) fail("has both flat runs and boxes");
+    for (const Box& b : tensor.boxes->boxes())
+      if (!conversion_supported(b.source.dtype, tensor.dtype))
+        fail(fmt::format("{} holds it as {}, which cannot be served as {}", b.source.storage.file->path().string(),
+                         dtype_torch_name(b.source.dtype), dtype_torch_name(tensor.dtype)));
+    return;
+  }
   uint64_t next = 0;
   for (const Piece& p : tensor.pieces) {
     if (p.dst_begin != next)

@@ -42,7 +42,12 @@ void read_converted(const io::File& file, uint64_t src_offset, DType from, DType
 // Writes elements [first, first + count) of `tensor` into `out` (count * element size bytes).
 void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out) {
   const uint64_t out_size = dtype_size(tensor.dtype);
-  const auto& pieces = tensor.pieces;
+  thread_local std::vector<Piece> planned;  // the runs of a box-assembled tensor, for this request only
+  if (tensor.boxes) {
+    planned.clear();
+    tensor.boxes->plan(first, count, planned);
+  }
+  const std::vector<Piece>& pieces = tensor.boxes ? planned : tensor.pieces;
   auto it = std::upper_bound(pieces.begin(), pieces.end(), first,
                              [](uint64_t e, const Piece& p) { return e < p.dst_begin; });
   size_t i = static_cast<size_t>(it - pieces.begin()) - 1;

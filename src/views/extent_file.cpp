@@ -45,8 +45,8 @@ std::vector<io::FilePtr> distinct_sources(std::span<const catalog::LogicalTensor
   std::vector<io::FilePtr> files;
   std::unordered_set<const io::File*> seen;
   for (const auto* t : tensors)
-    for (const auto& p : t->pieces)
-      if (seen.insert(p.file.get()).second) files.push_back(p.file);
+    for (const auto& f : t->files())
+      if (seen.insert(f.get()).second) files.push_back(f);
   return files;
 }
 
