@@ -95,6 +95,10 @@ struct Catalog {
   uint64_t total_bytes() const;
 };
 
+// A whole source tensor as a logical tensor served in `dtype`.
+LogicalTensor whole_tensor(const std::string& name, const torch::SourceTensor& src, DType dtype,
+                           std::string origin);
+
 // Appends the pieces that make up `src` (any strides; contiguous runs are merged) as elements
 // [dst_begin, dst_begin + src.numel()) of a logical tensor.
 void append_source_tensor(std::vector<Piece>& pieces, uint64_t dst_begin, const torch::SourceTensor& src);

@@ -47,6 +47,14 @@ struct UniversalPlan {
   std::vector<CatalogPtr> keep_alive;                    // catalogs the pointers above refer to
 };
 
+// A whole nested state dict served as one torch.save file (DCP: full_state.pt, what dcp_to_torch_save
+// writes); its tensors are catalog::tensor_value references into `keep_alive`.
+struct StateFile {
+  std::string path;  // relative to the tag's views: "full_state.pt", "full_state/optimizer_0.pt"
+  pickle::ValuePtr value;
+  std::vector<CatalogPtr> keep_alive;
+};
+
 struct Tag {
   std::string name;
   std::filesystem::path dir;
@@ -56,6 +64,10 @@ struct Tag {
   // training dtype), and per-parameter optimizer state ("exp_avg", "exp_avg_sq", ...) where partitioned.
   std::map<std::string, CatalogPtr, std::less<>> catalogs;
   std::shared_ptr<const UniversalPlan> universal;  // null: no partitioned optimizer state to show
+  std::vector<StateFile> state_files;
+  // Regular files of the tag dir that are not checkpoint data (an HF Trainer step dir's config.json,
+  // trainer_state.json), served beside the tag's views.
+  std::vector<std::filesystem::path> side_files;
   std::vector<std::filesystem::path> files;        // every checkpoint file of the tag
   std::vector<std::string> notes;                  // deviations from the reference tools, for `inspect`
 
@@ -64,7 +76,7 @@ struct Tag {
 };
 
 struct Checkpoint {
-  std::string framework;                          // "deepspeed"
+  std::string framework;                          // "deepspeed", "dcp"
   std::filesystem::path root;                     // the save dir (parent of the tags)
   std::string latest;                             // tag served at the mount root
   std::vector<Tag> tags;                          // sorted naturally (global_step9 before global_step10)

@@ -102,4 +102,15 @@ void append_source_tensor(std::vector<Piece>& pieces, uint64_t dst_begin, const 
   append_source_range(pieces, dst_begin, src, 0, src.numel());
 }
 
+LogicalTensor whole_tensor(const std::string& name, const torch::SourceTensor& src, DType dtype,
+                           std::string origin) {
+  LogicalTensor t;
+  t.name = name;
+  t.dtype = dtype;
+  t.shape = src.shape;
+  t.origin = std::move(origin);
+  append_source_tensor(t.pieces, 0, src);
+  return t;
+}
+
 }  // namespace ckptfs::catalog

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "ckptfs/checkpoint.hpp"
+#include "ckptfs/dcp.hpp"
 #include "ckptfs/deepspeed.hpp"
 #include "ckptfs/error.hpp"
 
@@ -32,8 +33,9 @@ Checkpoint open_checkpoint(const fs::path& source, const OpenOptions& options) {
     throw SourceError(fmt::format("{}: no such file or directory", source.string()));
   if (!fs::is_directory(source, ec)) throw SourceError(fmt::format("{}: not a directory", source.string()));
   if (deepspeed::is_deepspeed_source(source)) return deepspeed::open(source, options);
-  throw SourceError(
-      fmt::format("{}: no checkpoint found (expected a DeepSpeed save dir or tag dir)", source.string()));
+  if (dcp::is_dcp_source(source)) return dcp::open(source, options);
+  throw SourceError(fmt::format(
+      "{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, or a PyTorch DCP dir)", source.string()));
 }
 
 }  // namespace ckptfs

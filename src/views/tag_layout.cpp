@@ -1,9 +1,11 @@
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <map>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/layout.hpp"
+#include "views/torch_value.hpp"
 
 namespace ckptfs {
 
@@ -16,7 +18,15 @@ std::vector<ViewFile> tag_views(const Tag& tag) {
         {"fp32/pytorch_model.bin", views::make_torch_save(tag.catalog("fp32"), "pytorch_model")},
         {"fp32/model.safetensors", views::make_safetensors(tag.catalog("fp32"))},
     };
+    for (const auto& state : tag.state_files) {
+      // torch.save names the zip's top folder after the file: full_state.pt -> full_state/
+      const std::string stem = std::filesystem::path(state.path).stem().string();
+      auto keep_alive = std::make_shared<std::vector<CatalogPtr>>(state.keep_alive);
+      views.push_back({state.path, views::make_torch_save_value(*state.value, stem, std::move(keep_alive))});
+    }
     for (auto& v : views::universal_views(tag)) views.push_back(std::move(v));
+    for (const auto& file : tag.side_files)
+      views.push_back({file.filename().string(), views::make_passthrough(io::File::open(file))});
     return views;
   } catch (const UnsupportedError& e) {
     throw UnsupportedError(fmt::format("{}: {}", tag.dir.string(), e.what()));

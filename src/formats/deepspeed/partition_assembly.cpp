@@ -55,16 +55,6 @@ DType fp32_view_dtype(DType d) {
   return (d == DType::F16 || d == DType::BF16) ? DType::F32 : d;
 }
 
-LogicalTensor whole_tensor(const std::string& name, const torch::SourceTensor& src, DType dtype,
-                           std::string origin) {
-  LogicalTensor t;
-  t.name = name;
-  t.dtype = dtype;
-  t.shape = src.shape;
-  t.origin = std::move(origin);
-  catalog::append_source_tensor(t.pieces, 0, src);
-  return t;
-}
 
 namespace {
 

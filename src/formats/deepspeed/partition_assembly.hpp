@@ -32,9 +32,7 @@ std::vector<catalog::LogicalTensor> assemble_zero3_state(const ModelStates& shap
 // ZeRO-3 frozen parameters: rank r's model-state file holds partition r of each one (bit16).
 std::vector<catalog::LogicalTensor> assemble_zero3_frozen(const std::vector<ModelStates>& ranks);
 
-// A whole source tensor as a logical tensor served in `dtype`.
-catalog::LogicalTensor whole_tensor(const std::string& name, const torch::SourceTensor& src, DType dtype,
-                                    std::string origin);
+using catalog::whole_tensor;
 
 // Name -> tensor of a name -> tensor dict (absent dict: empty index).
 using NamedIndex = std::unordered_map<std::string_view, const NamedTensor*>;

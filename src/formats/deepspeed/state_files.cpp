@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
-#include "formats/deepspeed/pickle_access.hpp"
+#include "formats/pickle_access.hpp"
 
 namespace ckptfs::deepspeed {
+
+using formats::Field;
+using formats::root_field;
 
 namespace {
 

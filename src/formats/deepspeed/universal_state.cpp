@@ -6,6 +6,7 @@
 
 #include "ckptfs/error.hpp"
 #include "formats/deepspeed/partition_assembly.hpp"
+#include "formats/value_tensors.hpp"
 
 namespace ckptfs::deepspeed {
 
@@ -49,61 +50,6 @@ ValuePtr list_of(const ValuePtr& list, int64_t n) {
     for (size_t i = 0; i < list->items.size(); ++i) v->items.push_back(int_value(n));
   return v;
 }
-
-// Copies a value tree with every tensor replaced by a catalog::tensor_value of a whole-tensor copy in
-// `tensors`; subtrees without tensors (and repeated references) are shared, not copied.
-class TensorRebinder {
- public:
-  explicit TensorRebinder(catalog::Catalog& tensors) : tensors_(tensors) {}
-
-  // Pass 1: every distinct tensor, in pickling order, becomes a catalog entry.
-  void collect(const ValuePtr& v) {
-    if (!v || !seen_.insert({v.get(), nullptr}).second) return;
-    if (const auto* t = torch::as_tensor(v.get())) {
-      tensor_index_[v.get()] = tensors_.tensors.size();
-      tensors_.tensors.push_back(
-          whole_tensor(fmt::format("optimizer_state[{}]", tensors_.tensors.size()), *t, t->dtype, "optimizer state"));
-      return;
-    }
-    for (const auto& item : v->items) collect(item);
-    for (const auto& [k, val] : v->entries) {
-      collect(k);
-      collect(val);
-    }
-    collect(v->args);
-    collect(v->state);
-  }
-
-  // Pass 2 (after collect, once the catalog no longer grows).
-  ValuePtr rebind(const ValuePtr& v) {
-    if (!v) return v;
-    if (auto it = done_.find(v.get()); it != done_.end()) return it->second;
-    ValuePtr out = v;
-    if (auto it = tensor_index_.find(v.get()); it != tensor_index_.end()) {
-      out = catalog::tensor_value(tensors_.tensors[it->second], torch::as_tensor(v.get())->requires_grad);
-    } else {
-      auto copy = std::make_shared<Value>(*v);
-      bool changed = false;
-      const auto swap = [&](ValuePtr& child) {
-        ValuePtr rebound = rebind(child);
-        changed = changed || rebound != child;
-        child = std::move(rebound);
-      };
-      for (auto& item : copy->items) swap(item);
-      for (auto& [k, val] : copy->entries) swap(val);
-      swap(copy->args);
-      swap(copy->state);
-      if (changed) out = std::move(copy);
-    }
-    done_.emplace(v.get(), out);
-    return out;
-  }
-
- private:
-  catalog::Catalog& tensors_;
-  std::unordered_map<const Value*, ValuePtr> seen_, done_;
-  std::unordered_map<const Value*, size_t> tensor_index_;
-};
 
 // The raw state[g]['step'] of the wrapped optimizer: a 0-d tensor for torch's Adam, a plain number
 // for others; null when absent.
@@ -191,9 +137,7 @@ pickle::ValuePtr universal_optimizer_state(const OptimStates& rank0, int64_t wor
     param_groups = entry(entry(inner.get(), "base_optimizer_state").get(), "param_groups");
   }
   if (param_groups) out->entries.emplace_back(string_value("param_groups"), param_groups);
-  TensorRebinder rebinder(tensors);
-  rebinder.collect(out);
-  return rebinder.rebind(out);
+  return formats::with_logical_tensors(out, tensors, "optimizer_state");
 }
 
 }  // namespace ckptfs::deepspeed

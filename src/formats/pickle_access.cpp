@@ -1,4 +1,4 @@
-#include "formats/deepspeed/pickle_access.hpp"
+#include "formats/pickle_access.hpp"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 
 #include "ckptfs/error.hpp"
 
-namespace ckptfs::deepspeed {
+namespace ckptfs::formats {
 
 using pickle::Kind;
 
@@ -122,4 +122,4 @@ std::vector<std::pair<std::string, Field>> Field::items() const {
   return out;
 }
 
-}  // namespace ckptfs::deepspeed
+}  // namespace ckptfs::formats

@@ -1,5 +1,5 @@
-// Typed access to unpickled DeepSpeed state dicts. Every accessor names the file and the key path in its
-// error, so a malformed checkpoint reports "file.pt: optimizer_state_dict.partition_count: expected int".
+// Typed access to unpickled state dicts and metadata (DeepSpeed, DCP). Every accessor names the file and
+// the key path in its error: "file.pt: optimizer_state_dict.partition_count: expected int".
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include "ckptfs/pickle.hpp"
 #include "ckptfs/torch.hpp"
 
-namespace ckptfs::deepspeed {
+namespace ckptfs::formats {
 
 class Field {
  public:
@@ -21,6 +21,7 @@ class Field {
   bool present() const { return value_ != nullptr && value_->kind != pickle::Kind::None; }
   const pickle::Value& value() const;  // throws when absent
   const std::string& path() const { return path_; }
+  const std::filesystem::path* file() const { return file_; }
 
   Field operator[](std::string_view key) const;  // dict entry; absent when missing
   Field at(size_t index) const;                  // list/tuple item
@@ -50,4 +51,4 @@ inline Field root_field(const torch::TorchArchive& archive) {
   return Field(archive.root().get(), &archive.file()->path(), "");
 }
 
-}  // namespace ckptfs::deepspeed
+}  // namespace ckptfs::formats

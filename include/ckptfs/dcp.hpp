@@ -1,0 +1,17 @@
+// PyTorch Distributed Checkpoints (torch.distributed.checkpoint: FSDP, FSDP2, torchtitan, accelerate):
+// detection and indexing (docs/formats/dcp.md).
+#pragma once
+
+#include <filesystem>
+
+#include "ckptfs/checkpoint.hpp"
+
+namespace ckptfs::dcp {
+
+// True when `source` is a DCP dir (.metadata), a checkpoint folder holding DCP dirs (accelerate's
+// pytorch_model_fsdp_0/ + optimizer_0/) or a folder of such step dirs (step-N, checkpoint-N, ...).
+bool is_dcp_source(const std::filesystem::path& source);
+
+Checkpoint open(const std::filesystem::path& source, const OpenOptions& options);
+
+}  // namespace ckptfs::dcp

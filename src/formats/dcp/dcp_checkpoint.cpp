@@ -1,0 +1,105 @@
+// DCP layouts: a DCP dir is one tag; a folder holding DCP dirs (accelerate) is one tag with a full state
+// per dir; a folder of step dirs has a tag per step, the highest number served at the root.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <ranges>
+
+#include "ckptfs/dcp.hpp"
+#include "ckptfs/error.hpp"
+#include "formats/dcp/dcp_tag.hpp"
+#include "formats/natural_order.hpp"
+
+namespace ckptfs::dcp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool is_dcp_dir(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / ".metadata", ec);
+}
+
+std::vector<fs::path> subdirs(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_directory(ec)) out.push_back(entry.path());
+  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
+    return natural_less(a.filename().string(), b.filename().string());
+  });
+  return out;
+}
+
+// The DCP dirs a checkpoint folder stands for: itself, or its subdirs that are DCP dirs.
+std::vector<fs::path> dcp_dirs_of(const fs::path& dir) {
+  if (is_dcp_dir(dir)) return {dir};
+  std::vector<fs::path> out;
+  for (const auto& d : subdirs(dir))
+    if (is_dcp_dir(d)) out.push_back(d);
+  return out;
+}
+
+// Regular files of `dir` (not DCP data), sorted: served beside the views.
+std::vector<fs::path> side_files_of(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file(ec) || name == ".metadata" || name.ends_with(".distcp")) continue;
+    out.push_back(entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+bool is_dcp_source(const fs::path& source) {
+  if (!dcp_dirs_of(source).empty()) return true;
+  for (const auto& d : subdirs(source))
+    if (!dcp_dirs_of(d).empty()) return true;
+  return false;
+}
+
+Checkpoint open(const fs::path& source, const OpenOptions& options) {
+  Checkpoint cp;
+  cp.framework = "dcp";
+  cp.root = source;
+  std::vector<std::pair<std::string, std::vector<fs::path>>> tags;  // name -> its DCP dirs
+  std::vector<fs::path> tag_dirs;
+  if (auto dirs = dcp_dirs_of(source); !dirs.empty()) {
+    tags.emplace_back(source.filename().string(), std::move(dirs));
+    tag_dirs.push_back(source);
+  } else {
+    for (const auto& d : subdirs(source)) {
+      auto dirs = dcp_dirs_of(d);
+      if (dirs.empty()) continue;
+      tags.emplace_back(d.filename().string(), std::move(dirs));
+      tag_dirs.push_back(d);
+    }
+    cp.side_files = side_files_of(source);
+  }
+  if (tags.empty()) throw SourceError(fmt::format("{}: no DCP checkpoint (.metadata) found", source.string()));
+  cp.latest = tags.back().first;  // step dirs sort naturally: the highest step is the last
+  if (options.tag) {
+    auto it = std::find_if(tags.begin(), tags.end(), [&](const auto& t) { return t.first == *options.tag; });
+    if (it == tags.end())
+      throw SourceError(fmt::format("{}: no tag '{}' (tags: {})", source.string(), *options.tag,
+                                    fmt::join(tags | std::views::keys, ", ")));
+    tag_dirs = {tag_dirs[it - tags.begin()]};
+    tags = {*it};
+    cp.latest = *options.tag;
+  }
+  io::FileSet files;
+  for (size_t i = 0; i < tags.size(); ++i) {
+    Tag tag = read_tag(files, tag_dirs[i], tags[i].first, tags[i].second);
+    tag.side_files = side_files_of(tag_dirs[i]);
+    cp.tags.push_back(std::move(tag));
+  }
+  return cp;
+}
+
+}  // namespace ckptfs::dcp

@@ -1,0 +1,210 @@
+#include "formats/dcp/dcp_tag.hpp"
+
+#include <fmt/format.h>
+
+#include <regex>
+#include <set>
+#include <unordered_set>
+
+#include "ckptfs/error.hpp"
+#include "ckptfs/torch.hpp"
+#include "formats/dcp/dcp_metadata.hpp"
+#include "formats/dcp/nested_state.hpp"
+#include "formats/value_tensors.hpp"
+
+namespace ckptfs::dcp {
+
+namespace fs = std::filesystem;
+using catalog::Catalog;
+using catalog::LogicalTensor;
+
+namespace {
+
+// Top-level keys that hold training state, not model weights, when the state dict has no 'model' entry
+// (torchtitan keeps the model's tensors at the top level beside these).
+const std::set<std::string, std::less<>> kNotModel = {"optimizer", "optim",     "optimizer_state", "lr_scheduler",
+                                                      "scheduler", "train_state", "dataloader",    "rng",
+                                                      "rng_state", "extra_state"};
+
+std::string key_string(const pickle::Value& k) {
+  return k.is(pickle::Kind::Int) ? std::to_string(k.integer) : k.text;
+}
+
+// The nested keys of an item: planner_data's path, or the flattened key itself when there is none.
+std::vector<pickle::ValuePtr> path_of(const Item& item) {
+  if (!item.path.empty()) return item.path;
+  auto k = pickle::make_value(pickle::Kind::String);
+  k->text = item.fqn;
+  return {k};
+}
+
+struct Reader {
+  io::FileSet& files;
+  fs::path dir;  // the DCP dir
+  fs::path metadata_path;
+
+  [[noreturn]] void fail(const Item& item, const std::string& what) const {
+    throw FormatError(fmt::format("{}: item {}: {}", metadata_path.string(), item.fqn, what));
+  }
+
+  // The torch.save archive an item's bytes hold, read in place from its data file.
+  torch::TorchArchive archive(const Item& item, const ItemLocation& loc) const {
+    if (!loc.transforms.empty())
+      throw UnsupportedError(fmt::format("{}: item {} is stored through transform '{}' (compression), which "
+                                         "ckptfs does not read",
+                                         metadata_path.string(), item.fqn, loc.transforms.front()));
+    const fs::path path = dir / loc.relative_path;
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) fail(item, fmt::format("its data file {} is missing", path.string()));
+    const io::FilePtr file = files.open(path);
+    if (loc.offset > file->size() || loc.length > file->size() - loc.offset)
+      fail(item, fmt::format("bytes {}..{} lie outside {} ({} bytes)", loc.offset, loc.offset + loc.length,
+                             path.string(), file->size()));
+    return torch::TorchArchive::open(io::FileRange(file, loc.offset, loc.length));
+  }
+
+  LogicalTensor tensor(const Item& item) const {
+    std::vector<catalog::Box> boxes;
+    for (const Chunk& c : item.chunks) {
+      const auto held = archive(item, c.location);
+      const torch::SourceTensor* src = torch::as_tensor(held.root().get());
+      if (src == nullptr) fail(item, fmt::format("the chunk at {} holds a {}, not a tensor", c.location.relative_path, held.root()->describe()));
+      if (src->dtype != item.dtype)
+        fail(item, fmt::format("a chunk in {} holds {}, the metadata says {}", c.location.relative_path,
+                               dtype_torch_name(src->dtype), dtype_torch_name(item.dtype)));
+      boxes.push_back({c.offsets, c.sizes, *src});
+    }
+    LogicalTensor t;
+    t.name = item.fqn;
+    t.dtype = item.dtype;
+    t.shape = item.size;
+    t.origin = fmt::format("{} chunks", item.chunks.size());
+    try {
+      t.boxes = std::make_shared<catalog::BoxAssembly>(item.fqn, item.size, std::move(boxes));
+      catalog::validate(t);
+    } catch (const FormatError& e) {
+      throw FormatError(fmt::format("{}: {}", metadata_path.string(), e.what()));
+    }
+    return t;
+  }
+};
+
+// Model weights of a state dict: its 'model' subtree with that prefix removed, or, without one, every
+// tensor outside the training-state keys (kNotModel).
+std::shared_ptr<Catalog> model_catalog(const std::vector<Item>& items, const Catalog& state,
+                                       const fs::path& metadata_path) {
+  std::vector<const Item*> tensor_items;
+  for (const auto& item : items)
+    if (item.is_tensor) tensor_items.push_back(&item);
+  const auto top = [](const Item& item) { return key_string(*path_of(item).front()); };
+  const bool has_model = std::any_of(tensor_items.begin(), tensor_items.end(),
+                                     [&](const Item* i) { return top(*i) == "model" && path_of(*i).size() > 1; });
+  auto out = std::make_shared<Catalog>();
+  std::unordered_set<std::string> names;
+  for (size_t k = 0; k < tensor_items.size(); ++k) {
+    const Item& item = *tensor_items[k];
+    const auto path = path_of(item);
+    std::string name;
+    if (has_model) {
+      if (top(item) != "model" || path.size() < 2) continue;
+      for (size_t i = 1; i < path.size(); ++i) name += (i > 1 ? "." : "") + key_string(*path[i]);
+    } else {
+      if (kNotModel.contains(top(item))) continue;
+      name = item.fqn;
+    }
+    if (!names.insert(name).second)
+      throw FormatError(fmt::format("{}: model tensor {} appears twice", metadata_path.string(), name));
+    LogicalTensor t = state.tensors[k];  // the boxes are shared, not copied
+    t.name = std::move(name);
+    out->tensors.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::shared_ptr<Catalog> fp32_catalog(const Catalog& model) {
+  auto out = std::make_shared<Catalog>(model);
+  for (auto& t : out->tensors)
+    if (t.dtype == DType::F16 || t.dtype == DType::BF16) t.dtype = DType::F32;
+  return out;
+}
+
+bool is_model_dir(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  return name.starts_with("pytorch_model") || name.starts_with("model");
+}
+
+// Data-parallel ranks that wrote files: the distinct r of __<r>_<n>.distcp.
+int rank_count(const fs::path& dir) {
+  static const std::regex kDataFile(R"(__(\d+)_\d+\.distcp)");
+  std::set<std::string> ranks;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, m, kDataFile)) ranks.insert(m[1].str());
+  }
+  return std::max<int>(1, static_cast<int>(ranks.size()));
+}
+
+}  // namespace
+
+Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, const std::vector<fs::path>& dcp_dirs) {
+  Tag tag;
+  tag.name = name;
+  tag.dir = dir;
+  tag.format = "PyTorch distributed checkpoint (torch.distributed.checkpoint)";
+  tag.topology.optimizer = "in full_state.pt";
+  const fs::path* model_dir = &dcp_dirs.front();
+  for (const auto& d : dcp_dirs)
+    if (is_model_dir(d)) {
+      model_dir = &d;
+      break;
+    }
+  for (const auto& d : dcp_dirs) {
+    Reader reader{files, d, d / ".metadata"};
+    const Metadata md = read_metadata(reader.metadata_path);
+    auto state = std::make_shared<Catalog>();   // every tensor item
+    auto values = std::make_shared<Catalog>();  // tensors pickled inside bytes items
+    for (const auto& item : md.items)
+      if (item.is_tensor) state->tensors.push_back(reader.tensor(item));
+    NestedState nested;
+    size_t next_tensor = 0;
+    for (const auto& item : md.items) {
+      pickle::ValuePtr value;
+      if (item.is_tensor) {
+        value = catalog::tensor_value(state->tensors[next_tensor++]);
+      } else {
+        value = formats::with_logical_tensors(reader.archive(item, item.location).root(), *values, item.fqn);
+      }
+      try {
+        nested.set(path_of(item), std::move(value));
+      } catch (const FormatError& e) {
+        reader.fail(item, fmt::format("planner path: {}", e.what()));
+      }
+    }
+    const std::string state_path =
+        dcp_dirs.size() == 1 ? "full_state.pt" : fmt::format("full_state/{}.pt", d.filename().string());
+    tag.state_files.push_back({state_path, nested.root(), {state, values}});
+    tag.files.push_back(reader.metadata_path);
+    std::set<fs::path> data_files;
+    for (const auto& t : state->tensors)
+      for (const auto& f : t.files()) data_files.insert(f->path());
+    tag.files.insert(tag.files.end(), data_files.begin(), data_files.end());
+    tag.topology.dp = std::max(tag.topology.dp, rank_count(d));
+    const std::string role = dcp_dirs.size() == 1 ? "state" : "state/" + d.filename().string();
+    if (&d == model_dir) {
+      auto model = model_catalog(md.items, *state, reader.metadata_path);
+      for (const auto& t : model->tensors)
+        if (dtype_is_floating(t.dtype)) {
+          tag.topology.train_dtype = t.dtype;
+          break;
+        }
+      tag.catalogs.emplace("fp32", fp32_catalog(*model));
+      tag.catalogs.emplace("model", std::move(model));
+    }
+    tag.catalogs.emplace(role, std::move(state));
+  }
+  return tag;
+}
+
+}  // namespace ckptfs::dcp
