@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README's first command: build ckptfs, mount the bundled DeepSpeed ZeRO-3 example checkpoint, look at
 # the merged files with ls/du, load the merged weights and a file of the universal/ tree with torch.load,
-# unmount; then inspect the bundled universal checkpoint (written by DeepSpeed's ds_to_universal).
+# unmount; then inspect the bundled universal checkpoint (written by DeepSpeed's ds_to_universal) and
+# the bundled PyTorch DCP checkpoint (written by torch.distributed.checkpoint).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The tests run this script against an existing binary (CKPTFS_BIN) and skip the set-up.
@@ -36,3 +37,5 @@ print(f"  universal params: {len(os.listdir(sys.argv[1] + '/zero')) - 1}")
 PY
 echo "\$ ckptfs inspect examples/deepspeed-universal-z2-bf16"
 "$bin" inspect examples/deepspeed-universal-z2-bf16
+echo "\$ ckptfs inspect examples/dcp-shard1-ws2"
+"$bin" inspect examples/dcp-shard1-ws2

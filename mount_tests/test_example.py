@@ -32,6 +32,27 @@ def test_example_script_mounts_lists_and_loads(ckptfs_bin, fixtures_dir):
     assert re.search(r"^\s+fp32/pytorch_model\.bin\s+\d+ bytes", out, re.M)
 
 
+def test_dcp_example_is_inspected(ckptfs_bin):
+    env = dict(os.environ, CKPTFS_BIN=str(ckptfs_bin))
+    run = subprocess.run(["bash", str(REPO / "examples" / "run.sh")], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout[run.stdout.index("$ ckptfs inspect examples/dcp-shard1-ws2"):]
+    assert "format:     PyTorch distributed checkpoint (torch.distributed.checkpoint)" in out
+    assert re.search(r"^\s+full_state\.pt\s+\d+ bytes", out, re.M)
+    # the example's model: three Linear layers, a weight and a bias each
+    assert "6 model" in out
+
+
+def test_dcp_example_is_torchs_output():
+    example = REPO / "examples" / "dcp-shard1-ws2"
+    original = REPO / "mount_tests" / "fixtures" / "dcp-real" / "shard1_ws2" / "checkpoint"
+    names = sorted(p.name for p in example.iterdir())
+    assert names == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    for name in names:
+        assert (example / name).read_bytes() == (original / name).read_bytes(), name
+
+
 def test_universal_example_is_deepspeeds_output():
     """examples/deepspeed-universal-z2-bf16 is DeepSpeed's own ds_to_universal output, byte for byte."""
     example = REPO / "examples" / "deepspeed-universal-z2-bf16"
