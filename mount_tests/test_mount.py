@@ -319,7 +319,7 @@ def test_shard_replaced_by_same_size_file_gives_eio(ckptfs_bin, case_copy, tmp_p
     shard = shard_of(src)
     data = open(shard, "rb").read()
     st = os.stat(shard)
-    with foreground(ckptfs_bin, src, tmp_path / "mnt"):
+    with foreground(ckptfs_bin, src, tmp_path / "mnt") as proc:
         mnt = str(tmp_path / "mnt")
         if how == "rewritten in place":
             with open(shard, "r+b") as f:
@@ -328,12 +328,19 @@ def test_shard_replaced_by_same_size_file_gives_eio(ckptfs_bin, case_copy, tmp_p
             with open(shard + ".new", "wb") as f:
                 f.write(data)
             os.rename(shard + ".new", shard)
-        os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # same size, newer mtime
-        assert os.path.getsize(shard) == st.st_size
-        with pytest.raises(OSError) as e:
-            open(os.path.join(mnt, "fp32/pytorch_model.bin"), "rb")
-        assert e.value.errno == errno.EIO
+        # same size and the mtime put back: only the inode (rename) or the ctime (rewrite) tells
+        os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+        after = os.stat(shard)
+        assert (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+        for _ in range(3):
+            with pytest.raises(OSError) as e:
+                open(os.path.join(mnt, "fp32/pytorch_model.bin"), "rb")
+            assert e.value.errno == errno.EIO
         assert len(open(os.path.join(mnt, "model.safetensors"), "rb").read()) > 0
+    log = proc.stderr.read()
+    # one line per file and changed shard, however often it is opened
+    assert log.count("fp32/pytorch_model.bin") == 1, log
+    assert os.path.basename(shard) in log, log
 
 
 def test_unmount_with_open_readers(ckptfs_bin, fixtures_dir, tmp_path):

@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <mutex>
 #include <new>
+#include <set>
+#include <string_view>
 #include <vector>
 
 namespace ckptfs::fuse {
@@ -23,12 +26,25 @@ const Context& context(fuse_req_t req) {
   return *static_cast<const Context*>(fuse_req_userdata(req));
 }
 
-// Logs "op /path: what" and replies `error`. Never throws: a failure to build the message (bad_alloc)
-// only loses the log line.
+// Logs `message` unless the same file already failed for the same source: a changed or unreadable
+// shard is reported once, not once per read of the thousands a loader makes.
+void log_once(const Context& c, fuse_ino_t ino, std::string_view source, const std::string& message) {
+  static std::mutex mutex;
+  static std::set<std::pair<fuse_ino_t, std::string>, std::less<>> logged;
+  {
+    std::lock_guard lock(mutex);
+    if (!logged.emplace(ino, std::string(source)).second) return;
+  }
+  log_error(c, message);
+}
+
+// Logs "op /path: what" (once per file and failing source: `what` starts with the source's path) and
+// replies `error`. Never throws: a failure to build the message (bad_alloc) only loses the log line.
 void fail(fuse_req_t req, fuse_ino_t ino, const char* op, const char* what, int error) noexcept {
   try {
     const Context& c = context(req);
-    log_error(c, fmt::format("{} /{}: {}", op, c.tree->path(ino), what));
+    const std::string_view text(what);
+    log_once(c, ino, text.substr(0, text.find(": ")), fmt::format("{} /{}: {}", op, c.tree->path(ino), what));
   } catch (...) {
   }
   fuse_reply_err(req, error);
@@ -166,10 +182,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       return (void)fuse_reply_err(req, EROFS);
     for (const auto& source : node->sources) {
       if (!source->unchanged()) {
-        log_error(
-            c, fmt::format("open /{}: {}: changed since the mount (replaced, or its size, mtime or ctime differ); remount to serve the new "
-                           "checkpoint",
-                           c.tree->path(ino), source->path().string()));
+        log_once(c, ino, source->path().string(),
+                 fmt::format("open /{}: {}: changed since the mount (replaced, or its size, mtime or ctime "
+                             "differ); remount to serve the new checkpoint",
+                             c.tree->path(ino), source->path().string()));
         return (void)fuse_reply_err(req, EIO);
       }
     }

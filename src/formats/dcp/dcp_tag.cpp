@@ -60,7 +60,23 @@ struct Reader {
     if (loc.offset > file->size() || loc.length > file->size() - loc.offset)
       fail(item, fmt::format("bytes {}..{} lie outside {} ({} bytes)", loc.offset, loc.offset + loc.length,
                              path.string(), file->size()));
-    return torch::TorchArchive::open(io::FileRange(file, loc.offset, loc.length));
+    const io::FileRange range(file, loc.offset, loc.length);
+    if (!starts_with_zip(range) && safetensors_header_at(*file, loc.offset))
+      throw UnsupportedError(fmt::format("{}: item {} is stored in {} in DCP's SAFETENSORS serialization "
+                                         "format, which ckptfs does not read yet",
+                                         metadata_path.string(), item.fqn, path.string()));
+    return torch::TorchArchive::open(range);
+  }
+
+  // A torch.save item starts with a zip local header. With serialization_format=SAFETENSORS a data
+  // file's tensor items all point at one safetensors blob (its 8-byte header length, then '{').
+  static bool starts_with_zip(const io::FileRange& range) {
+    if (range.size() < 4) return false;
+    const auto head = range.read(0, 4);
+    return head[0] == std::byte{'P'} && head[1] == std::byte{'K'} && head[2] == std::byte{3} && head[3] == std::byte{4};
+  }
+  static bool safetensors_header_at(const io::File& file, uint64_t offset) {
+    return offset <= file.size() && file.size() - offset > 8 && file.read(offset + 8, 1)[0] == std::byte{'{'};
   }
 
   LogicalTensor tensor(const Item& item) const {
