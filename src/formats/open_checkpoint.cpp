@@ -5,6 +5,7 @@
 #include "ckptfs/dcp.hpp"
 #include "ckptfs/deepspeed.hpp"
 #include "ckptfs/error.hpp"
+#include "ckptfs/plain.hpp"
 
 namespace ckptfs {
 
@@ -31,7 +32,9 @@ Checkpoint open_checkpoint(const fs::path& source, const OpenOptions& options) {
   std::error_code ec;
   if (!fs::exists(source, ec))
     throw SourceError(fmt::format("{}: no such file or directory", source.string()));
-  if (!fs::is_directory(source, ec)) throw SourceError(fmt::format("{}: not a directory", source.string()));
+  if (plain::is_plain_source(source)) return plain::open(source, options);
+  if (!fs::is_directory(source, ec))
+    throw SourceError(fmt::format("{}: neither a directory nor a regular file", source.string()));
   if (deepspeed::is_deepspeed_source(source)) return deepspeed::open(source, options);
   if (dcp::is_dcp_source(source)) return dcp::open(source, options);
   throw SourceError(fmt::format(

@@ -4,12 +4,12 @@
 
 #include <regex>
 #include <set>
-#include <unordered_set>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/torch.hpp"
 #include "formats/dcp/dcp_metadata.hpp"
 #include "formats/dcp/nested_state.hpp"
+#include "formats/model_selection.hpp"
 #include "formats/value_tensors.hpp"
 
 namespace ckptfs::dcp {
@@ -19,12 +19,6 @@ using catalog::Catalog;
 using catalog::LogicalTensor;
 
 namespace {
-
-// Top-level keys that hold training state, not model weights, when the state dict has no 'model' entry
-// (torchtitan keeps the model's tensors at the top level beside these).
-const std::set<std::string, std::less<>> kNotModel = {"optimizer", "optim",     "optimizer_state", "lr_scheduler",
-                                                      "scheduler", "train_state", "dataloader",    "rng",
-                                                      "rng_state", "extra_state"};
 
 std::string key_string(const pickle::Value& k) {
   return k.is(pickle::Kind::Int) ? std::to_string(k.integer) : k.text;
@@ -105,43 +99,19 @@ struct Reader {
   }
 };
 
-// Model weights of a state dict: its 'model' subtree with that prefix removed, or, without one, every
-// tensor outside the training-state keys (kNotModel).
+// The model tensors of a DCP dir's state dict (formats::select_model's rule, on the planner paths).
 std::shared_ptr<Catalog> model_catalog(const std::vector<Item>& items, const Catalog& state,
                                        const fs::path& metadata_path) {
-  std::vector<const Item*> tensor_items;
-  for (const auto& item : items)
-    if (item.is_tensor) tensor_items.push_back(&item);
-  const auto top = [](const Item& item) { return key_string(*path_of(item).front()); };
-  const bool has_model = std::any_of(tensor_items.begin(), tensor_items.end(),
-                                     [&](const Item* i) { return top(*i) == "model" && path_of(*i).size() > 1; });
-  auto out = std::make_shared<Catalog>();
-  std::unordered_set<std::string> names;
-  for (size_t k = 0; k < tensor_items.size(); ++k) {
-    const Item& item = *tensor_items[k];
-    const auto path = path_of(item);
-    std::string name;
-    if (has_model) {
-      if (top(item) != "model" || path.size() < 2) continue;
-      for (size_t i = 1; i < path.size(); ++i) name += (i > 1 ? "." : "") + key_string(*path[i]);
-    } else {
-      if (kNotModel.contains(top(item))) continue;
-      name = item.fqn;
-    }
-    if (!names.insert(name).second)
-      throw FormatError(fmt::format("{}: model tensor {} appears twice", metadata_path.string(), name));
-    LogicalTensor t = state.tensors[k];  // the boxes are shared, not copied
-    t.name = std::move(name);
-    out->tensors.push_back(std::move(t));
+  std::vector<formats::StateEntry> entries;
+  size_t k = 0;
+  for (const auto& item : items) {
+    if (!item.is_tensor) continue;
+    formats::StateEntry e;
+    for (const auto& key : path_of(item)) e.path.push_back(key_string(*key));
+    e.tensor = &state.tensors[k++];
+    entries.push_back(std::move(e));
   }
-  return out;
-}
-
-std::shared_ptr<Catalog> fp32_catalog(const Catalog& model) {
-  auto out = std::make_shared<Catalog>(model);
-  for (auto& t : out->tensors)
-    if (t.dtype == DType::F16 || t.dtype == DType::BF16) t.dtype = DType::F32;
-  return out;
+  return formats::select_model(entries, metadata_path);
 }
 
 bool is_model_dir(const fs::path& dir) {
@@ -215,7 +185,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
           tag.topology.train_dtype = t.dtype;
           break;
         }
-      tag.catalogs.emplace("fp32", fp32_catalog(*model));
+      tag.catalogs.emplace("fp32", formats::upcast_to_fp32(*model));
       tag.catalogs.emplace("model", std::move(model));
     }
     tag.catalogs.emplace(role, std::move(state));

@@ -1,0 +1,106 @@
+// A lone torch.save or safetensors file: its tensors in one tag, the model views chosen by
+// formats::select_model (the 'model' subtree of a nested training state, else every tensor).
+#include <fmt/format.h>
+
+#include "ckptfs/error.hpp"
+#include "ckptfs/plain.hpp"
+#include "ckptfs/torch.hpp"
+#include "formats/model_selection.hpp"
+#include "formats/plain/safetensors_reader.hpp"
+
+namespace ckptfs::plain {
+
+namespace fs = std::filesystem;
+using catalog::Catalog;
+
+namespace {
+
+constexpr size_t kMaxDepth = 64;
+
+struct Found {
+  std::vector<std::string> path;
+  torch::SourceTensor tensor;
+};
+
+// Every tensor of a torch.save value tree with the keys leading to it: dict keys (str or int), list and
+// tuple indexes. Objects other than containers are not searched (an optimizer's LossScaler, ...).
+void walk(const pickle::Value& v, std::vector<std::string>& path, std::vector<Found>& out) {
+  if (path.size() > kMaxDepth) return;
+  if (const auto* t = torch::as_tensor(v)) {
+    out.push_back({path, *t});
+    return;
+  }
+  const auto visit = [&](std::string key, const pickle::Value& child) {
+    path.push_back(std::move(key));
+    walk(child, path, out);
+    path.pop_back();
+  };
+  if (v.is(pickle::Kind::Dict)) {
+    for (const auto& [k, child] : v.entries) {
+      if (k->is(pickle::Kind::String)) visit(k->text, *child);
+      else if (k->is(pickle::Kind::Int)) visit(std::to_string(k->integer), *child);
+    }
+  } else if (v.is(pickle::Kind::List) || v.is(pickle::Kind::Tuple)) {
+    for (size_t i = 0; i < v.items.size(); ++i) visit(std::to_string(i), *v.items[i]);
+  }
+}
+
+std::vector<Found> tensors_of(io::FileSet& files, const fs::path& source) {
+  std::vector<Found> out;
+  const io::FilePtr file = files.open(source);
+  if (source.extension() == ".safetensors") {
+    for (auto& e : read_safetensors(file)) out.push_back({{e.name}, std::move(e.tensor)});
+    return out;
+  }
+  const auto archive = torch::TorchArchive::open(file);
+  std::vector<std::string> path;
+  walk(*archive.root(), path, out);
+  if (out.empty()) throw FormatError(fmt::format("{}: holds no tensor", source.string()));
+  return out;
+}
+
+}  // namespace
+
+bool is_plain_source(const fs::path& source) {
+  std::error_code ec;
+  return fs::is_regular_file(source, ec);
+}
+
+Checkpoint open(const fs::path& source, const OpenOptions& options) {
+  const std::string name = source.filename().string();
+  if (options.tag && *options.tag != name)
+    throw SourceError(fmt::format("{}: no tag '{}' (a single file is the one tag '{}')", source.string(), *options.tag, name));
+  io::FileSet files;
+  const auto found = tensors_of(files, source);
+  auto all = std::make_shared<Catalog>();
+  for (const auto& f : found) {
+    std::string joined;
+    for (const auto& k : f.path) joined += (joined.empty() ? "" : ".") + k;
+    all->tensors.push_back(catalog::whole_tensor(joined, f.tensor, f.tensor.dtype, "saved tensor"));
+  }
+  std::vector<formats::StateEntry> entries;
+  for (size_t i = 0; i < found.size(); ++i) entries.push_back({found[i].path, &all->tensors[i]});
+  auto model = formats::select_model(entries, source);
+  Tag tag;
+  tag.name = name;
+  tag.dir = source;
+  tag.format = source.extension() == ".safetensors" ? "safetensors file" : "torch.save file";
+  tag.files = {source};
+  for (const auto& t : model->tensors)
+    if (dtype_is_floating(t.dtype)) {
+      tag.topology.train_dtype = t.dtype;
+      break;
+    }
+  tag.topology.optimizer = "-";
+  tag.catalogs.emplace("fp32", formats::upcast_to_fp32(*model));
+  tag.catalogs.emplace("model", std::move(model));
+  tag.catalogs.emplace("state", std::move(all));
+  Checkpoint cp;
+  cp.framework = source.extension() == ".safetensors" ? "safetensors" : "torch.save";
+  cp.root = source;
+  cp.latest = name;
+  cp.tags.push_back(std::move(tag));
+  return cp;
+}
+
+}  // namespace ckptfs::plain
