@@ -705,3 +705,21 @@ def test_mount_type_ckptfs_uses_the_helper(fixtures_dir, tmp_path):
     # mount -f (fake) must not mount anything.
     r = subprocess.run(["mount", "-f", "-t", "ckptfs", src, mnt], capture_output=True, timeout=CMD_TIMEOUT)
     assert r.returncode == 0 and not is_mounted(mnt)
+
+
+def test_options_in_any_position_and_escaped_commas(ckptfs_bin, fixtures_dir, tmp_path):
+    """`ckptfs --tag T -o ... SRC MNT` works, and -o lists are split by libfuse's parser ("\\," is a comma)."""
+    src = source_of(fixtures_dir, SIDE_CASE)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    tag = "global_step3"
+    r = subprocess.run([ckptfs_bin, "--tag", tag, "-o", r"fsname=ckpt\,one,threads=2", src, str(mnt)],
+                       capture_output=True, text=True, timeout=CMD_TIMEOUT)
+    try:
+        assert r.returncode == 0, r.stderr
+        with open("/proc/self/mounts") as f:
+            line = next(l for l in f if l.split()[1] == str(mnt))
+        assert line.split()[0] == r"ckpt,one" or line.split()[0] == r"ckpt\054one", line
+        assert os.listdir(os.path.join(mnt, "tags")) == [tag]
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, timeout=CMD_TIMEOUT)

@@ -1,6 +1,7 @@
 // `ckptfs SRC MNT [-o opt,...] [-f] [-d] [--tag T]`: indexes the checkpoint and builds the whole tree,
 // then mounts it. Every checkpoint error surfaces here, before anything is mounted.
 #include <fmt/format.h>
+#include <fuse_opt.h>
 #include <malloc.h>
 
 #include <algorithm>
@@ -85,8 +86,24 @@ void add_mount_option(MountArguments& m, const std::string& option) {
   } else if (option.starts_with("read_ahead_kb=")) {
     m.serve.read_ahead_kb = parse_number(option, 0);
   } else {
-    m.serve.fuse_options.push_back(option);
+    m.serve.fuse_options.push_back(escape_option(option));  // split once already: keep its commas
   }
+}
+
+// The options of one -o list, split by libfuse's own parser (so "\," is a comma inside a value).
+std::vector<std::string> split_options(const std::string& list) {
+  std::vector<std::string> out;
+  const char* argv[] = {"ckptfs", "-o", list.c_str()};
+  fuse_args args = FUSE_ARGS_INIT(3, const_cast<char**>(argv));
+  const fuse_opt none[] = {FUSE_OPT_END};
+  const auto collect = [](void* data, const char* arg, int key, fuse_args*) {
+    if (key == FUSE_OPT_KEY_OPT) static_cast<std::vector<std::string>*>(data)->emplace_back(arg);
+    return 0;  // consumed
+  };
+  const int rc = fuse_opt_parse(&args, &out, none, collect);
+  fuse_opt_free_args(&args);
+  if (rc != 0) throw UsageError(fmt::format("-o {}: cannot parse the option list\nusage: {}", list, kUsage));
+  return out;
 }
 
 MountArguments parse(int argc, char** argv) {
@@ -96,11 +113,7 @@ MountArguments parse(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "-o" || (a.starts_with("-o") && a.size() > 2)) {
       if (a == "-o" && ++i >= argc) throw UsageError(fmt::format("-o needs a value\nusage: {}", kUsage));
-      const std::string list = a == "-o" ? argv[i] : a.substr(2);
-      for (size_t begin = 0, end; begin <= list.size(); begin = end + 1) {
-        end = std::min(list.find(',', begin), list.size());
-        add_mount_option(m, list.substr(begin, end - begin));
-      }
+      for (const auto& option : split_options(a == "-o" ? argv[i] : a.substr(2))) add_mount_option(m, option);
     } else {
       rest.push_back(std::move(a));
     }
