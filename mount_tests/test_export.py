@@ -90,13 +90,26 @@ def test_inspect_text(ckptfs_bin, fixtures_dir, name):
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_inspect_json(ckptfs_bin, fixtures_dir, name):
+def test_inspect_json(ckptfs_bin, fixtures_dir, export_cache, name):
     text = _inspect(ckptfs_bin, fixtures_dir, name, "--json")
     try:
         doc = json.loads(text)
     except ValueError as e:
         raise AssertionError(f"inspect --json is not JSON ({e}):\n{text[:2000]}") from None
-    assert isinstance(doc, dict)
+    info = case_info(fixtures_dir, name)
+    assert doc["framework"] == "deepspeed" and doc["latest"] == info["latest"]
+    assert [t["name"] for t in doc["tags"]] == info["tags"]
+    tag = next(t for t in doc["tags"] if t["name"] == info["latest"])
+    topo = tag["topology"]
+    assert topo["zero_stage"] == info["stage"] and topo["dp"] == info["dp"], topo
+    assert topo["pp"] == (2 if info["pipeline"] else 1) and topo["tp"] == 1, topo
+    assert topo["train_dtype"] == {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[info["dtype"]], topo
+    exp_fp32, exp_model = expected(fixtures_dir, name)
+    assert tag["tensor_count"]["fp32"] == len(exp_fp32) and tag["tensor_count"]["model"] == len(exp_model), tag
+    sizes = {v["path"]: v["size"] for v in tag["views"]}
+    out = exported(export_cache, fixtures_dir, name)
+    for view in ("model.safetensors", "fp32/pytorch_model.bin", "fp32/model.safetensors"):
+        assert sizes[view] == os.path.getsize(out / view), view
 
 
 @pytest.mark.parametrize("name", CASES)

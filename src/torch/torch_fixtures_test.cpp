@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "ckptfs/torch.hpp"
@@ -25,21 +27,63 @@ const Value* entry(const Value& v, const std::string& key) {
   return nullptr;
 }
 
+// A Python type name the inventory writes for a leaf whose value it does not record.
+std::optional<Kind> python_type_kind(const std::string& name) {
+  static const std::map<std::string, Kind> kinds = {{"float", Kind::Float}, {"int", Kind::Int}, {"bool", Kind::Bool},
+                                                    {"NoneType", Kind::None}, {"list", Kind::List},
+                                                    {"tuple", Kind::Tuple}, {"dict", Kind::Dict}, {"bytes", Kind::Bytes}};
+  auto it = kinds.find(name);
+  return it == kinds.end() ? std::nullopt : std::optional(it->second);
+}
+
 // Appends to `problems` every place where `v` differs from the inventory's description `want`.
 void compare(const Value& v, const nlohmann::json& want, const std::string& at,
              std::vector<std::string>& problems) {
+  // Every leaf is checked for its kind as well as its value: a wrong kind is a problem, never a skip.
+  const auto expect_kind = [&](Kind kind, const char* name) {
+    if (v.kind == kind) return true;
+    problems.push_back(fmt::format("{}: {} where the inventory has a {}", at, v.describe(), name));
+    return false;
+  };
   if (want.is_string()) {
     const std::string s = want;
-    if (!s.starts_with("Tensor[")) return;  // type names of leaves
-    const SourceTensor* t = as_tensor(v);
-    if (!t) return problems.push_back(at + ": not a tensor");
-    const std::string got =
-        fmt::format("Tensor[{}][{}]", dtype_torch_name(t->dtype), fmt::join(t->shape, ", "));
-    if (got != s) problems.push_back(fmt::format("{}: {} != {}", at, got, s));
-  } else if (want.is_number_integer() && v.kind == Kind::Int) {
-    if (v.integer != want.get<int64_t>()) problems.push_back(at + ": int differs");
-  } else if (want.is_boolean() && v.kind == Kind::Bool) {
-    if (v.boolean != want.get<bool>()) problems.push_back(at + ": bool differs");
+    if (s.starts_with("Tensor[")) {
+      const SourceTensor* t = as_tensor(v);
+      if (!t) return problems.push_back(at + ": not a tensor");
+      const std::string got =
+          fmt::format("Tensor[{}][{}]", dtype_torch_name(t->dtype), fmt::join(t->shape, ", "));
+      if (got != s) problems.push_back(fmt::format("{}: {} != {}", at, got, s));
+    } else if (s.starts_with("torch.Size(")) {  // the repr of a shape
+      const pickle::Value* seq = v.kind == Kind::Object && v.args && !v.args->items.empty() ? v.args->items[0].get() : &v;
+      std::vector<int64_t> dims;
+      for (const auto& item : seq->items) dims.push_back(item->integer);
+      const std::string got = fmt::format("torch.Size([{}])", fmt::join(dims, ", "));
+      if (got != s) problems.push_back(fmt::format("{}: {} != {}", at, got, s));
+    } else if (auto kind = python_type_kind(s)) {  // the inventory names a leaf's type only
+      expect_kind(*kind, s.c_str());
+    } else if (expect_kind(Kind::String, "str") && v.text != s) {
+      problems.push_back(fmt::format("{}: '{}' != '{}'", at, v.text, s));
+    }
+  } else if (want.is_boolean()) {
+    if (expect_kind(Kind::Bool, "bool") && v.boolean != want.get<bool>()) problems.push_back(at + ": bool differs");
+  } else if (want.is_number_integer()) {
+    // DeepSpeed's ZeroStageEnum is an IntEnum: the inventory (JSON) has its int value, the pickle the
+    // enum member, by name (Python >= 3.11) or by value.
+    static const std::map<std::string, int64_t> kZeroStages = {
+        {"disabled", 0}, {"optimizer_states", 1}, {"gradients", 2}, {"weights", 3}};
+    if (v.kind == Kind::Object && v.name == "ZeroStageEnum") {
+      const auto by_name = kZeroStages.find(v.member);
+      const int64_t got = by_name != kZeroStages.end() ? by_name->second
+                          : v.args && !v.args->items.empty() ? v.args->items[0]->integer
+                                                             : -1;
+      if (got != want.get<int64_t>()) problems.push_back(at + ": enum value differs");
+    } else if (expect_kind(Kind::Int, "int") && v.integer != want.get<int64_t>()) {
+      problems.push_back(at + ": int differs");
+    }
+  } else if (want.is_number_float()) {
+    if (expect_kind(Kind::Float, "float") && v.real != want.get<double>()) problems.push_back(at + ": float differs");
+  } else if (want.is_null()) {
+    expect_kind(Kind::None, "None");
   } else if (want.is_object()) {
     const std::string type = want.value("__type__", "");
     if (type == "list" || type == "tuple") {

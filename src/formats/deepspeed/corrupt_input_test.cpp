@@ -115,6 +115,14 @@ class Corrupter {
               [](const Source& a, const Source& b) { return a.name < b.name; });
   }
 
+  // True when the work dir no longer holds exactly the fixture's files and bytes.
+  bool changed() const {
+    if (!extra_files_.empty()) return true;
+    for (const auto& src : sources_)
+      if (read_file(work_ / src.name) != src.bytes) return true;
+    return false;
+  }
+
   // Applies one mutation; returns its description.
   std::string mutate() {
     Source& s = sources_[pick(sources_.size())];
@@ -318,6 +326,7 @@ TEST(CorruptInput, RealCheckpointsFailCleanlyOrOpen) {
                                              "pp2_z1_fp32_ws4"};
   constexpr int kPerFixture = 1500;
   std::map<std::string, int> outcomes;
+  int unchanged = 0;  // mutations that left every byte as it was (they test nothing)
   double slowest = 0;
   std::string slowest_what;
   for (size_t f = 0; f < fixtures.size(); ++f) {
@@ -327,6 +336,7 @@ TEST(CorruptInput, RealCheckpointsFailCleanlyOrOpen) {
     ASSERT_NO_THROW(read_views(open_checkpoint(tag_dir))) << fixtures[f] << " unmodified";
     for (int i = 0; i < kPerFixture; ++i) {
       const std::string what = fixtures[f] + " #" + std::to_string(i) + " " + corrupter.mutate();
+      if (!corrupter.changed()) ++unchanged;
       const auto start = std::chrono::steady_clock::now();
       try {
         read_views(open_checkpoint(tag_dir));
@@ -345,6 +355,14 @@ TEST(CorruptInput, RealCheckpointsFailCleanlyOrOpen) {
   }
   fs::remove_all(work);
   for (const auto& [outcome, n] : outcomes) std::printf("  %-8s %d\n", outcome.c_str(), n);
+  std::printf("  unchanged %d\n", unchanged);
+  // The test is only as strong as its inputs: nearly every mutation must change the checkpoint (a few
+  // write a field's own value back, or copy a file over itself), and most of them must be caught (the
+  // rest hit tensor bytes or fields a reader may legitimately ignore).
+  const int total = kPerFixture * static_cast<int>(fixtures.size());
+  EXPECT_LE(unchanged, total / 20) << "mutations that changed nothing";
+  EXPECT_GE(outcomes["exit 4"] + outcomes["exit 5"] + outcomes["exit 3"], total / 2)
+      << "fewer than half of the mutated checkpoints were refused";
   std::printf("  slowest: %.3f s (%s)\n", slowest, slowest_what.c_str());
   EXPECT_LT(slowest, 5.0) << slowest_what;
 }
