@@ -14,7 +14,7 @@ file form ('dict' / 'bare'), the model-state files copied, the file count.  Case
 atomically (tmp dir + rename) and skipped when already present.  Everything is seeded; the
 expectations are computed from the generated master values with torch, never by running ckptfs.
 
-Layouts follow /work/shared/formats/deepspeed.md and the real DeepSpeed 0.14.5 fixtures in
+Layouts follow docs/formats/deepspeed.md and the real DeepSpeed 0.14.5 fixtures in
 mount_tests/fixtures/deepspeed-real (same keys, key order, class names, file names).
 """
 import argparse

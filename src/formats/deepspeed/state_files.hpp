@@ -1,4 +1,4 @@
-// What ckptfs needs from DeepSpeed's model-state and optimizer-state files (deepspeed.md §3, §4),
+// What ckptfs needs from DeepSpeed's model-state and optimizer-state files (docs/formats/deepspeed.md: model and optimizer states),
 // extracted from their pickles without reading tensor data.
 #pragma once
 

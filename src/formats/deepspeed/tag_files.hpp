@@ -1,4 +1,4 @@
-// The checkpoint files of one DeepSpeed tag directory, classified by name (deepspeed.md §2.2).
+// The checkpoint files of one DeepSpeed tag directory, classified by name (docs/formats/deepspeed.md: files).
 #pragma once
 
 #include <filesystem>

@@ -1,4 +1,4 @@
-// Builds the two catalogs of one DeepSpeed tag (deepspeed.md §6 for what zero_to_fp32 produces):
+// Builds the catalogs of one DeepSpeed tag (docs/formats/deepspeed.md, Views) and its universal plan:
 //   fp32:  buffers (float ones upcast), frozen params (upcast), trainable fp32 masters, tied aliases;
 //   model: the weights in the training dtype, in `module` (or pipeline layer) order.
 #include <fmt/format.h>
@@ -302,7 +302,7 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, Topology& to
   return parts;
 }
 
-// Pipeline engines: `module` is None and weights sit in layer_XX files, one per layer (deepspeed.md §3.6).
+// Pipeline engines: `module` is None and weights sit in layer_XX files, one per layer (docs/formats/deepspeed.md).
 TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo,
                        std::vector<std::string>& notes) {
   for (const auto& [layer, tps] : tf.layer_states)
