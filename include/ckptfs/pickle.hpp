@@ -61,7 +61,9 @@ struct Value {
   std::string text;             // String (UTF-8), Bytes (raw), BigInt (two's complement, little-endian)
   std::vector<ValuePtr> items;  // Tuple, List, Set, FrozenSet; Object: APPENDs
   std::vector<std::pair<ValuePtr, ValuePtr>> entries;  // Dict in insertion order; Object: SETITEMs
-  std::string module, name;  // Global and Object: the callable or class (Dict: "collections.OrderedDict")
+  // Global and Object: the callable or class. Dict: "collections.OrderedDict"; Tuple: "torch.Size" (set
+  // by the torch reader, so that a writer can pickle the shape back as what it was).
+  std::string module, name;
   std::string member;        // Object made by getattr(module.name, member) (enum members pickled by name)
   ValuePtr args;             // Object: the argument tuple given to REDUCE / NEWOBJ
   ValuePtr state;            // Object and Dict: the BUILD state, kept apart from entries

@@ -151,6 +151,8 @@ ValuePtr TensorBuilder::reduce(const Value& callable, const ValuePtr& args) {
       auto size = std::make_shared<Value>();
       size->kind = Kind::Tuple;
       size->items = a[0]->items;
+      size->module = "torch";  // a tuple to readers; written back as torch.Size
+      size->name = "Size";
       return size;
     }
   }

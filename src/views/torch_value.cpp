@@ -77,6 +77,16 @@ class ValuePickler {
   }
 
   void save_tuple(const pickle::Value& v) {
+    if (v.module == "torch" && v.name == "Size") {  // torch.Size(tuple): REDUCE of the class
+      w_.global("torch", "Size");
+      w_.begin_tuple(1);
+      w_.begin_tuple(v.items.size());
+      for (const auto& item : v.items) save(*item);
+      w_.end_tuple(v.items.size());
+      w_.end_tuple(1);
+      w_.reduce();
+      return remember(v);
+    }
     w_.begin_tuple(v.items.size());
     for (const auto& item : v.items) save(*item);
     w_.end_tuple(v.items.size());

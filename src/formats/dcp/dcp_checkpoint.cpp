@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <regex>
 #include <ranges>
 
 #include "ckptfs/dcp.hpp"
@@ -33,12 +34,20 @@ std::vector<fs::path> subdirs(const fs::path& dir) {
   return out;
 }
 
-// The DCP dirs a checkpoint folder stands for: itself, or its subdirs that are DCP dirs.
+// A step dir of a training run: torchtitan's step-N, HF Trainer's checkpoint-N, accelerate's
+// checkpoint_N (Megatron-style iter_N too). Accelerate's DCP dirs (pytorch_model_fsdp_0, optimizer_0)
+// are not steps.
+bool is_step_name(const std::string& name) {
+  static const std::regex kStep(R"((step|checkpoint|iter|global_step)[-_]?\d+)");
+  return std::regex_match(name, kStep);
+}
+
+// The DCP dirs a checkpoint folder stands for: itself, or its subdirs that are DCP dirs and not steps.
 std::vector<fs::path> dcp_dirs_of(const fs::path& dir) {
   if (is_dcp_dir(dir)) return {dir};
   std::vector<fs::path> out;
   for (const auto& d : subdirs(dir))
-    if (is_dcp_dir(d)) out.push_back(d);
+    if (is_dcp_dir(d) && !is_step_name(d.filename().string())) out.push_back(d);
   return out;
 }
 
