@@ -34,6 +34,8 @@
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib_bench.sh
+source bench/lib_bench.sh  # is_mounted, unmount, wait_mounted, fresh_dir, readahead, rate, timed_cat, ...
 work=$(realpath -m "${1:-build/bench}")
 bin=$(realpath "${CKPTFS_BIN:-build/ckptfs}")
 read_timeout=300  # seconds allowed for any single read pass
@@ -46,11 +48,6 @@ pt_mnt="$work/mnt/passthrough"
 ck_mnt="$work/mnt/ckptfs"
 mounts=("$pt_mnt" "$ck_mnt")
 pids=()
-unmount() {  # $1: mount point; quiet when it is not mounted
-  if awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo; then
-    fusermount3 -u "$1" 2>/dev/null || fusermount3 -uz "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
-  fi
-}
 cleanup() {
   local m p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done  # readers, then daemons, all started here
@@ -60,33 +57,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-is_mounted() { awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo; }
-wait_mounted() {  # $1: mount point; up to 30 s
-  local i
-  for i in $(seq 300); do
-    is_mounted "$1" && return 0
-    sleep 0.1
-  done
-  echo "mount at $1 did not come up" >&2
-  return 1
-}
-fresh_dir() {  # $1: mount point: unmounted (a crashed earlier run may have left it mounted) and present
-  unmount "$1"
-  mkdir -p "$1"
-}
-bdi_of() { awk -v m="$1" '$5 == m { print $3 }' /proc/self/mountinfo; }
-set_readahead() {  # $1: mount point, $2: KiB; prints the value in effect
-  local f
-  f=/sys/class/bdi/$(bdi_of "$1")/read_ahead_kb
-  echo "$2" >"$f" 2>/dev/null || true
-  cat "$f"
-}
-
 now() { echo "$EPOCHREALTIME"; }
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }'; }
-rate() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-size_of() { stat -c %s "$1"; }
 
 # 4 parallel readers, each dd-ing one quarter of file $1 (bs=1M, byte skip/count); prints seconds.
 quarters() {
@@ -104,19 +76,6 @@ quarters() {
   [ "$rc" -eq 0 ] || { echo "a reader of $file failed ($rc)" >&2; return 1; }
   since "$t0"
 }
-timed_cat() {  # files...; prints seconds
-  local t0=$EPOCHREALTIME
-  timeout "$read_timeout" cat "$@" >/dev/null
-  since "$t0"
-}
-best_cat() {  # files...; prints the seconds of the fastest of 3 cats (page-cache reads: noise is one-sided)
-  local i t best=
-  for i in 1 2 3; do
-    t=$(timed_cat "$@")
-    if [ -z "$best" ] || awk -v t="$t" -v b="$best" 'BEGIN { exit !(t < b) }'; then best=$t; fi
-  done
-  echo "$best"
-}
 
 # ---- workload ----------------------------------------------------------------------------------------
 if ! gen_log=$(/usr/bin/python3 mount_tests/gen/generate.py "$work/fixtures" --only bench_z3_dp64 z3_bf16_dp8 2>&1)
@@ -133,16 +92,8 @@ shards=("${shard_names[@]/#/$src/$tag/}")
 shard_bytes=$(cat "${shards[@]}" | wc -c)  # also warms the page cache for everything below
 
 # ---- passthrough_ll, built from the example libfuse ships ---------------------------------------------
-pt_dir="$work/passthrough_ll"
-pt_bin="$pt_dir/passthrough_ll"
-if [ ! -x "$pt_bin" ]; then
-  examples=/usr/share/doc/libfuse3-dev/examples
-  mkdir -p "$pt_dir"
-  cp "$examples/passthrough_ll.c" "$examples/passthrough_helpers.h" "$pt_dir/"
-  # shellcheck disable=SC2046
-  gcc -O2 -o "$pt_bin.tmp" "$pt_dir/passthrough_ll.c" $(pkg-config fuse3 --cflags --libs)
-  mv "$pt_bin.tmp" "$pt_bin"
-fi
+pt_bin="$work/passthrough_ll/passthrough_ll"
+build_passthrough_ll "$pt_bin"
 
 echo "source: $src"
 echo "  64 optimizer shards, $shard_bytes bytes; fp32 master weights $(

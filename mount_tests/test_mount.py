@@ -22,6 +22,7 @@ import torch
 
 import helpers as H
 from conftest import case_info
+from mount_walk import walk_sizes
 from mounting import (CMD_TIMEOUT, foreground, is_mounted, mounted, run_ckptfs, server_pids, unmount,
                       wait_until)
 
@@ -99,15 +100,7 @@ def boundaries(path):
 
 def test_walk_sizes_and_blocks(mounted_case):
     case, src, mnt, out = mounted_case
-    ls = subprocess.run(["ls", "-lR", mnt], capture_output=True, text=True, timeout=CMD_TIMEOUT)
-    assert ls.returncode == 0, ls.stderr
-    sizes = {}  # by inode: the root views and tags/<latest>/ are hard links, which du counts once
-    for root, dirs, files in os.walk(mnt):
-        for f in files:
-            st = os.stat(os.path.join(root, f))
-            assert st.st_blocks == math.ceil(st.st_size / 512), f
-            assert st.st_mode & 0o777 == 0o444, f
-            sizes[st.st_ino] = st.st_size
+    sizes = walk_sizes(mnt)  # by inode, as du counts
     for v in VIEWS:
         st, tagged = os.stat(os.path.join(mnt, v)), os.stat(os.path.join(mnt, "tags", case["latest"], v))
         assert st.st_size == os.path.getsize(os.path.join(out, v)), v

@@ -32,7 +32,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import deepspeed_classes  # noqa: E402
+from case_cache import case_is_current  # noqa: E402
 
 DS = deepspeed_classes.install()
 OD = collections.OrderedDict
@@ -971,14 +973,6 @@ def generate_bench(case, root):
 
 # ----------------------------------------------------------------------------------------------------
 
-def case_is_current(path):
-    try:
-        with open(os.path.join(path, "case.json")) as f:
-            return json.load(f).get("generator_version") == GEN_VERSION
-    except (OSError, ValueError):
-        return False
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
@@ -1010,7 +1004,7 @@ def main(argv=None):
     for c in todo:
         final = os.path.join(args.out_dir, c["name"])
         if os.path.isdir(final):
-            if case_is_current(final) and not args.force:
+            if case_is_current(final, GEN_VERSION) and not args.force:
                 continue
             shutil.rmtree(final)
         tmp = os.path.join(args.out_dir, f".tmp-{c['name']}-{os.getpid()}")
@@ -1022,7 +1016,7 @@ def main(argv=None):
                 os.rename(tmp, final)
             except OSError:
                 # another run (a concurrent pytest session) finished the same case first
-                if not case_is_current(final):
+                if not case_is_current(final, GEN_VERSION):
                     raise
                 shutil.rmtree(tmp, ignore_errors=True)
                 continue

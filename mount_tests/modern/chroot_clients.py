@@ -47,20 +47,49 @@ def same_state(what, ours, exp, ordered):
     return len(exp)
 
 
-def check_safe_open(path, exp):
+def check_safe_open(path, exp, same=same_tensor, columns=False):
+    """safe_open(path): metadata, the keys of `exp`, every tensor and a partial read through get_slice of the
+    first dim (with `columns`, of the second too); same(what, ours, expected) raises AssertionError on a
+    difference.  Shared with gen_dcp/chroot_dcp_clients.py (test_dcp.py stages this file beside it)."""
     n = 0
     with safe_open(path, framework="pt") as f:
         assert f.metadata() == {"format": "pt"}, f"metadata {f.metadata()!r}"
         keys = list(f.keys())
         assert sorted(keys) == sorted(exp), f"keys {sorted(keys)}, expected {sorted(exp)}"
         for k in keys:
-            same_tensor(k, f.get_tensor(k), exp[k])
+            same(k, f.get_tensor(k), exp[k])
             t = exp[k]
             if t.dim() >= 1 and t.shape[0] > 2:  # a partial read through get_slice
                 lo, hi = 1, t.shape[0] - 1
-                same_tensor(f"{k}[{lo}:{hi}]", f.get_slice(k)[lo:hi], t[lo:hi])
+                same(f"{k}[{lo}:{hi}]", f.get_slice(k)[lo:hi], t[lo:hi])
+            if columns and t.dim() >= 2 and t.shape[1] > 2:
+                same(f"{k}[:, 1:2]", f.get_slice(k)[:, 1:2], t[:, 1:2].contiguous())
             n += 1
     return n
+
+
+def print_versions():
+    print(f"clients: torch {torch.__version__}, safetensors {safetensors.__version__}")
+
+
+def run_checks(checks, prefix="", unit="tensors"):
+    """Runs each (name, fn) of `checks` (fn returns a count), one PASS/FAIL line each; returns how many failed."""
+    failed = 0
+    for name, fn in checks:
+        try:
+            n = fn()
+            print(f"PASS {prefix}{name} ({n} {unit})")
+        except Exception as e:  # noqa: BLE001 (report every check)
+            failed += 1
+            detail = str(e) if isinstance(e, AssertionError) else traceback.format_exc(limit=3)
+            print(f"FAIL {prefix}{name}: {detail}")
+    return failed
+
+
+def summary(total, failed):
+    """Prints the summary line; returns the exit status."""
+    print(f"summary: {total - failed} of {total} checks passed")
+    return 1 if failed else 0
 
 
 def main(argv):
@@ -82,18 +111,8 @@ def main(argv):
         ("torch.load fp32/pytorch_model.bin weights_only mmap=False",
          lambda: same_state("torch.load", torch.load(fp32_bin, weights_only=True, mmap=False), exp_fp32, True)),
     ]
-    print(f"clients: torch {torch.__version__}, safetensors {safetensors.__version__}")
-    failed = 0
-    for name, fn in checks:
-        try:
-            n = fn()
-            print(f"PASS {name} ({n} tensors)")
-        except Exception as e:  # noqa: BLE001 (report every check)
-            failed += 1
-            detail = str(e) if isinstance(e, AssertionError) else traceback.format_exc(limit=3)
-            print(f"FAIL {name}: {detail}")
-    print(f"summary: {len(checks) - failed} of {len(checks)} checks passed")
-    return 1 if failed else 0
+    print_versions()
+    return summary(len(checks), run_checks(checks))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,60 @@
+# shellcheck shell=bash
+# Helpers shared by bench/mount_bench.sh and bench/dcp_bench.sh (sourced from the repository root, after
+# `set -euo pipefail`): mounts, readahead, rates, timed reads, and libfuse's passthrough_ll example built as
+# the FUSE baseline. The caller defines read_timeout (seconds for one read pass) and since T0 (seconds from
+# $EPOCHREALTIME T0 to now, in its own precision).
+
+is_mounted() { awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo; }
+unmount() {  # $1: mount point; quiet when it is not mounted
+  if is_mounted "$1"; then
+    fusermount3 -u "$1" 2>/dev/null || fusermount3 -uz "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
+  fi
+}
+wait_mounted() {  # $1: mount point; up to 30 s
+  for _ in $(seq 300); do
+    is_mounted "$1" && return 0
+    sleep 0.1
+  done
+  echo "mount at $1 did not come up" >&2
+  return 1
+}
+fresh_dir() {  # $1: mount point: unmounted (a crashed earlier run may have left it mounted) and present
+  unmount "$1"
+  mkdir -p "$1"
+}
+bdi_of() { awk -v m="$1" '$5 == m { print $3 }' /proc/self/mountinfo; }
+readahead_of() { cat "/sys/class/bdi/$(bdi_of "$1")/read_ahead_kb"; }
+set_readahead() {  # $1: mount point, $2: KiB; prints the value in effect
+  echo "$2" >"/sys/class/bdi/$(bdi_of "$1")/read_ahead_kb" 2>/dev/null || true
+  readahead_of "$1"
+}
+
+rate() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+size_of() { stat -c %s "$1"; }
+timed_cat() {  # files...; prints seconds
+  local t0=$EPOCHREALTIME
+  # shellcheck disable=SC2154  # read_timeout: the caller's
+  timeout "$read_timeout" cat "$@" >/dev/null
+  since "$t0"
+}
+best_cat() {  # files...; prints the seconds of the fastest of 3 cats (page-cache reads: noise is one-sided)
+  local t best=
+  for _ in 1 2 3; do
+    t=$(timed_cat "$@")
+    if [ -z "$best" ] || awk -v t="$t" -v b="$best" 'BEGIN { exit !(t < b) }'; then best=$t; fi
+  done
+  echo "$best"
+}
+
+# libfuse's passthrough_ll example (/usr/share/doc/libfuse3-dev/examples), built once
+build_passthrough_ll() {  # $1: path of the binary to build (its folder gets the sources)
+  local bin=$1 dir examples=/usr/share/doc/libfuse3-dev/examples
+  [ ! -x "$bin" ] || return 0
+  dir=$(dirname "$bin")
+  mkdir -p "$dir"
+  cp "$examples/passthrough_ll.c" "$examples/passthrough_helpers.h" "$dir/"
+  # shellcheck disable=SC2046
+  gcc -O2 -o "$bin.tmp" "$dir/passthrough_ll.c" $(pkg-config fuse3 --cflags --libs)
+  mv "$bin.tmp" "$bin"
+}
