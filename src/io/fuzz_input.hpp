@@ -1,0 +1,37 @@
+// For the fuzz targets (src/**/*_fuzz.cpp): the input bytes as a source file (an anonymous in-memory
+// file reached through /proc/self/fd), since the parsers read io::Files.
+#pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+
+#include "ckptfs/io.hpp"
+
+namespace ckptfs::io {
+
+class FuzzInput {
+ public:
+  FuzzInput(const uint8_t* data, size_t size) : fd_(::memfd_create("ckptfs-fuzz", 0)) {
+    for (size_t done = 0; done < size;) {
+      const ssize_t n = ::write(fd_, data + done, size - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    path_ = "/proc/self/fd/" + std::to_string(fd_);
+  }
+  ~FuzzInput() { ::close(fd_); }
+  FuzzInput(const FuzzInput&) = delete;
+  FuzzInput& operator=(const FuzzInput&) = delete;
+
+  const std::string& path() const { return path_; }
+  FilePtr open() const { return File::open(path_); }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+}  // namespace ckptfs::io
