@@ -43,10 +43,11 @@ std::optional<std::string> read_latest(const fs::path& root, const char* file) {
 std::vector<fs::path> list_side_files(const fs::path& dir) {
   std::vector<fs::path> out;
   std::error_code ec;
+  const bool tag_dir = is_tag_dir(dir);  // listed once, not once per entry
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_regular_file(ec) || name == "latest" || name == "latest_universal") continue;
-    if (is_tag_dir(dir) && (name.ends_with("_model_states.pt") || name.ends_with("optim_states.pt")))
+    if (tag_dir && (name.ends_with("_model_states.pt") || name.ends_with("optim_states.pt")))
       continue;
     out.push_back(entry.path());
   }
