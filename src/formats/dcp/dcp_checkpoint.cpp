@@ -5,12 +5,12 @@
 
 #include <algorithm>
 #include <regex>
-#include <ranges>
 
 #include "ckptfs/dcp.hpp"
 #include "ckptfs/error.hpp"
 #include "formats/dcp/dcp_tag.hpp"
 #include "formats/natural_order.hpp"
+#include "formats/tag_names.hpp"
 
 namespace ckptfs::dcp {
 
@@ -97,7 +97,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     auto it = std::find_if(tags.begin(), tags.end(), [&](const auto& t) { return t.first == *options.tag; });
     if (it == tags.end())
       throw SourceError(fmt::format("{}: no tag '{}' (tags: {})", source.string(), *options.tag,
-                                    fmt::join(tags | std::views::keys, ", ")));
+                                    fmt::join(formats::tag_names(tags), ", ")));
     tag_dirs = {tag_dirs[it - tags.begin()]};
     tags = {*it};
     cp.latest = *options.tag;

@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <fstream>
-#include <ranges>
 #include <sstream>
 
 #include "ckptfs/deepspeed.hpp"
 #include "ckptfs/error.hpp"
 #include "formats/deepspeed/tag_files.hpp"
 #include "formats/natural_order.hpp"
+#include "formats/tag_names.hpp"
 
 namespace ckptfs::deepspeed {
 
@@ -89,7 +89,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
                            [&](const auto& t) { return t.first == *options.tag; });
     if (it == tag_dirs.end())
       throw SourceError(fmt::format("{}: no tag '{}' (tags: {})", source.string(), *options.tag,
-                                    fmt::join(tag_dirs | std::views::keys, ", ")));
+                                    fmt::join(formats::tag_names(tag_dirs), ", ")));
     tag_dirs = {*it};
     cp.latest = *options.tag;
   }
