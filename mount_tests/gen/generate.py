@@ -43,6 +43,8 @@ GEN_VERSION = 6  # bump to invalidate cached fixtures
 
 VOCAB, HIDDEN, FFN, SEQ = 101, 37, 53, 7
 MANY_PARAMS = 20480  # trainable params of many_params_z2_dp2
+MANY_PARAMS_100K = 100_000  # trainable params of many_params_100k_z2_dp2 (bench/scale_bench.sh)
+SCALE_RANKS = (8, 64, 512)  # scale_z3_dp<N> for bench/scale_bench.sh, next to scale_z3_dp1024
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -135,7 +137,7 @@ def many_params_entries(n_train=MANY_PARAMS):
 
 def entries_of(case):
     if case.get("model") == "many_params":
-        return many_params_entries()
+        return many_params_entries(case.get("n_train", MANY_PARAMS))
     return llama_entries() if case.get("model") == "llama" else tiny_lm()
 
 
@@ -757,19 +759,25 @@ def make_cases():
 
 def scale_cases():
     """Many files: one 1,024-rank ZeRO-3 tag (2,048 files), and 12 tags of a 64-rank ZeRO-3 run (1,536
-    files). Mounted and exported under `ulimit -n 1024` by test_scale.py; not in the default list."""
+    files). Mounted and exported under `ulimit -n 1024` by test_scale.py; not in the default list.
+    scale_z3_dp8/64/512: the same tiny model at 8, 64 and 512 ranks, the rank sweep of
+    bench/scale_bench.sh (with scale_z3_dp1024)."""
     base = {"stage": 3, "dtype": "bf16", "optimizer": "zero", "pipeline": False, "src": "checkpoint",
             "side_files": False}
     return [dict(base, name="scale_z3_dp1024", dp=1024, tags=["global_step3"]),
-            dict(base, name="scale_12tags_z3_dp64", dp=64, tags=[f"global_step{i}" for i in range(1, 13)])]
+            dict(base, name="scale_12tags_z3_dp64", dp=64, tags=[f"global_step{i}" for i in range(1, 13)])] + \
+        [dict(base, name=f"scale_z3_dp{dp}", dp=dp, tags=["global_step3"]) for dp in SCALE_RANKS]
 
 
 def many_params_cases():
     """ZeRO-2, DP 2, bf16, 20,480 small trainable params: 81,922 files under universal/<tag>_universal/.
-    Used by test_universal.py (scale test) and a universal/ benchmark; not in the default list."""
-    return [{"name": "many_params_z2_dp2", "stage": 2, "dtype": "bf16", "dp": 2, "optimizer": "zero",
-             "pipeline": False, "tags": ["global_step3"], "src": "checkpoint", "side_files": False,
-             "model": "many_params"}]
+    Used by test_universal.py (scale test) and a universal/ benchmark; not in the default list.
+    many_params_100k_z2_dp2: the same with 100,000 trainable params (100,003 tensors in the catalog,
+    400,002 files under universal/), the tensor-count point of bench/scale_bench.sh."""
+    base = {"stage": 2, "dtype": "bf16", "dp": 2, "optimizer": "zero", "pipeline": False,
+            "tags": ["global_step3"], "src": "checkpoint", "side_files": False, "model": "many_params"}
+    return [{"name": "many_params_z2_dp2", **base},
+            {"name": "many_params_100k_z2_dp2", **base, "n_train": MANY_PARAMS_100K}]
 
 
 BENCH = {"name": "bench_z3_dp64", "stage": 3, "dtype": "bf16", "dp": 64, "optimizer": "zero", "pipeline": False,
