@@ -3,6 +3,9 @@
 // thousands of files for a large model, so each file keeps only its indices and builds its zip layout
 // when read (a few microseconds, nothing next to the tensor bytes it serves).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <unordered_map>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/layout.hpp"
@@ -24,19 +27,38 @@ pickle::ValuePtr text_value(std::string text) {
 // zero/<param>/<stem>.pt: fp32 masters (kFp32), optimizer state key `what`, or the step (kStep).
 class UniversalParamFile final : public VirtualFile {
  public:
-  UniversalParamFile(std::shared_ptr<const UniversalPlan> plan, size_t param, size_t what)
-      : plan_(std::move(plan)), param_(param), what_(what), size_(build()->size()) {}
+  // Files of the same layout (stem, dtype, shape) have the same size: `sizes` remembers it, so a tree of
+  // hundreds of thousands of files builds a few layouts, not one per file.
+  UniversalParamFile(std::shared_ptr<const UniversalPlan> plan, size_t param, size_t what,
+                     std::unordered_map<std::string, uint64_t>& sizes)
+      : plan_(std::move(plan)), param_(param), what_(what) {
+    const catalog::LogicalTensor* t = tensor();
+    if (t == nullptr) {  // a step kept as a plain number
+      size_ = build()->size();
+      return;
+    }
+    const std::string layout =
+        fmt::format("{}|{}|{}", stem(), dtype_torch_name(t->dtype), fmt::join(t->shape, ","));
+    auto [it, inserted] = sizes.try_emplace(layout, 0);
+    if (inserted) it->second = build()->size();
+    size_ = it->second;
+  }
 
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, std::span<std::byte> dst) const override { build()->read(offset, dst); }
   std::vector<io::FilePtr> sources() const override {
-    const UniversalParam& p = plan_->params[param_];
-    const pickle::Value* v = what_ == kStep ? p.step.get() : nullptr;
-    const auto* step = v && v->native ? dynamic_cast<const catalog::TensorValue*>(v->native.get()) : nullptr;
-    const catalog::LogicalTensor* t = what_ == kStep ? (step ? step->tensor : nullptr)
-                                      : what_ == kFp32 ? p.fp32
-                                                       : p.state[what_];
+    const catalog::LogicalTensor* t = tensor();
     return t ? distinct_sources(std::span(&t, 1)) : std::vector<io::FilePtr>{};
+  }
+
+  // The tensor the file holds; null for a step that is a plain number.
+  const catalog::LogicalTensor* tensor() const {
+    const UniversalParam& p = plan_->params[param_];
+    if (what_ == kFp32) return p.fp32;
+    if (what_ != kStep) return p.state[what_];
+    const pickle::Value* v = p.step.get();
+    const auto* step = v && v->native ? dynamic_cast<const catalog::TensorValue*>(v->native.get()) : nullptr;
+    return step ? step->tensor : nullptr;
   }
 
   std::string stem() const {
@@ -90,6 +112,7 @@ std::vector<ViewFile> universal_views(const Tag& tag) {
   out.push_back({dir + "/zero/optimizer_state.pt",
                  make_torch_save_value(*plan->optimizer_state, "optimizer_state", plan,
                                        ZipRecords::torch_1_13)});
+  std::unordered_map<std::string, uint64_t> sizes;
   for (size_t i = 0; i < plan->params.size(); ++i) {
     const UniversalParam& p = plan->params[i];
     require_directory_name(p.name, tag);
@@ -97,7 +120,7 @@ std::vector<ViewFile> universal_views(const Tag& tag) {
     for (size_t k = 0; k < plan->state_keys.size(); ++k) files.push_back(k);
     if (p.step) files.push_back(kStep);
     for (size_t what : files) {
-      auto file = std::make_shared<UniversalParamFile>(plan, i, what);
+      auto file = std::make_shared<UniversalParamFile>(plan, i, what, sizes);
       out.push_back({fmt::format("{}/zero/{}/{}.pt", dir, p.name, file->stem()), std::move(file)});
     }
   }
