@@ -184,20 +184,32 @@ class Unpickler {
     return items;
   }
 
+  // Picklers number memo slots 0, 1, 2, ...: those live in a vector; an index far beyond the ones seen
+  // (only a hand-made pickle does that) goes to a map, so it cannot make the vector huge.
+  ValuePtr* memo_slot(uint64_t index, bool create) {
+    if (index < memo_dense_.size()) return memo_dense_[index] ? &memo_dense_[index] : create ? &memo_dense_[index] : nullptr;
+    if (create && index < memo_dense_.size() * 2 + 1024) {
+      memo_dense_.resize(index + 1);
+      return &memo_dense_[index];
+    }
+    auto it = memo_sparse_.find(index);
+    if (it != memo_sparse_.end()) return &it->second;
+    return create ? &memo_sparse_[index] : nullptr;
+  }
   void memo_put(uint64_t index) {
     const ValuePtr& v = top();
-    auto it = memo_.find(index);
-    if (it != memo_.end()) {
-      it->second = v;
-      return;
+    ValuePtr* slot = memo_slot(index, false);
+    if (slot == nullptr) {
+      if (memo_count_ >= opt_.max_memo) fail(fmt::format("more than {} memo entries", opt_.max_memo));
+      ++memo_count_;
+      slot = memo_slot(index, true);
     }
-    if (memo_.size() >= opt_.max_memo) fail(fmt::format("more than {} memo entries", opt_.max_memo));
-    memo_.emplace(index, v);
+    *slot = v;
   }
   void memo_get(uint64_t index) {
-    auto it = memo_.find(index);
-    if (it == memo_.end()) fail(fmt::format("memo index {} was never stored", index));
-    push(it->second);
+    const ValuePtr* slot = memo_slot(index, false);
+    if (slot == nullptr) fail(fmt::format("memo index {} was never stored", index));
+    push(*slot);
   }
 
   void push_int(std::string_view text) {
@@ -485,7 +497,7 @@ class Unpickler {
       case LONG_BINPUT:
         return memo_put(u32());
       case MEMOIZE:
-        return memo_put(memo_.size());
+        return memo_put(memo_count_);
 
       case GLOBAL: {
         std::string module(line());
@@ -558,7 +570,9 @@ class Unpickler {
   bool in_hook_ = false;
   std::vector<ValuePtr> stack_;
   std::vector<size_t> marks_;  // stack sizes at each MARK
-  std::unordered_map<uint64_t, ValuePtr> memo_;
+  std::vector<ValuePtr> memo_dense_;
+  std::unordered_map<uint64_t, ValuePtr> memo_sparse_;
+  size_t memo_count_ = 0;  // slots stored (MEMOIZE stores at this index)
   std::vector<std::weak_ptr<Value>> mutated_;
 };
 
