@@ -38,7 +38,8 @@ uint64_t shallow_weight(const Value& v) {
   return 1 + v.items.size() + v.entries.size() + text / 8 + (v.native ? v.native->weight() : 0);
 }
 
-std::optional<std::string> check_structure(const Value& root, size_t max_depth, uint64_t max_weight) {
+std::optional<std::string> check_structure(const Value& root, size_t max_depth, uint64_t max_weight,
+                                           std::unordered_set<const Value*>* containers) {
   const auto too_big = [&] {
     return fmt::format("the value expands to more than {} units (shared references repeated)", max_weight);
   };
@@ -92,6 +93,8 @@ std::optional<std::string> check_structure(const Value& root, size_t max_depth, 
     if (path.size() >= max_depth) return too_deep();
     path.push_back({c, 0, 1, shallow_weight(*c)});
   }
+  if (containers)
+    for (const auto& [value, info] : done) containers->insert(value);
   return std::nullopt;
 }
 

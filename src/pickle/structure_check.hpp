@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <unordered_set>
 
 #include "ckptfs/pickle.hpp"
 
@@ -16,6 +17,9 @@ uint64_t shallow_weight(const Value& v);
 // The problem (a cycle, nesting deeper than max_depth containers, a weight over max_weight with every
 // shared subtree counted at each place it appears), or nullopt. Iterative; its own stack never exceeds
 // max_depth frames; each value is visited once.
-std::optional<std::string> check_structure(const Value& root, size_t max_depth, uint64_t max_weight);
+// When the structure is fine and `containers` is given, it receives every value with children that is
+// reachable from `root`.
+std::optional<std::string> check_structure(const Value& root, size_t max_depth, uint64_t max_weight,
+                                           std::unordered_set<const Value*>* containers = nullptr);
 
 }  // namespace ckptfs::pickle

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -74,11 +75,15 @@ class Unpickler {
         }
       }
       ValuePtr result = pop();
-      if (auto problem = check_structure(*result, opt_.max_depth, max_weight_)) fail(*problem);
+      std::unordered_set<const Value*> kept;
+      if (auto problem = check_structure(*result, opt_.max_depth, max_weight_, &kept)) fail(*problem);
+      // The result is a tree; values the pickle built and dropped may still hold each other in a
+      // cycle (a dict set into itself, then popped), which only cutting their links frees.
+      break_cycles(&kept);
       if (consumed) *consumed = pos_;
       return result;
     } catch (...) {
-      break_cycles();
+      break_cycles(nullptr);
       throw;
     }
   }
@@ -291,9 +296,11 @@ class Unpickler {
   void mutating(const ValuePtr& target) {
     if (mutated_.empty() || mutated_.back().lock() != target) mutated_.push_back(target);
   }
-  void break_cycles() {
+  // Cuts the links of every value the pickle mutated (its items, entries, state), except those in
+  // `keep` (the result's own containers).
+  void break_cycles(const std::unordered_set<const Value*>* keep) {
     for (const auto& weak : mutated_) {
-      if (auto v = weak.lock()) {
+      if (auto v = weak.lock(); v && !(keep && keep->contains(v.get()))) {
         Value sink;  // its destructor releases the children iteratively
         std::swap(sink.items, v->items);
         std::swap(sink.entries, v->entries);
