@@ -39,3 +39,5 @@ echo "\$ ckptfs inspect examples/deepspeed-universal-z2-bf16"
 "$bin" inspect examples/deepspeed-universal-z2-bf16
 echo "\$ ckptfs inspect examples/dcp-shard1-ws2"
 "$bin" inspect examples/dcp-shard1-ws2
+echo "\$ ckptfs inspect examples/torch-save-file/full_state.pt"
+"$bin" inspect examples/torch-save-file/full_state.pt

@@ -44,6 +44,16 @@ def test_dcp_example_is_inspected(ckptfs_bin):
     assert "6 model" in out
 
 
+def test_lone_file_example_is_inspected(ckptfs_bin):
+    run = subprocess.run([str(ckptfs_bin), "inspect", str(REPO / "examples" / "torch-save-file" / "full_state.pt")],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "format:     torch.save file" in run.stdout
+    assert "6 model" in run.stdout  # the DCP example's model, through its 'model' subtree
+    assert (REPO / "examples" / "torch-save-file" / "full_state.pt").read_bytes() == \
+        (REPO / "mount_tests" / "fixtures" / "dcp-real" / "shard1_ws2" / "golden.pt").read_bytes()
+
+
 def test_dcp_example_is_torchs_output():
     example = REPO / "examples" / "dcp-shard1-ws2"
     original = REPO / "mount_tests" / "fixtures" / "dcp-real" / "shard1_ws2" / "checkpoint"
