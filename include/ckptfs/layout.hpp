@@ -16,8 +16,9 @@ struct ViewFile {
 };
 
 // model.safetensors (training dtype), fp32/pytorch_model.bin and fp32/model.safetensors (fp32 masters),
-// and, where the tag has partitioned optimizer state, the universal/ tree (docs/formats/universal.md).
-std::vector<ViewFile> tag_views(const Tag& tag);
+// and, where the tag has partitioned optimizer state and `with_universal` is set, the universal/ tree
+// (docs/formats/universal.md; its files are built only when asked for: `export` skips them by default).
+std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal = true);
 
 // One row of a listing for people (`inspect`, ckptfs.json): a view file, or a tree of many files
 // (universal/) counted as one.

@@ -2,6 +2,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "catalog/dtype_convert.hpp"
 #include "ckptfs/catalog.hpp"
@@ -28,8 +29,9 @@ pickle::ValuePtr tensor_value(const LogicalTensor& tensor, bool requires_grad,
 
 std::vector<io::FilePtr> LogicalTensor::files() const {
   std::vector<io::FilePtr> out;
+  std::unordered_set<const io::File*> seen;  // a ZeRO-3 tensor has a run in every rank's file
   const auto add = [&](const io::FilePtr& f) {
-    if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
+    if (seen.insert(f.get()).second) out.push_back(f);
   };
   for (const Piece& p : pieces) add(p.file);
   if (boxes)

@@ -105,9 +105,7 @@ int run_export(std::span<const std::string> args) {
     options.tag = a.tag;
     Checkpoint cp = open_checkpoint(source, options);
     const Tag& tag = cp.latest_tag();
-    auto views = tag_views(tag);
-    if (!a.has("--universal"))
-      std::erase_if(views, [](const ViewFile& v) { return v.path.starts_with("universal/"); });
+    const auto views = tag_views(tag, a.has("--universal"));
     uint64_t total = 0;
     for (const auto& v : views) total += v.file->size();
     Progress progress(total);

@@ -9,7 +9,7 @@
 
 namespace ckptfs {
 
-std::vector<ViewFile> tag_views(const Tag& tag) {
+std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
   // The view builders know the tensors, not where they come from: their errors (a name that appears
   // twice, a header over the size limit) get the tag directory.
   try {
@@ -24,7 +24,8 @@ std::vector<ViewFile> tag_views(const Tag& tag) {
       auto keep_alive = std::make_shared<std::vector<CatalogPtr>>(state.keep_alive);
       views.push_back({state.path, views::make_torch_save_value(*state.value, stem, std::move(keep_alive))});
     }
-    for (auto& v : views::universal_views(tag)) views.push_back(std::move(v));
+    if (with_universal)
+      for (auto& v : views::universal_views(tag)) views.push_back(std::move(v));
     for (const auto& file : tag.side_files)
       views.push_back({file.filename().string(), views::make_passthrough(io::File::open(file))});
     return views;
