@@ -150,7 +150,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
     Reader reader{files, d, d / ".metadata"};
     const Metadata md = read_metadata(reader.metadata_path);
     auto state = std::make_shared<Catalog>();   // every tensor item
-    auto values = std::make_shared<Catalog>();  // tensors pickled inside bytes items
+    std::vector<CatalogPtr> keep_alive = {state};  // and one catalog per bytes item holding tensors
     for (const auto& item : md.items)
       if (item.is_tensor) state->tensors.push_back(reader.tensor(item));
     NestedState nested;
@@ -160,7 +160,10 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
       if (item.is_tensor) {
         value = catalog::tensor_value(state->tensors[next_tensor++]);
       } else {
+        // Its own catalog: TensorValues point into it, so it must not grow once the item is rebound.
+        auto values = std::make_shared<Catalog>();
         value = formats::with_logical_tensors(reader.archive(item, item.location).root(), *values, item.fqn);
+        if (!values->tensors.empty()) keep_alive.push_back(std::move(values));
       }
       try {
         nested.set(path_of(item), std::move(value));
@@ -170,7 +173,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
     }
     const std::string state_path =
         dcp_dirs.size() == 1 ? "full_state.pt" : fmt::format("full_state/{}.pt", d.filename().string());
-    tag.state_files.push_back({state_path, nested.root(), {state, values}});
+    tag.state_files.push_back({state_path, nested.root(), std::move(keep_alive)});
     tag.files.push_back(reader.metadata_path);
     std::set<fs::path> data_files;
     for (const auto& t : state->tensors)
