@@ -108,6 +108,22 @@ void append_source_tensor(std::vector<Piece>& pieces, uint64_t dst_begin, const 
 void append_source_range(std::vector<Piece>& pieces, uint64_t dst_begin, const torch::SourceTensor& src,
                          uint64_t first, uint64_t count);
 
+// Boxes as building blocks of other logical tensors (tensor-parallel merges, a fused QKV split into q, k
+// and v, a padded vocabulary trimmed, a stacked layer dimension taken apart): views only, no data read.
+
+// `src` restricted to [start, start + length) along dimension `dim`.
+torch::SourceTensor narrow(const torch::SourceTensor& src, size_t dim, int64_t start, int64_t length);
+
+// Appends the part of `tensor` (built from boxes) at [begin, end) along dimension `dim`, placed so that
+// index `begin` lands at `dst_begin` of that dimension; other dimensions keep their offsets.
+void append_slice(std::vector<Box>& out, const LogicalTensor& tensor, size_t dim, int64_t begin, int64_t end,
+                  int64_t dst_begin);
+
+// A logical tensor tiled by `boxes`; throws FormatError naming `name` when they do not tile `shape` or a
+// source cannot be served as `dtype`.
+LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<Box> boxes,
+                               std::string origin);
+
 // Checks that the pieces tile [0, numel) and that every conversion is supported (same dtype, a 16-bit
 // float widened to F32, F32 rounded to BF16/F16). Throws FormatError naming the tensor.
 void validate(const LogicalTensor& tensor);

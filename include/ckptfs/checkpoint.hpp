@@ -55,19 +55,29 @@ struct StateFile {
   std::vector<CatalogPtr> keep_alive;
 };
 
+// A file of a derived view (hf/config.json built from the saved args, a tokenizer file passed through):
+// `text` when `source` is empty, else the bytes of `source`.
+struct ExtraFile {
+  std::string path;  // relative to the tag's views: "hf/config.json"
+  std::string text;
+  std::filesystem::path source;
+};
+
 struct Tag {
   std::string name;
   std::filesystem::path dir;
   std::string format;  // what the tag dir holds: "DeepSpeed checkpoint", "DeepSpeed universal checkpoint"
   Topology topology;
-  // Catalogs by role: "fp32" (master weights, zero_to_fp32 equivalent), "model" (weights in the
-  // training dtype), and per-parameter optimizer state ("exp_avg", "exp_avg_sq", ...) where partitioned.
+  // Catalogs by role: "fp32" (master weights, zero_to_fp32 equivalent; absent when the checkpoint has
+  // none), "model" (weights in the training dtype), per-parameter optimizer state ("exp_avg",
+  // "exp_avg_sq", ...) where partitioned, and "hf" (Hugging Face names, Megatron-LM).
   std::map<std::string, CatalogPtr, std::less<>> catalogs;
   std::shared_ptr<const UniversalPlan> universal;  // null: no partitioned optimizer state to show
   std::vector<StateFile> state_files;
   // Regular files of the tag dir that are not checkpoint data (an HF Trainer step dir's config.json,
   // trainer_state.json), served beside the tag's views.
   std::vector<std::filesystem::path> side_files;
+  std::vector<ExtraFile> extra_files;
   std::vector<std::filesystem::path> files;        // every checkpoint file of the tag
   std::vector<std::string> notes;                  // deviations from the reference tools, for `inspect`
 
@@ -76,7 +86,7 @@ struct Tag {
 };
 
 struct Checkpoint {
-  std::string framework;                          // "deepspeed", "dcp"
+  std::string framework;                          // "deepspeed", "dcp", "megatron", "torch"
   std::filesystem::path root;                     // the save dir (parent of the tags)
   std::string latest;                             // tag served at the mount root
   std::vector<Tag> tags;                          // sorted naturally (global_step9 before global_step10)

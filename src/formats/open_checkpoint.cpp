@@ -5,6 +5,7 @@
 #include "ckptfs/dcp.hpp"
 #include "ckptfs/deepspeed.hpp"
 #include "ckptfs/error.hpp"
+#include "ckptfs/megatron.hpp"
 #include "ckptfs/plain.hpp"
 
 namespace ckptfs {
@@ -36,9 +37,11 @@ Checkpoint open_checkpoint(const fs::path& source, const OpenOptions& options) {
   if (!fs::is_directory(source, ec))
     throw SourceError(fmt::format("{}: neither a directory nor a regular file", source.string()));
   if (deepspeed::is_deepspeed_source(source)) return deepspeed::open(source, options);
+  // before DCP: a torch_dist iteration dir is a DCP dir too
+  if (megatron::is_megatron_source(source)) return megatron::open(source, options);
   if (dcp::is_dcp_source(source)) return dcp::open(source, options);
   throw SourceError(fmt::format(
-      "{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, or a PyTorch DCP dir)", source.string()));
+      "{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, a Megatron-LM save dir or iteration dir, or a PyTorch DCP dir)", source.string()));
 }
 
 }  // namespace ckptfs

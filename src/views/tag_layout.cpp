@@ -13,11 +13,15 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
   // The view builders know the tensors, not where they come from: their errors (a name that appears
   // twice, a header over the size limit) get the tag directory.
   try {
-    std::vector<ViewFile> views = {
-        {"model.safetensors", views::make_safetensors(tag.catalog("model"))},
-        {"fp32/pytorch_model.bin", views::make_torch_save(tag.catalog("fp32"), "pytorch_model")},
-        {"fp32/model.safetensors", views::make_safetensors(tag.catalog("fp32"))},
-    };
+    std::vector<ViewFile> views = {{"model.safetensors", views::make_safetensors(tag.catalog("model"))}};
+    if (tag.catalogs.contains("fp32")) {
+      views.push_back({"fp32/pytorch_model.bin", views::make_torch_save(tag.catalog("fp32"), "pytorch_model")});
+      views.push_back({"fp32/model.safetensors", views::make_safetensors(tag.catalog("fp32"))});
+    }
+    if (tag.catalogs.contains("hf")) views.push_back({"hf/model.safetensors", views::make_safetensors(tag.catalog("hf"))});
+    for (const auto& extra : tag.extra_files)
+      views.push_back({extra.path, extra.source.empty() ? views::make_bytes_file(extra.text)
+                                                        : views::make_passthrough(io::File::open(extra.source))});
     for (const auto& state : tag.state_files) {
       // torch.save names the zip's top folder after the file: full_state.pt -> full_state/
       const std::string stem = std::filesystem::path(state.path).stem().string();

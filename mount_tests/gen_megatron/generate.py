@@ -1,0 +1,481 @@
+#!/usr/bin/python3
+"""Writes synthetic Megatron-LM checkpoints (legacy ``--ckpt-format torch``: tracker,
+``iter_NNNNNNN/mp_rank_TT[_PPP]/model_optim_rng.pt`` [+ ``distrib_optim.pt``]) plus the merged outputs
+ckptfs must show for them.
+
+    /usr/bin/python3 mount_tests/gen_megatron/generate.py OUT_DIR [--only NAME ...] [--list] [--force]
+
+Per case ``OUT_DIR/<case>/``: ``checkpoint/`` (the save dir), ``expected/`` (latest iteration;
+``expected_<iter dir>/`` for older ones) with ``model.pt`` (OrderedDict merged name -> full tensor, training
+dtype, padded vocab), ``fp32.pt`` (name -> fp32 master), for Llama-style cases ``hf.pt`` (HF name -> tensor)
+and ``hf_config.json`` (the config.json fields ckptfs must write), and ``case.json``.
+
+Each case starts from a full random model (numpy, TP=1 PP=1 layout) that megatron_layout.py splits into the
+rank files with its own implementation of every rule; megatron_check.py then reads the written files back
+and merges them independently, and the case fails unless that gives the expectations again.  Nothing here
+runs ckptfs.  Cases are written atomically (tmp dir + rename) and kept while case.json names GEN_VERSION.
+"""
+import argparse
+import collections
+import json
+import os
+import random
+import shutil
+import sys
+import time
+import zlib
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.append(os.path.dirname(HERE))
+import megatron_check  # noqa: E402
+from case_cache import case_is_current  # noqa: E402
+from megatron_args import DTYPE, make_args  # noqa: E402
+from megatron_cases import all_cases, is_llama_style, iter_dir_name  # noqa: E402
+from megatron_layout import (EXTRA_TE, chunk_entries, chunk_layers, dims, merged_entries, pack_buffer,  # noqa: E402
+                             rule_of, split, tp_attrs)
+
+OD = collections.OrderedDict
+GEN_VERSION = 2  # bump to invalidate cached fixtures
+CHECKPOINT_VERSION = 3.0
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+# ----------------------------------------------------------------------------------------------------
+# values
+
+def components(case, rng):
+    """fp32 master values of the model's pieces in Hugging Face terms (q, k, v, gate, up ...): the merged
+    Megatron tensors and the HF tensors are both assembled from these."""
+    d = dims(case)
+    H, F, ng, hn, nq = d["H"], d["F"], d["ng"], d["hn"], d["np"]
+    c = OD()
+
+    def w(name, *shape, scale=0.02):
+        c[name] = (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def norm(name):
+        c[name] = (1.0 + 0.1 * rng.standard_normal(H)).astype(np.float32)
+
+    ln_b = case["norm"] == "LayerNorm"
+    w("emb", d["Vp"], H)
+    if case["pos"] == "learned_absolute":
+        w("pos", case["max_pos"], H)
+    for g in range(d["L"]):
+        p = f"L{g}."
+        norm(p + "ln1.w")
+        if ln_b:
+            w(p + "ln1.b", H)
+        w(p + "q", nq * hn, H)
+        w(p + "k", ng * hn, H)
+        w(p + "v", ng * hn, H)
+        if case["qkv_bias"] or case["bias"]:
+            w(p + "qb", nq * hn)
+            w(p + "kb", ng * hn)
+            w(p + "vb", ng * hn)
+        w(p + "o", H, nq * hn)
+        if case["bias"]:
+            w(p + "ob", H)
+        norm(p + "ln2.w")
+        if ln_b:
+            w(p + "ln2.b", H)
+        for part in (("gate", "up") if case["swiglu"] else ("fc1",)):
+            w(p + part, F, H)
+            if case["bias"]:
+                w(p + part + "_b", F)
+        w(p + "down", H, F)
+        if case["bias"]:
+            w(p + "down_b", H)
+    norm("final.w")
+    if ln_b:
+        w("final.b", H)
+    if not case["tied"]:
+        w("out", d["Vp"], H)
+    return c
+
+
+def interleave_qkv(case, q, k, v):
+    """Megatron's fused QKV rows: ng groups of [the group's q heads, k, v] (checkpoint_version >= 2)."""
+    d = dims(case)
+    rest = q.shape[1:]
+    parts = [q.reshape((d["ng"], d["qpg"], d["hn"]) + rest), k.reshape((d["ng"], 1, d["hn"]) + rest),
+             v.reshape((d["ng"], 1, d["hn"]) + rest)]
+    return np.concatenate(parts, axis=1).reshape((-1,) + rest)
+
+
+def assemble(case, c):
+    """Canonical full (TP=1) Megatron tensors from the pieces; works on any element type."""
+    full = OD()
+    for k in ("emb", "pos", "final.w", "final.b", "out"):
+        if k in c:
+            full[k] = c[k]
+    for g in range(case["layers"]):
+        p = f"L{g}."
+        for k in ("ln1.w", "ln1.b", "ln2.w", "ln2.b"):
+            if p + k in c:
+                full[p + k] = c[p + k]
+        full[p + "qkv.w"] = interleave_qkv(case, c[p + "q"], c[p + "k"], c[p + "v"])
+        if p + "qb" in c:
+            full[p + "qkv.b"] = interleave_qkv(case, c[p + "qb"], c[p + "kb"], c[p + "vb"])
+        full[p + "proj.w"] = c[p + "o"]
+        if p + "ob" in c:
+            full[p + "proj.b"] = c[p + "ob"]
+        if case["swiglu"]:
+            full[p + "fc1.w"] = np.concatenate([c[p + "gate"], c[p + "up"]])
+            if p + "gate_b" in c:
+                full[p + "fc1.b"] = np.concatenate([c[p + "gate_b"], c[p + "up_b"]])
+        else:
+            full[p + "fc1.w"] = c[p + "fc1"]
+            if p + "fc1_b" in c:
+                full[p + "fc1.b"] = c[p + "fc1_b"]
+        full[p + "fc2.w"] = c[p + "down"]
+        if p + "down_b" in c:
+            full[p + "fc2.b"] = c[p + "down_b"]
+    return full
+
+
+def cast(a, dtype):
+    """fp32 array -> the training dtype's values: float32 itself, or the int16 bit patterns of torch's
+    round-to-nearest-even bf16/fp16 cast."""
+    if dtype == "fp32":
+        return a.copy()
+    return torch.from_numpy(np.ascontiguousarray(a)).to(DTYPE[dtype]).view(torch.int16).numpy().copy()
+
+
+def to_torch(a, dtype):
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    return t if dtype == "fp32" else t.view(DTYPE[dtype])
+
+
+class Values:
+    """One iteration's model: fp32 master pieces, the stored (training dtype) pieces, both assembled."""
+
+    def __init__(self, case, seed):
+        rng = np.random.default_rng(seed)
+        self.rng = rng
+        self.master_c = components(case, rng)
+        dt = case["dtype"]
+        if case["stale"] and dt != "fp32":
+            # the stored copy lags the master by more than rounding
+            self.model_c = OD((k, cast(v - (rng.standard_normal(v.shape) * 0.01).astype(np.float32), dt))
+                              for k, v in self.master_c.items())
+        else:
+            self.model_c = OD((k, cast(v, dt)) for k, v in self.master_c.items())
+        self.master = assemble(case, self.master_c)
+        self.model = assemble(case, self.model_c)
+
+
+# ----------------------------------------------------------------------------------------------------
+# pickled objects
+
+class AttrTensor:
+    """Pickles a tensor with Python attributes the way torch 2.x does (``torch._tensor._rebuild_from_type_v2``
+    with the attribute dict): how Megatron's fp32 masters carry tensor_model_parallel & co."""
+
+    def __init__(self, t, state):
+        self.t, self.state = t, state
+
+    def __reduce_ex__(self, proto):
+        func, args = self.t._reduce_ex_internal(proto)
+        return (torch._tensor._rebuild_from_type_v2, (func, torch.Tensor, args, self.state))
+
+
+def param_group(decay, with_params=None, step=None):
+    g = {"is_expert_parallel": False, "default_config": True, "wd_mult": 1.0 if decay else 0.0, "lr_mult": 1.0,
+         "is_decoupled_lr": False, "max_lr": 0.01, "min_lr": 0.001, "lr": 0.008145033635316129,
+         "betas": (0.9, 0.999), "eps": 1e-08, "weight_decay": 0.01 if decay else 0.0, "amsgrad": False,
+         "maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": None,
+         "decoupled_weight_decay": True}
+    if with_params is not None:
+        g["params"] = with_params
+    if step is not None:
+        g["step"] = step
+    return g
+
+
+def rng_state(seed):
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    small = torch.from_numpy(np.frombuffer(seed.to_bytes(16, "little"), dtype=np.uint8).copy())
+    return [{"random_rng_state": random.Random(seed).getstate(),
+             "np_rng_state": np.random.RandomState(seed % 2 ** 32).get_state(),
+             "torch_rng_state": gen.get_state(), "cuda_rng_state": small.clone(),
+             "rng_tracker_states": {"data-parallel-rng": small.clone(), "model-parallel-rng": small.clone(),
+                                    "expert-parallel-rng": small.clone()}}]
+
+
+def scheduler_state(iteration):
+    return {"max_lr": 0.01, "lr_warmup_steps": 0, "num_steps": 2 * iteration, "lr_decay_style": "cosine",
+            "lr_decay_steps": 20, "min_lr": 0.001, "start_wd": 0.01, "end_wd": 0.01, "wd_incr_style": "constant",
+            "wd_incr_steps": 20}
+
+
+def grad_scaler(case):
+    if case["dtype"] != "fp16":
+        return {}
+    return {"grad_scaler": {"scale": torch.tensor(65536.0), "growth_tracker": 1, "hysteresis_tracker": 2}}
+
+
+def adam_moments(rng, shape):
+    return ((rng.standard_normal(shape) * 1e-3).astype(np.float32),
+            (np.abs(rng.standard_normal(shape)) * 1e-6).astype(np.float32))
+
+
+def garbage(rng, n):
+    """Random fp32 bit patterns (NaN, inf included): what alignment gaps hold."""
+    return rng.integers(0, 2 ** 32, size=n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+
+
+# ----------------------------------------------------------------------------------------------------
+# one rank file
+
+def extra_value(kind):
+    return torch.empty(0, dtype=torch.uint8) if kind == EXTRA_TE else None
+
+
+def nest(entries, values):
+    """Model dict from entries: flat OrderedDict (core) or nested dicts (legacy; module state dicts, the
+    innermost level, are OrderedDicts)."""
+    root = OD() if len(entries[0].path) == 1 else {}
+    for e, v in zip(entries, values):
+        node = root
+        for i, k in enumerate(e.path[:-1]):
+            leaf = i == len(e.path) - 2
+            node = node.setdefault(k, OD() if leaf else {})
+        node[e.path[-1]] = v
+    return root
+
+
+def write_rank(case, vals, iteration, t, p, rank_dir, seed):
+    """Writes mp_rank_TT[_PPP]/model_optim_rng.pt (and distrib_optim.pt) of TP rank t, PP rank p."""
+    dt = case["dtype"]
+    rng = np.random.default_rng(seed)
+    layers = chunk_layers(case)
+    state = OD()
+    state["args"] = make_args(case, iteration)
+    state["checkpoint_version"] = CHECKPOINT_VERSION
+    state["iteration"] = 0 if iteration == "release" else iteration
+    params = []  # per chunk: [(entry, master shard, shared)]
+    for v in range(case["vp"]):
+        pre, post = p == 0 and v == 0, p == case["pp"] - 1 and v == case["vp"] - 1
+        entries = chunk_entries(case, layers[(p, v)], pre, post)
+        values, chunk_params = [], []
+        for e in entries:
+            if not e.is_param:
+                values.append(extra_value(e.extra))
+                continue
+            rule = rule_of(case, e.src)
+            values.append(to_torch(split(case, rule, vals.model[e.src], t), dt))
+            shared = case["tied"] and case["pp"] > 1 and e.src == "emb"
+            chunk_params.append((e, split(case, rule, vals.master[e.src], t), shared))
+        state["model" if case["vp"] == 1 else f"model{v}"] = nest(entries, values)
+        params.append(chunk_params)
+    if case["optimizer"]:
+        state["optimizer"] = optimizer_state(case, params, rng, iteration)
+        state["opt_param_scheduler"] = scheduler_state(state["iteration"])
+        state["rng_state"] = rng_state(seed)
+    state["num_floating_point_operations_so_far"] = 123456789 * (state["iteration"] + 1)
+    os.makedirs(rank_dir)
+    torch.save(state, os.path.join(rank_dir, "model_optim_rng.pt"))
+    if case["optimizer"] and case["dist_opt"]:
+        torch.save(distrib_optim_state(case, params, rng), os.path.join(rank_dir, "distrib_optim.pt"))
+
+
+def optimizer_state(case, params, rng, iteration):
+    """The ``optimizer`` entry: FP32Optimizer (fp32), Float16OptimizerWithFloat16Params (bf16/fp16) or
+    DistributedOptimizer (state in distrib_optim.pt).  Param groups: 0 = 2-D weights, 1 = 1-D (norms,
+    biases), each in named_parameters order over the model chunks."""
+    flat = [(e, m) for chunk in params for e, m, _ in chunk]
+    groups = [[x for x in flat if x[1].ndim >= 2], [x for x in flat if x[1].ndim == 1]]
+    step = float(iteration if iteration != "release" else 1)
+    if case["dist_opt"]:
+        return {"optimizer": {"param_groups": [param_group(g == 0, step=int(step)) for g in range(2)]},
+                **grad_scaler(case)}
+    state, idx, i = {}, [], 0
+    for grp in groups:
+        idx.append(list(range(i, i + len(grp))))
+        for e, m in grp:
+            ea, eas = adam_moments(rng, m.shape)
+            state[i] = {"step": torch.tensor(step), "exp_avg": torch.from_numpy(ea),
+                        "exp_avg_sq": torch.from_numpy(eas)}
+            i += 1
+    inner = {"state": state, "param_groups": [param_group(g == 0, with_params=idx[g]) for g in range(2)]}
+    if case["dtype"] == "fp32":
+        return inner
+    masters = [[AttrTensor(torch.from_numpy(m), tp_attrs(rule_of(case, e.src))) for e, m in grp] for grp in groups]
+    return {"optimizer": inner, **grad_scaler(case), "fp32_from_fp16_params": masters}
+
+
+def distrib_optim_state(case, params, rng):
+    """distrib_optim.pt, coalesced-bucket layout (core >= 0.7): one buffer per model chunk."""
+    out = {"buckets_coalesced": True}
+    key = (DTYPE[case["dtype"]], torch.float32)
+    for v, chunk in enumerate(params):
+        moments = [adam_moments(rng, m.shape) for _, m, _ in chunk]
+        bufs = {}
+        for name, arrays in (("param", [m for _, m, _ in chunk]), ("exp_avg", [a for a, _ in moments]),
+                             ("exp_avg_sq", [b for _, b in moments])):
+            flat, _, total = pack_buffer([(a, s) for a, (_, _, s) in zip(arrays, chunk)],
+                                         lambda n: garbage(rng, n).copy())
+            bufs[name] = torch.from_numpy(flat)
+        bufs["numel_unpadded"] = total
+        out[v] = {key: bufs}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# expectations
+
+def expected_model(case, vals):
+    names = [e for e in merged_entries(case) if e.is_param and not e.copy]
+    model = OD((e.name, to_torch(vals.model[e.src], case["dtype"]).clone()) for e in names)
+    fp32 = OD((e.name, torch.from_numpy(vals.master[e.src].copy())) for e in names)
+    return model, fp32
+
+
+def expected_hf(case, vals):
+    """LlamaForCausalLM (Qwen2ForCausalLM: q/k/v biases) state dict from the stored pieces, vocab trimmed to
+    the true vocab."""
+    c, dt, V = vals.model_c, case["dtype"], case["vocab"]
+    hf = OD()
+    hf["model.embed_tokens.weight"] = c["emb"][:V]
+    for g in range(case["layers"]):
+        p, q = f"L{g}.", f"model.layers.{g}."
+        hf[q + "input_layernorm.weight"] = c[p + "ln1.w"]
+        for x in ("q", "k", "v"):
+            hf[q + f"self_attn.{x}_proj.weight"] = c[p + x]
+            if p + x + "b" in c:
+                hf[q + f"self_attn.{x}_proj.bias"] = c[p + x + "b"]
+        hf[q + "self_attn.o_proj.weight"] = c[p + "o"]
+        hf[q + "post_attention_layernorm.weight"] = c[p + "ln2.w"]
+        hf[q + "mlp.gate_proj.weight"] = c[p + "gate"]
+        hf[q + "mlp.up_proj.weight"] = c[p + "up"]
+        hf[q + "mlp.down_proj.weight"] = c[p + "down"]
+    hf["model.norm.weight"] = c["final.w"]
+    if not case["tied"]:
+        hf["lm_head.weight"] = c["out"][:V]
+    return OD((k, to_torch(v, dt).clone()) for k, v in hf.items())
+
+
+def expected_hf_config(case):
+    d = dims(case)
+    dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[case["dtype"]]
+    theta = case["rotary_base"]
+    # biases on q/k/v only (add_qkv_bias without add_bias_linear) is Qwen2: Llama's attention_bias would
+    # also give o_proj a bias that the Megatron model does not have
+    qwen2 = case["qkv_bias"] and not case["bias"]
+    cfg = {"architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
+           "model_type": "qwen2" if qwen2 else "llama", "hidden_size": d["H"],
+           "intermediate_size": d["F"], "num_attention_heads": d["np"], "num_key_value_heads": d["ng"],
+           "head_dim": d["hn"], "num_hidden_layers": d["L"], "rms_norm_eps": 1e-05, "rope_theta": theta,
+           "rope_parameters": {"rope_theta": theta, "rope_type": "default"},
+           "max_position_embeddings": case["max_pos"], "vocab_size": d["V"], "tie_word_embeddings": case["tied"],
+           "torch_dtype": dtype, "dtype": dtype, "attention_bias": case["qkv_bias"] or case["bias"],
+           "hidden_act": "silu"}
+    if not qwen2:
+        cfg["mlp_bias"] = case["bias"]
+    return cfg
+
+
+def rank_dir_name(case, t, p):
+    return "mp_rank_%02d" % t + ("_%03d" % p if case["pp"] > 1 else "")
+
+
+def write_tokenizer(save_dir, case):
+    with open(os.path.join(save_dir, "tokenizer.json"), "w") as f:
+        json.dump({"version": "1.0", "model": {"type": "WordLevel", "unk_token": "<unk>",
+                                               "vocab": {f"t{i}": i for i in range(case["vocab"])}}}, f)
+    with open(os.path.join(save_dir, "tokenizer_config.json"), "wb") as f:
+        f.write('{\n  "tokenizer_class": "PreTrainedTokenizerFast",\n  "model_max_length": 64,\n'
+                '  "unk_token": "<unk>",\n  "note": "caf\u00e9 \u2713"\n}\n'.encode("utf-8"))
+
+
+def generate_case(case, root):
+    t0 = time.time()
+    save_dir = os.path.join(root, "checkpoint")
+    os.makedirs(save_dir)
+    expected_dirs, tags = {}, []
+    for n, it in enumerate(case["iterations"]):
+        tag = iter_dir_name(it)
+        tags.append(tag)
+        seed = zlib.crc32(f"{case['name']}/{tag}".encode())
+        vals = Values(case, seed)
+        for p in range(case["pp"]):
+            for t in range(case["tp"]):
+                write_rank(case, vals, it, t, p, os.path.join(save_dir, tag, rank_dir_name(case, t, p)),
+                           seed + 1 + p * case["tp"] + t)
+        exp = "expected" if n == len(case["iterations"]) - 1 else f"expected_{tag}"
+        os.makedirs(os.path.join(root, exp))
+        model, fp32 = expected_model(case, vals)
+        torch.save(model, os.path.join(root, exp, "model.pt"))
+        torch.save(fp32, os.path.join(root, exp, "fp32.pt"))
+        hf = None
+        if is_llama_style(case):
+            hf = expected_hf(case, vals)
+            torch.save(hf, os.path.join(root, exp, "hf.pt"))
+            with open(os.path.join(root, exp, "hf_config.json"), "w") as f:
+                json.dump(expected_hf_config(case), f, indent=1)
+        # the self-check: merge the files just written with an independent reader
+        megatron_check.check(os.path.join(save_dir, tag), model, fp32, hf)
+        expected_dirs[tag] = exp
+    with open(os.path.join(save_dir, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(case["iterations"][-1]))  # Megatron writes no newline
+    if case["tokenizer"]:
+        write_tokenizer(save_dir, case)
+    info = dict(case)
+    info.update(src="checkpoint", tags=tags, latest=tags[-1], expected=expected_dirs,
+                hf=is_llama_style(case), tokenizer_files=list(TOKENIZER_FILES) if case["tokenizer"] else [],
+                rank_dirs=sorted(os.listdir(os.path.join(save_dir, tags[-1]))), dims=dims(case),
+                generator_version=GEN_VERSION, generate_seconds=round(time.time() - t0, 2))
+    with open(os.path.join(root, "case.json"), "w") as f:
+        json.dump(info, f, indent=1)
+
+
+def write_case_atomically(out_dir, case, force):
+    """Returns True when the case was (re)written; a current case is kept unless ``force``."""
+    final = os.path.join(out_dir, case["name"])
+    if case_is_current(final, GEN_VERSION) and not force:
+        return False
+    tmp = os.path.join(out_dir, f".tmp-{case['name']}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        generate_case(case, tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not case_is_current(final, GEN_VERSION):  # not a concurrent run that finished first
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return True
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="generate only these cases")
+    ap.add_argument("--list", action="store_true", help="print the case names and exit")
+    ap.add_argument("--force", action="store_true", help="regenerate cases that exist")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    cases = {c["name"]: c for c in all_cases()}
+    if args.list:
+        print("\n".join(cases))
+        return 0
+    unknown = [n for n in args.only or [] if n not in cases]
+    if unknown:
+        ap.error(f"unknown case(s): {', '.join(unknown)}")
+    os.makedirs(args.out_dir, exist_ok=True)
+    t0 = time.time()
+    made = sum(write_case_atomically(args.out_dir, cases[n], args.force) for n in (args.only or cases))
+    print(f"generated {made} Megatron case(s) in {time.time() - t0:.1f}s into {args.out_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

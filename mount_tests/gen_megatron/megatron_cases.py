@@ -1,0 +1,82 @@
+"""The synthetic Megatron-LM cases (legacy ``--ckpt-format torch`` save dirs) and their sizes.
+
+Standard library only, so that the tests can import the case list cheaply.  Each case is a dict; the keys
+(all present after ``complete()``):
+
+  name        case folder name
+  tp, pp, vp  tensor / pipeline / virtual-pipeline sizes; dp: data-parallel size (only args change)
+  dtype       training dtype: bf16 / fp16 / fp32
+  naming      'core' (megatron.core flat names) or 'legacy' (nested language_model dicts)
+  spec        'local' (input_layernorm / pre_mlp_layernorm) or 'te' (linear_qkv.layer_norm_weight ...)
+  hidden, layers, heads, groups (None = MHA), ffn, vocab (true vocab), max_pos
+  swiglu, norm ('RMSNorm' / 'LayerNorm'), pos ('rope' / 'learned_absolute'), bias (add_bias_linear),
+  qkv_bias (add_qkv_bias), tied, rotary_base
+  iterations  list of ints, or ['release']; the last one is what the tracker names
+  first_stage decoder_first_pipeline_num_layers (uneven pipeline split; None = even)
+  dist_opt    distributed optimizer (distrib_optim.pt per rank dir)
+  stale       the stored bf16/fp16 model is NOT the rounded fp32 master (master = model + noise), so a
+              view served from the wrong source shows
+  optimizer   False: no optimizer / rng in the files (a converted 'release' checkpoint)
+  tokenizer   tokenizer files written in the save dir root
+"""
+
+DEFAULTS = dict(tp=1, pp=1, vp=1, dp=1, dtype="bf16", naming="core", spec="local", hidden=64, layers=4,
+                heads=8, groups=2, ffn=96, vocab=250, max_pos=64, swiglu=True, norm="RMSNorm", pos="rope",
+                bias=False, qkv_bias=False, tied=False, rotary_base=10000, iterations=[3], first_stage=None,
+                dist_opt=False, stale=False, optimizer=True, tokenizer=False)
+
+# GPT-2-like: LayerNorm with biases, learned absolute positions, gelu MLP, MHA, biases everywhere
+GPT = dict(swiglu=False, norm="LayerNorm", pos="learned_absolute", bias=True, groups=None, ffn=128)
+
+CASES = [
+    # Llama-style, TP=1 PP=1 (the plain case), tokenizer files beside the iteration dirs
+    dict(name="llama_tp1_pp1", tokenizer=True, rotary_base=500000),
+    # the real fixture's shape: TP2 PP2, GQA, local spec, untied, DP 4 (args only)
+    dict(name="llama_tp2_pp2_dp4", tp=2, pp=2, dp=4, hidden=80, heads=8, groups=2, ffn=112),
+    # TE spec, GQA with 4 groups over TP4, q/k/v biases (Qwen2-like), tied, stale bf16 copy
+    dict(name="te_qkvbias_tp4_tied", tp=4, spec="te", groups=4, qkv_bias=True, tied=True, stale=True),
+    # GPT-2-like, fp16 with a grad scaler, tied embeddings over PP2 (output_layer copy on the last stage)
+    dict(name="gpt_fp16_tp2_pp2_tied", tp=2, pp=2, dtype="fp16", tied=True, **GPT),
+    # virtual pipeline: model0/model1 per file, layer numbers restart per chunk, VP-major order
+    dict(name="vp2_tp2_pp2", tp=2, pp=2, vp=2, layers=8),
+    # VP2 x PP4, TE spec, MHA, tied with the copy on the last chunk of the last stage
+    dict(name="vp2_tp1_pp4_te_tied", pp=4, vp=2, layers=8, spec="te", groups=None, tied=True),
+    # uneven pipeline split: 3 layers on stage 0, then 1 each
+    dict(name="uneven_tp2_pp4", tp=2, pp=4, layers=6, first_stage=3),
+    # distributed optimizer, DP 2, hidden 80 (1-D params are not multiples of 64: alignment gaps)
+    dict(name="distopt_tp2_dp2", tp=2, dp=2, hidden=80, heads=8, groups=2, ffn=112, dist_opt=True),
+    # distributed optimizer with tied embeddings over PP2 and VP2 (shared-embedding buckets, one
+    # buffer per model chunk), stale bf16 copy
+    dict(name="distopt_tp2_pp2_vp2_tied", tp=2, pp=2, vp=2, layers=4, dist_opt=True, tied=True, stale=True,
+         hidden=80, ffn=112),
+    # legacy (non-core) nested naming, Llama-style
+    dict(name="legacy_tp2_pp2_llama", tp=2, pp=2, naming="legacy"),
+    # legacy naming, GPT-2-like, tied over PP2 (word_embeddings_for_head), TP4 over 8 MHA heads
+    dict(name="legacy_gpt_tp4_pp2_tied", tp=4, pp=2, naming="legacy", tied=True, **GPT),
+    # fp32 training (no fp32_from_fp16_params: the fp32 view is the model), FP32 optimizer
+    dict(name="fp32_tp2_pp2_gelu", tp=2, pp=2, dtype="fp32", spec="te", **GPT),
+    # a converted checkpoint: tracker 'release', no optimizer or rng state, fp32
+    dict(name="release_fp32_tp2", tp=2, dtype="fp32", iterations=["release"], optimizer=False),
+    # two iterations; the tracker names the later one
+    dict(name="two_iters_tp2", tp=2, iterations=[2, 5], spec="te"),
+]
+
+
+def complete(case):
+    c = dict(DEFAULTS)
+    c.update(case)
+    c["iterations"] = list(c["iterations"])
+    return c
+
+
+def all_cases():
+    return [complete(c) for c in CASES]
+
+
+def iter_dir_name(it):
+    return "release" if it == "release" else "iter_%07d" % it
+
+
+def is_llama_style(case):
+    """What gets an hf/ view: swiglu + rope + RMSNorm."""
+    return case["swiglu"] and case["pos"] == "rope" and case["norm"] == "RMSNorm"

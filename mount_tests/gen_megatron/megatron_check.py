@@ -1,0 +1,192 @@
+"""The generator's self-check: reads a written iteration dir back (torch.load of every rank file) and merges
+it the way the spec says a reader must (/work/shared/formats/megatron.md §3.8, §4.3, §4.4, §3.5.2),
+written apart from the splitting code in megatron_layout.py: rules come from the NAMES and the saved
+``args``, layer offsets from counting the layers of each chunk in VP-major order, fp32 masters from the
+saved param groups or from unpacking distrib_optim.pt.  ``check`` raises unless the result equals the
+generator's expectations bit for bit.  Never used to judge ckptfs."""
+import os
+import re
+
+import torch
+
+LAYER = re.compile(r"^(decoder\.layers\.|language_model\.encoder\.layers\.)(\d+)\.(.*)$")
+VOCAB = ("word_embeddings.weight", "output_layer.weight")
+COLUMN = ("linear_qkv.weight", "linear_qkv.bias", "query_key_value.weight", "query_key_value.bias")
+GATED = ("linear_fc1.weight", "linear_fc1.bias", "dense_h_to_4h.weight", "dense_h_to_4h.bias")
+ROW = ("linear_proj.weight", "linear_fc2.weight", "dense.weight", "dense_4h_to_h.weight")
+TIED_COPIES = ("output_layer.weight", "word_embeddings_for_head.weight")
+
+
+def _flatten(d, prefix=""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _flatten(v, prefix + k + ".")
+        else:
+            yield prefix + k, v
+
+
+def _params(chunk):
+    """(name, tensor) of a chunk's parameters in state-dict order; _extra_state dropped."""
+    return [(k, v) for k, v in _flatten(chunk) if not k.endswith("_extra_state")]
+
+
+def _is_tied_copy(args, name, first_stage):
+    """The last stage's copy of a tied embedding (the merged model keeps the first stage's)."""
+    return not args.untie_embeddings_and_output_weights and name in TIED_COPIES and not first_stage
+
+
+def _merge(args, name, shards):
+    tp = len(shards)
+    if name.endswith(VOCAB) or name.endswith(COLUMN) or (name.endswith(GATED) and not args.swiglu):
+        return torch.cat(shards, 0)
+    if name.endswith(GATED):
+        halves = [s.chunk(2, 0) for s in shards]
+        return torch.cat([h[0] for h in halves] + [h[1] for h in halves], 0)
+    if name.endswith(ROW):
+        return torch.cat(shards, 1)
+    for s in shards[1:]:
+        assert _bytes(s) == _bytes(shards[0]), f"{name}: replicated tensor differs across {tp} TP ranks"
+    return shards[0]
+
+
+def _unpack_distrib(chunk_params, world, tied_pp, first, last):
+    """§4.3: params in reverse order, starts aligned to 64, shared embedding in its own bucket."""
+    out, base, cur = {}, 0, 0
+    for name, t in reversed(chunk_params):
+        shared = tied_pp and ((first and name.endswith("word_embeddings.weight")) or
+                              (last and name in TIED_COPIES))
+        cur = (cur + 63) // 64 * 64
+        if shared and cur > 0:
+            base, cur = base + cur, 0
+        off = base + cur
+        out[name] = world["param"][off:off + t.numel()].view(t.shape)
+        cur += t.numel()
+        if shared:
+            base, cur = base + cur, 0
+    assert base + cur == world["numel_unpadded"] == world["param"].numel(), "distrib_optim.pt size"
+    return out
+
+
+def reference_merge(iter_dir):
+    names = sorted(n for n in os.listdir(iter_dir) if n.startswith("mp_rank_"))
+    first = torch.load(os.path.join(iter_dir, names[0], "model_optim_rng.pt"), map_location="cpu")
+    args = first["args"]
+    TP, PP = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
+    want = ["mp_rank_%02d" % t + ("_%03d" % p if PP > 1 else "") for p in range(PP) for t in range(TP)]
+    assert sorted(want) == names, f"rank dirs {names}, args say {want}"
+    training_fp = args.bf16 or args.fp16
+    # per (pp, vp) chunk: per tp rank: [(name, model tensor)], [(name, fp32)]
+    chunks = {}
+    for p in range(PP):
+        for t in range(TP):
+            d = os.path.join(iter_dir, "mp_rank_%02d" % t + ("_%03d" % p if PP > 1 else ""))
+            sd = torch.load(os.path.join(d, "model_optim_rng.pt"), map_location="cpu")
+            assert sd["args"].tensor_model_parallel_size == TP and sd["checkpoint_version"] == 3.0
+            keys = ["model"] if "model" in sd else sorted((k for k in sd if re.fullmatch(r"model\d+", k)),
+                                                           key=lambda k: int(k[5:]))
+            per_chunk = [_params(sd[k]) for k in keys]
+            masters = [dict(c) for c in per_chunk]
+            if "optimizer" in sd and training_fp:
+                if args.use_distributed_optimizer:
+                    dist = torch.load(os.path.join(d, "distrib_optim.pt"), map_location="cpu")
+                    assert dist["buckets_coalesced"] is True
+                    for v, c in enumerate(per_chunk):
+                        (world,) = dist[v].values()
+                        masters[v] = _unpack_distrib(c, world, not args.untie_embeddings_and_output_weights
+                                                     and PP > 1, p == 0 and v == 0,
+                                                     p == PP - 1 and v == len(keys) - 1)
+                else:
+                    flat = [(v, n, x) for v, c in enumerate(per_chunk) for n, x in c]
+                    groups = [[f for f in flat if f[2].dim() >= 2], [f for f in flat if f[2].dim() == 1]]
+                    saved = sd["optimizer"]["fp32_from_fp16_params"]
+                    assert [len(g) for g in saved] == [len(g) for g in groups]
+                    for g, grp in enumerate(groups):
+                        for (v, n, x), m in zip(grp, saved[g]):
+                            assert m.dtype == torch.float32 and m.shape == x.shape, n
+                            masters[v][n] = m
+            else:
+                masters = [{n: x.float() for n, x in c} for c in per_chunk]
+            for v, c in enumerate(per_chunk):
+                chunks.setdefault((p, v), []).append((c, masters[v]))
+    VP = max(v for _, v in chunks) + 1
+    model, fp32, offset = {}, {}, 0
+    for v in range(VP):
+        for p in range(PP):
+            ranks = chunks[(p, v)]
+            local = sorted({int(m.group(2)) for n, _ in ranks[0][0] for m in [LAYER.match(n)] if m})
+            assert local == list(range(len(local))), f"chunk ({p}, {v}): layers {local}"
+            for n, _ in ranks[0][0]:
+                if _is_tied_copy(args, n, p == 0 and v == 0):
+                    continue
+                m = LAYER.match(n)
+                g = f"{m.group(1)}{int(m.group(2)) + offset}.{m.group(3)}" if m else n
+                model[g] = _merge(args, n, [dict(c)[n] for c, _ in ranks])
+                fp32[g] = _merge(args, n, [ms[n] for _, ms in ranks])
+            offset += len(local)
+    assert offset == args.num_layers
+    return args, model, fp32
+
+
+def hf_from_merged(args, model):
+    """§6.1 / §3.5.2 on the merged tensors (core or legacy names)."""
+    nq, hn = args.num_attention_heads, args.kv_channels
+    ng = args.num_query_groups if args.group_query_attention else nq
+    qpg = nq // ng
+    V = args.vocab_size
+    hf = {}
+    for n, t in model.items():
+        m = LAYER.match(n)
+        if not m:
+            key = {"embedding.word_embeddings.weight": "model.embed_tokens.weight",
+                   "language_model.embedding.word_embeddings.weight": "model.embed_tokens.weight",
+                   "decoder.final_layernorm.weight": "model.norm.weight",
+                   "language_model.encoder.final_norm.weight": "model.norm.weight",
+                   "output_layer.weight": "lm_head.weight",
+                   "language_model.output_layer.weight": "lm_head.weight"}[n]
+            hf[key] = t[:V] if key in ("model.embed_tokens.weight", "lm_head.weight") else t
+            continue
+        p, rest = f"model.layers.{m.group(2)}.", m.group(3)
+        if rest.endswith(("linear_qkv.weight", "linear_qkv.bias", "query_key_value.weight", "query_key_value.bias")):
+            kind = rest.rsplit(".", 1)[1]
+            w = t.reshape((ng, qpg + 2, hn) + tuple(t.shape[1:]))
+            hf[p + f"self_attn.q_proj.{kind}"] = w[:, :qpg].reshape((nq * hn,) + tuple(t.shape[1:]))
+            hf[p + f"self_attn.k_proj.{kind}"] = w[:, qpg].reshape((ng * hn,) + tuple(t.shape[1:]))
+            hf[p + f"self_attn.v_proj.{kind}"] = w[:, qpg + 1].reshape((ng * hn,) + tuple(t.shape[1:]))
+        elif rest.endswith(("linear_fc1.weight", "dense_h_to_4h.weight")):
+            gate, up = t.chunk(2, 0)
+            hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"] = gate, up
+        else:
+            key = {"input_layernorm.weight": "input_layernorm.weight",
+                   "self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+                   "input_norm.weight": "input_layernorm.weight",
+                   "pre_mlp_layernorm.weight": "post_attention_layernorm.weight",
+                   "mlp.linear_fc1.layer_norm_weight": "post_attention_layernorm.weight",
+                   "post_attention_norm.weight": "post_attention_layernorm.weight",
+                   "self_attention.linear_proj.weight": "self_attn.o_proj.weight",
+                   "self_attention.dense.weight": "self_attn.o_proj.weight",
+                   "mlp.linear_fc2.weight": "mlp.down_proj.weight",
+                   "mlp.dense_4h_to_h.weight": "mlp.down_proj.weight"}[rest]
+            hf[p + key] = t
+    return hf
+
+
+def _bytes(t):
+    return t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _same(what, ours, exp):
+    assert set(ours) == set(exp), f"{what}: names differ: only ours {sorted(set(ours) - set(exp))[:5]}, " \
+                                  f"only expected {sorted(set(exp) - set(ours))[:5]}"
+    for k, e in exp.items():
+        o = ours[k].contiguous()
+        assert o.dtype == e.dtype and o.shape == e.shape, \
+            f"{what}: {k}: {o.dtype} {tuple(o.shape)}, expected {e.dtype} {tuple(e.shape)}"
+        assert _bytes(o) == _bytes(e), f"{what}: {k}: bytes differ"
+
+
+def check(iter_dir, model, fp32, hf=None):
+    args, m, f = reference_merge(iter_dir)
+    _same(f"{iter_dir}: model", m, model)
+    _same(f"{iter_dir}: fp32", f, fp32)
+    if hf is not None:
+        _same(f"{iter_dir}: hf", hf_from_merged(args, m), hf)

@@ -1,0 +1,259 @@
+"""Where every tensor of a Megatron-LM model goes: names (core local / TE spec, legacy nested), the
+state-dict and parameter order, the pipeline layer split, the tensor-parallel split rules and the
+distributed-optimizer buffer packing (docs: /work/shared/formats/megatron.md §2-§4).
+
+Values are numpy arrays (fp32 masters as float32, bf16/fp16 model weights as their int16 bit patterns:
+the split is pure indexing).  Full tensors are keyed by short canonical names ('emb', 'L3.qkv.w', ...,
+global layer numbers); ``Entry.src`` points at them.
+"""
+import math
+
+import numpy as np
+
+
+def padded_vocab(vocab, tp, divisor=128):
+    m = divisor * tp
+    return int(math.ceil(vocab / m) * m)
+
+
+def dims(case):
+    H, nh = case["hidden"], case["heads"]
+    ng = case["groups"] or nh
+    hn = H // nh
+    return dict(H=H, np=nh, ng=ng, hn=hn, qpg=nh // ng, F=case["ffn"], V=case["vocab"],
+                Vp=padded_vocab(case["vocab"], case["tp"]), L=case["layers"])
+
+
+# ----------------------------------------------------------------------------------------------------
+# pipeline
+
+def chunk_layers(case):
+    """{(pp_rank, vp_chunk): [global layer numbers]}; chunks take layers in VP-major order
+    (v = 0: p = 0..PP-1, then v = 1, ...)."""
+    L, PP, VP = case["layers"], case["pp"], case["vp"]
+    if case["first_stage"]:
+        assert VP == 1 and PP > 1 and (L - case["first_stage"]) % (PP - 1) == 0
+        counts = [case["first_stage"]] + [(L - case["first_stage"]) // (PP - 1)] * (PP - 1)
+        order = [(p, 0) for p in range(PP)]
+    else:
+        assert L % (PP * VP) == 0
+        counts = [L // (PP * VP)] * (PP * VP)
+        order = [(p, v) for v in range(VP) for p in range(PP)]
+    out, start = {}, 0
+    for (p, v), n in zip(order, counts):
+        out[(p, v)] = list(range(start, start + n))
+        start += n
+    assert start == L
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# names and order
+
+class Entry:
+    """One model state-dict entry.  ``path``: key path (one element for core flat dicts); ``src``: the
+    canonical full tensor it is a TP shard of (None for ``_extra_state``); ``copy``: the tied output-layer
+    copy on the last pipeline stage (not a name of the merged model)."""
+
+    def __init__(self, path, src=None, extra=None, copy=False):
+        self.path, self.src, self.extra, self.copy = tuple(path), src, extra, copy
+
+    @property
+    def name(self):
+        return ".".join(self.path)
+
+    @property
+    def is_param(self):
+        return self.src is not None
+
+
+EXTRA_NONE = "none"        # Megatron's own linears: _extra_state None
+EXTRA_TE = "te"            # TransformerEngine >= 2.0 modules: empty uint8 tensor
+
+
+def _layer_core(case, i, g):
+    te = case["spec"] == "te"
+    b, qb, ln_b = case["bias"], case["bias"] or case["qkv_bias"], case["norm"] == "LayerNorm"
+    p = f"decoder.layers.{i}."
+    lx = EXTRA_TE if te else EXTRA_NONE
+    E = []
+
+    def add(cond, name, src=None, extra=None):
+        if cond:
+            E.append(Entry([p + name], src, extra))
+
+    if te:
+        add(True, "self_attention.core_attention._extra_state", extra=EXTRA_TE)
+    else:
+        add(True, "input_layernorm.weight", f"L{g}.ln1.w")
+        add(ln_b, "input_layernorm.bias", f"L{g}.ln1.b")
+    add(True, "self_attention.linear_proj.weight", f"L{g}.proj.w")
+    add(b, "self_attention.linear_proj.bias", f"L{g}.proj.b")
+    add(True, "self_attention.linear_proj._extra_state", extra=lx)
+    add(te, "self_attention.linear_qkv.layer_norm_weight", f"L{g}.ln1.w")
+    add(te and ln_b, "self_attention.linear_qkv.layer_norm_bias", f"L{g}.ln1.b")
+    add(True, "self_attention.linear_qkv.weight", f"L{g}.qkv.w")
+    add(qb, "self_attention.linear_qkv.bias", f"L{g}.qkv.b")
+    add(True, "self_attention.linear_qkv._extra_state", extra=lx)
+    add(not te, "pre_mlp_layernorm.weight", f"L{g}.ln2.w")
+    add(not te and ln_b, "pre_mlp_layernorm.bias", f"L{g}.ln2.b")
+    add(te, "mlp.linear_fc1.layer_norm_weight", f"L{g}.ln2.w")
+    add(te and ln_b, "mlp.linear_fc1.layer_norm_bias", f"L{g}.ln2.b")
+    add(True, "mlp.linear_fc1.weight", f"L{g}.fc1.w")
+    add(b, "mlp.linear_fc1.bias", f"L{g}.fc1.b")
+    add(True, "mlp.linear_fc1._extra_state", extra=lx)
+    add(True, "mlp.linear_fc2.weight", f"L{g}.fc2.w")
+    add(b, "mlp.linear_fc2.bias", f"L{g}.fc2.b")
+    add(True, "mlp.linear_fc2._extra_state", extra=lx)
+    return E
+
+
+def _layer_legacy(case, i, g):
+    b, qb, ln_b = case["bias"], case["bias"] or case["qkv_bias"], case["norm"] == "LayerNorm"
+    enc, p = ("language_model", "encoder"), f"layers.{i}."
+    E = []
+    for cond, name, src in (
+            (True, "input_norm.weight", "ln1.w"), (ln_b, "input_norm.bias", "ln1.b"),
+            (True, "self_attention.query_key_value.weight", "qkv.w"),
+            (qb, "self_attention.query_key_value.bias", "qkv.b"),
+            (True, "self_attention.query_key_value._extra_state", None),
+            (True, "self_attention.dense.weight", "proj.w"), (b, "self_attention.dense.bias", "proj.b"),
+            (True, "self_attention.dense._extra_state", None),
+            (True, "post_attention_norm.weight", "ln2.w"), (ln_b, "post_attention_norm.bias", "ln2.b"),
+            (True, "mlp.dense_h_to_4h.weight", "fc1.w"), (b, "mlp.dense_h_to_4h.bias", "fc1.b"),
+            (True, "mlp.dense_h_to_4h._extra_state", None),
+            (True, "mlp.dense_4h_to_h.weight", "fc2.w"), (b, "mlp.dense_4h_to_h.bias", "fc2.b"),
+            (True, "mlp.dense_4h_to_h._extra_state", None)):
+        if cond:
+            E.append(Entry(enc + (p + name,), f"L{g}.{src}" if src else None, None if src else EXTRA_NONE))
+    return E
+
+
+def chunk_entries(case, layers, pre, post, local=True):
+    """State-dict entries of one model chunk holding global ``layers``; ``pre``/``post``: first/last
+    chunk of the pipeline.  ``local``: number layers from 0 (rank files); else globally (merged names)."""
+    legacy = case["naming"] == "legacy"
+    ln_b = case["norm"] == "LayerNorm"
+    learned = case["pos"] == "learned_absolute"
+    # the last stage keeps a copy of the tied embedding when it is not also the first stage
+    tied_copy = case["tied"] and post and not pre
+    E = []
+    if legacy:
+        lm = ("language_model",)
+        if pre:
+            E.append(Entry(lm + ("embedding", "word_embeddings", "weight"), "emb"))
+            if learned:
+                E.append(Entry(lm + ("embedding", "position_embeddings", "weight"), "pos"))
+        for i, g in enumerate(layers):
+            E += _layer_legacy(case, i if local else g, g)
+        if post:
+            E.append(Entry(lm + ("encoder", "final_norm.weight"), "final.w"))
+            if ln_b:
+                E.append(Entry(lm + ("encoder", "final_norm.bias"), "final.b"))
+            if not case["tied"]:
+                E.append(Entry(lm + ("output_layer", "weight"), "out"))
+                E.append(Entry(lm + ("output_layer", "_extra_state"), extra=EXTRA_NONE))
+            if tied_copy:
+                E.append(Entry(("word_embeddings_for_head", "weight"), "emb", copy=True))
+        return E
+    if pre:
+        E.append(Entry(["embedding.word_embeddings.weight"], "emb"))
+        if learned:
+            E.append(Entry(["embedding.position_embeddings.weight"], "pos"))
+    for i, g in enumerate(layers):
+        E += _layer_core(case, i if local else g, g)
+    if post:
+        E.append(Entry(["decoder.final_layernorm.weight"], "final.w"))
+        if ln_b:
+            E.append(Entry(["decoder.final_layernorm.bias"], "final.b"))
+        if not case["tied"]:
+            E.append(Entry(["output_layer.weight"], "out"))
+        elif tied_copy:
+            E.append(Entry(["output_layer.weight"], "emb", copy=True))
+        E.append(Entry(["output_layer._extra_state"], extra=EXTRA_NONE))
+    return E
+
+
+def merged_entries(case):
+    """The entries of the model loaded into TP=1 PP=1 (the merged view's names and order)."""
+    return chunk_entries(case, list(range(case["layers"])), True, True, local=False)
+
+
+def rule_of(case, src):
+    """TP split rule of a canonical tensor."""
+    kind = src.split(".", 1)[1] if src.startswith("L") else src
+    if src in ("emb", "out"):
+        return "vocab"
+    if kind in ("qkv.w", "qkv.b"):
+        return "qkv"
+    if kind in ("fc1.w", "fc1.b"):
+        return "glu" if case["swiglu"] else "col"
+    if kind in ("proj.w", "fc2.w"):
+        return "row"
+    return "rep"
+
+
+def tp_attrs(rule):
+    """The tensor-parallel attributes Megatron sets on a parameter (pickled on the fp32 masters)."""
+    dim = {"vocab": 0, "qkv": 0, "glu": 0, "col": 0, "row": 1}.get(rule, -1)
+    return {"expert_tp": False, "is_qkv": rule == "qkv", "tensor_model_parallel": dim >= 0,
+            "partition_dim": dim, "partition_stride": 1}
+
+
+# ----------------------------------------------------------------------------------------------------
+# tensor-parallel split (the generator's side; megatron_check.py merges independently)
+
+def split(case, rule, full, r):
+    """TP rank r's shard of a full (TP=1 layout) tensor."""
+    tp = case["tp"]
+    if rule == "rep" or tp == 1:
+        return full.copy()
+    if rule in ("vocab", "col"):
+        n = full.shape[0] // tp
+        assert n * tp == full.shape[0]
+        return full[r * n:(r + 1) * n].copy()
+    if rule == "row":
+        n = full.shape[1] // tp
+        assert n * tp == full.shape[1]
+        return full[:, r * n:(r + 1) * n].copy()
+    if rule == "qkv":
+        # full rows: ng groups of [q heads of the group, k, v]; rank r holds groups [r*ng/TP, (r+1)*ng/TP)
+        d = dims(case)
+        per = d["ng"] // tp
+        assert per * tp == d["ng"]
+        g = full.reshape((d["ng"], (d["qpg"] + 2) * d["hn"]) + full.shape[1:])
+        return g[r * per:(r + 1) * per].reshape((-1,) + full.shape[1:]).copy()
+    if rule == "glu":
+        # full = [all gates; all ups]; rank r holds [gate_r; up_r]
+        F = full.shape[0] // 2
+        n = F // tp
+        gate, up = full[:F], full[F:]
+        return np.concatenate([gate[r * n:(r + 1) * n], up[r * n:(r + 1) * n]])
+    raise ValueError(rule)
+
+
+# ----------------------------------------------------------------------------------------------------
+# distributed optimizer: one buffer per model chunk, params packed in reverse order, starts aligned up
+# to 64 elements, a shared (tied) embedding in its own bucket; bucket-end padding stripped
+
+ALIGN = 64
+
+
+def pack_buffer(params, fill):
+    """params: [(array fp32, shared)] in named_parameters order.  Returns (offsets, total) and fills a
+    1-D array ``fill(total)`` (garbage) with the values: the compact 'param' tensor of distrib_optim.pt."""
+    base, cur, offsets = 0, 0, [None] * len(params)
+    for i in reversed(range(len(params))):
+        a, shared = params[i]
+        cur = -(-cur // ALIGN) * ALIGN
+        if shared and cur > 0:
+            base, cur = base + cur, 0
+        offsets[i] = base + cur
+        cur += a.size
+        if shared:
+            base, cur = base + cur, 0
+    total = base + cur
+    out = fill(total)
+    for (a, _), off in zip(params, offsets):
+        out[off:off + a.size] = a.reshape(-1)
+    return out, offsets, total

@@ -1,0 +1,285 @@
+"""Megatron-LM legacy checkpoints (``--ckpt-format torch``) end to end: ``ckptfs export`` and the FUSE mount
+of every case of mount_tests/gen_megatron/ (TP 1/2/4 x PP 1/2/4 x VP 1/2, GQA/MHA, SwiGLU/GeLU, tied and
+untied, core local/TE spec and legacy nested names, non-distributed and distributed optimizers, bf16/fp16/
+fp32, release and multi-iteration save dirs) compared byte for byte with the generator's expectations:
+model.safetensors, fp32/model.safetensors, fp32/pytorch_model.bin, hf/model.safetensors + hf/config.json
+(Llama-style cases) and the tokenizer files; then broken checkpoints must fail with exit 4 and a one-line
+message naming the file.
+
+    CKPTFS_BIN=$PWD/build/ckptfs /usr/bin/python3 -m pytest mount_tests/test_megatron.py -q -p no:cacheprovider
+
+The cases are generated once into ${CKPTFS_MEGATRON_FIXTURES:-${CKPTFS_FIXTURES:-build}/fixtures-megatron}
+(cached while the generator's GEN_VERSION is unchanged).
+"""
+import json
+import math
+import os
+import shutil
+import sys
+
+import pytest
+import torch
+
+import helpers as H
+from mounting import is_mounted, mounted, run_ckptfs, server_pids
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "gen_megatron"))
+import megatron_cases as MC  # noqa: E402
+
+GENERATOR = os.path.join(HERE, "gen_megatron", "generate.py")
+ALL = MC.all_cases()
+CASES = [c["name"] for c in ALL]
+MULTI = [c["name"] for c in ALL if len(c["iterations"]) > 1]
+BASE = "llama_tp2_pp2_dp4"          # TP2 PP2: rank dirs mp_rank_TT_PPP
+DISTOPT = "distopt_tp2_dp2"         # TP2 PP1 with distrib_optim.pt
+GEN_TIMEOUT = 600
+
+
+def _fixtures_root():
+    if os.environ.get("CKPTFS_MEGATRON_FIXTURES"):
+        p = os.environ["CKPTFS_MEGATRON_FIXTURES"]
+    elif os.environ.get("CKPTFS_FIXTURES"):
+        p = os.path.join(os.environ["CKPTFS_FIXTURES"], "megatron")
+    else:
+        p = os.path.join("build", "fixtures-megatron")
+    return p if os.path.isabs(p) else os.path.join(H.REPO, p)
+
+
+@pytest.fixture(scope="session")
+def megatron_fixtures():
+    out = _fixtures_root()
+    H.assert_ok(H.run([sys.executable, GENERATOR, out], timeout=GEN_TIMEOUT))  # cached cases are kept
+    return out
+
+
+def info_of(root, name):
+    with open(os.path.join(root, name, "case.json")) as f:
+        return json.load(f)
+
+
+def source_of(root, name):
+    return os.path.join(root, name, info_of(root, name)["src"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# comparing a folder of views (export dir, mount root, tags/<tag>/) with a case's expectations
+
+def assert_config_fields(ours, exp, what):
+    """Every field of ``exp`` is in ``ours`` with the same value (floats to 1e-12 relative)."""
+    for k, e in exp.items():
+        assert k in ours, f"{what}: no {k!r} (has {sorted(ours)})"
+        o = ours[k]
+        if isinstance(e, dict):
+            assert isinstance(o, dict), f"{what}: {k} is {o!r}, expected {e!r}"
+            assert_config_fields(o, e, f"{what}.{k}")
+        elif isinstance(e, bool) or e is None or isinstance(e, (str, list)):
+            assert o == e and type(o) is type(e), f"{what}: {k} is {o!r}, expected {e!r}"
+        else:
+            assert isinstance(o, (int, float)) and not isinstance(o, bool), f"{what}: {k} is {o!r}, expected {e!r}"
+            assert math.isclose(o, e, rel_tol=1e-12), f"{what}: {k} is {o!r}, expected {e!r}"
+
+
+def check_views(folder, root, info, tag, what):
+    exp = os.path.join(root, info["name"], info["expected"][tag])
+    model = H.load_expected(os.path.join(exp, "model.pt"))
+    fp32 = H.load_expected(os.path.join(exp, "fp32.pt"))
+    H.assert_state_equal(H.read_safetensors(os.path.join(folder, "model.safetensors")), model, False,
+                         f"{what}model.safetensors")
+    H.assert_state_equal(H.read_safetensors(os.path.join(folder, "fp32", "model.safetensors")), fp32, False,
+                         f"{what}fp32/model.safetensors")
+    bin_ = torch.load(os.path.join(folder, "fp32", "pytorch_model.bin"), map_location="cpu", weights_only=True)
+    assert isinstance(bin_, dict), f"{what}fp32/pytorch_model.bin holds a {type(bin_).__name__}"
+    H.assert_state_equal(bin_, fp32, False, f"{what}fp32/pytorch_model.bin")
+    if not info["hf"]:
+        return
+    H.assert_state_equal(H.read_safetensors(os.path.join(folder, "hf", "model.safetensors")),
+                         H.load_expected(os.path.join(exp, "hf.pt")), False, f"{what}hf/model.safetensors")
+    with open(os.path.join(exp, "hf_config.json")) as f:
+        exp_cfg = json.load(f)
+    with open(os.path.join(folder, "hf", "config.json")) as f:
+        ours = json.load(f)
+    assert_config_fields(ours, exp_cfg, f"{what}hf/config.json")
+    save_dir = os.path.join(root, info["name"], info["src"])
+    for n in info["tokenizer_files"]:
+        with open(os.path.join(save_dir, n), "rb") as a, open(os.path.join(folder, "hf", n), "rb") as b:
+            assert a.read() == b.read(), f"{what}hf/{n} is not the save dir's {n}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# every case
+
+@pytest.mark.parametrize("name", CASES)
+def test_export(name, megatron_fixtures, export_cache):
+    info = info_of(megatron_fixtures, name)
+    proc, out = export_cache(source_of(megatron_fixtures, name))
+    H.assert_ok(proc)
+    check_views(str(out), megatron_fixtures, info, info["latest"], "export: ")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_mount(name, megatron_fixtures, ckptfs_bin, export_cache, tmp_path):
+    info = info_of(megatron_fixtures, name)
+    src = source_of(megatron_fixtures, name)
+    with mounted(ckptfs_bin, src, tmp_path / "mnt") as mnt:
+        check_views(mnt, megatron_fixtures, info, info["latest"], "mount: ")
+        assert sorted(os.listdir(os.path.join(mnt, "tags"))) == sorted(info["tags"])
+        for tag in info["tags"]:
+            check_views(os.path.join(mnt, "tags", tag), megatron_fixtures, info, tag, f"mount: tags/{tag}/")
+        with open(os.path.join(mnt, "ckptfs.json")) as f:
+            assert json.load(f)["root_tag"] == info["latest"]
+        proc, out = export_cache(src)
+        if proc.returncode == 0:  # the mount serves what export writes
+            views = ["model.safetensors", "fp32/model.safetensors", "fp32/pytorch_model.bin"]
+            views += ["hf/model.safetensors", "hf/config.json"] if info["hf"] else []
+            for v in views:
+                with open(os.path.join(mnt, v), "rb") as a, open(os.path.join(out, v), "rb") as b:
+                    assert a.read() == b.read(), f"mount {v} differs from export {v}"
+
+
+@pytest.mark.parametrize("name", MULTI)
+def test_export_tag_option(name, megatron_fixtures, export_cache):
+    info = info_of(megatron_fixtures, name)
+    for tag in info["tags"]:
+        proc, out = export_cache(source_of(megatron_fixtures, name), tag)
+        H.assert_ok(proc)
+        check_views(str(out), megatron_fixtures, info, tag, f"export --tag {tag}: ")
+
+
+def test_iterations_differ(megatron_fixtures):
+    """The multi-iteration cases' iterations hold other values (so the tag tests prove something)."""
+    for name in MULTI:
+        info = info_of(megatron_fixtures, name)
+        a, b = (H.load_expected(os.path.join(megatron_fixtures, name, info["expected"][t], "fp32.pt"))
+                for t in info["tags"][:2])
+        assert any(H.tensor_bytes(a[k]) != H.tensor_bytes(b[k]) for k in a)
+
+
+def test_iteration_dir_as_source(megatron_fixtures, export_cache):
+    info = info_of(megatron_fixtures, BASE)
+    proc, out = export_cache(os.path.join(source_of(megatron_fixtures, BASE), info["latest"]))
+    H.assert_ok(proc)
+    check_views(str(out), megatron_fixtures, info, info["latest"], "export of the iteration dir: ")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_inspect_json(name, megatron_fixtures, ckptfs_bin):
+    info = info_of(megatron_fixtures, name)
+    proc = H.run([ckptfs_bin, "inspect", source_of(megatron_fixtures, name), "--json"])
+    H.assert_ok(proc)
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError as e:
+        raise AssertionError(f"inspect --json is not JSON ({e}):\n{proc.stdout[:2000]}") from None
+    assert doc["framework"] == "megatron", doc.get("framework")
+    assert doc["latest"] == info["latest"], doc.get("latest")
+    assert [t["name"] for t in doc["tags"]] == info["tags"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# broken checkpoints: exit 4, one line naming the file, nothing mounted
+
+def rank_file(src, tag, rank_dir, name="model_optim_rng.pt"):
+    return os.path.join(src, tag, rank_dir, name)
+
+
+def rewrite(path, change):
+    sd = torch.load(path, map_location="cpu")
+    change(sd)
+    torch.save(sd, path)
+
+
+def _drop_tensor(sd):
+    del sd["model"]["decoder.layers.1.mlp.linear_fc2.weight"]
+
+
+def _tp_size_4(sd):
+    sd["args"].tensor_model_parallel_size = 4
+
+
+def _narrow_fc2(sd):
+    k = "decoder.layers.0.mlp.linear_fc2.weight"
+    sd["model"][k] = sd["model"][k][:, :-1].clone()  # row-parallel: the dim-1 pieces no longer tile
+
+
+def _short_qkv(sd):
+    k = "decoder.layers.1.self_attention.linear_qkv.weight"
+    sd["model"][k] = sd["model"][k][:-2].clone()
+
+
+def _wider_norm(sd):
+    k = "decoder.layers.0.input_layernorm.weight"
+    sd["model"][k] = torch.cat([sd["model"][k], sd["model"][k][:1]])  # replicated: shapes disagree
+
+
+BROKEN = {
+    # (rank dir changed, change): the file is the one the message must name
+    "missing tensor": ("mp_rank_01_000", _drop_tensor),
+    "args say another TP size": ("mp_rank_01_001", _tp_size_4),
+    "row-parallel shard narrower": ("mp_rank_01_000", _narrow_fc2),
+    "qkv shard shorter": ("mp_rank_01_001", _short_qkv),
+    "replicated norm wider": ("mp_rank_01_000", _wider_norm),
+}
+
+
+def assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, names, code=H.EXIT_INVALID):
+    H.assert_one_line_error(H.run([ckptfs_bin, "export", src, tmp_path / "out"]), code, names)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    H.assert_one_line_error(run_ckptfs(ckptfs_bin, src, mnt), code, names)
+    assert not is_mounted(mnt) and not server_pids(mnt)
+
+
+@pytest.fixture
+def megatron_copy(megatron_fixtures, tmp_path):
+    """copy(name) -> (case info, path of a private copy of that case's save dir)."""
+    def copy(name):
+        dst = tmp_path / f"src-{name}"
+        shutil.copytree(source_of(megatron_fixtures, name), dst)
+        return info_of(megatron_fixtures, name), dst
+    return copy
+
+
+@pytest.mark.parametrize("what", sorted(BROKEN))
+def test_broken_rank_file(what, ckptfs_bin, megatron_copy, tmp_path):
+    info, src = megatron_copy(BASE)
+    rank_dir, change = BROKEN[what]
+    rewrite(rank_file(src, info["latest"], rank_dir), change)
+    assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, [rank_dir])
+
+
+def test_missing_rank_dir(ckptfs_bin, megatron_copy, tmp_path):
+    info, src = megatron_copy(BASE)
+    shutil.rmtree(os.path.join(src, info["latest"], "mp_rank_01_000"))
+    assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["mp_rank_01_000"])
+
+
+def test_truncated_rank_file(ckptfs_bin, megatron_copy, tmp_path):
+    info, src = megatron_copy(BASE)
+    path = rank_file(src, info["latest"], "mp_rank_00_001")
+    os.truncate(path, os.path.getsize(path) // 2)
+    assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["mp_rank_00_001"])
+
+
+def test_distrib_optim_wrong_size(ckptfs_bin, megatron_copy, tmp_path):
+    """distrib_optim.pt whose buffers are 64 elements short of the parameters' layout."""
+    info, src = megatron_copy(DISTOPT)
+    path = rank_file(src, info["latest"], "mp_rank_01", "distrib_optim.pt")
+
+    def shorten(sd):
+        (buf,) = sd[0].values()
+        for k in ("param", "exp_avg", "exp_avg_sq"):
+            buf[k] = buf[k][:-64].clone()
+        buf["numel_unpadded"] -= 64
+    rewrite(path, shorten)
+    assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["distrib_optim.pt"])
+
+
+def test_fp32_masters_missing_a_tensor(ckptfs_bin, megatron_copy, tmp_path):
+    """fp32_from_fp16_params with one master fewer than the rank's parameters."""
+    info, src = megatron_copy(BASE)
+
+    def drop(sd):
+        sd["optimizer"]["fp32_from_fp16_params"][0].pop()
+    rewrite(rank_file(src, info["latest"], "mp_rank_00_000"), drop)
+    assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["mp_rank_00_000"])

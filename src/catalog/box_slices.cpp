@@ -1,0 +1,47 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "ckptfs/catalog.hpp"
+#include "ckptfs/error.hpp"
+
+namespace ckptfs::catalog {
+
+torch::SourceTensor narrow(const torch::SourceTensor& src, size_t dim, int64_t start, int64_t length) {
+  if (dim >= src.shape.size() || start < 0 || length < 0 || start > src.shape[dim] || length > src.shape[dim] - start)
+    throw std::logic_error(fmt::format("narrow of dimension {} to [{}, +{}) outside the tensor", dim, start, length));
+  torch::SourceTensor out = src;
+  out.storage_offset += start * src.strides[dim];
+  out.shape[dim] = length;
+  return out;
+}
+
+void append_slice(std::vector<Box>& out, const LogicalTensor& tensor, size_t dim, int64_t begin, int64_t end,
+                  int64_t dst_begin) {
+  if (!tensor.boxes) throw std::logic_error("append_slice of tensor " + tensor.name + ", which has no boxes");
+  for (const Box& b : tensor.boxes->boxes()) {
+    const int64_t lo = std::max(begin, b.offsets[dim]);
+    const int64_t hi = std::min(end, b.offsets[dim] + b.sizes[dim]);
+    if (lo >= hi) continue;
+    Box cut = b;
+    cut.source = narrow(b.source, dim, lo - b.offsets[dim], hi - lo);
+    cut.offsets[dim] = dst_begin + (lo - begin);
+    cut.sizes[dim] = hi - lo;
+    out.push_back(std::move(cut));
+  }
+}
+
+LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<Box> boxes,
+                               std::string origin) {
+  LogicalTensor t;
+  t.name = std::move(name);
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.origin = std::move(origin);
+  t.boxes = std::make_shared<BoxAssembly>(t.name, t.shape, std::move(boxes));
+  validate(t);
+  return t;
+}
+
+}  // namespace ckptfs::catalog

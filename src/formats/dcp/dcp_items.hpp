@@ -1,0 +1,38 @@
+// Reading the items of one DCP dir in place: a bytes item's torch.save archive, a tensor item as a
+// logical tensor whose boxes are its .distcp chunks. Shared by plain DCP and Megatron's torch_dist.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "ckptfs/catalog.hpp"
+#include "ckptfs/io.hpp"
+#include "ckptfs/torch.hpp"
+#include "formats/dcp/dcp_metadata.hpp"
+
+namespace ckptfs::dcp {
+
+class ItemReader {
+ public:
+  ItemReader(io::FileSet& files, std::filesystem::path dir)
+      : files_(files), dir_(std::move(dir)), metadata_path_(dir_ / ".metadata") {}
+
+  const std::filesystem::path& metadata_path() const { return metadata_path_; }
+
+  // The torch.save archive at `loc` (a bytes item, or one chunk of a tensor item). Throws FormatError
+  // naming the metadata file and the item when the bytes lie outside the data file;
+  // UnsupportedError for compressed items and DCP's safetensors serialization.
+  torch::TorchArchive archive(const Item& item, const ItemLocation& loc) const;
+
+  // A tensor item: one box per chunk, served in the item's dtype.
+  catalog::LogicalTensor tensor(const Item& item) const;
+
+  [[noreturn]] void fail(const Item& item, const std::string& what) const;
+
+ private:
+  io::FileSet& files_;
+  std::filesystem::path dir_;
+  std::filesystem::path metadata_path_;
+};
+
+}  // namespace ckptfs::dcp

@@ -1,0 +1,154 @@
+#include "formats/megatron/fp32_masters.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <functional>
+
+#include "ckptfs/error.hpp"
+
+namespace ckptfs::megatron {
+
+namespace {
+
+using formats::Field;
+
+bool no_weight_decay(const ParamSlot& p) { return p.shape.size() <= 1 || p.name.ends_with(".bias"); }
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Param groups as lists of indexes into `params`, per candidate grouping rule.
+std::vector<std::vector<std::vector<size_t>>> candidate_groupings(const std::vector<ParamSlot>& params) {
+  std::vector<size_t> decay, no_decay, all;
+  for (size_t i = 0; i < params.size(); ++i) {
+    (no_weight_decay(params[i]) ? no_decay : decay).push_back(i);
+    all.push_back(i);
+  }
+  std::vector<std::vector<std::vector<size_t>>> out;
+  out.push_back({decay, no_decay});
+  out.push_back({no_decay, decay});
+  out.push_back({all});
+  for (auto& grouping : out) std::erase_if(grouping, [](const auto& g) { return g.empty(); });
+  return out;
+}
+
+bool matches(const Field& groups, const std::vector<std::vector<size_t>>& grouping, const std::vector<ParamSlot>& params) {
+  if (groups.size() != grouping.size()) return false;
+  for (size_t g = 0; g < grouping.size(); ++g) {
+    const Field group = groups.at(g);
+    if (!group.is_list() || group.size() != grouping[g].size()) return false;
+    for (size_t i = 0; i < grouping[g].size(); ++i) {
+      const auto* t = torch::as_tensor(group.at(i).value());
+      if (t == nullptr || t->shape != params[grouping[g][i]].shape || t->dtype != DType::F32) return false;
+    }
+  }
+  return true;
+}
+
+// A view of elements [offset, offset + numel(shape)) of a flat contiguous tensor, shaped `shape`.
+torch::SourceTensor flat_view(const torch::SourceTensor& flat, int64_t offset, const std::vector<int64_t>& shape) {
+  torch::SourceTensor out = flat;
+  out.shape = shape;
+  out.strides.assign(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) out.strides[d - 1] = out.strides[d] * shape[d];
+  out.storage_offset = flat.storage_offset + offset;
+  return out;
+}
+
+int64_t align_up(int64_t n, int64_t to) { return to <= 1 ? n : (n + to - 1) / to * to; }
+
+// Offsets of `params` (indexes into the chunk's slots) in a coalesced buffer: filled in reverse order,
+// starts aligned to `alignment` elements, a shared embedding in a bucket of its own. Returns the
+// offsets and the buffer's total (what numel_unpadded records).
+std::pair<std::vector<int64_t>, int64_t> buffer_layout(const std::vector<const ParamSlot*>& params, int64_t alignment) {
+  std::vector<int64_t> offsets(params.size());
+  int64_t base = 0, cur = 0;
+  for (size_t k = params.size(); k-- > 0;) {
+    const ParamSlot& p = *params[k];
+    cur = align_up(cur, alignment);
+    if (p.shared_embedding && cur > 0) {
+      base += cur;
+      cur = 0;
+    }
+    offsets[k] = base + cur;
+    cur += numel(p.shape);
+    if (p.shared_embedding) {
+      base += cur;
+      cur = 0;
+    }
+  }
+  return {offsets, base + cur};
+}
+
+}  // namespace
+
+std::vector<torch::SourceTensor> masters_from_fp16_params(const Field& optimizer, const std::vector<ParamSlot>& params) {
+  const Field groups = optimizer["fp32_from_fp16_params"];
+  if (!groups.is_list()) groups.fail("expected the list of fp32 master groups");
+  for (const auto& grouping : candidate_groupings(params)) {
+    if (!matches(groups, grouping, params)) continue;
+    std::vector<torch::SourceTensor> out(params.size());
+    for (size_t g = 0; g < grouping.size(); ++g)
+      for (size_t i = 0; i < grouping[g].size(); ++i) out[grouping[g][i]] = groups.at(g).at(i).as_tensor();
+    return out;
+  }
+  std::vector<size_t> sizes;
+  for (size_t g = 0; g < groups.size(); ++g) sizes.push_back(groups.at(g).is_list() ? groups.at(g).size() : 0);
+  groups.fail(fmt::format("{} groups of [{}] tensors do not match the model's {} parameters in order "
+                          "(weights, then 1-D tensors and biases)",
+                          sizes.size(), fmt::join(sizes, ", "), params.size()));
+}
+
+std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchArchive& archive,
+                                                            const std::vector<ParamSlot>& params) {
+  const Field root = formats::root_field(archive);
+  if (!root.is_dict()) root.fail("expected the distributed optimizer's dict of buffers");
+  if (!root["buckets_coalesced"].present())
+    throw UnsupportedError(fmt::format("{}: a distrib_optim.pt from before megatron-core 0.7 (per-bucket lists); "
+                                       "ckptfs reads the coalesced layout",
+                                       archive.file()->path().string()));
+  std::vector<torch::SourceTensor> out(params.size());
+  size_t chunks = 0;
+  for (const auto& p : params) chunks = std::max(chunks, p.chunk + 1);
+  for (size_t c = 0; c < chunks; ++c) {
+    // Buffer c: the key is the int c; its one entry is keyed by the (param dtype, grad dtype) tuple.
+    const pickle::Value* buffer = nullptr;
+    for (const auto& [k, v] : root.value().entries)
+      if (k->is(pickle::Kind::Int) && k->integer == static_cast<int64_t>(c)) buffer = v.get();
+    const Field buf(buffer, &archive.file()->path(), fmt::format("[{}]", c));
+    if (!buf.is_dict() || buf.size() != 1)
+      buf.fail("expected one (param dtype, grad dtype) buffer for the model chunk (several are not supported yet)");
+    const Field world(buffer->entries.front().second.get(), buf.file(), buf.path() + "[dtypes]");
+    const int64_t unpadded = world["numel_unpadded"].as_int();
+    std::vector<const ParamSlot*> chunk;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params[i].chunk == c) {
+        chunk.push_back(&params[i]);
+        index.push_back(i);
+      }
+    const torch::SourceTensor& flat = world["param"].as_tensor();
+    if (flat.shape.size() != 1 || !flat.is_contiguous() || flat.dtype != DType::F32 || flat.shape[0] < unpadded)
+      world["param"].fail(fmt::format("expected a flat float32 tensor of {} elements", unpadded));
+    bool found = false;
+    // 64-element aligned starts since megatron-core 0.8, none before.
+    for (int64_t alignment : {64, 1}) {
+      auto [offsets, total] = buffer_layout(chunk, alignment);
+      if (total != unpadded) continue;
+      for (size_t k = 0; k < chunk.size(); ++k) out[index[k]] = flat_view(flat, offsets[k], chunk[k]->shape);
+      found = true;
+      break;
+    }
+    if (!found)
+      world.fail(fmt::format("numel_unpadded {} does not match the {} parameters of model chunk {} under any known "
+                             "buffer layout",
+                             unpadded, chunk.size(), c));
+  }
+  return out;
+}
+
+}  // namespace ckptfs::megatron

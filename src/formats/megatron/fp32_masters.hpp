@@ -1,0 +1,36 @@
+// The fp32 master weights of one Megatron-LM rank file (docs/formats/megatron.md, "fp32 masters"): from
+// the non-distributed optimizer's fp32_from_fp16_params, or from distrib_optim.pt, whose flat buffers
+// hold every parameter of a model chunk at offsets the buffer layout defines.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ckptfs/torch.hpp"
+#include "formats/pickle_access.hpp"
+
+namespace ckptfs::megatron {
+
+// A trainable parameter of a rank file, in named_parameters() order (chunk by chunk).
+struct ParamSlot {
+  size_t chunk = 0;  // virtual-pipeline chunk (model0, model1, ...)
+  std::string name;  // as the rank file names it
+  std::vector<int64_t> shape;
+  bool shared_embedding = false;  // tied embedding with PP > 1: DDP gives it a bucket of its own
+};
+
+// Masters from optimizer['fp32_from_fp16_params'] (one list per param group), aligned with `params`.
+// Param groups hold the parameters in order, split into weight-decay and no-decay groups (1-D tensors and
+// biases); which group comes first is recognised from the saved shapes. Throws FormatError naming the
+// file when no grouping matches.
+std::vector<torch::SourceTensor> masters_from_fp16_params(const formats::Field& optimizer,
+                                                          const std::vector<ParamSlot>& params);
+
+// Masters from a distrib_optim.pt archive (the coalesced layout Megatron-core writes since 0.7: per
+// buffer one flat fp32 tensor of numel_unpadded elements), aligned with `params`. Throws FormatError
+// naming the file when the layout does not add up to numel_unpadded under any known alignment rule.
+std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchArchive& archive,
+                                                            const std::vector<ParamSlot>& params);
+
+}  // namespace ckptfs::megatron

@@ -1,0 +1,84 @@
+#include "formats/megatron/model_args.hpp"
+
+#include <fmt/format.h>
+
+namespace ckptfs::megatron {
+
+namespace {
+
+using formats::Field;
+using pickle::Kind;
+
+bool flag(const Field& args, std::string_view key, bool fallback) {
+  const Field f = args[key];
+  if (!f.present()) return fallback;
+  const auto& v = f.value();
+  if (v.is(Kind::Bool)) return v.boolean;
+  if (v.is(Kind::Int)) return v.integer != 0;
+  f.fail("expected a bool");
+}
+
+double number(const Field& args, std::string_view key, double fallback) {
+  const Field f = args[key];
+  if (!f.present()) return fallback;
+  const auto& v = f.value();
+  if (v.is(Kind::Float)) return v.real;
+  if (v.is(Kind::Int)) return static_cast<double>(v.integer);
+  f.fail("expected a number");
+}
+
+int64_t integer(const Field& args, std::string_view key, int64_t fallback) {
+  const Field f = args[key];
+  return f.present() ? f.as_int() : fallback;
+}
+
+int64_t required(const Field& args, std::string_view key) {
+  const Field f = args[key];
+  if (!f.present()) f.fail("missing: the saved args do not give this size");
+  return f.as_int();
+}
+
+std::string text(const Field& args, std::string_view key, std::string fallback) {
+  const Field f = args[key];
+  return f.present() && f.value().is(Kind::String) ? f.value().text : fallback;
+}
+
+}  // namespace
+
+ModelArgs read_model_args(const Field& args) {
+  if (!args.present()) args.fail("missing: a Megatron-LM checkpoint saves its args here");
+  ModelArgs a;
+  a.tp = static_cast<int>(integer(args, "tensor_model_parallel_size", integer(args, "model_parallel_size", 1)));
+  a.pp = static_cast<int>(integer(args, "pipeline_model_parallel_size", 1));
+  a.ep = static_cast<int>(integer(args, "expert_model_parallel_size", 1));
+  a.dp = static_cast<int>(integer(args, "data_parallel_size", 1));
+  if (a.tp < 1 || a.pp < 1 || a.ep < 1) args.fail(fmt::format("parallel sizes TP {} PP {} EP {}", a.tp, a.pp, a.ep));
+  a.num_layers = required(args, "num_layers");
+  a.hidden = required(args, "hidden_size");
+  a.heads = required(args, "num_attention_heads");
+  a.ffn_hidden = integer(args, "ffn_hidden_size", 4 * a.hidden);
+  a.query_groups = flag(args, "group_query_attention", false) ? required(args, "num_query_groups") : a.heads;
+  a.kv_channels = integer(args, "kv_channels", a.heads > 0 ? a.hidden / a.heads : 0);
+  a.padded_vocab = required(args, "padded_vocab_size");
+  if (const Field v = args["vocab_size"]; v.present()) a.vocab = v.as_int();
+  a.max_positions = integer(args, "max_position_embeddings", integer(args, "seq_length", 0));
+  a.num_experts = integer(args, "num_experts", 0);
+  a.swiglu = flag(args, "swiglu", false);
+  a.tied_embeddings = !flag(args, "untie_embeddings_and_output_weights", false);
+  a.add_bias_linear = flag(args, "add_bias_linear", true);
+  a.add_qkv_bias = flag(args, "add_qkv_bias", false);
+  a.distributed_optimizer = flag(args, "use_distributed_optimizer", false);
+  a.local_spec = text(args, "transformer_impl", "transformer_engine") == "local";
+  a.layernorm_1p = flag(args, "apply_layernorm_1p", false) || flag(args, "layernorm_zero_centered_gamma", false);
+  a.position_embedding = text(args, "position_embedding_type", "learned_absolute");
+  a.normalization = text(args, "normalization", "LayerNorm");
+  // core <= 0.15 saves norm_epsilon, later versions layernorm_epsilon
+  a.norm_epsilon = number(args, "layernorm_epsilon", number(args, "norm_epsilon", 1e-5));
+  a.rotary_base = number(args, "rotary_base", 10000);
+  a.rotary_interleaved = flag(args, "rotary_interleaved", false);
+  a.init_std = number(args, "init_method_std", 0.02);
+  a.params_dtype = flag(args, "bf16", false) ? DType::BF16 : flag(args, "fp16", false) ? DType::F16 : DType::F32;
+  return a;
+}
+
+}  // namespace ckptfs::megatron

@@ -1,0 +1,39 @@
+// The saved `args` (an argparse.Namespace in every Megatron-LM rank file and common.pt): the only record
+// of the parallel sizes and the model's shapes that the merge rules need (docs/formats/megatron.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "ckptfs/dtype.hpp"
+#include "formats/pickle_access.hpp"
+
+namespace ckptfs::megatron {
+
+struct ModelArgs {
+  int tp = 1, pp = 1, ep = 1;  // tensor, pipeline, expert parallel sizes
+  int dp = 1;
+  int64_t num_layers = 0, hidden = 0, ffn_hidden = 0, heads = 0, query_groups = 0, kv_channels = 0;
+  int64_t padded_vocab = 0;
+  std::optional<int64_t> vocab;  // the tokenizer's true vocabulary, when args records it
+  int64_t max_positions = 0;
+  int64_t num_experts = 0;
+  bool swiglu = false;
+  bool tied_embeddings = true;  // not untie_embeddings_and_output_weights
+  bool add_bias_linear = true, add_qkv_bias = false;
+  bool distributed_optimizer = false;
+  bool local_spec = false;      // transformer_impl == "local": separate norm modules, not TE's fused ones
+  bool layernorm_1p = false;    // stored norm weights are centred on 0 (apply_layernorm_1p)
+  std::string position_embedding;  // "rope", "learned_absolute", ...
+  std::string normalization;       // "RMSNorm", "LayerNorm"
+  double norm_epsilon = 1e-5, rotary_base = 10000, init_std = 0.02;
+  bool rotary_interleaved = false;
+  DType params_dtype = DType::F32;  // the training dtype: bf16, fp16 or fp32
+};
+
+// Reads `args` (the Namespace field of a rank file). Throws FormatError naming the file and the field
+// when a size the merge needs is missing or not an int.
+ModelArgs read_model_args(const formats::Field& args);
+
+}  // namespace ckptfs::megatron

@@ -1,0 +1,184 @@
+// The torch_dist layout (Megatron's default since core 0.9): a DCP dir whose keys are global parameter
+// names with the layers stacked into a leading dimension, plus metadata.json and common.pt.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "ckptfs/error.hpp"
+#include "formats/dcp/dcp_items.hpp"
+#include "formats/megatron/iteration.hpp"
+#include "formats/megatron/model_assembly.hpp"
+#include "formats/megatron/state_names.hpp"
+
+namespace ckptfs::megatron {
+
+namespace fs = std::filesystem;
+using catalog::LogicalTensor;
+
+namespace {
+
+constexpr std::string_view kStackedPrefix = "decoder.layers.";
+// Where the non-distributed optimizer (and the fully reshardable distributed one) keep fp32 masters in
+// the model's geometry.
+constexpr std::string_view kMasterPrefixes[] = {"optimizer.state.fp32_param.", "optimizer.state.param."};
+
+bool is_stacked(std::string_view key) {
+  return key.starts_with(kStackedPrefix) && !parse_layer_name(key).has_value();
+}
+
+bool is_model_key(std::string_view key) {
+  return !key.starts_with("optimizer.") && !key.starts_with("rng_state") && !key.starts_with("rerun_state_machine") &&
+         !key.starts_with("common_state") && !is_extra_state(key);
+}
+
+// The saved args: common.pt, or (core 0.19+) the common_state bytes item, a torch.save([dict]).
+ModelArgs read_args(const fs::path& dir, const dcp::Metadata& md, const dcp::ItemReader& reader, io::FileSet& files,
+                    std::vector<fs::path>& used) {
+  const fs::path common = dir / "common.pt";
+  std::error_code ec;
+  if (fs::is_regular_file(common, ec)) {
+    used.push_back(common);
+    const auto archive = torch::TorchArchive::open(files.open(common));
+    return read_model_args(formats::root_field(archive)["args"]);
+  }
+  for (const auto& item : md.items)
+    if (!item.is_tensor && item.fqn.starts_with("common_state/")) {
+      const auto archive = reader.archive(item, item.location);
+      return read_model_args(formats::root_field(archive).at(0)["args"]);
+    }
+  throw FormatError(fmt::format("{}: no common.pt and no common_state item: the saved args are missing", dir.string()));
+}
+
+// Layer `layer` of a stacked tensor: its boxes cut at that index of dimension 0, which is then dropped.
+LogicalTensor layer_of(const LogicalTensor& stacked, int64_t layer, std::string name) {
+  std::vector<catalog::Box> boxes;
+  catalog::append_slice(boxes, stacked, 0, layer, layer + 1, 0);
+  for (auto& b : boxes) {
+    b.offsets.erase(b.offsets.begin());
+    b.sizes.erase(b.sizes.begin());
+    b.source.shape.erase(b.source.shape.begin());
+    b.source.strides.erase(b.source.strides.begin());
+  }
+  std::vector<int64_t> shape(stacked.shape.begin() + 1, stacked.shape.end());
+  return catalog::assembled_tensor(std::move(name), stacked.dtype, std::move(shape), std::move(boxes), stacked.origin);
+}
+
+// Model-space tensors keyed by parameter name, unstacked into TP=1 PP=1 names, in Megatron's state-dict
+// order: what precedes the layers, then layer by layer, then what follows.
+class Unstacker {
+ public:
+  Unstacker(const ModelArgs& args, const fs::path& metadata) : args_(args), metadata_(metadata) {}
+
+  void add(const std::string& key, LogicalTensor t) {
+    if (key.find(".experts.") != std::string::npos)
+      throw UnsupportedError(fmt::format("{}: {}: mixture-of-experts tensors are not merged yet", metadata_.string(), key));
+    if (!is_stacked(key)) {
+      (stacked_.empty() ? before_ : after_).push_back(rename(key, std::move(t)));
+      return;
+    }
+    if (t.shape.empty() || t.shape[0] != args_.num_layers)
+      throw FormatError(fmt::format("{}: {} stacks {} layers, the saved args say num_layers {}", metadata_.string(), key,
+                                    t.shape.empty() ? 0 : t.shape[0], args_.num_layers));
+    stacked_.emplace_back(key, std::move(t));
+  }
+
+  std::shared_ptr<catalog::Catalog> finish(DType dtype_override, bool override_dtype) {
+    auto out = std::make_shared<catalog::Catalog>();
+    const auto push = [&](LogicalTensor t) {
+      if (override_dtype) t.dtype = dtype_override;
+      out->tensors.push_back(std::move(t));
+    };
+    for (auto& t : before_) push(std::move(t));
+    for (int64_t l = 0; l < args_.num_layers; ++l)
+      for (const auto& [key, t] : stacked_) {
+        const std::string name = fmt::format("{}{}.{}", kStackedPrefix, l, key.substr(kStackedPrefix.size()));
+        push(layer_of(t, l, args_.local_spec ? local_spec_name(name) : name));
+      }
+    for (auto& t : after_) push(std::move(t));
+    return out;
+  }
+
+ private:
+  LogicalTensor rename(const std::string& key, LogicalTensor t) const {
+    t.name = args_.local_spec ? local_spec_name(key) : key;
+    return t;
+  }
+
+  const ModelArgs& args_;
+  fs::path metadata_;
+  std::vector<LogicalTensor> before_, after_;
+  std::vector<std::pair<std::string, LogicalTensor>> stacked_;
+};
+
+}  // namespace
+
+bool is_torch_dist_iteration(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(dir / "metadata.json", ec) && fs::is_regular_file(dir / ".metadata", ec);
+}
+
+Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, const std::string& name) {
+  const fs::path marker = dir / "metadata.json";
+  nlohmann::json backend;
+  try {
+    std::ifstream in(marker);
+    backend = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("{}: not JSON: {}", marker.string(), e.what()));
+  }
+  if (!backend.is_object() || backend.value("sharded_backend", "") != "torch_dist")
+    throw UnsupportedError(fmt::format("{}: sharded_backend {} (ckptfs reads torch_dist)", marker.string(),
+                                       backend.is_object() && backend.contains("sharded_backend")
+                                           ? backend["sharded_backend"].dump()
+                                           : "missing"));
+  dcp::ItemReader reader(files, dir);
+  const dcp::Metadata md = dcp::read_metadata(reader.metadata_path());
+  Iteration it;
+  it.tag.name = name;
+  it.tag.dir = dir;
+  it.tag.format = "Megatron-LM checkpoint (torch_dist)";
+  it.tag.files = {marker, reader.metadata_path()};
+  it.args = read_args(dir, md, reader, files, it.tag.files);
+  const ModelArgs& args = it.args;
+
+  Unstacker model(args, reader.metadata_path()), masters(args, reader.metadata_path());
+  bool has_masters = false, has_bucketed_masters = false;
+  std::set<fs::path> data_files;
+  for (const auto& item : md.items) {
+    if (!item.is_tensor) continue;
+    std::string_view key = item.fqn;
+    bool master = false;
+    for (auto prefix : kMasterPrefixes)
+      if (key.starts_with(prefix)) {
+        key.remove_prefix(prefix.size());
+        master = true;
+      }
+    if (!master && !is_model_key(key)) {
+      has_bucketed_masters = has_bucketed_masters || key.starts_with("optimizer.distributed.");
+      continue;
+    }
+    LogicalTensor t = reader.tensor(item);
+    for (const auto& f : t.files()) data_files.insert(f->path());
+    (master ? masters : model).add(std::string(key), std::move(t));
+    has_masters = has_masters || master;
+  }
+  it.tag.files.insert(it.tag.files.end(), data_files.begin(), data_files.end());
+  it.tag.catalogs.emplace("model", model.finish(DType::F32, false));
+  check_against_args(*it.tag.catalogs.at("model"), args, reader.metadata_path().string());
+  if (args.params_dtype == DType::F32) {
+    it.tag.catalogs.emplace("fp32", it.tag.catalogs.at("model"));
+  } else if (has_masters) {
+    it.tag.catalogs.emplace("fp32", masters.finish(DType::F32, true));
+  } else {
+    it.tag.notes.push_back(has_bucketed_masters
+                               ? "the fp32 masters are in the distributed optimizer's per-bucket (dp_reshardable) "
+                                 "layout, which ckptfs does not map yet: no fp32/ views"
+                               : "no fp32 master weights saved (no optimizer state): no fp32/ views");
+  }
+  it.tag.topology.optimizer = has_masters ? "Megatron optimizer (fp32 masters in model space)" : "Megatron optimizer";
+  return it;
+}
+
+}  // namespace ckptfs::megatron
