@@ -36,11 +36,16 @@ def chroot_dir():
     test, so that it reports FAILED, not ERROR) when the chroot is not set up."""
     if os.environ.get("CKPTFS_SKIP_MODERN") == "1":
         pytest.skip("CKPTFS_SKIP_MODERN=1")
-    if not os.path.isfile(STAMP):
-        return CHROOT, None
-    with open(STAMP) as f:
-        versions = dict(line.split(" ", 1) for line in f.read().splitlines() if " " in line)
-    return CHROOT, versions
+    return CHROOT, chroot_versions(CHROOT)
+
+
+def chroot_versions(root):
+    """{package: version} from the stamp setup_chroot.sh leaves in a complete chroot; None without one."""
+    stamp = os.path.join(root, ".ckptfs-chroot-complete")
+    if not os.path.isfile(stamp):
+        return None
+    with open(stamp) as f:
+        return dict(line.split(" ", 1) for line in f.read().splitlines() if " " in line)
 
 
 def require(chroot):

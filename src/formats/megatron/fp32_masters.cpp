@@ -86,7 +86,10 @@ std::pair<std::vector<int64_t>, int64_t> buffer_layout(const std::vector<const P
 
 }  // namespace
 
+namespace {
+
 std::vector<torch::SourceTensor> masters_from_fp16_params(const Field& optimizer, const std::vector<ParamSlot>& params) {
+  if (params.empty()) return {};
   const Field groups = optimizer["fp32_from_fp16_params"];
   if (!groups.is_list()) groups.fail("expected the list of fp32 master groups");
   for (const auto& grouping : candidate_groupings(params)) {
@@ -101,6 +104,29 @@ std::vector<torch::SourceTensor> masters_from_fp16_params(const Field& optimizer
   groups.fail(fmt::format("{} groups of [{}] tensors do not match the model's {} parameters in order "
                           "(weights, then 1-D tensors and biases)",
                           sizes.size(), fmt::join(sizes, ", "), params.size()));
+}
+
+}  // namespace
+
+std::vector<torch::SourceTensor> masters_from_optimizer(const Field& optimizer, const std::vector<ParamSlot>& params) {
+  if (!optimizer.is_list()) return masters_from_fp16_params(optimizer, params);
+  // ChainedOptimizer: [dense, experts] (one entry when the model has no experts)
+  std::vector<torch::SourceTensor> out(params.size());
+  for (bool expert : {false, true}) {
+    std::vector<ParamSlot> part;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params[i].expert == expert) {
+        part.push_back(params[i]);
+        index.push_back(i);
+      }
+    if (part.empty()) continue;
+    const size_t which = expert && optimizer.size() > 1 ? 1 : 0;
+    if (expert && optimizer.size() < 2) optimizer.fail("one optimizer for dense and expert parameters (expected two)");
+    const auto masters = masters_from_fp16_params(optimizer.at(which), part);
+    for (size_t k = 0; k < index.size(); ++k) out[index[k]] = masters[k];
+  }
+  return out;
 }
 
 std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchArchive& archive,

@@ -18,14 +18,16 @@ struct ParamSlot {
   std::string name;  // as the rank file names it
   std::vector<int64_t> shape;
   bool shared_embedding = false;  // tied embedding with PP > 1: DDP gives it a bucket of its own
+  bool expert = false;            // a routed expert's parameter: the expert optimizer's, under MoE
 };
 
-// Masters from optimizer['fp32_from_fp16_params'] (one list per param group), aligned with `params`.
-// Param groups hold the parameters in order, split into weight-decay and no-decay groups (1-D tensors and
-// biases); which group comes first is recognised from the saved shapes. Throws FormatError naming the
-// file when no grouping matches.
-std::vector<torch::SourceTensor> masters_from_fp16_params(const formats::Field& optimizer,
-                                                          const std::vector<ParamSlot>& params);
+// Masters from a rank file's `optimizer` entry (the non-distributed mixed-precision optimizer), aligned
+// with `params`: its fp32_from_fp16_params hold one list per param group, the parameters in order split
+// into weight-decay and no-decay groups (1-D tensors and biases), which group comes first recognised
+// from the saved shapes. Under MoE the entry is a list (ChainedOptimizer): the dense parameters' optimizer,
+// then the experts'. Throws FormatError naming the file when no grouping matches.
+std::vector<torch::SourceTensor> masters_from_optimizer(const formats::Field& optimizer,
+                                                        const std::vector<ParamSlot>& params);
 
 // Masters from a distrib_optim.pt archive (the coalesced layout Megatron-core writes since 0.7: per
 // buffer one flat fp32 tensor of numel_unpadded elements), aligned with `params`. Throws FormatError

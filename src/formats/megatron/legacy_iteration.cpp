@@ -82,49 +82,66 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
   };
   auto first = open(dirs.front().dir);
   const ModelArgs args = read_model_args(formats::root_field(first)["args"]);
-  if (args.ep > 1)
-    throw UnsupportedError(fmt::format("{}: expert parallelism (EP {}) is not merged yet", dir.string(), args.ep));
-  const size_t suffixes = 1 + (args.pp > 1 ? 1 : 0);
-  std::map<std::pair<int, int>, fs::path> by_rank;  // (tp, pp) -> dir
+  if (args.num_experts > 0 && (args.etp != args.tp || args.num_experts % args.ep != 0))
+    throw UnsupportedError(fmt::format("{}: experts with expert TP {} under TP {} ({} experts over EP {}) are not merged yet",
+                                       dir.string(), args.etp, args.tp, args.num_experts, args.ep));
+  // The dir name's numbers after the TP rank: the PP rank when PP > 1, then the EP rank when EP > 1.
+  const size_t suffixes = 1 + (args.pp > 1 ? 1 : 0) + (args.ep > 1 ? 1 : 0);
+  std::map<std::tuple<int, int, int>, fs::path> by_rank;  // (pp, ep, tp) -> dir
   for (const auto& r : dirs) {
-    if (r.numbers.size() != suffixes || r.numbers[0] >= args.tp || (args.pp > 1 && r.numbers[1] >= args.pp))
-      throw FormatError(fmt::format("{}: does not fit the saved args (TP {}, PP {}; {})", r.dir.string(), args.tp,
-                                    args.pp, first.file()->path().string()));
-    by_rank[{r.numbers[0], args.pp > 1 ? r.numbers[1] : 0}] = r.dir;
+    const int pp = args.pp > 1 ? r.numbers[1] : 0;
+    const int ep = args.ep > 1 ? r.numbers.back() : 0;
+    if (r.numbers.size() != suffixes || r.numbers[0] >= args.tp || pp >= args.pp || ep >= args.ep)
+      throw FormatError(fmt::format("{}: does not fit the saved args (TP {}, PP {}, EP {}; {})", r.dir.string(), args.tp,
+                                    args.pp, args.ep, first.file()->path().string()));
+    by_rank[{pp, ep, r.numbers[0]}] = r.dir;
   }
-  // files[pp][tp]
-  std::vector<std::vector<RankFile>> ranks(args.pp);
+  const auto dir_name = [&](int pp, int ep, int tp) {
+    std::string n = fmt::format("mp_rank_{:02}", tp);
+    if (args.pp > 1) n += fmt::format("_{:03}", pp);
+    if (args.ep > 1) n += fmt::format("_{:03}", ep);
+    return n;
+  };
+  std::vector<std::vector<std::vector<RankFile>>> ranks(args.pp);  // [pp][ep][tp]
+  const RankFile* reference = nullptr;
   for (int pp = 0; pp < args.pp; ++pp)
-    for (int tp = 0; tp < args.tp; ++tp) {
-      auto it = by_rank.find({tp, pp});
-      if (it == by_rank.end())
-        throw FormatError(fmt::format("{}: rank dir {} is missing (the saved args say TP {}, PP {})", dir.string(),
-                                      args.pp > 1 ? fmt::format("mp_rank_{:02}_{:03}", tp, pp) : fmt::format("mp_rank_{:02}", tp),
-                                      args.tp, args.pp));
-      RankFile f{pp == 0 && tp == 0 ? std::move(first) : open(it->second), {}};
-      const ModelArgs own = read_model_args(f.root()["args"]);
-      if (own.tp != args.tp || own.pp != args.pp)
-        throw FormatError(fmt::format("{}: its args say TP {}, PP {}; {} says TP {}, PP {}",
-                                      f.archive.file()->path().string(), own.tp, own.pp,
-                                      ranks[0].empty() ? "" : ranks[0][0].archive.file()->path().string(), args.tp, args.pp));
-      for (const Field& chunk : model_chunks(f.root())) f.chunks.push_back(flatten_state(chunk));
-      if (!ranks[0].empty() && f.chunks.size() != ranks[0][0].chunks.size())
-        throw FormatError(fmt::format("{}: {} model chunks, {} has {}", f.archive.file()->path().string(),
-                                      f.chunks.size(), ranks[0][0].archive.file()->path().string(),
-                                      ranks[0][0].chunks.size()));
-      ranks[pp].push_back(std::move(f));
+    for (int ep = 0; ep < args.ep; ++ep) {
+      ranks[pp].reserve(args.ep);
+      ranks[pp].emplace_back().reserve(args.tp);  // `reference` and the chunks point into these
+      for (int tp = 0; tp < args.tp; ++tp) {
+        auto it = by_rank.find({pp, ep, tp});
+        if (it == by_rank.end())
+          throw FormatError(fmt::format("{}: rank dir {} is missing (the saved args say TP {}, PP {}, EP {})",
+                                        dir.string(), dir_name(pp, ep, tp), args.tp, args.pp, args.ep));
+        RankFile f{reference == nullptr ? std::move(first) : open(it->second), {}};
+        const ModelArgs own = read_model_args(f.root()["args"]);
+        if (own.tp != args.tp || own.pp != args.pp || own.ep != args.ep)
+          throw FormatError(fmt::format("{}: its args say TP {}, PP {}, EP {}; {} says TP {}, PP {}, EP {}",
+                                        f.archive.file()->path().string(), own.tp, own.pp, own.ep,
+                                        reference->archive.file()->path().string(), args.tp, args.pp, args.ep));
+        for (const Field& chunk : model_chunks(f.root())) f.chunks.push_back(flatten_state(chunk));
+        if (reference != nullptr && f.chunks.size() != reference->chunks.size())
+          throw FormatError(fmt::format("{}: {} model chunks, {} has {}", f.archive.file()->path().string(),
+                                        f.chunks.size(), reference->archive.file()->path().string(),
+                                        reference->chunks.size()));
+        ranks[pp][ep].push_back(std::move(f));
+        if (reference == nullptr) reference = &ranks[0][0][0];
+      }
     }
 
   ChunkedModel model(args);
-  const size_t vp = ranks[0][0].chunks.size();
+  const size_t vp = reference->chunks.size();
   for (size_t v = 0; v < vp; ++v)
     for (int pp = 0; pp < args.pp; ++pp) {
       ModelChunk chunk;
       chunk.pp = pp;
       chunk.vp = v;
-      for (const auto& f : ranks[pp]) chunk.ranks.push_back(&f.chunks[v]);
-      chunk.file_of = [&, pp](size_t tp) { return ranks[pp][tp].archive.file()->path(); };
-      model.add_chunk(std::move(chunk), vp);
+      for (const auto& ep : ranks[pp]) {
+        chunk.ranks.emplace_back();
+        for (const auto& f : ep) chunk.ranks.back().push_back(&f.chunks[v]);
+      }
+      chunk.file_of = [&ranks, pp](size_t ep, size_t tp) { return ranks[pp][ep][tp].archive.file()->path(); };
+      model.add_chunk(std::move(chunk));
     }
   Iteration it;
   it.args = args;
@@ -134,35 +151,41 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
   it.tag.catalogs.emplace("model", model.merge_model());
   it.tag.notes = model.notes();
   for (const auto& pp : ranks)
-    for (const auto& f : pp) it.tag.files.push_back(f.archive.file()->path());
+    for (const auto& ep : pp)
+      for (const auto& f : ep) it.tag.files.push_back(f.archive.file()->path());
 
   // fp32 masters: per rank file, aligned with its parameters.
   if (args.params_dtype == DType::F32) {
     it.tag.catalogs.emplace("fp32", it.tag.catalogs.at("model"));
   } else {
-    std::vector<std::vector<std::vector<torch::SourceTensor>>> masters(args.pp);  // [pp][tp] aligned with params
-    bool have = true;
+    ChunkedModel::Masters masters(args.pp, std::vector<std::vector<std::vector<torch::SourceTensor>>>(args.ep));
     std::vector<torch::TorchArchive> optim_files;
-    for (int pp = 0; pp < args.pp && have; ++pp)
-      for (int tp = 0; tp < args.tp && have; ++tp) {
-        const auto params = model.params_of(pp, tp);
-        const RankFile& f = ranks[pp][tp];
-        const fs::path optim = f.archive.file()->path().parent_path() / "distrib_optim.pt";
-        std::error_code ec;
-        if (args.distributed_optimizer && fs::is_regular_file(optim, ec)) {
-          optim_files.push_back(torch::TorchArchive::open(files.open(optim)));
-          masters[pp].push_back(masters_from_distrib_optim(optim_files.back(), params));
-          it.tag.files.push_back(optim);
-        } else if (const Field opt = f.root()["optimizer"]; opt.present() && opt["fp32_from_fp16_params"].present()) {
-          masters[pp].push_back(masters_from_fp16_params(opt, params));
-        } else {
-          have = false;
-          it.tag.notes.push_back(fmt::format("{} holds no fp32 master weights ({}): no fp32/ views",
-                                             args.distributed_optimizer ? optim.string() : f.archive.file()->path().string(),
-                                             args.distributed_optimizer ? "file missing" : "saved without optimizer state"));
+    std::string missing;
+    for (int pp = 0; pp < args.pp && missing.empty(); ++pp)
+      for (int ep = 0; ep < args.ep && missing.empty(); ++ep)
+        for (int tp = 0; tp < args.tp && missing.empty(); ++tp) {
+          const auto params = model.params_of(pp, ep, tp);
+          const RankFile& f = ranks[pp][ep][tp];
+          const fs::path optim = f.archive.file()->path().parent_path() / "distrib_optim.pt";
+          std::error_code ec;
+          if (args.distributed_optimizer) {
+            if (!fs::is_regular_file(optim, ec)) {
+              missing = fmt::format("{} is missing", optim.string());
+              break;
+            }
+            optim_files.push_back(torch::TorchArchive::open(files.open(optim)));
+            masters[pp][ep].push_back(masters_from_distrib_optim(optim_files.back(), params));
+            it.tag.files.push_back(optim);
+          } else if (const Field opt = f.root()["optimizer"]; opt.present()) {
+            masters[pp][ep].push_back(masters_from_optimizer(opt, params));
+          } else {
+            missing = fmt::format("{} was saved without optimizer state", f.archive.file()->path().string());
+          }
         }
-      }
-    if (have) it.tag.catalogs.emplace("fp32", model.merge_masters(masters));
+    if (missing.empty())
+      it.tag.catalogs.emplace("fp32", model.merge_masters(masters));
+    else
+      it.tag.notes.push_back("no fp32 master weights: " + missing + ", so no fp32/ views");
   }
   it.tag.topology.optimizer = args.distributed_optimizer ? "Megatron DistributedOptimizer" : "Megatron mixed-precision optimizer";
   return it;

@@ -63,6 +63,8 @@ ModelArgs read_model_args(const Field& args) {
   if (const Field v = args["vocab_size"]; v.present()) a.vocab = v.as_int();
   a.max_positions = integer(args, "max_position_embeddings", integer(args, "seq_length", 0));
   a.num_experts = integer(args, "num_experts", 0);
+  a.etp = static_cast<int>(integer(args, "expert_tensor_parallel_size", a.tp));
+  a.moe_grouped_gemm = flag(args, "moe_grouped_gemm", false);
   a.swiglu = flag(args, "swiglu", false);
   a.tied_embeddings = !flag(args, "untie_embeddings_and_output_weights", false);
   a.add_bias_linear = flag(args, "add_bias_linear", true);

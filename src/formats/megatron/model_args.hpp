@@ -19,6 +19,8 @@ struct ModelArgs {
   std::optional<int64_t> vocab;  // the tokenizer's true vocabulary, when args records it
   int64_t max_positions = 0;
   int64_t num_experts = 0;
+  int etp = 1;                   // expert tensor parallel size
+  bool moe_grouped_gemm = false;  // experts as TEGroupedMLP (linear_fc1.weight{e}), else SequentialMLP
   bool swiglu = false;
   bool tied_embeddings = true;  // not untie_embeddings_and_output_weights
   bool add_bias_linear = true, add_qkv_bias = false;

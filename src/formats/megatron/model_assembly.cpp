@@ -15,9 +15,12 @@ namespace {
 
 constexpr uint64_t kMaxReplicaCompareBytes = 1 << 20;  // norms and biases; never a weight matrix
 
-bool is_param(const std::pair<std::string, formats::Field>& entry) {
+bool is_tensor_entry(const std::pair<std::string, formats::Field>& entry) {
   return !is_extra_state(entry.first) && torch::as_tensor(entry.second.value()) != nullptr;
 }
+
+// Persistent buffers in a model state dict: served, but no optimizer holds them.
+bool is_buffer(std::string_view name) { return name.ends_with("router.expert_bias"); }
 
 bool ends_with_module(std::string_view name, std::string_view suffix) {
   return name == suffix || (name.ends_with(suffix) && name[name.size() - suffix.size() - 1] == '.');
@@ -38,22 +41,40 @@ std::vector<std::byte> tensor_bytes(const torch::SourceTensor& src, const std::s
 
 }  // namespace
 
-void ChunkedModel::add_chunk(ModelChunk chunk, size_t vp) {
+void ChunkedModel::add_chunk(ModelChunk chunk) {
   std::set<int64_t> layers;
-  for (const auto& [name, field] : *chunk.ranks.front())
+  const FlatState& base = *chunk.ranks.front().front();
+  for (const auto& [name, field] : base)
     if (auto layer = parse_layer_name(name)) layers.insert(layer->index);
   const int64_t count = layers.empty() ? 0 : *layers.rbegin() + 1;
   if (static_cast<int64_t>(layers.size()) != count)
     throw FormatError(fmt::format("{}: model chunk {} holds layers with gaps (local numbers 0..{} expected)",
-                                  chunk.file_of(0).string(), chunk.vp, count - 1));
-  layer_offsets_.push_back(layers_);
+                                  chunk.file_of(0, 0).string(), chunk.vp, count - 1));
+  const int64_t offset = layers_;
   layers_ += count;
   const size_t index = chunks_.size();
-  for (const auto& entry : *chunk.ranks.front())
-    if (is_param(entry) && !is_tied_copy(chunk, entry.first))
-      served_.push_back({index, entry.first, shift_layer(entry.first, layer_offsets_.back())});
+  const int ep_ranks = static_cast<int>(chunk.ranks.size());
+  const int64_t experts_per_rank = args_.num_experts / ep_ranks;
+  // Routed experts come in runs (one layer's experts); each EP rank holds its own, numbered from 0: the
+  // run is served once per EP rank, renumbered to global expert ids.
+  std::vector<std::string> run;
+  const auto flush_run = [&] {
+    for (int ep = 0; ep < ep_ranks; ++ep)
+      for (const auto& local : run)
+        served_.push_back({index, ep, local, shift_expert(shift_layer(local, offset), ep * experts_per_rank)});
+    run.clear();
+  };
+  for (const auto& entry : base) {
+    if (!is_tensor_entry(entry) || is_tied_copy(chunk, entry.first)) continue;
+    if (is_expert(entry.first)) {
+      run.push_back(entry.first);
+      continue;
+    }
+    flush_run();
+    served_.push_back({index, 0, entry.first, shift_layer(entry.first, offset)});
+  }
+  flush_run();
   chunks_.push_back(std::move(chunk));
-  (void)vp;
 }
 
 bool ChunkedModel::is_tied_copy(const ModelChunk& chunk, const std::string& name) const {
@@ -80,24 +101,30 @@ void ChunkedModel::compare_replicas(const std::string& name, const std::vector<R
 std::shared_ptr<catalog::Catalog> ChunkedModel::merge_model() {
   if (layers_ != args_.num_layers)
     throw FormatError(fmt::format("{}: the rank files hold {} layers, the saved args say num_layers {}",
-                                  chunks_.front().file_of(0).parent_path().parent_path().string(), layers_,
+                                  chunks_.front().file_of(0, 0).parent_path().parent_path().string(), layers_,
                                   args_.num_layers));
   auto out = std::make_shared<catalog::Catalog>();
   for (const Served& s : served_) {
-    const ModelChunk& chunk = chunks_[s.chunk];
-    std::vector<RankTensor> ranks;
-    for (size_t tp = 0; tp < chunk.ranks.size(); ++tp) {
-      const formats::Field* f = find_entry(*chunk.ranks[tp], s.local_name);
-      if (f == nullptr || torch::as_tensor(f->value()) == nullptr)
-        throw FormatError(fmt::format("{}: tensor {} is missing (TP rank 0 has it)", chunk.file_of(tp).string(), s.local_name));
-      ranks.push_back({torch::as_tensor(f->value()), chunk.file_of(tp)});
-    }
+    const auto ranks = rank_tensors(s);
     const Split split = split_of(s.local_name, args_);
     if (split == Split::Replicated) compare_replicas(s.name, ranks);
     out->tensors.push_back(merge_tensor_parallel(s.name, split, ranks, ranks.front().tensor->dtype));
   }
-  check_against_args(*out, args_, chunks_.front().file_of(0).string());
+  check_against_args(*out, args_, chunks_.front().file_of(0, 0).string());
   return out;
+}
+
+std::vector<RankTensor> ChunkedModel::rank_tensors(const Served& s) const {
+  const ModelChunk& chunk = chunks_[s.chunk];
+  std::vector<RankTensor> ranks;
+  for (size_t tp = 0; tp < chunk.ranks[s.ep].size(); ++tp) {
+    const formats::Field* f = find_entry(*chunk.ranks[s.ep][tp], s.local_name);
+    if (f == nullptr || torch::as_tensor(f->value()) == nullptr)
+      throw FormatError(fmt::format("{}: tensor {} is missing (TP rank 0 of EP rank 0 has it)",
+                                    chunk.file_of(s.ep, tp).string(), s.local_name));
+    ranks.push_back({torch::as_tensor(f->value()), chunk.file_of(s.ep, tp)});
+  }
+  return ranks;
 }
 
 void check_against_args(const catalog::Catalog& model, const ModelArgs& args, const std::string& where) {
@@ -119,39 +146,40 @@ void check_against_args(const catalog::Catalog& model, const ModelArgs& args, co
   }
 }
 
-std::vector<ParamSlot> ChunkedModel::params_of(int pp, int tp) const {
+std::vector<ParamSlot> ChunkedModel::params_of(int pp, int ep, int tp) const {
   std::vector<ParamSlot> out;
   const bool tied_across_stages = args_.tied_embeddings && args_.pp > 1;
   // named_parameters() walks the rank's chunks in order (model0, model1, ...).
   for (const auto& chunk : chunks_) {
     if (chunk.pp != pp) continue;
-    for (const auto& entry : *chunk.ranks[tp]) {
-      if (!is_param(entry)) continue;
-      const auto* t = torch::as_tensor(entry.second.value());
-      const bool shared = tied_across_stages && ((pp == 0 && ends_with_module(entry.first, "word_embeddings.weight")) ||
-                                                 (pp == args_.pp - 1 && (ends_with_module(entry.first, "output_layer.weight") ||
-                                                                         ends_with_module(entry.first, "word_embeddings_for_head.weight"))));
-      out.push_back({chunk.vp, entry.first, t->shape, shared});
+    for (const auto& entry : *chunk.ranks[ep][tp]) {
+      if (!is_tensor_entry(entry) || is_buffer(entry.first)) continue;
+      const std::string& name = entry.first;
+      const bool shared = tied_across_stages && ((pp == 0 && ends_with_module(name, "word_embeddings.weight")) ||
+                                                 (pp == args_.pp - 1 && (ends_with_module(name, "output_layer.weight") ||
+                                                                         ends_with_module(name, "word_embeddings_for_head.weight"))));
+      out.push_back({chunk.vp, name, torch::as_tensor(entry.second.value())->shape, shared, is_expert(name)});
     }
   }
   return out;
 }
 
-std::shared_ptr<catalog::Catalog> ChunkedModel::merge_masters(
-    const std::vector<std::vector<std::vector<torch::SourceTensor>>>& masters) const {
-  // (pp, tp, vp, local name) -> master
-  std::map<std::tuple<int, int, size_t, std::string>, const torch::SourceTensor*> lookup;
+std::shared_ptr<catalog::Catalog> ChunkedModel::merge_masters(const Masters& masters) const {
+  // (pp, ep, tp, vp, local name) -> master
+  std::map<std::tuple<int, int, int, size_t, std::string>, const torch::SourceTensor*> lookup;
   for (int pp = 0; pp < args_.pp; ++pp)
-    for (int tp = 0; tp < args_.tp; ++tp) {
-      const auto params = params_of(pp, tp);
-      for (size_t i = 0; i < params.size(); ++i) lookup[{pp, tp, params[i].chunk, params[i].name}] = &masters[pp][tp][i];
-    }
+    for (int ep = 0; ep < static_cast<int>(masters[pp].size()); ++ep)
+      for (int tp = 0; tp < args_.tp; ++tp) {
+        const auto params = params_of(pp, ep, tp);
+        for (size_t i = 0; i < params.size(); ++i)
+          lookup[{pp, ep, tp, params[i].chunk, params[i].name}] = &masters[pp][ep][tp][i];
+      }
   auto out = std::make_shared<catalog::Catalog>();
   for (const Served& s : served_) {
     const ModelChunk& chunk = chunks_[s.chunk];
-    std::vector<RankTensor> ranks;
-    for (int tp = 0; tp < args_.tp; ++tp)
-      ranks.push_back({lookup.at({chunk.pp, tp, chunk.vp, s.local_name}), chunk.file_of(tp)});
+    std::vector<RankTensor> ranks = rank_tensors(s);  // a buffer's own (float32) copy
+    if (!is_buffer(s.local_name))
+      for (int tp = 0; tp < args_.tp; ++tp) ranks[tp].tensor = lookup.at({chunk.pp, s.ep, tp, chunk.vp, s.local_name});
     out->tensors.push_back(merge_tensor_parallel(s.name, split_of(s.local_name, args_), ranks, DType::F32));
   }
   return out;

@@ -61,4 +61,31 @@ bool is_extra_state(std::string_view name) {
   return name.substr(dot == std::string_view::npos ? 0 : dot + 1).starts_with("_extra_state");
 }
 
+bool is_expert(std::string_view name) { return name.find(".experts.") != std::string_view::npos; }
+
+std::string shift_expert(std::string_view name, int64_t offset) {
+  constexpr std::string_view kLocal = ".local_experts.";
+  size_t digits = name.find(kLocal);
+  if (digits != std::string_view::npos) {
+    digits += kLocal.size();
+  } else {  // TEGroupedMLP: the number ends the name (linear_fc1.weight3)
+    digits = name.size();
+    while (digits > 0 && name[digits - 1] >= '0' && name[digits - 1] <= '9') --digits;
+  }
+  int64_t index = 0;
+  const auto [end, ec] = std::from_chars(name.data() + digits, name.data() + name.size(), index);
+  if (ec != std::errc() || end == name.data() + digits) return std::string(name);
+  return std::string(name.substr(0, digits)) + std::to_string(index + offset) + std::string(name.substr(end - name.data()));
+}
+
+std::string expert_name(std::string_view layer_name, int64_t expert, bool grouped_gemm) {
+  constexpr std::string_view kStacked = ".experts.experts.";
+  const size_t at = layer_name.find(kStacked);
+  if (at == std::string_view::npos) return std::string(layer_name);
+  const std::string head(layer_name.substr(0, at));
+  const std::string rest(layer_name.substr(at + kStacked.size()));  // linear_fc1.weight
+  if (grouped_gemm) return head + ".experts." + rest + std::to_string(expert);
+  return head + ".experts.local_experts." + std::to_string(expert) + "." + rest;
+}
+
 }  // namespace ckptfs::megatron

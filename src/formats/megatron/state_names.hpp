@@ -34,6 +34,18 @@ std::string shift_layer(std::string_view name, int64_t offset);
 // pre_mlp_layernorm.*.
 std::string local_spec_name(std::string_view name);
 
-bool is_extra_state(std::string_view name);  // TransformerEngine / Megatron _extra_state entries
+bool is_extra_state(std::string_view name);
+
+// A routed expert's parameter (mlp.experts.local_experts.{e}.* or TEGroupedMLP's mlp.experts.*.weight{e});
+// shared experts (mlp.shared_experts.*) are not.
+bool is_expert(std::string_view name);
+
+// An expert parameter's name with its (local) expert number increased by `offset`.
+std::string shift_expert(std::string_view name, int64_t offset);
+
+// The name Megatron gives expert `expert` of a stacked torch_dist expert key's layer: SequentialMLP
+// (mlp.experts.local_experts.{e}.linear_fc1.weight) or, with grouped GEMM, TEGroupedMLP
+// (mlp.experts.linear_fc1.weight{e}). `layer_name` is "decoder.layers.{l}.mlp.experts.experts.<rest>".
+std::string expert_name(std::string_view layer_name, int64_t expert, bool grouped_gemm);  // TransformerEngine / Megatron _extra_state entries
 
 }  // namespace ckptfs::megatron

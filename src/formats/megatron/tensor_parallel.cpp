@@ -18,9 +18,12 @@ std::string_view module_of(std::string_view name) {
   return dot == std::string_view::npos ? owner : owner.substr(dot + 1);
 }
 
+// "weight" of "...linear_fc1.weight" and of TEGroupedMLP's "...linear_fc1.weight3"
 std::string_view leaf_of(std::string_view name) {
   const size_t last = name.rfind('.');
-  return last == std::string_view::npos ? name : name.substr(last + 1);
+  std::string_view leaf = last == std::string_view::npos ? name : name.substr(last + 1);
+  while (!leaf.empty() && leaf.back() >= '0' && leaf.back() <= '9') leaf.remove_suffix(1);
+  return leaf;
 }
 
 }  // namespace
