@@ -1,20 +1,52 @@
-"""README's first command: examples/run.sh mounts the bundled example and loads the merged weights."""
+"""README's first command: examples/run.sh mounts the bundled example and loads the merged weights; the
+other bundled examples are inspected by it, and each is the output of the tool that wrote it."""
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
+import helpers as H
+import test_megatron as TM
+from mounting import mounted
+
 REPO = Path(__file__).resolve().parent.parent
+MEGATRON_EXAMPLE = REPO / "examples" / "megatron-tp2-pp2"
+MEGATRON_CASE = "legacy_tp2_pp2_llama"  # the generator case the Megatron example was copied from
 
 
-def test_example_script_mounts_lists_and_loads(ckptfs_bin, fixtures_dir):
+@pytest.fixture(scope="module")
+def run_sh_output(ckptfs_bin):
+    """stdout of examples/run.sh against the binary under test (run once for the module)."""
     env = dict(os.environ, CKPTFS_BIN=str(ckptfs_bin))
     run = subprocess.run(["bash", str(REPO / "examples" / "run.sh")], env=env, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    out = run.stdout
+    return run.stdout
+
+
+@pytest.fixture(scope="module")
+def megatron_case():
+    """(fixtures root, case.json) of the Megatron generator case the example was copied from."""
+    root = TM._fixtures_root()
+    H.assert_ok(H.run([sys.executable, TM.GENERATOR, root, "--only", MEGATRON_CASE], timeout=TM.GEN_TIMEOUT))
+    return root, TM.info_of(root, MEGATRON_CASE)
+
+
+def assert_same_files(example, original):
+    """Every file below `example` is the file at the same path below `original`, byte for byte, and
+    nothing is missing."""
+    names = sorted(p.relative_to(example) for p in example.rglob("*") if p.is_file())
+    assert names and names == sorted(p.relative_to(original) for p in original.rglob("*") if p.is_file())
+    for name in names:
+        assert (example / name).read_bytes() == (original / name).read_bytes(), name
+
+
+def test_example_script_mounts_lists_and_loads(run_sh_output, fixtures_dir):
+    out = run_sh_output
     for name in ("model.safetensors", "pytorch_model.bin", "config.json", "tokenizer.json", "ckptfs.json"):
         assert name in out
     assert re.search(r"^\S+\s+/tmp/ckptfs-example", out, re.M), "du -sh line missing"
@@ -32,12 +64,8 @@ def test_example_script_mounts_lists_and_loads(ckptfs_bin, fixtures_dir):
     assert re.search(r"^\s+fp32/pytorch_model\.bin\s+\d+ bytes", out, re.M)
 
 
-def test_dcp_example_is_inspected(ckptfs_bin):
-    env = dict(os.environ, CKPTFS_BIN=str(ckptfs_bin))
-    run = subprocess.run(["bash", str(REPO / "examples" / "run.sh")], env=env, capture_output=True,
-                         text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    out = run.stdout[run.stdout.index("$ ckptfs inspect examples/dcp-shard1-ws2"):]
+def test_dcp_example_is_inspected(run_sh_output):
+    out = run_sh_output[run_sh_output.index("$ ckptfs inspect examples/dcp-shard1-ws2"):]
     assert "format:     PyTorch distributed checkpoint (torch.distributed.checkpoint)" in out
     assert re.search(r"^\s+full_state\.pt\s+\d+ bytes", out, re.M)
     # the example's model: three Linear layers, a weight and a bias each
@@ -68,18 +96,42 @@ def test_universal_example_is_deepspeeds_output():
     example = REPO / "examples" / "deepspeed-universal-z2-bf16"
     original = REPO / "mount_tests" / "fixtures" / "deepspeed-real" / "z2_bf16_ws2" / "checkpoint" / \
         "global_step3_universal"
-    names = sorted(p.relative_to(example) for p in example.rglob("*") if p.is_file())
-    assert names and names == sorted(p.relative_to(original) for p in original.rglob("*") if p.is_file())
-    for name in names:
-        assert (example / name).read_bytes() == (original / name).read_bytes(), name
+    assert_same_files(example, original)
 
 
 def test_example_is_the_generated_case(fixtures_dir):
     """The expectation above holds only while the example equals the generator's output (regenerate it
     with the command in examples/README.md when the generator changes)."""
-    example = REPO / "examples" / "deepspeed-zero3-bf16"
-    generated = Path(fixtures_dir) / "z3_bf16_dp2" / "checkpoint"
-    names = sorted(p.relative_to(example) for p in example.rglob("*") if p.is_file())
-    assert names == sorted(p.relative_to(generated) for p in generated.rglob("*") if p.is_file())
-    for name in names:
-        assert (example / name).read_bytes() == (generated / name).read_bytes(), name
+    assert_same_files(REPO / "examples" / "deepspeed-zero3-bf16", Path(fixtures_dir) / "z3_bf16_dp2" / "checkpoint")
+
+
+def test_megatron_example_is_inspected(run_sh_output):
+    out = run_sh_output[run_sh_output.index("$ ckptfs inspect examples/megatron-tp2-pp2"):]
+    assert "format:     Megatron-LM checkpoint (legacy torch format)" in out
+    assert re.search(r"^\s+topology:.*\bTP 2, PP 2$", out, re.M), out
+    assert "tags:       iter_0000003 (latest: iter_0000003)" in out
+    for view in ("model.safetensors", "fp32/pytorch_model.bin", "fp32/model.safetensors", "hf/model.safetensors",
+                 "hf/config.json"):
+        assert re.search(rf"^\s+{re.escape(view)}\s+\d+ bytes", out, re.M), view
+
+
+def test_megatron_example_mounts(ckptfs_bin, megatron_case, tmp_path):
+    """The mounted example's model.safetensors, fp32/ and hf/ (tensors and config.json) are the generator's
+    expectations, computed from its own model, not by ckptfs."""
+    root, info = megatron_case
+    with mounted(ckptfs_bin, MEGATRON_EXAMPLE, tmp_path / "mnt") as mnt:
+        TM.check_views(mnt, root, info, info["latest"], "examples/megatron-tp2-pp2: ")
+        hf = H.read_safetensors(os.path.join(mnt, "hf", "model.safetensors"))
+    # and one tensor straight from the rank files: the embedding's vocab-parallel halves on stage 0 of
+    # TP ranks 0 and 1, joined along rows, the padding to 256 rows cut back to the true vocab of 250
+    halves = [torch.load(MEGATRON_EXAMPLE / "iter_0000003" / f"mp_rank_0{tp}_000" / "model_optim_rng.pt",
+                         map_location="cpu")["model"]["language_model"]["embedding"]["word_embeddings"]["weight"]
+              for tp in (0, 1)]
+    H.assert_tensor_equal("model.embed_tokens.weight", hf["model.embed_tokens.weight"], torch.cat(halves)[:250])
+
+
+def test_megatron_example_is_the_generated_case(megatron_case):
+    """check_views above holds only while the example equals the generator's output (regenerate it with the
+    command in examples/README.md when the generator changes)."""
+    root, info = megatron_case
+    assert_same_files(MEGATRON_EXAMPLE, Path(root) / MEGATRON_CASE / info["src"])

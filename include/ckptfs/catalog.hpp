@@ -28,9 +28,15 @@ struct Piece {
 
 // An N-d chunk of a logical tensor held whole by one source tensor: the box [offsets, offsets + sizes)
 // of the logical index space (a DCP chunk, a tensor-parallel slice). The source may have any strides.
+struct LogicalTensor;
+
 struct Box {
   std::vector<int64_t> offsets, sizes;
   torch::SourceTensor source;  // source.shape == sizes
+  // When set, `source` is a view of this logical tensor's elements (its storage_offset and strides count
+  // that tensor's elements; its storage is unused): a tensor-parallel slice that is itself merged from
+  // data-parallel partitions.
+  std::shared_ptr<const LogicalTensor> inner;
 };
 
 // The boxes that tile a logical tensor, indexed as a grid of the boxes' edges, so that the source runs
@@ -110,6 +116,13 @@ void append_source_range(std::vector<Piece>& pieces, uint64_t dst_begin, const t
 
 // Boxes as building blocks of other logical tensors (tensor-parallel merges, a fused QKV split into q, k
 // and v, a padded vocabulary trimmed, a stacked layer dimension taken apart): views only, no data read.
+
+// A box source viewing every element of `tensor` in row-major order (set Box::inner to the tensor).
+torch::SourceTensor element_view(const LogicalTensor& tensor);
+
+// Appends the source runs of elements [first, first + count) of `tensor` (flat runs or boxes) as pieces
+// whose dst_begin is the element index.
+void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out);
 
 // `src` restricted to [start, start + length) along dimension `dim`.
 torch::SourceTensor narrow(const torch::SourceTensor& src, size_t dim, int64_t start, int64_t length);

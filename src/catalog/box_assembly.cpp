@@ -137,9 +137,15 @@ void BoxAssembly::plan(uint64_t first, uint64_t count, std::vector<Piece>& out) 
       run = static_cast<uint64_t>(b.offsets[block] + b.sizes[block] - index[block]) * inner - position;
     }
     run = std::min(run, end - e);
-    const uint64_t item = dtype_size(b.source.dtype);
-    out.push_back({e, run, b.source.storage.file, b.source.storage.offset + static_cast<uint64_t>(src) * item,
-                   b.source.dtype});
+    if (b.inner) {  // the inner tensor's runs, moved from its element index to ours
+      const size_t before = out.size();
+      append_runs(*b.inner, static_cast<uint64_t>(src), run, out);
+      for (size_t k = before; k < out.size(); ++k) out[k].dst_begin = out[k].dst_begin - static_cast<uint64_t>(src) + e;
+    } else {
+      const uint64_t item = dtype_size(b.source.dtype);
+      out.push_back({e, run, b.source.storage.file, b.source.storage.offset + static_cast<uint64_t>(src) * item,
+                     b.source.dtype});
+    }
     e += run;
   }
 }

@@ -8,6 +8,32 @@
 
 namespace ckptfs::catalog {
 
+torch::SourceTensor element_view(const LogicalTensor& tensor) {
+  torch::SourceTensor out;
+  out.dtype = tensor.dtype;
+  out.shape = tensor.shape;
+  out.strides.assign(tensor.shape.size(), 1);
+  for (size_t d = tensor.shape.size(); d-- > 1;) out.strides[d - 1] = out.strides[d] * tensor.shape[d];
+  out.storage.nbytes = tensor.nbytes();
+  return out;
+}
+
+void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out) {
+  if (tensor.boxes) {
+    tensor.boxes->plan(first, count, out);
+    return;
+  }
+  const uint64_t end = first + count;
+  auto it = std::upper_bound(tensor.pieces.begin(), tensor.pieces.end(), first,
+                             [](uint64_t e, const Piece& p) { return e < p.dst_begin; });
+  if (it != tensor.pieces.begin()) --it;
+  for (; it != tensor.pieces.end() && it->dst_begin < end; ++it) {
+    const uint64_t lo = std::max(first, it->dst_begin), hi = std::min(end, it->dst_begin + it->count);
+    if (lo >= hi) continue;
+    out.push_back({lo, hi - lo, it->file, it->src_offset + (lo - it->dst_begin) * dtype_size(it->src_dtype), it->src_dtype});
+  }
+}
+
 torch::SourceTensor narrow(const torch::SourceTensor& src, size_t dim, int64_t start, int64_t length) {
   if (dim >= src.shape.size() || start < 0 || length < 0 || start > src.shape[dim] || length > src.shape[dim] - start)
     throw std::logic_error(fmt::format("narrow of dimension {} to [{}, +{}) outside the tensor", dim, start, length));

@@ -35,7 +35,13 @@ std::vector<io::FilePtr> LogicalTensor::files() const {
   };
   for (const Piece& p : pieces) add(p.file);
   if (boxes)
-    for (const Box& b : boxes->boxes()) add(b.source.storage.file);
+    for (const Box& b : boxes->boxes()) {
+      if (!b.inner) {
+        add(b.source.storage.file);
+        continue;
+      }
+      for (const auto& f : b.inner->files()) add(f);
+    }
   return out;
 }
 
@@ -54,10 +60,17 @@ void validate(const LogicalTensor& tensor) {
   const uint64_t numel = tensor.numel();
   if (tensor.boxes) {  // the tiling was checked when the assembly was built; sources were bounds-checked
     if (!tensor.pieces.empty()) fail("has both flat runs and boxes");
-    for (const Box& b : tensor.boxes->boxes())
-      if (!conversion_supported(b.source.dtype, tensor.dtype))
-        fail(fmt::format("{} holds it as {}, which cannot be served as {}", b.source.storage.file->path().string(),
-                         dtype_torch_name(b.source.dtype), dtype_torch_name(tensor.dtype)));
+    for (const Box& b : tensor.boxes->boxes()) {
+      std::vector<Piece> runs;  // an inner tensor's sources, else the box's own
+      if (b.inner)
+        append_runs(*b.inner, 0, b.inner->numel(), runs);
+      else
+        runs.push_back({0, 0, b.source.storage.file, 0, b.source.dtype});
+      for (const Piece& r : runs)
+        if (!conversion_supported(r.src_dtype, tensor.dtype))
+          fail(fmt::format("{} holds it as {}, which cannot be served as {}", r.file->path().string(),
+                           dtype_torch_name(r.src_dtype), dtype_torch_name(tensor.dtype)));
+    }
     return;
   }
   uint64_t next = 0;

@@ -51,10 +51,11 @@ ModelArgs read_args(const fs::path& dir, const dcp::Metadata& md, const dcp::Ite
   throw FormatError(fmt::format("{}: no common.pt and no common_state item: the saved args are missing", dir.string()));
 }
 
-// Layer `layer` of a stacked tensor: its boxes cut at that index of dimension 0, which is then dropped.
-LogicalTensor layer_of(const LogicalTensor& stacked, int64_t layer, std::string name) {
+// Entry `index` of a stacked tensor (a layer, an expert): its boxes cut at that index of dimension 0,
+// which is then dropped.
+LogicalTensor index_of(const LogicalTensor& stacked, int64_t index, std::string name) {
   std::vector<catalog::Box> boxes;
-  catalog::append_slice(boxes, stacked, 0, layer, layer + 1, 0);
+  catalog::append_slice(boxes, stacked, 0, index, index + 1, 0);
   for (auto& b : boxes) {
     b.offsets.erase(b.offsets.begin());
     b.sizes.erase(b.sizes.begin());
@@ -72,10 +73,8 @@ class Unstacker {
   Unstacker(const ModelArgs& args, const fs::path& metadata) : args_(args), metadata_(metadata) {}
 
   void add(const std::string& key, LogicalTensor t) {
-    if (key.find(".experts.") != std::string::npos)
-      throw UnsupportedError(fmt::format("{}: {}: mixture-of-experts tensors are not merged yet", metadata_.string(), key));
     if (!is_stacked(key)) {
-      (stacked_.empty() ? before_ : after_).push_back(rename(key, std::move(t)));
+      split_experts(key, std::move(t), stacked_.empty() ? before_ : after_);
       return;
     }
     if (t.shape.empty() || t.shape[0] != args_.num_layers)
@@ -91,19 +90,31 @@ class Unstacker {
       out->tensors.push_back(std::move(t));
     };
     for (auto& t : before_) push(std::move(t));
+    std::vector<LogicalTensor> layer;
     for (int64_t l = 0; l < args_.num_layers; ++l)
       for (const auto& [key, t] : stacked_) {
         const std::string name = fmt::format("{}{}.{}", kStackedPrefix, l, key.substr(kStackedPrefix.size()));
-        push(layer_of(t, l, args_.local_spec ? local_spec_name(name) : name));
+        split_experts(name, index_of(t, l, name), layer);
+        for (auto& x : layer) push(std::move(x));
+        layer.clear();
       }
     for (auto& t : after_) push(std::move(t));
     return out;
   }
 
  private:
-  LogicalTensor rename(const std::string& key, LogicalTensor t) const {
-    t.name = args_.local_spec ? local_spec_name(key) : key;
-    return t;
+  // A layer's tensor under its TP=1 name; the experts of `mlp.experts.experts.*` (stacked along their
+  // first dimension) one by one.
+  void split_experts(const std::string& name, LogicalTensor t, std::vector<LogicalTensor>& out) const {
+    if (name.find(".experts.experts.") == std::string::npos) {
+      t.name = args_.local_spec ? local_spec_name(name) : name;
+      out.push_back(std::move(t));
+      return;
+    }
+    if (t.shape.empty() || t.shape[0] != args_.num_experts)
+      throw FormatError(fmt::format("{}: {} stacks {} experts, the saved args say num_experts {}", metadata_.string(),
+                                    name, t.shape.empty() ? 0 : t.shape[0], args_.num_experts));
+    for (int64_t e = 0; e < args_.num_experts; ++e) out.push_back(index_of(t, e, expert_name(name, e, args_.moe_grouped_gemm)));
   }
 
   const ModelArgs& args_;
