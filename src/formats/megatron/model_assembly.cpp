@@ -7,7 +7,7 @@
 
 #include "ckptfs/error.hpp"
 #include "formats/megatron/state_names.hpp"
-#include "formats/megatron/tensor_parallel.hpp"
+#include "formats/megatron/split_rules.hpp"
 
 namespace ckptfs::megatron {
 
@@ -86,11 +86,11 @@ bool ChunkedModel::is_tied_copy(const ModelChunk& chunk, const std::string& name
 }
 
 void ChunkedModel::compare_replicas(const std::string& name, const std::vector<RankTensor>& ranks) {
-  const auto& first = *ranks.front().tensor;
+  const auto& first = ranks.front().tensor;
   if (ranks.size() < 2 || first.numel() * dtype_size(first.dtype) > kMaxReplicaCompareBytes) return;
   const auto reference = tensor_bytes(first, name);
   for (size_t r = 1; r < ranks.size(); ++r)
-    if (tensor_bytes(*ranks[r].tensor, name) != reference) {
+    if (tensor_bytes(ranks[r].tensor, name) != reference) {
       notes_.push_back(fmt::format("{} is replicated over TP ranks but differs between {} and {}: TP rank 0's copy "
                                    "is served",
                                    name, ranks.front().file.string(), ranks[r].file.string()));
@@ -108,7 +108,7 @@ std::shared_ptr<catalog::Catalog> ChunkedModel::merge_model() {
     const auto ranks = rank_tensors(s);
     const Split split = split_of(s.local_name, args_);
     if (split == Split::Replicated) compare_replicas(s.name, ranks);
-    out->tensors.push_back(merge_tensor_parallel(s.name, split, ranks, ranks.front().tensor->dtype));
+    out->tensors.push_back(merge_tensor_parallel(s.name, split, ranks, ranks.front().tensor.dtype));
   }
   check_against_args(*out, args_, chunks_.front().file_of(0, 0).string());
   return out;
@@ -122,7 +122,7 @@ std::vector<RankTensor> ChunkedModel::rank_tensors(const Served& s) const {
     if (f == nullptr || torch::as_tensor(f->value()) == nullptr)
       throw FormatError(fmt::format("{}: tensor {} is missing (TP rank 0 of EP rank 0 has it)",
                                     chunk.file_of(s.ep, tp).string(), s.local_name));
-    ranks.push_back({torch::as_tensor(f->value()), chunk.file_of(s.ep, tp)});
+    ranks.push_back(formats::rank_tensor(*torch::as_tensor(f->value()), chunk.file_of(s.ep, tp)));
   }
   return ranks;
 }
@@ -179,7 +179,7 @@ std::shared_ptr<catalog::Catalog> ChunkedModel::merge_masters(const Masters& mas
     const ModelChunk& chunk = chunks_[s.chunk];
     std::vector<RankTensor> ranks = rank_tensors(s);  // a buffer's own (float32) copy
     if (!is_buffer(s.local_name))
-      for (int tp = 0; tp < args_.tp; ++tp) ranks[tp].tensor = lookup.at({chunk.pp, s.ep, tp, chunk.vp, s.local_name});
+      for (int tp = 0; tp < args_.tp; ++tp) ranks[tp].tensor = *lookup.at({chunk.pp, s.ep, tp, chunk.vp, s.local_name});
     out->tensors.push_back(merge_tensor_parallel(s.name, split_of(s.local_name, args_), ranks, DType::F32));
   }
   return out;

@@ -13,10 +13,12 @@
 #include "ckptfs/catalog.hpp"
 #include "formats/megatron/fp32_masters.hpp"
 #include "formats/megatron/model_args.hpp"
-#include "formats/megatron/tensor_parallel.hpp"
+#include "formats/megatron/split_rules.hpp"
 #include "formats/pickle_access.hpp"
 
 namespace ckptfs::megatron {
+
+using formats::RankTensor;
 
 using FlatState = std::vector<std::pair<std::string, formats::Field>>;
 

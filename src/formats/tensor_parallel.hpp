@@ -1,16 +1,16 @@
-// How Megatron-LM splits each parameter over tensor-parallel ranks, and the merge that undoes it, as
-// N-d boxes over the ranks' tensors (docs/formats/megatron.md, "Tensor-parallel merge").
+// Tensor-parallel merges shared by the adapters (Megatron-LM by module name, DeepSpeed by its
+// universal_checkpoint_info patterns): how a parameter is split over TP ranks and the merge that undoes
+// it, as N-d boxes over the ranks' tensors (docs/formats/megatron.md, "Tensor-parallel merge").
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "ckptfs/catalog.hpp"
-#include "formats/megatron/model_args.hpp"
 
-namespace ckptfs::megatron {
+namespace ckptfs::formats {
 
 enum class Split {
   Replicated,  // every rank holds the whole tensor (norms, row-parallel biases, position embeddings)
@@ -19,18 +19,20 @@ enum class Split {
   GatedRows,   // SwiGLU fc1: each rank holds [gate_r; up_r], the whole is [all gates; all ups]
 };
 
-// The split of a parameter, from the last module name in `name` (megatron-core or legacy naming).
-Split split_of(std::string_view name, const ModelArgs& args);
-
-// One rank's copy of a parameter.
+// One rank's copy of a parameter: a tensor of a rank file, or a logical tensor (a TP slice that is
+// itself assembled from data-parallel partitions).
 struct RankTensor {
-  const torch::SourceTensor* tensor = nullptr;
-  std::filesystem::path file;
+  torch::SourceTensor tensor;  // for `inner`: catalog::element_view(*inner)
+  std::shared_ptr<const catalog::LogicalTensor> inner;
+  std::filesystem::path file;  // named in errors
 };
+
+RankTensor rank_tensor(const torch::SourceTensor& tensor, std::filesystem::path file);
+RankTensor rank_tensor(std::shared_ptr<const catalog::LogicalTensor> tensor, std::filesystem::path file);
 
 // The merged parameter of `ranks` (one per tensor-parallel rank, in rank order), served in `dtype`.
 // Throws FormatError naming the files when the ranks' shapes differ or cannot be split that way.
 catalog::LogicalTensor merge_tensor_parallel(const std::string& name, Split split,
                                              const std::vector<RankTensor>& ranks, DType dtype);
 
-}  // namespace ckptfs::megatron
+}  // namespace ckptfs::formats
