@@ -4,6 +4,11 @@
 ckptfs must show for them.
 
     /usr/bin/python3 mount_tests/gen_megatron/generate.py OUT_DIR [--only NAME ...] [--list] [--force]
+                                                          [--no-torch-dist]
+
+torch_dist cases are written by torch.distributed.checkpoint in the Debian 13 chroot
+(${CKPTFS_CHROOT:-build/trixie}, torch 2.6) from per-rank plans made here (megatron_dist.py); without the
+chroot they are skipped with a message on stderr.
 
 Per case ``OUT_DIR/<case>/``: ``checkpoint/`` (the save dir), ``expected/`` (latest iteration;
 ``expected_<iter dir>/`` for older ones) with ``model.pt`` (OrderedDict merged name -> full tensor, training
@@ -17,6 +22,7 @@ runs ckptfs.  Cases are written atomically (tmp dir + rename) and kept while cas
 """
 import argparse
 import collections
+import itertools
 import json
 import os
 import random
@@ -32,14 +38,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.append(os.path.dirname(HERE))
 import megatron_check  # noqa: E402
+import megatron_dist  # noqa: E402
 from case_cache import case_is_current  # noqa: E402
 from megatron_args import DTYPE, make_args  # noqa: E402
-from megatron_cases import all_cases, is_llama_style, iter_dir_name  # noqa: E402
-from megatron_layout import (EXTRA_TE, chunk_entries, chunk_layers, dims, merged_entries, pack_buffer,  # noqa: E402
-                             rule_of, split, tp_attrs)
+from megatron_cases import all_cases, has_hf, is_torch_dist, iter_dir_name  # noqa: E402
+from megatron_layout import (EXTRA_TE, chunk_entries, chunk_layers, dims, is_expert, merged_entries,  # noqa: E402
+                             pack_buffer, rule_of, split, tp_attrs)
 
 OD = collections.OrderedDict
-GEN_VERSION = 2  # bump to invalidate cached fixtures
+GEN_VERSION = 3  # bump to invalidate cached fixtures
 CHECKPOINT_VERSION = 3.0
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -82,6 +89,13 @@ def components(case, rng):
         norm(p + "ln2.w")
         if ln_b:
             w(p + "ln2.b", H)
+        if case["experts"]:
+            w(p + "router", d["E"], H)
+            for x in range(d["E"]):
+                for part in (("gate", "up") if case["swiglu"] else ("fc1",)):
+                    w(p + f"x{x}.{part}", d["Fe"], H)
+                w(p + f"x{x}.down", H, d["Fe"])
+            continue
         for part in (("gate", "up") if case["swiglu"] else ("fc1",)):
             w(p + part, F, H)
             if case["bias"]:
@@ -123,6 +137,13 @@ def assemble(case, c):
         full[p + "proj.w"] = c[p + "o"]
         if p + "ob" in c:
             full[p + "proj.b"] = c[p + "ob"]
+        if case["experts"]:
+            full[p + "router.w"] = c[p + "router"]
+            for x in range(case["experts"]):
+                q = p + f"x{x}."
+                full[q + "fc1.w"] = np.concatenate([c[q + "gate"], c[q + "up"]]) if case["swiglu"] else c[q + "fc1"]
+                full[q + "fc2.w"] = c[q + "down"]
+            continue
         if case["swiglu"]:
             full[p + "fc1.w"] = np.concatenate([c[p + "gate"], c[p + "up"]])
             if p + "gate_b" in c:
@@ -183,8 +204,8 @@ class AttrTensor:
         return (torch._tensor._rebuild_from_type_v2, (func, torch.Tensor, args, self.state))
 
 
-def param_group(decay, with_params=None, step=None):
-    g = {"is_expert_parallel": False, "default_config": True, "wd_mult": 1.0 if decay else 0.0, "lr_mult": 1.0,
+def param_group(decay, with_params=None, step=None, expert=False):
+    g = {"is_expert_parallel": expert, "default_config": True, "wd_mult": 1.0 if decay else 0.0, "lr_mult": 1.0,
          "is_decoupled_lr": False, "max_lr": 0.01, "min_lr": 0.001, "lr": 0.008145033635316129,
          "betas": (0.9, 0.999), "eps": 1e-08, "weight_decay": 0.01 if decay else 0.0, "amsgrad": False,
          "maximize": False, "foreach": None, "capturable": False, "differentiable": False, "fused": None,
@@ -249,8 +270,9 @@ def nest(entries, values):
     return root
 
 
-def write_rank(case, vals, iteration, t, p, rank_dir, seed):
-    """Writes mp_rank_TT[_PPP]/model_optim_rng.pt (and distrib_optim.pt) of TP rank t, PP rank p."""
+def write_rank(case, vals, iteration, t, p, rank_dir, seed, ep=0):
+    """Writes mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt (and distrib_optim.pt) of TP rank t, PP rank p, EP
+    rank ep."""
     dt = case["dtype"]
     rng = np.random.default_rng(seed)
     layers = chunk_layers(case)
@@ -261,7 +283,7 @@ def write_rank(case, vals, iteration, t, p, rank_dir, seed):
     params = []  # per chunk: [(entry, master shard, shared)]
     for v in range(case["vp"]):
         pre, post = p == 0 and v == 0, p == case["pp"] - 1 and v == case["vp"] - 1
-        entries = chunk_entries(case, layers[(p, v)], pre, post)
+        entries = chunk_entries(case, layers[(p, v)], pre, post, ep_rank=ep)
         values, chunk_params = [], []
         for e in entries:
             if not e.is_param:
@@ -284,16 +306,25 @@ def write_rank(case, vals, iteration, t, p, rank_dir, seed):
         torch.save(distrib_optim_state(case, params, rng), os.path.join(rank_dir, "distrib_optim.pt"))
 
 
-def optimizer_state(case, params, rng, iteration):
+def optimizer_state(case, params, rng, iteration, expert_optimizer=None):
     """The ``optimizer`` entry: FP32Optimizer (fp32), Float16OptimizerWithFloat16Params (bf16/fp16) or
     DistributedOptimizer (state in distrib_optim.pt).  Param groups: 0 = 2-D weights, 1 = 1-D (norms,
-    biases), each in named_parameters order over the model chunks."""
+    biases), each in named_parameters order over the model chunks; only the non-empty ones (Megatron makes a
+    group per key that has params: an expert optimizer over 2-D expert weights has one).  MoE: a list of
+    two (dense, expert), ``expert_optimizer`` says which one this is."""
     flat = [(e, m) for chunk in params for e, m, _ in chunk]
+    if case["experts"] and expert_optimizer is None:
+        # ChainedOptimizer: [dense optimizer, expert optimizer], each over its own params
+        assert not case["dist_opt"]
+        return [optimizer_state(case, [[x for x in chunk if is_expert(x[0].src) == exp] for chunk in params], rng,
+                                iteration, exp) for exp in (False, True)]
     groups = [[x for x in flat if x[1].ndim >= 2], [x for x in flat if x[1].ndim == 1]]
     step = float(iteration if iteration != "release" else 1)
     if case["dist_opt"]:
         return {"optimizer": {"param_groups": [param_group(g == 0, step=int(step)) for g in range(2)]},
                 **grad_scaler(case)}
+    if expert_optimizer is not None:
+        groups = [g for g in groups if g]
     state, idx, i = {}, [], 0
     for grp in groups:
         idx.append(list(range(i, i + len(grp))))
@@ -302,10 +333,13 @@ def optimizer_state(case, params, rng, iteration):
             state[i] = {"step": torch.tensor(step), "exp_avg": torch.from_numpy(ea),
                         "exp_avg_sq": torch.from_numpy(eas)}
             i += 1
-    inner = {"state": state, "param_groups": [param_group(g == 0, with_params=idx[g]) for g in range(2)]}
+    inner = {"state": state, "param_groups": [param_group(grp[0][1].ndim >= 2 if grp else g == 0, with_params=idx[g],
+                                                          expert=bool(expert_optimizer))
+                                              for g, grp in enumerate(groups)]}
     if case["dtype"] == "fp32":
         return inner
-    masters = [[AttrTensor(torch.from_numpy(m), tp_attrs(rule_of(case, e.src))) for e, m in grp] for grp in groups]
+    masters = [[AttrTensor(torch.from_numpy(m), tp_attrs(rule_of(case, e.src), is_expert(e.src))) for e, m in grp]
+               for grp in groups]
     return {"optimizer": inner, **grad_scaler(case), "fp32_from_fp16_params": masters}
 
 
@@ -380,8 +414,8 @@ def expected_hf_config(case):
     return cfg
 
 
-def rank_dir_name(case, t, p):
-    return "mp_rank_%02d" % t + ("_%03d" % p if case["pp"] > 1 else "")
+def rank_dir_name(case, t, p, ep=0):
+    return "mp_rank_%02d" % t + ("_%03d" % p if case["pp"] > 1 else "") + ("_%03d" % ep if case["ep"] > 1 else "")
 
 
 def write_tokenizer(save_dir, case):
@@ -403,23 +437,26 @@ def generate_case(case, root):
         tags.append(tag)
         seed = zlib.crc32(f"{case['name']}/{tag}".encode())
         vals = Values(case, seed)
-        for p in range(case["pp"]):
-            for t in range(case["tp"]):
-                write_rank(case, vals, it, t, p, os.path.join(save_dir, tag, rank_dir_name(case, t, p)),
-                           seed + 1 + p * case["tp"] + t)
+        if is_torch_dist(case):
+            megatron_dist.write_plans(case, vals, it, os.path.join(save_dir, tag), seed, sys.modules[__name__])
+        else:
+            for p, t, ep in itertools.product(range(case["pp"]), range(case["tp"]), range(case["ep"])):
+                write_rank(case, vals, it, t, p, os.path.join(save_dir, tag, rank_dir_name(case, t, p, ep)),
+                           seed + 1 + (ep * case["pp"] + p) * case["tp"] + t, ep)
         exp = "expected" if n == len(case["iterations"]) - 1 else f"expected_{tag}"
         os.makedirs(os.path.join(root, exp))
         model, fp32 = expected_model(case, vals)
         torch.save(model, os.path.join(root, exp, "model.pt"))
         torch.save(fp32, os.path.join(root, exp, "fp32.pt"))
         hf = None
-        if is_llama_style(case):
+        if has_hf(case):
             hf = expected_hf(case, vals)
             torch.save(hf, os.path.join(root, exp, "hf.pt"))
             with open(os.path.join(root, exp, "hf_config.json"), "w") as f:
                 json.dump(expected_hf_config(case), f, indent=1)
-        # the self-check: merge the files just written with an independent reader
-        megatron_check.check(os.path.join(save_dir, tag), model, fp32, hf)
+        if not is_torch_dist(case):  # torch_dist: checked once the chroot wrote it (finish_dist_cases): merge the files just written with an independent reader
+            # the self-check: merge the files just written with an independent reader
+            megatron_check.check(os.path.join(save_dir, tag), model, fp32, hf)
         expected_dirs[tag] = exp
     with open(os.path.join(save_dir, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write(str(case["iterations"][-1]))  # Megatron writes no newline
@@ -427,32 +464,55 @@ def generate_case(case, root):
         write_tokenizer(save_dir, case)
     info = dict(case)
     info.update(src="checkpoint", tags=tags, latest=tags[-1], expected=expected_dirs,
-                hf=is_llama_style(case), tokenizer_files=list(TOKENIZER_FILES) if case["tokenizer"] else [],
+                hf=has_hf(case), tokenizer_files=list(TOKENIZER_FILES) if case["tokenizer"] else [],
                 rank_dirs=sorted(os.listdir(os.path.join(save_dir, tags[-1]))), dims=dims(case),
                 generator_version=GEN_VERSION, generate_seconds=round(time.time() - t0, 2))
-    with open(os.path.join(root, "case.json"), "w") as f:
+    # torch_dist: case.json appears when the chroot has written the DCP files and the check passed
+    with open(os.path.join(root, "case.json.pending" if is_torch_dist(case) else "case.json"), "w") as f:
         json.dump(info, f, indent=1)
 
 
-def write_case_atomically(out_dir, case, force):
-    """Returns True when the case was (re)written; a current case is kept unless ``force``."""
-    final = os.path.join(out_dir, case["name"])
-    if case_is_current(final, GEN_VERSION) and not force:
-        return False
-    tmp = os.path.join(out_dir, f".tmp-{case['name']}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+def check_dist(iter_dir, args, model, fp32, exp_dir):
+    """The torch_dist self-check (megatron_dist.finish): the DCP read back and unstacked vs. expected/."""
+    hf_path = os.path.join(exp_dir, "hf.pt")
+    hf = torch.load(hf_path) if os.path.exists(hf_path) else None
+    megatron_check.compare(iter_dir, args, model, fp32, torch.load(os.path.join(exp_dir, "model.pt")),
+                           torch.load(os.path.join(exp_dir, "fp32.pt")), hf)
+
+
+def write_cases_atomically(out_dir, cases, force):
+    """Returns the names (re)written; current cases are kept unless ``force``.  torch_dist cases are
+    skipped with a message when the chroot is missing."""
+    todo = [c for c in cases if force or not case_is_current(os.path.join(out_dir, c["name"]), GEN_VERSION)]
+    dist = [c for c in todo if is_torch_dist(c)]
+    chroot, why = megatron_dist.chroot_status()
+    if dist and why:
+        print(f"generate.py: skipping the torch_dist case(s) {', '.join(c['name'] for c in dist)}: {why}",
+              file=sys.stderr)
+        todo = [c for c in todo if not is_torch_dist(c)]
+        dist = []
+    tmps = {c["name"]: os.path.join(out_dir, f".tmp-{c['name']}-{os.getpid()}") for c in todo}
     try:
-        generate_case(case, tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not case_is_current(final, GEN_VERSION):  # not a concurrent run that finished first
-                raise
+        for c in todo:
+            shutil.rmtree(tmps[c["name"]], ignore_errors=True)
+            os.makedirs(tmps[c["name"]])
+            generate_case(c, tmps[c["name"]])
+        if dist:
+            megatron_dist.write_dcp([tmps[c["name"]] for c in dist], chroot)
+            for c in dist:
+                megatron_dist.finish(tmps[c["name"]], check_dist)
+        for c in todo:
+            final = os.path.join(out_dir, c["name"])
+            shutil.rmtree(final, ignore_errors=True)
+            try:
+                os.rename(tmps[c["name"]], final)
+            except OSError:
+                if not case_is_current(final, GEN_VERSION):  # not a concurrent run that finished first
+                    raise
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return True
+        for t in tmps.values():
+            shutil.rmtree(t, ignore_errors=True)
+    return [c["name"] for c in todo]
 
 
 def main(argv=None):
@@ -461,6 +521,7 @@ def main(argv=None):
     ap.add_argument("--only", nargs="+", metavar="NAME", help="generate only these cases")
     ap.add_argument("--list", action="store_true", help="print the case names and exit")
     ap.add_argument("--force", action="store_true", help="regenerate cases that exist")
+    ap.add_argument("--no-torch-dist", action="store_true", help="leave out the torch_dist cases (they need the chroot)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     cases = {c["name"]: c for c in all_cases()}
@@ -472,7 +533,8 @@ def main(argv=None):
         ap.error(f"unknown case(s): {', '.join(unknown)}")
     os.makedirs(args.out_dir, exist_ok=True)
     t0 = time.time()
-    made = sum(write_case_atomically(args.out_dir, cases[n], args.force) for n in (args.only or cases))
+    todo = [cases[n] for n in (args.only or cases) if not (args.no_torch_dist and is_torch_dist(cases[n]))]
+    made = len(write_cases_atomically(args.out_dir, todo, args.force))
     print(f"generated {made} Megatron case(s) in {time.time() - t0:.1f}s into {args.out_dir}", file=sys.stderr)
     return 0
 

@@ -74,6 +74,10 @@ def make_args(case, iteration):
         save=f"/checkpoints/{case['name']}", no_save_optim=None if case["optimizer"] else True,
         no_save_rng=None if case["optimizer"] else True,
     )
+    if case["experts"]:
+        a.update(num_experts=case["experts"], expert_model_parallel_size=case["ep"], moe_ffn_hidden_size=case["moe_ffn"],
+                 moe_router_topk=case["topk"], moe_grouped_gemm=case["grouped_gemm"], moe_layer_freq=1,
+                 moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=0.01, moe_token_dispatcher_type="alltoall")
     if case["naming"] == "legacy":
         a["use_legacy_models"] = True
     if case["dtype"] == "fp16":

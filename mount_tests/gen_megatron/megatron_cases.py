@@ -62,6 +62,23 @@ CASES = [
 ]
 
 
+# Bench-only cases (bench/megatron_bench.sh writes their checkpoint/ without expectations or self-check):
+# NOT in CASES, so neither the tests nor generate.py (default or --only) ever generate them.  Llama-style
+# bf16 TP=4 x PP=2, GQA 32 heads / 8 groups, 22 layers: a 2.25 GB bf16 model (1.124e9 parameters, padded
+# vocab 32,256), ~15.7 GB of rank files with the non-distributed optimizer (fp32 masters and both Adam
+# moments in model_optim_rng.pt), the same in distrib_optim.pt with the distributed one.
+BENCH_LLAMA = dict(tp=4, pp=2, dp=1, hidden=2048, layers=22, heads=32, groups=8, ffn=5632, vocab=32000,
+                   max_pos=4096, rotary_base=500000, iterations=[1000])
+BENCH_CASES = [
+    dict(name="bench_llama_tp4_pp2", **BENCH_LLAMA),
+    dict(name="bench_llama_tp4_pp2_distopt", dist_opt=True, **BENCH_LLAMA),
+]
+
+
+def bench_cases():
+    return [complete(c) for c in BENCH_CASES]
+
+
 def complete(case):
     c = dict(DEFAULTS)
     c.update(case)
@@ -80,3 +97,47 @@ def iter_dir_name(it):
 def is_llama_style(case):
     """What gets an hf/ view: swiglu + rope + RMSNorm."""
     return case["swiglu"] and case["pos"] == "rope" and case["norm"] == "RMSNorm"
+
+
+# ----------------------------------------------------------------------------------------------------
+# MoE / expert parallelism and torch_dist (appended; the keys above keep their meaning).  More keys:
+#   experts       num_experts (0: dense MLP); every layer is an MoE layer (moe_layer_freq 1)
+#   ep            expert_model_parallel_size (expert_tensor_parallel_size = tp); rank dirs get _EEE when > 1
+#   moe_ffn       moe_ffn_hidden_size; topk: moe_router_topk
+#   grouped_gemm  moe_grouped_gemm: TEGroupedMLP (linear_fc1.weight{e}) instead of SequentialMLP
+#                 (local_experts.{e}.linear_fc1.weight); needs the TE spec
+#   ckpt_format   'torch' (legacy rank files) or 'torch_dist' (written by torch.distributed.checkpoint in the
+#                 Debian 13 chroot, see megatron_dist.py)
+DEFAULTS.update(experts=0, ep=1, moe_ffn=None, topk=2, grouped_gemm=False, ckpt_format="torch")
+
+MOE = dict(experts=4, moe_ffn=32, layers=2)
+
+CASES += [
+    # EP2 x PP2, SequentialMLP, local spec: rank dirs mp_rank_00_PPP_EEE, two local experts per EP rank
+    dict(name="moe_seq_ep2_tp1_pp2", pp=2, ep=2, dp=2, **MOE),
+    # EP2 x TP2, TEGroupedMLP (linear_fc1.weight{e}), TE spec: mp_rank_TT_EEE
+    dict(name="moe_grouped_ep2_tp2_te", tp=2, ep=2, dp=2, spec="te", grouped_gemm=True, **MOE),
+    # EP1 x TP2, 4 experts, SequentialMLP: no EP suffix
+    dict(name="moe_seq_ep1_tp2", tp=2, **MOE),
+    # torch_dist: the real fixture's shape (TP2 PP2, local spec, GQA, SwiGLU, bf16 + optimizer)
+    dict(name="dist_llama_tp2_pp2", ckpt_format="torch_dist", tp=2, pp=2, hidden=80, ffn=112),
+    # torch_dist, TP4, TE spec, GPT-2-like (MHA, gelu, biases everywhere, learned_absolute positions)
+    dict(name="dist_gpt_tp4_te", ckpt_format="torch_dist", tp=4, spec="te", **GPT),
+    # torch_dist, TP1 PP2, tied embeddings (the last stage's copy is a replica: not stored)
+    dict(name="dist_tied_tp1_pp2", ckpt_format="torch_dist", pp=2, tied=True, spec="te"),
+    # torch_dist, fp32 training, no optimizer / rng state
+    dict(name="dist_fp32_tp2_noopt", ckpt_format="torch_dist", tp=2, dtype="fp32", optimizer=False),
+]
+
+
+def is_moe(case):
+    return bool(case["experts"])
+
+
+def is_torch_dist(case):
+    return case["ckpt_format"] == "torch_dist"
+
+
+def has_hf(case):
+    """What gets an hf/ view: Llama-style dense models (no HF mapping for MoE yet)."""
+    return is_llama_style(case) and not is_moe(case)

@@ -15,6 +15,7 @@ COLUMN = ("linear_qkv.weight", "linear_qkv.bias", "query_key_value.weight", "que
 GATED = ("linear_fc1.weight", "linear_fc1.bias", "dense_h_to_4h.weight", "dense_h_to_4h.bias")
 ROW = ("linear_proj.weight", "linear_fc2.weight", "dense.weight", "dense_4h_to_h.weight")
 TIED_COPIES = ("output_layer.weight", "word_embeddings_for_head.weight")
+EXPERT = re.compile(r"^(.*\.mlp\.experts\.)(?:local_experts\.(\d+)(\..*)|(linear_fc[12]\.weight)(\d+))$")
 
 
 def _flatten(d, prefix=""):
@@ -37,6 +38,7 @@ def _is_tied_copy(args, name, first_stage):
 
 def _merge(args, name, shards):
     tp = len(shards)
+    name = re.sub(r"(\.weight)\d+$", r"\1", name)  # TEGroupedMLP linear_fc1.weight{e}
     if name.endswith(VOCAB) or name.endswith(COLUMN) or (name.endswith(GATED) and not args.swiglu):
         return torch.cat(shards, 0)
     if name.endswith(GATED):
@@ -67,47 +69,87 @@ def _unpack_distrib(chunk_params, world, tied_pp, first, last):
     return out
 
 
+def _rank_dir(t, p, e, PP, EP):
+    return "mp_rank_%02d" % t + ("_%03d" % p if PP > 1 else "") + ("_%03d" % e if EP > 1 else "")
+
+
+def _global_expert(name, e, n_local):
+    """Name with EP rank e's local expert index made global (None: not an expert parameter)."""
+    m = EXPERT.match(name)
+    if not m:
+        return None
+    if m.group(2) is not None:
+        return f"{m.group(1)}local_experts.{e * n_local + int(m.group(2))}{m.group(3)}"
+    return f"{m.group(1)}{m.group(4)}{e * n_local + int(m.group(5))}"
+
+
+def _masters(args, sd, d, per_chunk, p, PP, nkeys):
+    """fp32 masters of one rank file's chunks: [{name: tensor}] per chunk."""
+    if "optimizer" not in sd or not (args.bf16 or args.fp16):
+        return [{n: x.float() for n, x in c} for c in per_chunk]
+    masters = [dict(c) for c in per_chunk]
+    if args.use_distributed_optimizer:
+        dist = torch.load(os.path.join(d, "distrib_optim.pt"), map_location="cpu")
+        assert dist["buckets_coalesced"] is True
+        for v, c in enumerate(per_chunk):
+            (world,) = dist[v].values()
+            masters[v] = _unpack_distrib(c, world, not args.untie_embeddings_and_output_weights and PP > 1,
+                                         p == 0 and v == 0, p == PP - 1 and v == nkeys - 1)
+        return masters
+    opt = sd["optimizer"]
+    # ChainedOptimizer (MoE): [dense optimizer, expert optimizer], each over its own params
+    parts = list(zip(opt, (False, True))) if isinstance(opt, list) else [(opt, None)]
+    assert len(parts) == (2 if getattr(args, "num_experts", None) else 1)
+    for o, expert in parts:
+        flat = [(v, n, x) for v, c in enumerate(per_chunk) for n, x in c
+                if expert is None or bool(EXPERT.match(n)) == expert]
+        # one group per kind that has params: 2-D weights (decay), then 1-D (no decay)
+        groups = [g for g in ([f for f in flat if f[2].dim() >= 2], [f for f in flat if f[2].dim() == 1]) if g]
+        saved = o["fp32_from_fp16_params"]
+        assert [len(g) for g in saved] == [len(g) for g in groups], (d, expert)
+        assert [pg["is_expert_parallel"] for pg in o["optimizer"]["param_groups"]] == [bool(expert)] * len(groups)
+        for g, grp in enumerate(groups):
+            for (v, n, x), m in zip(grp, saved[g]):
+                assert m.dtype == torch.float32 and m.shape == x.shape, n
+                masters[v][n] = m
+    return masters
+
+
 def reference_merge(iter_dir):
     names = sorted(n for n in os.listdir(iter_dir) if n.startswith("mp_rank_"))
     first = torch.load(os.path.join(iter_dir, names[0], "model_optim_rng.pt"), map_location="cpu")
     args = first["args"]
     TP, PP = args.tensor_model_parallel_size, args.pipeline_model_parallel_size
-    want = ["mp_rank_%02d" % t + ("_%03d" % p if PP > 1 else "") for p in range(PP) for t in range(TP)]
+    EP, E = args.expert_model_parallel_size, getattr(args, "num_experts", None) or 0
+    want = [_rank_dir(t, p, e, PP, EP) for p in range(PP) for t in range(TP) for e in range(EP)]
     assert sorted(want) == names, f"rank dirs {names}, args say {want}"
-    training_fp = args.bf16 or args.fp16
-    # per (pp, vp) chunk: per tp rank: [(name, model tensor)], [(name, fp32)]
+    # per (pp, vp) chunk: per tp rank: [(name, model tensor)], [(name, fp32)]; experts renamed to global
     chunks = {}
     for p in range(PP):
         for t in range(TP):
-            d = os.path.join(iter_dir, "mp_rank_%02d" % t + ("_%03d" % p if PP > 1 else ""))
-            sd = torch.load(os.path.join(d, "model_optim_rng.pt"), map_location="cpu")
-            assert sd["args"].tensor_model_parallel_size == TP and sd["checkpoint_version"] == 3.0
-            keys = ["model"] if "model" in sd else sorted((k for k in sd if re.fullmatch(r"model\d+", k)),
-                                                           key=lambda k: int(k[5:]))
-            per_chunk = [_params(sd[k]) for k in keys]
-            masters = [dict(c) for c in per_chunk]
-            if "optimizer" in sd and training_fp:
-                if args.use_distributed_optimizer:
-                    dist = torch.load(os.path.join(d, "distrib_optim.pt"), map_location="cpu")
-                    assert dist["buckets_coalesced"] is True
-                    for v, c in enumerate(per_chunk):
-                        (world,) = dist[v].values()
-                        masters[v] = _unpack_distrib(c, world, not args.untie_embeddings_and_output_weights
-                                                     and PP > 1, p == 0 and v == 0,
-                                                     p == PP - 1 and v == len(keys) - 1)
-                else:
-                    flat = [(v, n, x) for v, c in enumerate(per_chunk) for n, x in c]
-                    groups = [[f for f in flat if f[2].dim() >= 2], [f for f in flat if f[2].dim() == 1]]
-                    saved = sd["optimizer"]["fp32_from_fp16_params"]
-                    assert [len(g) for g in saved] == [len(g) for g in groups]
-                    for g, grp in enumerate(groups):
-                        for (v, n, x), m in zip(grp, saved[g]):
-                            assert m.dtype == torch.float32 and m.shape == x.shape, n
-                            masters[v][n] = m
-            else:
-                masters = [{n: x.float() for n, x in c} for c in per_chunk]
-            for v, c in enumerate(per_chunk):
-                chunks.setdefault((p, v), []).append((c, masters[v]))
+            merged = None
+            for e in range(EP):
+                d = os.path.join(iter_dir, _rank_dir(t, p, e, PP, EP))
+                sd = torch.load(os.path.join(d, "model_optim_rng.pt"), map_location="cpu")
+                assert sd["args"].tensor_model_parallel_size == TP and sd["checkpoint_version"] == 3.0
+                keys = ["model"] if "model" in sd else sorted((k for k in sd if re.fullmatch(r"model\d+", k)),
+                                                               key=lambda k: int(k[5:]))
+                per_chunk = [_params(sd[k]) for k in keys]
+                masters = _masters(args, sd, d, per_chunk, p, PP, len(keys))
+                ren = [[(_global_expert(n, e, E // EP if E else 0) or n, n, x) for n, x in c] for c in per_chunk]
+                if merged is None:
+                    merged = [([(g, x) for g, _, x in c], {g: ms[n] for g, n, _ in c}) for c, ms in zip(ren, masters)]
+                    continue
+                for (mc, mm), c, ms in zip(merged, ren, masters):
+                    base = dict(mc)
+                    for g, n, x in c:
+                        if g == n:  # dense: the same in every EP rank (ckptfs takes EP rank 0's)
+                            assert _bytes(base[g]) == _bytes(x), f"{d}: {n} differs from EP rank 0's"
+                        else:
+                            mc.append((g, x))
+                            mm[g] = ms[n]
+            for v, cm in enumerate(merged):
+                chunks.setdefault((p, v), []).append(cm)
     VP = max(v for _, v in chunks) + 1
     model, fp32, offset = {}, {}, 0
     for v in range(VP):
@@ -185,7 +227,11 @@ def _same(what, ours, exp):
 
 
 def check(iter_dir, model, fp32, hf=None):
-    args, m, f = reference_merge(iter_dir)
+    compare(iter_dir, *reference_merge(iter_dir), model, fp32, hf)
+
+
+def compare(iter_dir, args, m, f, model, fp32, hf=None):
+    """Raises unless the merged (m, f) are the expectations (and give ``hf``)."""
     _same(f"{iter_dir}: model", m, model)
     _same(f"{iter_dir}: fp32", f, fp32)
     if hf is not None:

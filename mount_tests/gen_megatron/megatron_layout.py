@@ -20,8 +20,12 @@ def dims(case):
     H, nh = case["hidden"], case["heads"]
     ng = case["groups"] or nh
     hn = H // nh
-    return dict(H=H, np=nh, ng=ng, hn=hn, qpg=nh // ng, F=case["ffn"], V=case["vocab"],
-                Vp=padded_vocab(case["vocab"], case["tp"]), L=case["layers"])
+    d = dict(H=H, np=nh, ng=ng, hn=hn, qpg=nh // ng, F=case["ffn"], V=case["vocab"],
+             Vp=padded_vocab(case["vocab"], case["tp"]), L=case["layers"])
+    if case.get("experts"):
+        d.update(E=case["experts"], EP=case["ep"], El=case["experts"] // case["ep"], Fe=case["moe_ffn"])
+        assert d["El"] * case["ep"] == d["E"]
+    return d
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -71,7 +75,35 @@ EXTRA_NONE = "none"        # Megatron's own linears: _extra_state None
 EXTRA_TE = "te"            # TransformerEngine >= 2.0 modules: empty uint8 tensor
 
 
-def _layer_core(case, i, g):
+def expert_ids(case, ep_rank):
+    """[(name index, global expert)] of EP rank ``ep_rank`` (None: every expert, global numbering: the merged
+    TP=1 EP=1 model)."""
+    if not case.get("experts"):
+        return []
+    if ep_rank is None:
+        return [(e, e) for e in range(case["experts"])]
+    n = case["experts"] // case["ep"]
+    return [(e, ep_rank * n + e) for e in range(n)]
+
+
+def _moe_mlp(case, g, add, experts):
+    """MoE layer MLP entries: router, then SequentialMLP local_experts.{e} or TEGroupedMLP weight{e}."""
+    te = case["spec"] == "te"
+    add(True, "pre_mlp_layernorm.weight", f"L{g}.ln2.w")
+    add(True, "mlp.router.weight", f"L{g}.router.w")
+    if case["grouped_gemm"]:
+        for fc in ("linear_fc1", "linear_fc2"):
+            for e, x in experts:
+                add(True, f"mlp.experts.{fc}.weight{e}", f"L{g}.x{x}.{fc[-3:]}.w")
+            add(True, f"mlp.experts.{fc}._extra_state", extra=EXTRA_TE)
+        return
+    for e, x in experts:
+        for fc in ("linear_fc1", "linear_fc2"):
+            add(True, f"mlp.experts.local_experts.{e}.{fc}.weight", f"L{g}.x{x}.{fc[-3:]}.w")
+            add(True, f"mlp.experts.local_experts.{e}.{fc}._extra_state", extra=EXTRA_TE if te else EXTRA_NONE)
+
+
+def _layer_core(case, i, g, experts=()):
     te = case["spec"] == "te"
     b, qb, ln_b = case["bias"], case["bias"] or case["qkv_bias"], case["norm"] == "LayerNorm"
     p = f"decoder.layers.{i}."
@@ -95,6 +127,10 @@ def _layer_core(case, i, g):
     add(True, "self_attention.linear_qkv.weight", f"L{g}.qkv.w")
     add(qb, "self_attention.linear_qkv.bias", f"L{g}.qkv.b")
     add(True, "self_attention.linear_qkv._extra_state", extra=lx)
+    if case.get("experts"):
+        assert not ln_b and not b, "MoE cases: RMSNorm, no biases"
+        _moe_mlp(case, g, add, experts)
+        return E
     add(not te, "pre_mlp_layernorm.weight", f"L{g}.ln2.w")
     add(not te and ln_b, "pre_mlp_layernorm.bias", f"L{g}.ln2.b")
     add(te, "mlp.linear_fc1.layer_norm_weight", f"L{g}.ln2.w")
@@ -129,9 +165,10 @@ def _layer_legacy(case, i, g):
     return E
 
 
-def chunk_entries(case, layers, pre, post, local=True):
+def chunk_entries(case, layers, pre, post, local=True, ep_rank=0):
     """State-dict entries of one model chunk holding global ``layers``; ``pre``/``post``: first/last
-    chunk of the pipeline.  ``local``: number layers from 0 (rank files); else globally (merged names)."""
+    chunk of the pipeline.  ``local``: number layers from 0 and experts within EP rank ``ep_rank`` (rank
+    files); else globally (merged names)."""
     legacy = case["naming"] == "legacy"
     ln_b = case["norm"] == "LayerNorm"
     learned = case["pos"] == "learned_absolute"
@@ -161,7 +198,7 @@ def chunk_entries(case, layers, pre, post, local=True):
         if learned:
             E.append(Entry(["embedding.position_embeddings.weight"], "pos"))
     for i, g in enumerate(layers):
-        E += _layer_core(case, i if local else g, g)
+        E += _layer_core(case, i if local else g, g, expert_ids(case, ep_rank if local else None))
     if post:
         E.append(Entry(["decoder.final_layernorm.weight"], "final.w"))
         if ln_b:
@@ -182,6 +219,8 @@ def merged_entries(case):
 def rule_of(case, src):
     """TP split rule of a canonical tensor."""
     kind = src.split(".", 1)[1] if src.startswith("L") else src
+    if is_expert(src):
+        kind = kind.split(".", 1)[1]  # x{e}.fc1.w -> fc1.w
     if src in ("emb", "out"):
         return "vocab"
     if kind in ("qkv.w", "qkv.b"):
@@ -193,11 +232,19 @@ def rule_of(case, src):
     return "rep"
 
 
-def tp_attrs(rule):
+def is_expert(src):
+    """An expert's weight (canonical 'L{g}.x{e}.fc1.w'): expert-parallel, in the expert optimizer."""
+    return src.startswith("L") and src.split(".")[1].startswith("x")
+
+
+def tp_attrs(rule, expert=False):
     """The tensor-parallel attributes Megatron sets on a parameter (pickled on the fp32 masters)."""
     dim = {"vocab": 0, "qkv": 0, "glu": 0, "col": 0, "row": 1}.get(rule, -1)
-    return {"expert_tp": False, "is_qkv": rule == "qkv", "tensor_model_parallel": dim >= 0,
-            "partition_dim": dim, "partition_stride": 1}
+    a = {"expert_tp": expert, "is_qkv": rule == "qkv", "tensor_model_parallel": dim >= 0,
+         "partition_dim": dim, "partition_stride": 1}
+    if expert:
+        a["allreduce"] = False
+    return a
 
 
 # ----------------------------------------------------------------------------------------------------

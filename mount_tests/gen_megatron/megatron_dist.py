@@ -1,0 +1,289 @@
+"""torch_dist (``--ckpt-format torch_dist``) cases: where every tensor goes in Megatron's dist-checkpointing
+geometry, the per-rank plans the chroot writer turns into a real DCP dir, the host side of running that
+writer in the Debian 13 chroot (torch 2.6), and the self-check of what it wrote
+(/work/shared/formats/megatron.md §5, §4.5, §3.6).
+
+Geometry (DP 1, world = TP x PP, rank = pp * TP + tp, one gloo process per rank in the chroot):
+- layers are STACKED: ``decoder.layers.<rest>`` of global shape [L, ...]; a chunk is one layer of one TP
+  rank: [1, rows/TP, H] (column, vocab), [1, H, cols/TP] (row), [1, ...] replicated (norms, row biases,
+  saved by TP rank 0 only: replica dedup); gated fc1 (SwiGLU) as 2*TP chunks per layer, rank r writing its
+  gate rows at fragment r and its up rows at fragment TP + r of the global [gate; up];
+- TE names even for the local spec (``self_attention.linear_qkv.layer_norm_weight``,
+  ``mlp.linear_fc1.layer_norm_weight``);
+- ``embedding.word_embeddings.weight`` [Vp, H] in vocab chunks (first stage), ``embedding.position_embeddings
+  .weight`` (learned_absolute), ``decoder.final_layernorm.*`` and, untied only, ``output_layer.weight``
+  (last stage; the tied copy is a replica and not stored);
+- non-distributed optimizer (bf16/fp16): ``optimizer.state.{fp32_param,exp_avg,exp_avg_sq}.<key>`` with the
+  model key's geometry;
+- bytes items (ShardedObjects, torch.save([obj])): ``decoder.layers.<module>._extra_state/shard_{l}_{L}``
+  (TP rank 0 of the layer's stage) and ``rng_state/shard_{pp}.{tp}_{PP}.{TP}`` (every rank);
+- ``common.pt`` (args, checkpoint_version, iteration, optimizer param_groups, scheduler ...),
+  ``metadata.json`` and the tracker, written here on the host.
+"""
+import collections
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import torch
+
+from megatron_args import make_args
+from megatron_layout import EXTRA_TE, chunk_layers, merged_entries, rule_of
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)
+sys.path.append(os.path.join(TESTS, "gen_dcp"))
+import run_generator as RG  # noqa: E402  (the chroot: where it is, whether it is ready, how to enter it)
+
+CHROOT_SCRIPT = os.path.join(HERE, "chroot_megatron_dist.py")
+METADATA_JSON = {"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
+                 "common_backend_version": 1}
+PLANS = ".plans"  # per case: .plans/<tag>/rank<r>.pt while the case is being made
+LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
+TE_NAMES = (("input_layernorm.", "self_attention.linear_qkv.layer_norm_"),
+            ("pre_mlp_layernorm.", "mlp.linear_fc1.layer_norm_"))
+TIMEOUT = 600
+
+
+def dist_key(rest):
+    """The torch_dist name of a layer module path (local-spec norms get their TE names)."""
+    for local, te in TE_NAMES:
+        if rest.startswith(local):
+            return te + rest[len(local):]
+    return rest
+
+
+def tp_pieces(rule, full, t, tp):
+    """[(offsets, piece)] that TP rank t saves of a full (TP=1 layout) tensor."""
+    zeros = (0,) * full.ndim
+    if rule == "rep":
+        return [(zeros, full)] if t == 0 else []
+    n = full.shape[0] // tp
+    if rule in ("vocab", "col", "qkv"):  # QKV: a rank's group block is a contiguous row range
+        return [((t * n,) + zeros[1:], full[t * n:(t + 1) * n])]
+    if rule == "row":
+        m = full.shape[1] // tp
+        return [((0, t * m) + zeros[2:], full[:, t * m:(t + 1) * m])]
+    if rule == "glu":
+        F = full.shape[0] // 2
+        m = F // tp
+        return [((o + t * m,) + zeros[1:], full[o + t * m:o + (t + 1) * m]) for o in (0, F)]
+    raise ValueError(rule)
+
+
+def layout(case):
+    """[(key, global shape, src, layer or None, owner stage)] of the model tensors, in state-dict order,
+    and [(object key, extra kind, layer, stage)] of the layers' ``_extra_state``."""
+    assert case["vp"] == 1 and not case["experts"], "torch_dist cases: no VP, no MoE"
+    stage_of = {g: p for (p, _), ls in chunk_layers(case).items() for g in ls}
+    L, last = case["layers"], case["pp"] - 1
+    tensors, objects = [], []
+    for e in merged_entries(case):
+        m = LAYER.match(e.name)
+        if m:
+            g = int(m.group(1))
+            key = "decoder.layers." + dist_key(m.group(2))
+            if e.is_param:
+                tensors.append((key, g, e.src, stage_of[g]))
+            else:
+                objects.append((f"{key}/shard_{g}_{L}", e.extra, g, stage_of[g]))
+        elif e.is_param and not e.copy:
+            tensors.append((e.name, None, e.src, 0 if e.name.startswith("embedding.") else last))
+    return tensors, objects
+
+
+def write_plans(case, vals, iteration, iter_dir, seed, gen):
+    """Writes common.pt, metadata.json and the per-rank plans (``.plans/<tag>/rank<r>.pt``: {'keys': [(key,
+    global shape)] every rank declares, 'tensors': {key: [(offsets, chunk)]}, 'objects': [(key, [obj])]},
+    a bytes item being torch.save of its value, as Megatron's ShardedObjects are saved)
+    of one iteration.  ``gen``: the generate module (values, rng and optimizer helpers)."""
+    tp, pp, dt = case["tp"], case["pp"], case["dtype"]
+    with_optim = case["optimizer"] and dt != "fp32"
+    assert case["optimizer"] is False or dt != "fp32", "torch_dist fp32 cases: no optimizer"
+    tensors, objects = layout(case)
+    plans = {r: {"keys": [], "tensors": collections.defaultdict(list), "objects": []} for r in range(tp * pp)}
+
+    def declare(key, g, stage, rule, full):
+        shape = tuple(full.shape) if g is None else (case["layers"],) + tuple(full.shape)
+        for r, plan in plans.items():
+            plan["keys"].append((key, shape))
+            p, t = divmod(r, tp)
+            if p != stage:
+                continue
+            for off, piece in tp_pieces(rule, full, t, tp):
+                if g is not None:
+                    off, piece = (g,) + off, piece.unsqueeze(0)
+                plan["tensors"][key].append((off, piece.contiguous().clone()))
+
+    for key, g, src, stage in tensors:
+        declare(key, g, stage, rule_of(case, src), gen.to_torch(vals.model[src], dt))
+    if with_optim:
+        for key, g, src, stage in tensors:
+            master = vals.master[src]
+            ea, eas = gen.adam_moments(vals.rng, master.shape)
+            for kind, a in (("fp32_param", master), ("exp_avg", ea), ("exp_avg_sq", eas)):
+                declare(f"optimizer.state.{kind}.{key}", g, stage, rule_of(case, src), torch.from_numpy(a.copy()))
+    # a stacked key comes once per layer: declare it once
+    for plan in plans.values():
+        seen = set()
+        plan["keys"] = [k for k in plan["keys"] if not (k[0] in seen or seen.add(k[0]))]
+    for key, kind, g, stage in objects:
+        value = torch.empty(0, dtype=torch.uint8) if kind == EXTRA_TE else None
+        plans[stage * tp]["objects"].append((key, [value]))
+    if case["optimizer"]:
+        for r, plan in plans.items():
+            p, t = divmod(r, tp)
+            plan["objects"].append((f"rng_state/shard_{p}.{t}_{pp}.{tp}", [gen.rng_state(seed + 1 + r)]))
+    tag = os.path.basename(iter_dir)
+    plan_dir = os.path.join(os.path.dirname(os.path.dirname(iter_dir)), PLANS, tag)
+    os.makedirs(plan_dir)
+    for r, plan in plans.items():
+        plan["tensors"] = dict(plan["tensors"])
+        torch.save(plan, os.path.join(plan_dir, f"rank{r}.pt"))
+    os.makedirs(iter_dir)
+    torch.save(common_state(case, iteration, with_optim, gen), os.path.join(iter_dir, "common.pt"))
+    with open(os.path.join(iter_dir, "metadata.json"), "w") as f:
+        json.dump(METADATA_JSON, f)
+
+
+def common_state(case, iteration, with_optim, gen):
+    it = 0 if iteration == "release" else iteration
+    args = make_args(case, iteration)
+    args.ckpt_format, args.use_dist_ckpt, args.ckpt_fully_parallel_save = "torch_dist", True, True
+    state = {"args": args, "checkpoint_version": 3.0, "iteration": it}
+    if with_optim:
+        state["optimizer"] = {"optimizer": {"state": {"common_step": torch.tensor(float(it))},
+                                            "param_groups": [gen.param_group(g == 0) for g in range(2)]}}
+    if case["optimizer"]:
+        state["opt_param_scheduler"] = gen.scheduler_state(it)
+    state["num_floating_point_operations_so_far"] = 0
+    state["content_metadata"] = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
+    return state
+
+
+# ----------------------------------------------------------------------------------------------------
+# host side of the chroot writer
+
+def chroot_status():
+    """(chroot dir, None) when ready, else (chroot dir, why not)."""
+    chroot = RG.default_chroot()
+    if RG.chroot_ready(chroot):
+        return chroot, None
+    return chroot, (f"the Debian 13 chroot (torch 2.6) is not set up ({chroot}/.ckptfs-chroot-complete missing): run "
+                    f"`bash mount_tests/modern/setup_chroot.sh` or point CKPTFS_CHROOT at it")
+
+
+def write_dcp(case_dirs, chroot, timeout=TIMEOUT):
+    """Runs chroot_megatron_dist.py over the plans of every case dir (one gloo world per world size) and
+    moves the DCP files into each iteration dir; leaves ``.plans/<tag>/full.pt`` (the DCP read back by
+    PyTorch) for ``finish``."""
+    tag = f"ckptfs-gen-megatron-{os.getpid()}"
+    host = os.path.join(chroot, "tmp", tag)
+    shutil.rmtree(host, ignore_errors=True)
+    os.makedirs(os.path.join(host, "tmp"))
+    try:
+        shutil.copy(CHROOT_SCRIPT, host)
+        groups = collections.defaultdict(list)  # world size -> [job dir inside the chroot]
+        for n, d in enumerate(case_dirs):
+            with open(os.path.join(d, "case.json.pending")) as f:
+                info = json.load(f)
+            for it_tag in info["tags"]:
+                job = os.path.join("jobs", f"{n}-{it_tag}")
+                shutil.copytree(os.path.join(d, PLANS, it_tag), os.path.join(host, job))
+                groups[info["tp"] * info["pp"]].append(f"/tmp/{tag}/{job}")
+        cmd = RG.in_chroot_cmd(chroot, "python3", f"/tmp/{tag}/chroot_megatron_dist.py",
+                               json.dumps(sorted(groups.items())), tmpdir=f"/tmp/{tag}/tmp")
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as e:
+            raise RuntimeError(f"torch_dist writer timed out after {timeout}s: {' '.join(cmd)}\n{e.stdout}\n{e.stderr}")
+        if proc.returncode != 0:
+            log = "\n".join(l for l in (proc.stdout + proc.stderr).splitlines() if "UCX" not in l and "cpuinfo" not in l)
+            raise RuntimeError(f"torch_dist writer failed (exit {proc.returncode}): {' '.join(cmd)}\n{log[-6000:]}")
+        for n, d in enumerate(case_dirs):
+            with open(os.path.join(d, "case.json.pending")) as f:
+                info = json.load(f)
+            for it_tag in info["tags"]:
+                job = os.path.join(host, "jobs", f"{n}-{it_tag}")
+                for f in os.listdir(os.path.join(job, "dcp")):
+                    shutil.move(os.path.join(job, "dcp", f), os.path.join(d, "checkpoint", it_tag, f))
+                shutil.move(os.path.join(job, "full.pt"), os.path.join(d, PLANS, it_tag, "full.pt"))
+    finally:
+        shutil.rmtree(host, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the self-check: the DCP as PyTorch reads it back (full.pt: every key assembled from its chunks by
+# torch.distributed.checkpoint), unstacked and renamed by the spec's rules, against the expectations
+
+def _unstack(args, full):
+    """{merged name: tensor} from {torch_dist key: global tensor}: stacked layers split on axis 0, TE norm
+    names back to the local spec's when ``transformer_impl == 'local'``."""
+    out = {}
+    local = args.transformer_impl == "local"
+    for k, t in full.items():
+        if not k.startswith("decoder.layers."):
+            out[k] = t
+            continue
+        rest = k[len("decoder.layers."):]
+        if local:
+            for name, te in TE_NAMES:
+                if rest.startswith(te):
+                    rest = name + rest[len(te):]
+        assert t.shape[0] == args.num_layers, k
+        for g in range(args.num_layers):
+            out[f"decoder.layers.{g}.{rest}"] = t[g]
+    return out
+
+
+def reference_merge(iter_dir, dump):
+    """(args, model, fp32) of a torch_dist iteration dir, from its common.pt and ``dump`` (full.pt)."""
+    with open(os.path.join(iter_dir, "metadata.json")) as f:
+        assert json.load(f) == METADATA_JSON
+    common = torch.load(os.path.join(iter_dir, "common.pt"), map_location="cpu")
+    args = common["args"]
+    assert args.ckpt_format == "torch_dist" and common["checkpoint_version"] == 3.0
+    tp = args.tensor_model_parallel_size
+    files = sorted(f for f in os.listdir(iter_dir) if f.endswith(".distcp"))
+    assert files == [f"__{r}_0.distcp" for r in range(tp * args.pipeline_model_parallel_size)], files
+    for key, chunks in dump["chunks"].items():
+        # replicated tensors (1-D per layer, or norms) come from TP rank 0 only: rank % TP == 0
+        if key.endswith(("layernorm.weight", "layer_norm_weight", "layer_norm_bias", "layernorm.bias")):
+            assert all(int(f.split("_")[2]) % tp == 0 for _, _, f in chunks), (key, chunks)
+    model = {k: v for k, v in dump["tensors"].items() if not k.startswith("optimizer.")}
+    pre = "optimizer.state.fp32_param."
+    fp32 = {k[len(pre):]: v for k, v in dump["tensors"].items() if k.startswith(pre)}
+    if not (args.bf16 or args.fp16):
+        assert not fp32
+        fp32 = {k: v.float() for k, v in model.items()}
+    for key in [k for k in dump["tensors"] if k.startswith("optimizer.state.exp_avg")]:
+        assert key.split(".", 3)[3] in model, key
+    for key, raw in dump["bytes"].items():
+        if key.startswith("rng_state/"):  # numpy 2's arrays (numpy._core) inside: not loadable here
+            assert zipfile.ZipFile(io.BytesIO(raw)).namelist(), key
+            continue
+        obj = torch.load(io.BytesIO(raw), map_location="cpu")
+        assert isinstance(obj, list) and len(obj) == 1, (key, type(obj))
+    return args, _unstack(args, model), _unstack(args, fp32)
+
+
+def finish(case_dir, check):
+    """Checks every iteration of a torch_dist case dir against its expectations (``check(iter_dir, args,
+    model, fp32, expected_dir)``) and removes the plans."""
+    with open(os.path.join(case_dir, "case.json.pending")) as f:
+        info = json.load(f)
+    for tag in info["tags"]:
+        dump = torch.load(os.path.join(case_dir, PLANS, tag, "full.pt"), map_location="cpu")
+        iter_dir = os.path.join(case_dir, "checkpoint", tag)
+        check(iter_dir, *reference_merge(iter_dir, dump), os.path.join(case_dir, info["expected"][tag]))
+    shutil.rmtree(os.path.join(case_dir, PLANS))
+    info["dcp_files"] = sorted(os.listdir(os.path.join(case_dir, "checkpoint", info["latest"])))
+    with open(os.path.join(case_dir, "case.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    os.remove(os.path.join(case_dir, "case.json.pending"))
+
