@@ -147,12 +147,13 @@ def test_bad_usage(ckptfs_bin, args):
     assert "Traceback" not in proc.stderr
 
 
-def test_tensor_parallel_ranks_are_unsupported(ckptfs_bin, case_copy, tmp_path):
-    """Several mp_rank files without pipeline layer files: TP slices whose merge rule is unknown."""
+def test_tensor_parallel_ranks_without_split_rules_are_unsupported(ckptfs_bin, case_copy, tmp_path):
+    """Several mp_rank files without pipeline layer files and without universal_checkpoint_info: TP slices
+    whose merge rule nothing records."""
     src = case_copy("z2_fp16_dp2")
     shutil.copy(src / TAG / "mp_rank_00_model_states.pt", src / TAG / "mp_rank_01_model_states.pt")
     H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_UNSUPPORTED,
-                            ["mp_rank_01_model_states.pt", "not supported yet"])
+                            ["mp_rank_00_model_states.pt", "universal_checkpoint_info"])
 
 
 def test_moe_expert_files_are_unsupported(ckptfs_bin, case_copy, tmp_path):

@@ -33,6 +33,9 @@ struct UniversalParam {
   const catalog::LogicalTensor* fp32 = nullptr;        // in the tag's "fp32" catalog
   std::vector<const catalog::LogicalTensor*> state;    // aligned with UniversalPlan::state_keys
   pickle::ValuePtr step;                               // step.pt (its group's step); null: no step.pt
+  // The keys ds_to_universal writes before 'param' in the dict form (how tensor-parallel slices were
+  // joined: cat_dim, param_n_sub_params, vocab_tensor); unset: {'cat_dim': 0}.
+  std::optional<std::vector<std::pair<std::string, pickle::ValuePtr>>> merge_keys;
 };
 
 // What a tag offers as a DeepSpeed universal checkpoint (docs/formats/universal.md): the optimizer's

@@ -16,6 +16,28 @@ RankTensor rank_tensor(std::shared_ptr<const catalog::LogicalTensor> tensor, std
   return {std::move(view), std::move(tensor), std::move(file)};
 }
 
+namespace {
+
+std::vector<std::byte> rank_bytes(const std::string& name, const RankTensor& rank) {
+  const catalog::LogicalTensor whole =
+      rank.inner ? *rank.inner : catalog::whole_tensor(name, rank.tensor, rank.tensor.dtype, "");
+  std::vector<std::byte> out(whole.nbytes());
+  catalog::read_tensor(whole, 0, out);
+  return out;
+}
+
+}  // namespace
+
+std::optional<size_t> differing_replica(const std::string& name, const std::vector<RankTensor>& ranks,
+                                        uint64_t max_bytes) {
+  const auto& first = ranks.front().tensor;
+  if (ranks.size() < 2 || first.numel() * dtype_size(first.dtype) > max_bytes) return std::nullopt;
+  const auto reference = rank_bytes(name, ranks.front());
+  for (size_t r = 1; r < ranks.size(); ++r)
+    if (rank_bytes(name, ranks[r]) != reference) return r;
+  return std::nullopt;
+}
+
 catalog::LogicalTensor merge_tensor_parallel(const std::string& name, Split split,
                                              const std::vector<RankTensor>& ranks, DType dtype) {
   const auto& shape = ranks.front().tensor.shape;

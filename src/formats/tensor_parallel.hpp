@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct RankTensor {
 
 RankTensor rank_tensor(const torch::SourceTensor& tensor, std::filesystem::path file);
 RankTensor rank_tensor(std::shared_ptr<const catalog::LogicalTensor> tensor, std::filesystem::path file);
+
+// The first rank whose copy of a replicated parameter differs from rank 0's, comparing the bytes only
+// when the tensor is at most `max_bytes` (norms and biases; a weight matrix is never compared).
+std::optional<size_t> differing_replica(const std::string& name, const std::vector<RankTensor>& ranks,
+                                        uint64_t max_bytes = uint64_t{1} << 20);
 
 // The merged parameter of `ranks` (one per tensor-parallel rank, in rank order), served in `dtype`.
 // Throws FormatError naming the files when the ranks' shapes differ or cannot be split that way.

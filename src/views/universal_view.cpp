@@ -75,9 +75,12 @@ class UniversalParamFile final : public VirtualFile {
     const bool requires_grad = what_ == kFp32;
     if (plan_->bare_tensors)
       return catalog::tensor_value(t, requires_grad, std::vector<int64_t>{static_cast<int64_t>(t.numel())});
-    auto cat_dim = pickle::make_value(pickle::Kind::Int);
     auto dict = pickle::make_value(pickle::Kind::Dict);
-    dict->entries.emplace_back(text_value("cat_dim"), std::move(cat_dim));
+    if (p.merge_keys) {
+      for (const auto& [key, value] : *p.merge_keys) dict->entries.emplace_back(text_value(key), value);
+    } else {
+      dict->entries.emplace_back(text_value("cat_dim"), pickle::make_value(pickle::Kind::Int));
+    }
     dict->entries.emplace_back(text_value("param"), catalog::tensor_value(t, requires_grad));
     return dict;
   }

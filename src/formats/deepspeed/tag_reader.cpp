@@ -13,6 +13,7 @@
 #include "formats/deepspeed/partition_assembly.hpp"
 #include "formats/deepspeed/rank_files.hpp"
 #include "formats/deepspeed/tag_files.hpp"
+#include "formats/deepspeed/tensor_parallel_merge.hpp"
 #include "formats/deepspeed/universal_input.hpp"
 #include "formats/deepspeed/universal_state.hpp"
 
@@ -258,15 +259,10 @@ TagParts read_zero3(io::FileSet& files, const TagFiles& tf, Topology& topo) {
   return parts;
 }
 
-TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, Topology& topo,
+// One MP rank of a data-parallel tag (a tensor-parallel tag reads each rank this way, then merges them).
+TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topology& topo,
                             std::vector<std::string>& notes) {
-  if (tf.model_states.size() > 1)
-    throw UnsupportedError(
-        fmt::format("{}: tensor-parallel DeepSpeed checkpoint ({} mp ranks): merging TP slices needs the "
-                    "model's split rules, "
-                    "not supported yet",
-                    std::next(tf.model_states.begin())->second.string(), tf.model_states.size()));
-  const auto& [mp, path] = *tf.model_states.begin();
+  const fs::path& path = tf.model_states.at(mp);
   ModelStates ms = read_model_states(files, path);
   if (!ms.module)
     throw FormatError(
@@ -429,14 +425,9 @@ TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& 
   return parts;
 }
 
-}  // namespace
-
-Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
-  TagFiles tf = list_tag_files(dir);
-  if (tf.empty()) throw SourceError(fmt::format("{}: no DeepSpeed model-state files", dir.string()));
-  if (!tf.expert_files.empty())
-    throw UnsupportedError(fmt::format("{}: Mixture-of-Experts checkpoints are not supported yet",
-                                       tf.expert_files.front().string()));
+// The tag as one MP rank sees it: every rank of a data-parallel or pipeline tag, or tensor-parallel rank
+// `mp` of a tensor-parallel one.
+RankTag read_rank(io::FileSet& files, const TagFiles& tf, const fs::path& dir, const std::string& name, int mp) {
   Tag tag;
   tag.name = name;
   tag.dir = dir;
@@ -447,7 +438,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
   TagParts parts = universal                  ? read_universal(files, tf, dir, tag.topology, tag.notes)
                    : zero3                    ? read_zero3(files, tf, tag.topology)
                    : !tf.layer_states.empty() ? read_pipeline(files, tf, tag.topology, tag.notes)
-                                              : read_data_parallel(files, tf, tag.topology, tag.notes);
+                                              : read_data_parallel(files, tf, mp, tag.topology, tag.notes);
   if (universal)
     for (const auto& t : parts.trainable)
       if (!t.pieces.empty()) tag.files.push_back(t.pieces.front().file->path());
@@ -468,7 +459,25 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
   tag.universal = universal_plan(parts, fp32, zero3, tag);
   tag.catalogs.emplace("fp32", std::move(fp32));
   tag.catalogs.emplace("model", std::move(model));
-  return tag;
+  return {std::move(tag), std::move(parts.buffers)};
+}
+
+}  // namespace
+
+Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
+  TagFiles tf = list_tag_files(dir);
+  if (tf.empty()) throw SourceError(fmt::format("{}: no DeepSpeed model-state files", dir.string()));
+  if (!tf.expert_files.empty())
+    throw UnsupportedError(fmt::format("{}: Mixture-of-Experts checkpoints are not supported yet",
+                                       tf.expert_files.front().string()));
+  const bool tensor_parallel = tf.zero3_model_states.empty() && tf.layer_states.empty() &&
+                               tf.model_states.size() > 1 && !is_universal_dir(dir);
+  if (!tensor_parallel) return read_rank(files, tf, dir, name, tf.model_states.empty() ? 0 : tf.model_states.begin()->first).tag;
+  // Several MP ranks without pipeline layer files: tensor parallelism (Megatron-DeepSpeed, AutoTP).
+  const UniversalInfo info = read_universal_info(files, tf.model_states.begin()->second);
+  std::vector<RankTag> ranks;
+  for (const auto& [mp, path] : tf.model_states) ranks.push_back(read_rank(files, tf, dir, name, mp));
+  return merge_tensor_parallel_ranks(std::move(ranks), info);
 }
 
 }  // namespace ckptfs::deepspeed

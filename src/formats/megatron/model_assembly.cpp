@@ -13,8 +13,6 @@ namespace ckptfs::megatron {
 
 namespace {
 
-constexpr uint64_t kMaxReplicaCompareBytes = 1 << 20;  // norms and biases; never a weight matrix
-
 bool is_tensor_entry(const std::pair<std::string, formats::Field>& entry) {
   return !is_extra_state(entry.first) && torch::as_tensor(entry.second.value()) != nullptr;
 }
@@ -30,13 +28,6 @@ const formats::Field* find_entry(const FlatState& state, const std::string& name
   for (const auto& [n, f] : state)
     if (n == name) return &f;
   return nullptr;
-}
-
-std::vector<std::byte> tensor_bytes(const torch::SourceTensor& src, const std::string& name) {
-  const auto t = catalog::whole_tensor(name, src, src.dtype, "");
-  std::vector<std::byte> out(t.nbytes());
-  catalog::read_tensor(t, 0, out);
-  return out;
 }
 
 }  // namespace
@@ -86,16 +77,10 @@ bool ChunkedModel::is_tied_copy(const ModelChunk& chunk, const std::string& name
 }
 
 void ChunkedModel::compare_replicas(const std::string& name, const std::vector<RankTensor>& ranks) {
-  const auto& first = ranks.front().tensor;
-  if (ranks.size() < 2 || first.numel() * dtype_size(first.dtype) > kMaxReplicaCompareBytes) return;
-  const auto reference = tensor_bytes(first, name);
-  for (size_t r = 1; r < ranks.size(); ++r)
-    if (tensor_bytes(ranks[r].tensor, name) != reference) {
-      notes_.push_back(fmt::format("{} is replicated over TP ranks but differs between {} and {}: TP rank 0's copy "
-                                   "is served",
-                                   name, ranks.front().file.string(), ranks[r].file.string()));
-      return;
-    }
+  if (auto r = formats::differing_replica(name, ranks))
+    notes_.push_back(fmt::format("{} is replicated over TP ranks but differs between {} and {}: TP rank 0's copy "
+                                 "is served",
+                                 name, ranks.front().file.string(), ranks[*r].file.string()));
 }
 
 std::shared_ptr<catalog::Catalog> ChunkedModel::merge_model() {
