@@ -44,12 +44,7 @@ repo=$PWD
 # shellcheck source=bench/lib_bench.sh
 source bench/lib_bench.sh  # is_mounted, unmount, wait_mounted, fresh_dir, readahead, rate, timed_cat, ...
 work=$(realpath -m "${1:-build/bench}")
-bin=$(realpath "${CKPTFS_BIN:-build/ckptfs}")
-read_timeout=300  # seconds allowed for any single read pass
-t_start=$EPOCHREALTIME
-
-[ -x "$bin" ] || { echo "no ckptfs binary at $bin (cmake --build build)" >&2; exit 1; }
-[ -x /usr/bin/time ] || { echo "GNU time (/usr/bin/time) is needed" >&2; exit 1; }
+bench_setup  # $bin, $read_timeout, $t_start
 chroot_dir=${CKPTFS_CHROOT:-}
 if [ -z "$chroot_dir" ]; then
   for c in build/trixie /var/cache/ckptfs/trixie; do
@@ -79,10 +74,7 @@ check_mnt="$cwork/mnt"
 mounts=("$pt_mnt" "$ck_mnt" "$check_mnt")
 pids=()
 cleanup() {
-  local m p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for m in "${mounts[@]}"; do unmount "$m"; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  stop_and_unmount
   rm -rf "$out_pt" "$export_dir" "$copy_pt" "$ckpt.tmp" "$shm_dir"
 }
 trap cleanup EXIT
@@ -112,14 +104,6 @@ ck_mount() {  # $1: mount point, then extra ckptfs options
   ck_pid=$!
   pids+=("$ck_pid")
   wait_mounted "$m"
-}
-ck_unmount() {  # $1: mount point; sets ck_hwm to the daemon's VmHWM (KiB) before stopping it
-  local p kept=()
-  ck_hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$ck_pid/status")
-  unmount "$1"
-  wait "$ck_pid" 2>/dev/null || true
-  for p in "${pids[@]}"; do [ "$p" = "$ck_pid" ] || kept+=("$p"); done
-  pids=("${kept[@]}")
 }
 
 # ---- workload: generated once in the chroot, reused while its stamp names the script's spec ------------

@@ -58,3 +58,33 @@ build_passthrough_ll() {  # $1: path of the binary to build (its folder gets the
   gcc -O2 -o "$bin.tmp" "$dir/passthrough_ll.c" $(pkg-config fuse3 --cflags --libs)
   mv "$bin.tmp" "$bin"
 }
+
+# The ckptfs binary under test (CKPTFS_BIN, default build/ckptfs) as $bin, the per-pass read limit and the
+# start time, and the tools a bench that times processes needs; exits when one is missing.
+bench_setup() {
+  bin=$(realpath "${CKPTFS_BIN:-build/ckptfs}")
+  read_timeout=300  # seconds allowed for any single read pass
+  t_start=$EPOCHREALTIME
+  [ -x "$bin" ] || { echo "no ckptfs binary at $bin (cmake --build build)" >&2; exit 1; }
+  [ -x /usr/bin/time ] || { echo "GNU time (/usr/bin/time) is needed" >&2; exit 1; }
+}
+
+# Unmounts the ckptfs daemon $ck_pid (listed in the caller's pids array) mounted on $1 and stops it,
+# setting ck_hwm to its VmHWM (KiB) first.
+ck_unmount() {
+  local p kept=()
+  ck_hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$ck_pid/status")
+  unmount "$1"
+  wait "$ck_pid" 2>/dev/null || true
+  for p in "${pids[@]}"; do [ "$p" = "$ck_pid" ] || kept+=("$p"); done
+  pids=("${kept[@]}")
+}
+
+# Stops every daemon in the caller's pids array and unmounts every path in its mounts array (for cleanup
+# traps: on exit, error or signal).
+stop_and_unmount() {
+  local m p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for m in "${mounts[@]}"; do unmount "$m"; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}

@@ -76,6 +76,9 @@ struct LogicalTensor {
   std::vector<Piece> pieces;
   std::shared_ptr<const BoxAssembly> boxes;
   std::string origin;  // provenance shown by `ckptfs inspect --tensors`
+  // Or, for a 2-D tensor with neither: this tensor transposed (Hugging Face GPT-2's Conv1D weights). It is
+  // read through a per-thread copy of that tensor when it is small enough, element by element otherwise.
+  std::shared_ptr<const LogicalTensor> transpose_of;
 
   uint64_t numel() const;
   uint64_t nbytes() const { return numel() * dtype_size(dtype); }
@@ -131,6 +134,9 @@ torch::SourceTensor narrow(const torch::SourceTensor& src, size_t dim, int64_t s
 // index `begin` lands at `dst_begin` of that dimension; other dimensions keep their offsets.
 void append_slice(std::vector<Box>& out, const LogicalTensor& tensor, size_t dim, int64_t begin, int64_t end,
                   int64_t dst_begin);
+
+// `tensor` (2-D) transposed, named `name`.
+LogicalTensor transposed_tensor(std::string name, const LogicalTensor& tensor);
 
 // A logical tensor tiled by `boxes`; throws FormatError naming `name` when they do not tile `shape` or a
 // source cannot be served as `dtype`.

@@ -10,7 +10,8 @@ order ckptfs serves them) and ``OUT_DIR/<case>/case.json``.  For a tag with part
 state (ZeRO-1/2/3, BF16_Optimizer, pipeline) also ``universal.pt`` (OrderedDict param name -> {'fp32',
 'exp_avg', 'exp_avg_sq'[, 'step']}: what ckptfs must serve under universal/<tag>_universal/zero/<name>/)
 and ``universal_optimizer_state.pt`` (its zero/optimizer_state.pt); case.json ``universal`` gives the
-file form ('dict' / 'bare'), the model-state files copied, the file count.  Cases are written
+file form ('dict' / 'bare'), the model-state files copied, the file count (tensor-parallel cases:
+also ``merge_keys``, the keys each param's dict holds before 'param').  Cases are written
 atomically (tmp dir + rename) and skipped when already present.  Everything is seeded; the
 expectations are computed from the generated master values with torch, never by running ckptfs.
 
@@ -196,10 +197,11 @@ class Values:
         rng = np.random.default_rng(seed)
         self.rng = rng
         self.master, self.frozen, self.buffers = {}, {}, {}
+        self.moments = None  # name -> {'exp_avg', 'exp_avg_sq'}: tensor-parallel cases (tp_moments)
         for e in entries:
             if e.kind == "train":
                 m = torch.from_numpy(rng.standard_normal(e.shape).astype(np.float32) * 0.5)
-                if e.name.endswith("out_bias"):
+                if e.name.endswith("out_bias") or getattr(e, "special", False):
                     sv = special_values(stage, dtype)
                     m.view(-1)[: sv.numel()] = sv
                 self.master[e.name] = m
@@ -345,6 +347,8 @@ class Universal:
 
     def __init__(self):
         self.params, self.optimizer_state, self.copies, self.form = OD(), None, [], None
+        self.merge_keys = None  # tensor parallelism: name -> [[key, value], ...] written before 'param'
+
 
     def add_flat_group(self, names_shapes, fp32_flat, rank_states, step):
         """ZeRO<=2 param group: ``fp32_flat`` = the group's masters concatenated (params in flat order);
@@ -378,10 +382,29 @@ def universal_osd_012(rank0_osd):
     return out
 
 
-def write_zero012(case, tagdir, entries, values, uni=None):
+def moment_flats(entries, values, A, rng):
+    """A param group's Adam moments as flat vectors of ``A`` elements (params in flat order, padding
+    garbage) when ``values`` carries per-param moments (tensor-parallel cases, where every TP rank's
+    moments are slices of the unsplit model's); None otherwise (each rank draws its own)."""
+    if values.moments is None:
+        return None
+    out = {}
+    for k in ("exp_avg", "exp_avg_sq"):
+        out[k] = garbage(rng, A, torch.float32)
+        S = sum(e.numel for e in entries)
+        if S:
+            out[k][:S] = torch.cat([values.moments[e.name][k].reshape(-1) for e in entries])
+    return out
+
+
+def write_zero012(case, tagdir, entries, values, uni=None, mp=0, client=None):
     """ZeRO-0 (all three flavours), ZeRO-1/2 and BF16_Optimizer.  Returns the stored ``module``.  With
-    partitioned optimizer state (ZeRO-1/2, BF16_Optimizer) fills ``uni`` (a Universal) when given."""
+    partitioned optimizer state (ZeRO-1/2, BF16_Optimizer) fills ``uni`` (a Universal) when given.
+    ``mp``: the model-parallel rank the files are named for (tensor-parallel cases write one set per TP
+    rank); ``client``: extra top-level keys of the model-state file (Megatron-DeepSpeed's client state)."""
     stage, dtn, dp = case["stage"], case["dtype"], case["dp"]
+    mp_world = case.get("tp", 1)
+    model_file = f"mp_rank_{mp:02d}_model_states.pt"
     dtype = DTYPES[dtn]
     rng = values.rng
     groups = groups_of(entries, "group")
@@ -430,7 +453,7 @@ def write_zero012(case, tagdir, entries, values, uni=None):
                          "fp32_groups_flat": [torch.cat([values.master[e.name].reshape(-1) for e in g]) for g in groups],
                          "clip_grad": 1.0}
         sd = model_state_dict(case, module, buffer_names, optimizer, None, None, None, None, dp)
-        save(sd, os.path.join(tagdir, "mp_rank_00_model_states.pt"))
+        save(sd, os.path.join(tagdir, model_file))
         return module
 
     frozen = [e for e in entries if e.kind == "frozen"]
@@ -441,8 +464,9 @@ def write_zero012(case, tagdir, entries, values, uni=None):
         frozen_shapes, frozen_frags = None, None
     alias = [e for e in entries if e.kind == "alias"]
     sd = model_state_dict(case, module, buffer_names, None, [shapes_od(g) for g in fgroups], frozen_shapes,
-                          {e.name: e.owner for e in alias}, frozen_frags, dp)
-    save(sd, os.path.join(tagdir, "mp_rank_00_model_states.pt"))
+                          {e.name: e.owner for e in alias}, frozen_frags, dp, mp_world)
+    sd.update(client or {})
+    save(sd, os.path.join(tagdir, model_file))
 
     prefix = "bf16_" if dtn == "bf16" else ""
     rank_states = []  # per rank, per group: the Adam state written into that rank's file
@@ -450,10 +474,10 @@ def write_zero012(case, tagdir, entries, values, uni=None):
     for g in fgroups:
         S = sum(e.numel for e in g)
         A = 2 * dp * math.ceil(S / (2 * dp))
-        layout.append((S, A, A // dp, master_flat(g, values, A, rng)))
+        layout.append((S, A, A // dp, master_flat(g, values, A, rng), moment_flats(g, values, A, rng)))
     for r in range(dp):
         parts, paddings, mappings, state = [], [], [], {}
-        for gi, (g, (S, A, Q, mflat)) in enumerate(zip(groups, layout)):
+        for gi, (g, (S, A, Q, mflat, moments)) in enumerate(zip(groups, layout)):
             part = mflat[r * Q: (r + 1) * Q].clone()  # this rank's full padded partition (own storage)
             pad = (A - S) if r == dp - 1 else 0
             if opt_kind == "zero":
@@ -468,7 +492,10 @@ def write_zero012(case, tagdir, entries, values, uni=None):
             # (extract_zero_shards narrows the fp32 partition and Adam moments with them) mislabels
             # fragments; param_shapes gives the true layout.  (Checked in v0.14.5 and master 38327e0.)
             mappings.append(slice_mappings(g, r, Q))
-            state[gi] = adam_state(rng, Q)
+            if moments is None:
+                state[gi] = adam_state(rng, Q)
+            else:
+                state[gi] = {"step": torch.tensor(3.0), **{k: v[r * Q: (r + 1) * Q].clone() for k, v in moments.items()}}
         rank_states.append(state)
         base = {"state": state, "param_groups": [param_group_dict(gi, [gi], 0.01 if gi == 0 else 0.0)
                                                  for gi in range(len(groups))]}
@@ -483,11 +510,11 @@ def write_zero012(case, tagdir, entries, values, uni=None):
                    "group_paddings": paddings, "partition_count": [dp] * len(groups), "ds_version": DS_VERSION,
                    "param_slice_mappings": mappings}
         save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": DS_VERSION},
-             os.path.join(tagdir, f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+             os.path.join(tagdir, f"{prefix}zero_pp_rank_{r}_mp_rank_{mp:02d}_optim_states.pt"))
         if r == 0 and uni is not None:
             uni.optimizer_state = universal_osd_012(osd)
     if uni is not None:
-        uni.form, uni.copies = "dict", ["mp_rank_00_model_states.pt"]
+        uni.form, uni.copies = "dict", [model_file]
         for gi, g in enumerate(fgroups):
             fp32_flat = torch.cat([values.master[e.name].reshape(-1) for e in g])
             uni.add_flat_group([(e.name, e.shape) for e in g], fp32_flat, [st[gi] for st in rank_states],
@@ -723,6 +750,168 @@ def write_pipeline(case, tagdir, seed, uni=None):
 
 
 # ----------------------------------------------------------------------------------------------------
+# tensor parallelism: Megatron-DeepSpeed's non-pipe GPTModel (data parallel, no pipeline), one
+# mp_rank_XX_model_states.pt per TP rank holding that rank's slices, ZeRO/BF16_Optimizer files per
+# (dp, tp).  The unsplit model (masters, Adam moments, frozen values) is drawn first; every TP rank gets
+# its slices, which write_zero012 flattens and DP-partitions as for a single rank.  Expectations come
+# from the unsplit model: model.pt / fp32.pt with the padded vocabulary (what Megatron holds at TP=1),
+# universal.pt with the vocabulary rows trimmed to original_vocab_size (ds_to_universal's merge_tp_slices).
+
+# Merged shapes coincide on purpose: position_embeddings (replicated: {'param'}), query_key_value
+# ({'cat_dim': 0, 'param'}) and, with SwiGLU, dense_h_to_4h ({'cat_dim': 0, 'param_n_sub_params': 2, 'param'})
+# are all [48, 16] (biases [48]): universal files of one (name, dtype, shape) but different dict keys.
+TP_HIDDEN, TP_FFN, TP_VOCAB, TP_LAYERS = 16, 24, 45, 2
+TP_SEQ = 3 * TP_HIDDEN
+TP_VOCAB_DIVISOR = 8  # --make-vocab-size-divisible-by (Megatron's default 128 would make the vocab mostly padding)
+TP_UCP_VERSION = 0.2  # DeepSpeed's UNIVERSAL_CHECKPOINT_VERSION_VALUE up to v0.19.1
+# split rule -> the keys ds_to_universal writes before 'param' (vocabulary: + vocab_tensor)
+TP_MERGE_KEYS = {"replicated": [], "row": [["cat_dim", 1]], "column": [["cat_dim", 0]],
+                 "swiglu": [["cat_dim", 0], ["param_n_sub_params", 2]], "vocab": [["cat_dim", 0], ["vocab_tensor", True]]}
+
+
+def tp_padded_vocab(tp):
+    """Megatron's _vocab_size_with_padding: up to a multiple of divisor * TP."""
+    multiple = TP_VOCAB_DIVISOR * tp
+    return multiple * math.ceil(TP_VOCAB / multiple)
+
+
+def tp_gpt_entries(case):
+    """The unsplit GPTModel's state_dict (module order) with each entry's TP split rule in ``e.tp``:
+    'vocab' (vocab-parallel rows of the padded vocabulary), 'column' (dim 0), 'row' (dim 1), 'swiglu'
+    (dense_h_to_4h = [gate; up], each rank [gate_r; up_r]), 'replicated'.  Param groups as Megatron's
+    get_param_groups: decay (matrices) = 0, no-decay (biases, norms) = 1.  ``case['frozen']`` names
+    params without requires_grad."""
+    H, F, Vp = TP_HIDDEN, TP_FFN, tp_padded_vocab(case["tp"])
+    mlp_rule, h4h = ("swiglu", 2 * F) if case["swiglu"] else ("column", F)
+    E = []
+
+    def add(name, shape, rule):
+        full = "language_model." + name
+        kind = "frozen" if full in case.get("frozen", ()) else "train"
+        group = 0 if len(shape) > 1 else 1
+        E.append(Entry(full, kind, shape, group=group, subgroup=group))
+        E[-1].tp = rule
+
+    add("embedding.word_embeddings.weight", (Vp, H), "vocab")
+    add("embedding.position_embeddings.weight", (TP_SEQ, H), "replicated")
+    for l in range(TP_LAYERS):
+        p = f"encoder.layers.{l}."
+        add(p + "input_layernorm.weight", (H,), "replicated")
+        add(p + "input_layernorm.bias", (H,), "replicated")
+        add(p + "self_attention.query_key_value.weight", (3 * H, H), "column")
+        add(p + "self_attention.query_key_value.bias", (3 * H,), "column")
+        E[-1].special = l == 0  # rounding/overflow/NaN values, spread over the TP ranks
+        add(p + "self_attention.dense.weight", (H, H), "row")
+        add(p + "self_attention.dense.bias", (H,), "replicated")
+        add(p + "post_attention_layernorm.weight", (H,), "replicated")
+        add(p + "post_attention_layernorm.bias", (H,), "replicated")
+        add(p + "mlp.dense_h_to_4h.weight", (h4h, H), mlp_rule)
+        add(p + "mlp.dense_h_to_4h.bias", (h4h,), mlp_rule)
+        add(p + "mlp.dense_4h_to_h.weight", (H, F), "row")
+        add(p + "mlp.dense_4h_to_h.bias", (H,), "replicated")
+    add("encoder.final_layernorm.weight", (H,), "replicated")
+    add("encoder.final_layernorm.bias", (H,), "replicated")
+    add("output_layer.weight", (Vp, H), "vocab")  # untied (--untie-embeddings-and-output-weights)
+    return E
+
+
+def tp_universal_info(case):
+    """universal_checkpoint_info as Megatron-DeepSpeed writes it into every mp_rank file
+    (checkpointing._universal_checkpoint_info + GPTModel.universal_checkpoint_info, non-pipe names):
+    re.match patterns, '.' unescaped as there."""
+    L = r"language_model.encoder.layers.\d+."
+    info = {"universal_checkpoint_version": TP_UCP_VERSION, "original_vocab_size": TP_VOCAB,
+            "padded_vocab_size": tp_padded_vocab(case["tp"]),
+            "vocabulary_parameter_patterns": [r"language_model.embedding.word_embeddings.weight",
+                                              r"language_model.output_layer.weight"],
+            "tp_replicated_parameter_patterns": [r"language_model.embedding.position_embeddings.weight",
+                                                 L + "input_layernorm.weight", L + "input_layernorm.bias",
+                                                 L + "post_attention_layernorm.weight",
+                                                 L + "post_attention_layernorm.bias", L + "self_attention.dense.bias",
+                                                 L + "mlp.dense_4h_to_h.bias",
+                                                 r"language_model.encoder.final_layernorm.weight",
+                                                 r"language_model.encoder.final_layernorm.bias"],
+            "parameter_with_row_parallelism_patterns": [L + "mlp.dense_4h_to_h.weight", L + "self_attention.dense.weight"]}
+    if case["swiglu"]:
+        info["parameter_with_2_sub_params_cat_dim_0"] = [L + "mlp.dense_h_to_4h.weight", L + "mlp.dense_h_to_4h.bias"]
+    return info
+
+
+def tp_slice(rule, full, r, tp):
+    """TP rank r's slice of an unsplit tensor (own storage)."""
+    if rule == "replicated":
+        return full.clone()
+    if rule == "row":
+        return full.chunk(tp, dim=1)[r].clone()
+    if rule == "swiglu":
+        gate, up = full.chunk(2, dim=0)
+        return torch.cat([gate.chunk(tp, dim=0)[r], up.chunk(tp, dim=0)[r]])
+    return full.chunk(tp, dim=0)[r].clone()  # column, vocab
+
+
+def tp_rank_model(entries, full, r, tp):
+    """(entries with TP rank r's shapes, a Values of its slices) from the unsplit model."""
+    rule = {e.name: e.tp for e in entries}
+    vals = object.__new__(Values)
+    vals.rng = full.rng
+    vals.master = {n: tp_slice(rule[n], t, r, tp) for n, t in full.master.items()}
+    vals.frozen = {n: tp_slice(rule[n], t, r, tp) for n, t in full.frozen.items()}
+    vals.buffers = full.buffers
+    vals.moments = {n: {k: tp_slice(rule[n], t, r, tp) for k, t in m.items()} for n, m in full.moments.items()}
+    ents = []
+    for e in entries:
+        shape = (vals.master if e.kind == "train" else vals.frozen)[e.name].shape
+        ents.append(Entry(e.name, e.kind, shape, group=e.group, subgroup=e.subgroup))
+    return ents, vals
+
+
+def tp_client_state(case, info):
+    """Megatron-DeepSpeed's client state in each mp_rank file (save_checkpoint's state_dict, less rng)."""
+    args = argparse.Namespace(tensor_model_parallel_size=case["tp"], pipeline_model_parallel_size=1,
+                              num_layers=TP_LAYERS, hidden_size=TP_HIDDEN, ffn_hidden_size=TP_FFN,
+                              max_position_embeddings=TP_SEQ, padded_vocab_size=tp_padded_vocab(case["tp"]),
+                              make_vocab_size_divisible_by=TP_VOCAB_DIVISOR, swiglu=case["swiglu"],
+                              untie_embeddings_and_output_weights=True, iteration=case["global_steps"])
+    return {"args": args, "checkpoint_version": 3.0, "iteration": case["global_steps"],
+            "universal_checkpoint_info": info}
+
+
+def write_tensor_parallel(case, tagdir, seed, uni):
+    """Writes every TP rank's files; fills ``uni`` from the unsplit model; returns (fp32, model)."""
+    tp, dtype = case["tp"], DTYPES[case["dtype"]]
+    entries = tp_gpt_entries(case)
+    full = Values(entries, dtype, case["stage"], seed)
+    full.moments = {e.name: {"exp_avg": torch.from_numpy(full.rng.standard_normal(e.shape).astype(np.float32) * 1e-3),
+                             "exp_avg_sq": torch.from_numpy(np.abs(full.rng.standard_normal(e.shape))
+                                                            .astype(np.float32) * 1e-6)}
+                    for e in entries if e.kind == "train"}
+    client = tp_client_state(case, tp_universal_info(case))
+    ranks = []
+    for r in range(tp):
+        ents, vals = tp_rank_model(entries, full, r, tp)
+        ranks.append(Universal())
+        write_zero012(case, tagdir, ents, vals, ranks[-1], mp=r, client=client)
+    # the files hold the unsplit model's slices: each rank's own universal view is the slice of the merged one
+    rule = {e.name: e.tp for e in entries}
+    for r, ru in enumerate(ranks):
+        for n, d in ru.params.items():
+            for k in ("fp32", "exp_avg", "exp_avg_sq"):
+                whole = full.master[n] if k == "fp32" else full.moments[n][k]
+                assert torch.equal(d[k].view(torch.int32), tp_slice(rule[n], whole, r, tp).view(torch.int32)), (r, n, k)
+    uni.form, uni.optimizer_state = "dict", ranks[0].optimizer_state  # ds_to_universal: (pp 0, tp 0, dp 0)
+    uni.copies = [c for ru in ranks for c in ru.copies]
+    uni.merge_keys = OD()
+    for n, d in ranks[0].params.items():  # rank 0's param_shapes order
+        rows = TP_VOCAB if rule[n] == "vocab" else None
+        uni.params[n] = OD((k, (full.master[n] if k == "fp32" else full.moments[n][k])[:rows].clone())
+                           for k in ("fp32", "exp_avg", "exp_avg_sq"))
+        uni.params[n]["step"] = d["step"]
+        uni.merge_keys[n] = TP_MERGE_KEYS[rule[n]]
+    module = build_module(entries, full, dtype, {n: full.bit16(n, dtype) for n in full.master})
+    return expected_outputs(case, entries, full, module)
+
+
+# ----------------------------------------------------------------------------------------------------
 # cases
 
 def make_cases():
@@ -780,6 +969,21 @@ def many_params_cases():
             {"name": "many_params_100k_z2_dp2", **base, "n_train": MANY_PARAMS_100K}]
 
 
+def tp_cases():
+    """Megatron-DeepSpeed GPT with tensor parallelism (only with --only; test_deepspeed_tp.py):
+    TP 2 ZeRO-1 bf16 DP 2 SwiGLU, TP 2 ZeRO-2 fp16 DP 2 GeLU with two frozen params (a replicated and a
+    column-parallel one), TP 4 BF16_Optimizer (ZeRO-0) DP 1 SwiGLU."""
+    base = {"pipeline": False, "tags": ["global_step3"], "src": "checkpoint", "side_files": False}
+    frozen = ["language_model.encoder.layers.1.input_layernorm.weight",
+              "language_model.encoder.layers.1.self_attention.query_key_value.bias"]
+    return [dict(base, name="tp2_z1_bf16_dp2_swiglu", stage=1, dtype="bf16", dp=2, optimizer="zero", tp=2,
+                 swiglu=True),
+            dict(base, name="tp2_z2_fp16_dp2_gelu_frozen", stage=2, dtype="fp16", dp=2, optimizer="zero", tp=2,
+                 swiglu=False, frozen=frozen),
+            dict(base, name="tp4_bf16opt_dp1_swiglu", stage=0, dtype="bf16", dp=1, optimizer="bf16_optimizer", tp=4,
+                 swiglu=True)]
+
+
 BENCH = {"name": "bench_z3_dp64", "stage": 3, "dtype": "bf16", "dp": 64, "optimizer": "zero", "pipeline": False,
          "tags": ["global_step3"], "src": "checkpoint", "side_files": False, "bench": True}
 
@@ -834,6 +1038,8 @@ def generate_case(case, root):
         uni = Universal() if has_universal(case) else None
         if case["pipeline"]:
             fp32, model = write_pipeline(case, tagdir, seed, uni)
+        elif case.get("tp", 1) > 1:
+            fp32, model = write_tensor_parallel(case, tagdir, seed, uni)
         else:
             entries = entries_of(case)
             values = Values(entries, DTYPES[case["dtype"]], case["stage"], seed)
@@ -853,6 +1059,9 @@ def generate_case(case, root):
                          "params": len(uni.params),
                          "files": len(uni.params) * (4 if uni.form == "dict" else 3) + 1 + len(uni.copies),
                          "expected": "universal.pt", "optimizer_state": "universal_optimizer_state.pt"}
+            if uni.merge_keys is not None:
+                # tensor parallelism: per param, the keys (in order) its files hold before 'param'
+                universal["merge_keys"] = uni.merge_keys
         expected_dirs[tag] = exp
     with open(os.path.join(save_dir, "latest"), "w") as f:
         f.write(case["tags"][-1])  # DeepSpeed writes the tag without a newline
@@ -985,7 +1194,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
     ap.add_argument("--only", nargs="+", metavar="NAME",
-                    help="generate only these cases (bench_z3_dp64, the scale cases and many_params_z2_dp2 too)")
+                    help="generate only these cases (bench_z3_dp64, the scale, many_params and tp cases too)")
     ap.add_argument("--list", action="store_true", help="print the default case names and exit")
     ap.add_argument("--force", action="store_true", help="regenerate cases that exist")
     args = ap.parse_args(argv)
@@ -999,6 +1208,7 @@ def main(argv=None):
     by_name[BENCH["name"]] = BENCH
     by_name.update((c["name"], c) for c in scale_cases())
     by_name.update((c["name"], c) for c in many_params_cases())
+    by_name.update((c["name"], c) for c in tp_cases())
     if args.only:
         unknown = [n for n in args.only if n not in by_name]
         if unknown:

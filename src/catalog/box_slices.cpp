@@ -58,6 +58,17 @@ void append_slice(std::vector<Box>& out, const LogicalTensor& tensor, size_t dim
   }
 }
 
+LogicalTensor transposed_tensor(std::string name, const LogicalTensor& tensor) {
+  if (tensor.shape.size() != 2) throw std::logic_error("transpose of tensor " + tensor.name + ", which is not 2-D");
+  LogicalTensor t;
+  t.name = std::move(name);
+  t.dtype = tensor.dtype;
+  t.shape = {tensor.shape[1], tensor.shape[0]};
+  t.origin = tensor.origin + ", transposed";
+  t.transpose_of = std::make_shared<LogicalTensor>(tensor);
+  return t;
+}
+
 LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<Box> boxes,
                                std::string origin) {
   LogicalTensor t;

@@ -34,6 +34,8 @@ std::vector<io::FilePtr> LogicalTensor::files() const {
     if (seen.insert(f.get()).second) out.push_back(f);
   };
   for (const Piece& p : pieces) add(p.file);
+  if (transpose_of)
+    for (const auto& f : transpose_of->files()) add(f);
   if (boxes)
     for (const Box& b : boxes->boxes()) {
       if (!b.inner) {
@@ -58,6 +60,13 @@ void validate(const LogicalTensor& tensor) {
   for (int64_t d : tensor.shape)
     if (d < 0) fail(fmt::format("negative dimension in shape [{}]", fmt::join(tensor.shape, ", ")));
   const uint64_t numel = tensor.numel();
+  if (tensor.transpose_of) {  // the source was validated when it was built
+    const auto& src = tensor.transpose_of->shape;
+    if (tensor.shape.size() != 2 || src.size() != 2 || tensor.shape[0] != src[1] || tensor.shape[1] != src[0] ||
+        !tensor.pieces.empty() || tensor.boxes || tensor.dtype != tensor.transpose_of->dtype)
+      fail("is not the transpose of its source tensor");
+    return;
+  }
   if (tensor.boxes) {  // the tiling was checked when the assembly was built; sources were bounds-checked
     if (!tensor.pieces.empty()) fail("has both flat runs and boxes");
     for (const Box& b : tensor.boxes->boxes()) {

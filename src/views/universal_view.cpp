@@ -27,8 +27,8 @@ pickle::ValuePtr text_value(std::string text) {
 // zero/<param>/<stem>.pt: fp32 masters (kFp32), optimizer state key `what`, or the step (kStep).
 class UniversalParamFile final : public VirtualFile {
  public:
-  // Files of the same layout (stem, dtype, shape) have the same size: `sizes` remembers it, so a tree of
-  // hundreds of thousands of files builds a few layouts, not one per file.
+  // Files of the same layout (stem, dtype, shape, the dict's keys before 'param') have the same size:
+  // `sizes` remembers it, so a tree of hundreds of thousands of files builds a few layouts, not one per file.
   UniversalParamFile(std::shared_ptr<const UniversalPlan> plan, size_t param, size_t what,
                      std::unordered_map<std::string, uint64_t>& sizes)
       : plan_(std::move(plan)), param_(param), what_(what) {
@@ -37,8 +37,10 @@ class UniversalParamFile final : public VirtualFile {
       size_ = build()->size();
       return;
     }
-    const std::string layout =
-        fmt::format("{}|{}|{}", stem(), dtype_torch_name(t->dtype), fmt::join(t->shape, ","));
+    std::string layout = fmt::format("{}|{}|{}", stem(), dtype_torch_name(t->dtype), fmt::join(t->shape, ","));
+    const UniversalParam& p = plan_->params[param_];
+    if (p.merge_keys)
+      for (const auto& [key, value] : *p.merge_keys) layout += fmt::format("|{}={}", key, value->is(pickle::Kind::Int) ? std::to_string(value->integer) : value->describe());
     auto [it, inserted] = sizes.try_emplace(layout, 0);
     if (inserted) it->second = build()->size();
     size_ = it->second;
