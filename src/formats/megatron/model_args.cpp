@@ -78,6 +78,10 @@ ModelArgs read_model_args(const Field& args) {
   a.norm_epsilon = number(args, "layernorm_epsilon", number(args, "norm_epsilon", 1e-5));
   a.rotary_base = number(args, "rotary_base", 10000);
   a.rotary_interleaved = flag(args, "rotary_interleaved", false);
+  a.rotary_percent = number(args, "rotary_percent", 1.0);
+  if (flag(args, "use_rope_scaling", false)) a.rope_scaling_factor = number(args, "rope_scaling_factor", 8.0);
+  // Megatron's fused bias-GeLU (on by default, used where linears have biases) is the tanh approximation.
+  a.tanh_gelu = flag(args, "openai_gelu", false) || (flag(args, "bias_gelu_fusion", true) && a.add_bias_linear);
   a.init_std = number(args, "init_method_std", 0.02);
   a.params_dtype = flag(args, "bf16", false) ? DType::BF16 : flag(args, "fp16", false) ? DType::F16 : DType::F32;
   return a;

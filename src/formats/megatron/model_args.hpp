@@ -31,6 +31,9 @@ struct ModelArgs {
   std::string normalization;       // "RMSNorm", "LayerNorm"
   double norm_epsilon = 1e-5, rotary_base = 10000, init_std = 0.02;
   bool rotary_interleaved = false;
+  double rotary_percent = 1.0;
+  std::optional<double> rope_scaling_factor;  // Llama 3.1-style rope scaling (use_rope_scaling)
+  bool tanh_gelu = false;  // GeLU computed with the tanh approximation (fused bias-GeLU, openai_gelu)
   DType params_dtype = DType::F32;  // the training dtype: bf16, fp16 or fp32
 };
 
