@@ -35,7 +35,9 @@ void print_text(const Checkpoint& cp, bool tensors) {
     const auto& t = tag.topology;
     fmt::print("\ntag {}  ({})\n", tag.name, tag.dir.string());
     fmt::print("  format:     {}\n", tag.format);
-    fmt::print("  topology:   ZeRO-{}, DP {}, TP {}, PP {}\n", t.zero_stage, t.dp, t.tp, t.pp);
+    // ZeRO stages are DeepSpeed's; other frameworks partition (or not) their own way.
+    const std::string zero = cp.framework == "deepspeed" ? fmt::format("ZeRO-{}, ", t.zero_stage) : "";
+    fmt::print("  topology:   {}DP {}, TP {}, PP {}\n", zero, t.dp, t.tp, t.pp);
     fmt::print("  optimizer:  {}\n", t.optimizer);
     fmt::print("  dtypes:     training {}, master float32\n", dtype_torch_name(t.train_dtype));
     fmt::print("  tensors:   ");

@@ -132,6 +132,10 @@ std::vector<torch::SourceTensor> masters_from_optimizer(const Field& optimizer, 
 std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchArchive& archive,
                                                             const std::vector<ParamSlot>& params) {
   const Field root = formats::root_field(archive);
+  if (root.is_list())
+    throw UnsupportedError(fmt::format("{}: the state of several distributed optimizers (a ChainedOptimizer: MoE "
+                                       "dense and expert parameters), which ckptfs does not map yet",
+                                       archive.file()->path().string()));
   if (!root.is_dict()) root.fail("expected the distributed optimizer's dict of buffers");
   if (!root["buckets_coalesced"].present())
     throw UnsupportedError(fmt::format("{}: a distrib_optim.pt from before megatron-core 0.7 (per-bucket lists); "

@@ -158,6 +158,8 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
   bool has_masters = false, has_bucketed_masters = false;
   std::set<fs::path> data_files;
   for (const auto& item : md.items) {
+    // dp_reshardable keeps masters in per-bucket tensors, dp_zero_gather_scatter in pickled objects
+    has_bucketed_masters = has_bucketed_masters || item.fqn.starts_with("optimizer.distributed.");
     if (!item.is_tensor) continue;
     std::string_view key = item.fqn;
     bool master = false;
@@ -166,10 +168,7 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
         key.remove_prefix(prefix.size());
         master = true;
       }
-    if (!master && !is_model_key(key)) {
-      has_bucketed_masters = has_bucketed_masters || key.starts_with("optimizer.distributed.");
-      continue;
-    }
+    if (!master && !is_model_key(key)) continue;
     LogicalTensor t = reader.tensor(item);
     for (const auto& f : t.files()) data_files.insert(f->path());
     (master ? masters : model).add(std::string(key), std::move(t));
@@ -184,11 +183,14 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
     it.tag.catalogs.emplace("fp32", masters.finish(DType::F32, true));
   } else {
     it.tag.notes.push_back(has_bucketed_masters
-                               ? "the fp32 masters are in the distributed optimizer's per-bucket (dp_reshardable) "
-                                 "layout, which ckptfs does not map yet: no fp32/ views"
+                               ? "the fp32 masters are in the distributed optimizer's per-bucket layout "
+                                 "(dp_reshardable or dp_zero_gather_scatter), which ckptfs does not map yet: "
+                                 "no fp32/ views"
                                : "no fp32 master weights saved (no optimizer state): no fp32/ views");
   }
-  it.tag.topology.optimizer = has_masters ? "Megatron optimizer (fp32 masters in model space)" : "Megatron optimizer";
+  it.tag.topology.optimizer = has_masters            ? "Megatron optimizer (fp32 masters in model space)"
+                              : has_bucketed_masters ? "Megatron distributed optimizer"
+                                                     : "none saved";
   return it;
 }
 
