@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <functional>
+#include <numeric>
 
 #include "ckptfs/error.hpp"
 
@@ -130,30 +131,48 @@ std::vector<torch::SourceTensor> masters_from_optimizer(const Field& optimizer, 
 }
 
 std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchArchive& archive,
-                                                            const std::vector<ParamSlot>& params) {
+                                                            const std::vector<ParamSlot>& params, int dp) {
   const Field root = formats::root_field(archive);
   if (root.is_list())
     throw UnsupportedError(fmt::format("{}: the state of several distributed optimizers (a ChainedOptimizer: MoE "
                                        "dense and expert parameters), which ckptfs does not map yet",
                                        archive.file()->path().string()));
   if (!root.is_dict()) root.fail("expected the distributed optimizer's dict of buffers");
-  if (!root["buckets_coalesced"].present())
-    throw UnsupportedError(fmt::format("{}: a distrib_optim.pt from before megatron-core 0.7 (per-bucket lists); "
-                                       "ckptfs reads the coalesced layout",
-                                       archive.file()->path().string()));
+  // Three layouts by era (docs/formats/megatron.md): coalesced (core 0.7+: numel_unpadded, 64-element
+  // aligned starts since 0.8), a list of bucket tensors (core 0.4-0.6), one padded buffer (2023-05).
+  const bool coalesced = root["buckets_coalesced"].present();
+  const bool bucket_lists = !coalesced && root["per_bucket_numel"].present();
   std::vector<torch::SourceTensor> out(params.size());
   size_t chunks = 0;
   for (const auto& p : params) chunks = std::max(chunks, p.chunk + 1);
   for (size_t c = 0; c < chunks; ++c) {
-    // Buffer c: the key is the int c; its one entry is keyed by the (param dtype, grad dtype) tuple.
+    // Buffer c: the key is the int c; its one entry is keyed by the grad dtype (or a dtype pair).
     const pickle::Value* buffer = nullptr;
     for (const auto& [k, v] : root.value().entries)
       if (k->is(pickle::Kind::Int) && k->integer == static_cast<int64_t>(c)) buffer = v.get();
     const Field buf(buffer, &archive.file()->path(), fmt::format("[{}]", c));
     if (!buf.is_dict() || buf.size() != 1)
-      buf.fail("expected one (param dtype, grad dtype) buffer for the model chunk (several are not supported yet)");
-    const Field world(buffer->entries.front().second.get(), buf.file(), buf.path() + "[dtypes]");
-    const int64_t unpadded = world["numel_unpadded"].as_int();
+      buf.fail("expected one buffer (one grad dtype) for the model chunk (several are not supported yet)");
+    const Field world(buffer->entries.front().second.get(), buf.file(), buf.path() + "[dtype]");
+    Field param = world["param"];
+    if (bucket_lists) {
+      if (!param.is_list() || param.size() != 1)
+        throw UnsupportedError(fmt::format("{}: model chunk {} has its state in {} buckets; ckptfs reads one bucket per "
+                                           "buffer in this (pre core 0.7) layout",
+                                           archive.file()->path().string(), c, param.is_list() ? param.size() : 0));
+      param = param.at(0);
+    }
+    const torch::SourceTensor& flat = param.as_tensor();
+    if (flat.shape.size() != 1 || !flat.is_contiguous() || flat.dtype != DType::F32)
+      param.fail("expected a flat float32 tensor");
+    const int64_t length = flat.shape[0];
+    // What the layout's total must be: numel_unpadded exactly; else what fits the stored tensor, whose
+    // end is padded to a multiple of the DP size (2023-05) or of lcm(DP, 128) (bucket lists).
+    const auto fits = [&](int64_t total) {
+      if (coalesced) return total == world["numel_unpadded"].as_int() && total <= length;
+      const int64_t multiple = bucket_lists ? std::lcm<int64_t>(dp, 128) : dp;
+      return total <= length && (total + multiple - 1) / multiple * multiple == length;
+    };
     std::vector<const ParamSlot*> chunk;
     std::vector<size_t> index;
     for (size_t i = 0; i < params.size(); ++i)
@@ -161,22 +180,19 @@ std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchAr
         chunk.push_back(&params[i]);
         index.push_back(i);
       }
-    const torch::SourceTensor& flat = world["param"].as_tensor();
-    if (flat.shape.size() != 1 || !flat.is_contiguous() || flat.dtype != DType::F32 || flat.shape[0] < unpadded)
-      world["param"].fail(fmt::format("expected a flat float32 tensor of {} elements", unpadded));
     bool found = false;
-    // 64-element aligned starts since megatron-core 0.8, none before.
-    for (int64_t alignment : {64, 1}) {
+    for (int64_t alignment : coalesced ? std::vector<int64_t>{64, 1} : std::vector<int64_t>{1}) {
       auto [offsets, total] = buffer_layout(chunk, alignment);
-      if (total != unpadded) continue;
+      if (!fits(total)) continue;
       for (size_t k = 0; k < chunk.size(); ++k) out[index[k]] = flat_view(flat, offsets[k], chunk[k]->shape);
       found = true;
       break;
     }
     if (!found)
-      world.fail(fmt::format("numel_unpadded {} does not match the {} parameters of model chunk {} under any known "
-                             "buffer layout",
-                             unpadded, chunk.size(), c));
+      param.fail(fmt::format("its {} elements do not hold the {} parameters of model chunk {} under any known buffer "
+                             "layout{}",
+                             length, chunk.size(), c,
+                             coalesced ? fmt::format(" (numel_unpadded {})", world["numel_unpadded"].as_int()) : ""));
   }
   return out;
 }

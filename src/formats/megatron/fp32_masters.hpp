@@ -29,10 +29,12 @@ struct ParamSlot {
 std::vector<torch::SourceTensor> masters_from_optimizer(const formats::Field& optimizer,
                                                         const std::vector<ParamSlot>& params);
 
-// Masters from a distrib_optim.pt archive (the coalesced layout Megatron-core writes since 0.7: per
-// buffer one flat fp32 tensor of numel_unpadded elements), aligned with `params`. Throws FormatError
-// naming the file when the layout does not add up to numel_unpadded under any known alignment rule.
+// Masters from a distrib_optim.pt archive, aligned with `params`: the coalesced layout megatron-core
+// writes since 0.7 (per buffer one flat fp32 tensor of numel_unpadded elements), the one-bucket lists of
+// core 0.4-0.6 and the single padded buffer of 2023 (`dp`: the data-parallel size it is padded for).
+// Throws FormatError naming the file when the sizes do not add up under any known layout,
+// UnsupportedError for several buckets or optimizers.
 std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchArchive& archive,
-                                                            const std::vector<ParamSlot>& params);
+                                                            const std::vector<ParamSlot>& params, int dp);
 
 }  // namespace ckptfs::megatron
