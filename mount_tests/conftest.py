@@ -26,6 +26,13 @@ def _abs(p):
     return p if os.path.isabs(p) else os.path.join(REPO, p)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_index_cache(tmp_path_factory):
+    """Mounts keep their index cache under $XDG_CACHE_HOME/ckptfs: the tests' go to a session folder, not
+    to the user's (and every later mount of a case in this session loads the index its first one wrote)."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+
+
 @pytest.fixture(scope="session")
 def ckptfs_bin():
     path = _abs(os.environ.get("CKPTFS_BIN", "build/ckptfs"))

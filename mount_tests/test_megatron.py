@@ -6,8 +6,8 @@ dirs mp_rank_TT[_PPP]_EEE, ChainedOptimizer); ``torch_dist`` dirs written by tor
 the Debian 13 chroot: stacked layers, TP chunks, SwiGLU 2*TP fc1 chunks, optimizer.state.fp32_param) compared
 byte for byte with the generator's expectations:
 model.safetensors, fp32/model.safetensors, fp32/pytorch_model.bin, hf/model.safetensors + hf/config.json
-(Llama-style cases) and the tokenizer files; then broken checkpoints must fail with exit 4 and a one-line
-message naming the file.
+(Llama/Qwen2-style and GPT-2-style cases) and the tokenizer files; then broken checkpoints must fail with exit 4
+and a one-line message naming the file.
 
     CKPTFS_BIN=$PWD/build/ckptfs /usr/bin/python3 -m pytest mount_tests/test_megatron.py -q -p no:cacheprovider
 
@@ -15,7 +15,9 @@ The cases are generated once into ${CKPTFS_MEGATRON_FIXTURES:-${CKPTFS_FIXTURES:
 (cached while the generator's GEN_VERSION is unchanged).  The torch_dist cases need the chroot
 ${CKPTFS_CHROOT:-build/trixie} (`bash mount_tests/modern/setup_chroot.sh`; .ci/run uses
 /var/cache/ckptfs/trixie): without it they fail saying so, with CKPTFS_SKIP_MODERN=1 they are skipped (and
-not generated).  MoE cases have no hf/ view (asserted).
+not generated).  Cases that fit neither Hugging Face family (MoE, a squared-ReLU MLP, GeLU with rotary
+positions) have no hf/ view and inspect says why (asserted).  mount_tests/modern/test_megatron_hf.py loads the
+hf/ views with transformers and compares the logits with the generator's own forward pass.
 """
 import json
 import math
@@ -113,9 +115,9 @@ def check_views(folder, root, info, tag, what):
     bin_ = torch.load(os.path.join(folder, "fp32", "pytorch_model.bin"), map_location="cpu", weights_only=True)
     assert isinstance(bin_, dict), f"{what}fp32/pytorch_model.bin holds a {type(bin_).__name__}"
     H.assert_state_equal(bin_, fp32, False, f"{what}fp32/pytorch_model.bin")
-    if info["experts"]:  # no HF mapping for MoE models: no hf/ at all
-        assert not os.path.exists(os.path.join(folder, "hf")), f"{what}hf/ exists for an MoE model"
-    if not info["hf"]:
+    if not info["hf"]:  # no Hugging Face family fits (MoE, squared ReLU, GeLU + rope ...): no hf/ at all
+        assert not os.path.exists(os.path.join(folder, "hf")), \
+            f"{what}hf/ exists for a model that fits no Hugging Face family: {sorted(os.listdir(folder))}"
         return
     H.assert_state_equal(H.read_safetensors(os.path.join(folder, "hf", "model.safetensors")),
                          H.load_expected(os.path.join(exp, "hf.pt")), False, f"{what}hf/model.safetensors")
@@ -199,6 +201,12 @@ def test_inspect_json(name, megatron_fixtures, ckptfs_bin):
     assert doc["framework"] == "megatron", doc.get("framework")
     assert doc["latest"] == info["latest"], doc.get("latest")
     assert [t["name"] for t in doc["tags"]] == info["tags"]
+    for t in doc["tags"]:  # a model without hf/ says why
+        notes = [n for n in t.get("notes", []) if n.startswith("no hf/ view")]
+        if info["hf"]:
+            assert not notes, f"tag {t['name']}: {notes}"
+        else:
+            assert len(notes) == 1, f"tag {t['name']}: no 'no hf/ view' note in {t.get('notes')}"
 
 
 # ---------------------------------------------------------------------------------------------------

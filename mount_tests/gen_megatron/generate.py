@@ -12,8 +12,9 @@ chroot they are skipped with a message on stderr.
 
 Per case ``OUT_DIR/<case>/``: ``checkpoint/`` (the save dir), ``expected/`` (latest iteration;
 ``expected_<iter dir>/`` for older ones) with ``model.pt`` (OrderedDict merged name -> full tensor, training
-dtype, padded vocab), ``fp32.pt`` (name -> fp32 master), for Llama-style cases ``hf.pt`` (HF name -> tensor)
-and ``hf_config.json`` (the config.json fields ckptfs must write), and ``case.json``.
+dtype, padded vocab), ``fp32.pt`` (name -> fp32 master), for Llama/Qwen2-style and GPT-2-style cases ``hf.pt``
+(HF name -> tensor), ``hf_config.json`` (the config.json fields ckptfs must write) and ``logits.json``
+(megatron_forward.py's logits of a token batch), and ``case.json``.
 
 Each case starts from a full random model (numpy, TP=1 PP=1 layout) that megatron_layout.py splits into the
 rank files with its own implementation of every rule; megatron_check.py then reads the written files back
@@ -24,6 +25,7 @@ import argparse
 import collections
 import itertools
 import json
+import math
 import os
 import random
 import shutil
@@ -39,14 +41,15 @@ sys.path.insert(0, HERE)
 sys.path.append(os.path.dirname(HERE))
 import megatron_check  # noqa: E402
 import megatron_dist  # noqa: E402
+import megatron_forward  # noqa: E402
 from case_cache import case_is_current  # noqa: E402
 from megatron_args import DTYPE, make_args  # noqa: E402
-from megatron_cases import all_cases, has_hf, is_torch_dist, iter_dir_name  # noqa: E402
+from megatron_cases import all_cases, has_hf, hf_family, is_torch_dist, iter_dir_name  # noqa: E402
 from megatron_layout import (EXTRA_TE, chunk_entries, chunk_layers, dims, is_expert, merged_entries,  # noqa: E402
                              pack_buffer, rule_of, split, tp_attrs)
 
 OD = collections.OrderedDict
-GEN_VERSION = 3  # bump to invalidate cached fixtures
+GEN_VERSION = 4  # bump to invalidate cached fixtures
 CHECKPOINT_VERSION = 3.0
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -61,16 +64,20 @@ def components(case, rng):
     H, F, ng, hn, nq = d["H"], d["F"], d["ng"], d["hn"], d["np"]
     c = OD()
 
-    def w(name, *shape, scale=0.02):
+    def w(name, *shape, scale=None):
+        """Random weights; matrices scaled by 1/sqrt(fan_in) so that every layer's outputs are O(1) (attention
+        far from uniform, activations in their curved range: the logits depend on every detail of the
+        forward pass), vectors (biases) 0.1."""
+        scale = scale or (1.0 / math.sqrt(shape[-1]) if len(shape) == 2 else 0.1)
         c[name] = (rng.standard_normal(shape) * scale).astype(np.float32)
 
     def norm(name):
         c[name] = (1.0 + 0.1 * rng.standard_normal(H)).astype(np.float32)
 
     ln_b = case["norm"] == "LayerNorm"
-    w("emb", d["Vp"], H)
+    w("emb", d["Vp"], H, scale=1.0)
     if case["pos"] == "learned_absolute":
-        w("pos", case["max_pos"], H)
+        w("pos", case["max_pos"], H, scale=0.5)
     for g in range(d["L"]):
         p = f"L{g}."
         norm(p + "ln1.w")
@@ -371,9 +378,33 @@ def expected_model(case, vals):
 
 
 def expected_hf(case, vals):
-    """LlamaForCausalLM (Qwen2ForCausalLM: q/k/v biases) state dict from the stored pieces, vocab trimmed to
-    the true vocab."""
-    c, dt, V = vals.model_c, case["dtype"], case["vocab"]
+    """The Hugging Face state dict from the stored pieces (vocab trimmed to the true vocab), training dtype."""
+    hf = (_hf_llama if hf_family(case) == "llama" else _hf_gpt2)(case, vals.model_c, case["vocab"])
+    return OD((k, to_torch(v, case["dtype"]).clone()) for k, v in hf.items())
+
+
+def _hf_gpt2(case, c, V):
+    """GPT2LMHeadModel: Conv1D weights stored [in, out] (transposed), c_attn = [all q; all k; all v]."""
+    hf = OD()
+    hf["transformer.wte.weight"] = c["emb"][:V]
+    hf["transformer.wpe.weight"] = c["pos"]
+    for g in range(case["layers"]):
+        p, q = f"L{g}.", f"transformer.h.{g}."
+        hf[q + "ln_1.weight"], hf[q + "ln_1.bias"] = c[p + "ln1.w"], c[p + "ln1.b"]
+        hf[q + "attn.c_attn.weight"] = np.concatenate([c[p + "q"], c[p + "k"], c[p + "v"]]).T
+        hf[q + "attn.c_attn.bias"] = np.concatenate([c[p + "qb"], c[p + "kb"], c[p + "vb"]])
+        hf[q + "attn.c_proj.weight"], hf[q + "attn.c_proj.bias"] = c[p + "o"].T, c[p + "ob"]
+        hf[q + "ln_2.weight"], hf[q + "ln_2.bias"] = c[p + "ln2.w"], c[p + "ln2.b"]
+        hf[q + "mlp.c_fc.weight"], hf[q + "mlp.c_fc.bias"] = c[p + "fc1"].T, c[p + "fc1_b"]
+        hf[q + "mlp.c_proj.weight"], hf[q + "mlp.c_proj.bias"] = c[p + "down"].T, c[p + "down_b"]
+    hf["transformer.ln_f.weight"], hf["transformer.ln_f.bias"] = c["final.w"], c["final.b"]
+    if not case["tied"]:
+        hf["lm_head.weight"] = c["out"][:V]
+    return hf
+
+
+def _hf_llama(case, c, V):
+    """LlamaForCausalLM (Qwen2ForCausalLM: q/k/v biases)."""
     hf = OD()
     hf["model.embed_tokens.weight"] = c["emb"][:V]
     for g in range(case["layers"]):
@@ -391,12 +422,21 @@ def expected_hf(case, vals):
     hf["model.norm.weight"] = c["final.w"]
     if not case["tied"]:
         hf["lm_head.weight"] = c["out"][:V]
-    return OD((k, to_torch(v, dt).clone()) for k, v in hf.items())
+    return hf
 
 
 def expected_hf_config(case):
     d = dims(case)
     dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[case["dtype"]]
+    common = {"vocab_size": d["V"], "tie_word_embeddings": case["tied"], "torch_dtype": dtype, "dtype": dtype,
+              "initializer_range": 0.02}
+    if hf_family(case) == "gpt2":
+        # Megatron's tanh-approximated GeLUs (bias_gelu_fusion's bias_gelu, openai_gelu) are HF's gelu_new
+        # (gelu_fast / gelu_pytorch_tanh compute the same); F.gelu is the erf one
+        return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": d["H"], "n_layer": d["L"],
+                "n_head": d["np"], "n_positions": case["max_pos"], "n_inner": None if d["F"] == 4 * d["H"] else d["F"],
+                "activation_function": "gelu" if case["act"] == "gelu" else "gelu_new",
+                "layer_norm_epsilon": 1e-05, **common}
     theta = case["rotary_base"]
     # biases on q/k/v only (add_qkv_bias without add_bias_linear) is Qwen2: Llama's attention_bias would
     # also give o_proj a bias that the Megatron model does not have
@@ -406,12 +446,42 @@ def expected_hf_config(case):
            "intermediate_size": d["F"], "num_attention_heads": d["np"], "num_key_value_heads": d["ng"],
            "head_dim": d["hn"], "num_hidden_layers": d["L"], "rms_norm_eps": 1e-05, "rope_theta": theta,
            "rope_parameters": {"rope_theta": theta, "rope_type": "default"},
-           "max_position_embeddings": case["max_pos"], "vocab_size": d["V"], "tie_word_embeddings": case["tied"],
-           "torch_dtype": dtype, "dtype": dtype, "attention_bias": case["qkv_bias"] or case["bias"],
-           "hidden_act": "silu"}
+           "max_position_embeddings": case["max_pos"], "attention_bias": case["qkv_bias"] or case["bias"],
+           "hidden_act": "silu", **common}
     if not qwen2:
         cfg["mlp_bias"] = case["bias"]
     return cfg
+
+
+LOGITS_SEQ, LOGITS_BATCH = 12, 2
+# transformers in float32 on the same (upcast) weights vs. this float64 pass differ by float32 rounding only:
+# about 3e-7 of the largest logit here; the tolerance is 5e-6 of it (Megatron's tanh vs. erf GeLU moves the
+# logits of these models by 1.5e-4 of it)
+LOGITS_RTOL_OF_MAX = 5e-6
+
+
+def expected_logits(case, vals, iteration, seed):
+    """logits.json: a token batch and the logits of megatron_forward's float64 pass over the merged Megatron
+    tensors as stored (training dtype, upcast exactly), true vocab.  Raises unless a wrong activation
+    flavour or rotary base would move the logits by far more than the tolerance (the check has teeth)."""
+    args = make_args(case, iteration)
+    full = OD((k, megatron_forward.stored_values(v, case["dtype"])) for k, v in vals.model.items())
+    seq = min(LOGITS_SEQ, case["max_pos"])
+    tokens = np.random.default_rng(seed).integers(0, case["vocab"], size=(LOGITS_BATCH, seq))
+    out = megatron_forward.logits(args, full, tokens)
+    assert out.shape == (LOGITS_BATCH, seq, case["vocab"]) and np.isfinite(out).all()
+    if hf_family(case) == "gpt2":
+        other = megatron_forward.logits(args, full, tokens, act="gelu" if case["act"] != "gelu" else "fused_gelu")
+    else:
+        args.rotary_base *= 2
+        other = megatron_forward.logits(args, full, tokens)
+    sensitivity = float(np.abs(other - out).max())
+    atol = LOGITS_RTOL_OF_MAX * max(1.0, float(np.abs(out).max()))
+    assert sensitivity > 10 * atol, f"{case['name']}: logits barely depend on the variant ({sensitivity}, atol {atol})"
+    return {"tokens": tokens.tolist(), "logits": out.astype(np.float32).tolist(), "atol": atol,
+            "activation": megatron_forward.activation_of(make_args(case, iteration)),
+            "max_abs_logit": float(np.abs(out).max()), "variant_max_abs_diff": sensitivity,
+            "note": "float64 forward of the unsplit Megatron model (megatron_forward.py), weights as stored"}
 
 
 def rank_dir_name(case, t, p, ep=0):
@@ -454,6 +524,8 @@ def generate_case(case, root):
             torch.save(hf, os.path.join(root, exp, "hf.pt"))
             with open(os.path.join(root, exp, "hf_config.json"), "w") as f:
                 json.dump(expected_hf_config(case), f, indent=1)
+            with open(os.path.join(root, exp, "logits.json"), "w") as f:
+                json.dump(expected_logits(case, vals, it, seed), f)
         if not is_torch_dist(case):  # torch_dist: checked once the chroot wrote it (finish_dist_cases): merge the files just written with an independent reader
             # the self-check: merge the files just written with an independent reader
             megatron_check.check(os.path.join(save_dir, tag), model, fp32, hf)
@@ -464,7 +536,7 @@ def generate_case(case, root):
         write_tokenizer(save_dir, case)
     info = dict(case)
     info.update(src="checkpoint", tags=tags, latest=tags[-1], expected=expected_dirs,
-                hf=has_hf(case), tokenizer_files=list(TOKENIZER_FILES) if case["tokenizer"] else [],
+                hf=has_hf(case), hf_family=hf_family(case), tokenizer_files=list(TOKENIZER_FILES) if case["tokenizer"] else [],
                 rank_dirs=sorted(os.listdir(os.path.join(save_dir, tags[-1]))), dims=dims(case),
                 generator_version=GEN_VERSION, generate_seconds=round(time.time() - t0, 2))
     # torch_dist: case.json appears when the chroot has written the DCP files and the check passed

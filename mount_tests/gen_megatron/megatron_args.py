@@ -69,6 +69,8 @@ def make_args(case, iteration):
         vocab_size=d["V"], padded_vocab_size=d["Vp"],
         bf16=case["dtype"] == "bf16", fp16=case["dtype"] == "fp16", params_dtype=DTYPE[case["dtype"]],
         transformer_impl="transformer_engine" if case["spec"] == "te" else "local",
+        bias_gelu_fusion=case["act"] == "fused_gelu", openai_gelu=case["act"] == "openai_gelu",
+        squared_relu=case["act"] == "squared_relu",
         use_distributed_optimizer=case["dist_opt"],
         iteration=0 if iteration == "release" else iteration,
         save=f"/checkpoints/{case['name']}", no_save_optim=None if case["optimizer"] else True,

@@ -11,6 +11,9 @@ Standard library only, so that the tests can import the case list cheaply.  Each
   hidden, layers, heads, groups (None = MHA), ffn, vocab (true vocab), max_pos
   swiglu, norm ('RMSNorm' / 'LayerNorm'), pos ('rope' / 'learned_absolute'), bias (add_bias_linear),
   qkv_bias (add_qkv_bias), tied, rotary_base
+  act         non-gated MLP activation, as the args select it: 'gelu' (erf: bias_gelu_fusion off),
+              'fused_gelu' (bias_gelu_fusion on: Megatron's bias_gelu, tanh approximation), 'openai_gelu'
+              (tanh approximation), 'squared_relu' (no Hugging Face counterpart)
   iterations  list of ints, or ['release']; the last one is what the tracker names
   first_stage decoder_first_pipeline_num_layers (uneven pipeline split; None = even)
   dist_opt    distributed optimizer (distrib_optim.pt per rank dir)
@@ -23,7 +26,7 @@ Standard library only, so that the tests can import the case list cheaply.  Each
 DEFAULTS = dict(tp=1, pp=1, vp=1, dp=1, dtype="bf16", naming="core", spec="local", hidden=64, layers=4,
                 heads=8, groups=2, ffn=96, vocab=250, max_pos=64, swiglu=True, norm="RMSNorm", pos="rope",
                 bias=False, qkv_bias=False, tied=False, rotary_base=10000, iterations=[3], first_stage=None,
-                dist_opt=False, stale=False, optimizer=True, tokenizer=False)
+                dist_opt=False, stale=False, optimizer=True, tokenizer=False, act="gelu")
 
 # GPT-2-like: LayerNorm with biases, learned absolute positions, gelu MLP, MHA, biases everywhere
 GPT = dict(swiglu=False, norm="LayerNorm", pos="learned_absolute", bias=True, groups=None, ffn=128)
@@ -35,8 +38,9 @@ CASES = [
     dict(name="llama_tp2_pp2_dp4", tp=2, pp=2, dp=4, hidden=80, heads=8, groups=2, ffn=112),
     # TE spec, GQA with 4 groups over TP4, q/k/v biases (Qwen2-like), tied, stale bf16 copy
     dict(name="te_qkvbias_tp4_tied", tp=4, spec="te", groups=4, qkv_bias=True, tied=True, stale=True),
-    # GPT-2-like, fp16 with a grad scaler, tied embeddings over PP2 (output_layer copy on the last stage)
-    dict(name="gpt_fp16_tp2_pp2_tied", tp=2, pp=2, dtype="fp16", tied=True, **GPT),
+    # GPT-2-like, fp16 with a grad scaler, tied embeddings over PP2 (output_layer copy on the last stage),
+    # Megatron's default fused bias-GeLU (tanh approximation)
+    dict(name="gpt_fp16_tp2_pp2_tied", tp=2, pp=2, dtype="fp16", tied=True, act="fused_gelu", **GPT),
     # virtual pipeline: model0/model1 per file, layer numbers restart per chunk, VP-major order
     dict(name="vp2_tp2_pp2", tp=2, pp=2, vp=2, layers=8),
     # VP2 x PP4, TE spec, MHA, tied with the copy on the last chunk of the last stage
@@ -52,13 +56,17 @@ CASES = [
     # legacy (non-core) nested naming, Llama-style
     dict(name="legacy_tp2_pp2_llama", tp=2, pp=2, naming="legacy"),
     # legacy naming, GPT-2-like, tied over PP2 (word_embeddings_for_head), TP4 over 8 MHA heads
-    dict(name="legacy_gpt_tp4_pp2_tied", tp=4, pp=2, naming="legacy", tied=True, **GPT),
+    dict(name="legacy_gpt_tp4_pp2_tied", tp=4, pp=2, naming="legacy", tied=True, act="openai_gelu", **GPT),
     # fp32 training (no fp32_from_fp16_params: the fp32 view is the model), FP32 optimizer
     dict(name="fp32_tp2_pp2_gelu", tp=2, pp=2, dtype="fp32", spec="te", **GPT),
     # a converted checkpoint: tracker 'release', no optimizer or rng state, fp32
     dict(name="release_fp32_tp2", tp=2, dtype="fp32", iterations=["release"], optimizer=False),
     # two iterations; the tracker names the later one
     dict(name="two_iters_tp2", tp=2, iterations=[2, 5], spec="te"),
+    # no Hugging Face family: GPT-2-like but with a squared-ReLU MLP (--squared-relu) ...
+    dict(name="gpt_sqrelu_tp2", tp=2, act="squared_relu", **GPT),
+    # ... and GeLU + LayerNorm with rotary positions and GQA (neither Llama nor GPT-2)
+    dict(name="gelu_rope_gqa_tp2", tp=2, **dict(GPT, pos="rope", groups=2)),
 ]
 
 
@@ -95,8 +103,18 @@ def iter_dir_name(it):
 
 
 def is_llama_style(case):
-    """What gets an hf/ view: swiglu + rope + RMSNorm."""
-    return case["swiglu"] and case["pos"] == "rope" and case["norm"] == "RMSNorm"
+    """Llama / Qwen2: swiglu + rope + RMSNorm, no biases on the linear layers (q/k/v biases allowed)."""
+    return case["swiglu"] and case["pos"] == "rope" and case["norm"] == "RMSNorm" and not case["bias"]
+
+
+GELU_ACTS = ("gelu", "fused_gelu", "openai_gelu")
+
+
+def is_gpt2_style(case):
+    """GPT-2: GeLU (erf or tanh approximation) + learned absolute positions + LayerNorm, biases on every
+    linear layer, multi-head attention."""
+    return (not case["swiglu"] and case["act"] in GELU_ACTS and case["pos"] == "learned_absolute"
+            and case["norm"] == "LayerNorm" and case["bias"] and case["groups"] is None)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -138,6 +156,13 @@ def is_torch_dist(case):
     return case["ckpt_format"] == "torch_dist"
 
 
+def hf_family(case):
+    """'llama' (LlamaForCausalLM / Qwen2ForCausalLM), 'gpt2' (GPT2LMHeadModel) or None: no hf/ view (also MoE:
+    no HF mapping yet)."""
+    if is_moe(case):
+        return None
+    return "llama" if is_llama_style(case) else "gpt2" if is_gpt2_style(case) else None
+
+
 def has_hf(case):
-    """What gets an hf/ view: Llama-style dense models (no HF mapping for MoE yet)."""
-    return is_llama_style(case) and not is_moe(case)
+    return hf_family(case) is not None

@@ -170,7 +170,45 @@ def reference_merge(iter_dir):
 
 
 def hf_from_merged(args, model):
-    """§6.1 / §3.5.2 on the merged tensors (core or legacy names)."""
+    """§6.1 / §3.5.2 on the merged tensors (core or legacy names): Llama/Qwen2 (SwiGLU) or GPT-2 names."""
+    return (_hf_llama if args.swiglu else _hf_gpt2)(args, model)
+
+
+# GPT-2 (HF convert_megatron_gpt2_checkpoint.py): Megatron module (core local, TE, legacy) -> HF module
+GPT2_TOP = {"embedding.word_embeddings": "transformer.wte", "embedding.position_embeddings": "transformer.wpe",
+            "decoder.final_layernorm": "transformer.ln_f", "encoder.final_norm": "transformer.ln_f",
+            "output_layer": "lm_head"}
+GPT2_LAYER = {"input_layernorm": "ln_1", "input_norm": "ln_1", "self_attention.linear_qkv.layer_norm": "ln_1",
+              "pre_mlp_layernorm": "ln_2", "post_attention_norm": "ln_2", "mlp.linear_fc1.layer_norm": "ln_2",
+              "self_attention.linear_qkv": "attn.c_attn", "self_attention.query_key_value": "attn.c_attn",
+              "self_attention.linear_proj": "attn.c_proj", "self_attention.dense": "attn.c_proj",
+              "mlp.linear_fc1": "mlp.c_fc", "mlp.dense_h_to_4h": "mlp.c_fc",
+              "mlp.linear_fc2": "mlp.c_proj", "mlp.dense_4h_to_h": "mlp.c_proj"}
+
+
+def _hf_gpt2(args, model):
+    """Conv1D weights transposed ([in, out]); the per-head [q_h; k_h; v_h] QKV rows regrouped to
+    [all q; all k; all v]; vocab cut to args.vocab_size."""
+    nq, hn = args.num_attention_heads, args.kv_channels
+    hf = {}
+    for n, t in model.items():
+        module, kind = n.rsplit(".", 1)
+        if kind.startswith("layer_norm_"):  # TE: linear_qkv.layer_norm_weight
+            module, kind = module + ".layer_norm", kind[len("layer_norm_"):]
+        m = LAYER.match(module + ".")
+        if m:
+            out = f"transformer.h.{m.group(2)}.{GPT2_LAYER[m.group(3)[:-1]]}"
+        else:
+            out = GPT2_TOP[module.replace("language_model.", "", 1)]
+        if out.endswith("c_attn"):
+            t = t.reshape((nq, 3, hn) + tuple(t.shape[1:])).transpose(0, 1).reshape(t.shape)
+        if out in ("transformer.wte", "lm_head"):
+            t = t[:args.vocab_size]
+        hf[f"{out}.{kind}"] = t.t().contiguous() if t.dim() == 2 and ".h." in out and "ln_" not in out else t
+    return hf
+
+
+def _hf_llama(args, model):
     nq, hn = args.num_attention_heads, args.kv_channels
     ng = args.num_query_groups if args.group_query_attention else nq
     qpg = nq // ng

@@ -4,6 +4,7 @@ reference, down to the logits.
 
     python3 chroot_hf_logits.py MODEL_DIR [MODEL_DIR...] (--reference-dir DIR | --reference-weights FILE)
                                 [--logits-check JSON] [--tolerance 1e-6]
+    python3 chroot_hf_logits.py MODEL_DIR [MODEL_DIR...] --expected-logits LOGITS_JSON
 
 For each MODEL_DIR: safe_open(MODEL_DIR/model.safetensors) holds exactly the reference's tensors, bit for
 bit; AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype float32) loads with no missing, unexpected or
@@ -14,6 +15,9 @@ within the tolerance.
 The reference is either a model folder (--reference-dir, loaded with from_pretrained the same way) or a
 weights file in Hugging Face names (--reference-weights: .safetensors, or a torch.save'd state dict), loaded
 into a model made from MODEL_DIR's config. Tokens: the logits-check file's "tokens", else a fixed batch.
+With --expected-logits (a generated Megatron case's expected/logits.json: "tokens", "logits" [batch, seq, vocab]
+from the generator's own float64 forward pass of the unsplit Megatron model, "atol"): from_pretrained as above,
+then the logits of its tokens within atol of the file's.
 chroot_clients.py (beside this script) supplies the tensor comparison and the PASS/FAIL lines; exit 1 if
 any check failed.
 """
@@ -67,6 +71,37 @@ def logits_of(model, tokens):
         return model(input_ids=tokens).logits
 
 
+def load_check(folder, state):
+    """(name, fn) of the from_pretrained check; fn leaves the model in state["model"]."""
+    def loads():
+        state["model"] = from_pretrained(folder)
+        assert type(state["model"]).__name__ in state["model"].config.architectures, type(state["model"]).__name__
+        return sum(1 for _ in state["model"].state_dict())
+    return f"{folder}: from_pretrained(dtype=float32)", loads
+
+
+def check_expected_logits(folder, expected):
+    """Checks of one MODEL_DIR against a logits.json of the Megatron fixture generator."""
+    state = {}
+    tokens = torch.tensor(expected["tokens"])
+    want = torch.tensor(expected["logits"], dtype=torch.float64)
+
+    def logits_match():
+        assert "model" in state, "the model did not load"
+        ours = logits_of(state["model"], tokens).double()
+        assert ours.shape == want.shape, f"logits shape {tuple(ours.shape)}, expected {tuple(want.shape)}"
+        diff = (ours - want).abs()
+        worst = divmod(int(diff.argmax()), want.shape[-1])
+        print(f"  {folder}: logits {tuple(ours.shape)}, max abs diff to Megatron's forward {diff.max().item():.3g} "
+              f"(atol {expected['atol']:.3g}, max |logit| {want.abs().max().item():.3g}) at (row, vocab) {worst}")
+        assert diff.max().item() <= expected["atol"], \
+            f"logits differ from Megatron's by {diff.max().item():.3g} > {expected['atol']:.3g}"
+        return ours.numel()
+
+    return [load_check(folder, state),
+            (f"{folder}: logits within {expected['atol']:.3g} of the Megatron forward pass's", logits_match)]
+
+
 def check_model_dir(folder, ref, tokens, expect, tol):
     """Checks of one MODEL_DIR, as (name, fn) pairs for run_checks; fn returns a count."""
     state = {}
@@ -77,11 +112,6 @@ def check_model_dir(folder, ref, tokens, expect, tol):
             for k in f.keys():
                 got[k] = f.get_tensor(k)
         return same_state("model.safetensors", got, ref["weights"], False)
-
-    def loads():
-        state["model"] = from_pretrained(folder)
-        assert type(state["model"]).__name__ in state["model"].config.architectures, type(state["model"]).__name__
-        return sum(1 for _ in state["model"].state_dict())
 
     def logits_equal():
         assert "model" in state, "the model did not load"
@@ -104,7 +134,7 @@ def check_model_dir(folder, ref, tokens, expect, tol):
         return len(expect)
 
     checks = [(f"{folder}: model.safetensors equals the reference weights", safetensors_equal),
-              (f"{folder}: from_pretrained(dtype=float32)", loads),
+              load_check(folder, state),
               (f"{folder}: logits equal the reference model's", logits_equal)]
     if expect is not None:
         checks.append((f"{folder}: logits[0, 0, :8] match the logits-check file within {tol}",
@@ -118,12 +148,18 @@ def main(argv=None):
     ref_arg = ap.add_mutually_exclusive_group(required=True)
     ref_arg.add_argument("--reference-dir", help="a Hugging Face model folder with the expected weights")
     ref_arg.add_argument("--reference-weights", help="a .safetensors or torch.save'd state dict, HF names")
+    ref_arg.add_argument("--expected-logits", help="a generated Megatron case's logits.json")
     ap.add_argument("--logits-check", help="JSON with 'tokens' and 'hf_logits_fp32_first_token_first8'")
     ap.add_argument("--tolerance", type=float, default=1e-6)
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     print_versions()
     print(f"transformers {transformers.__version__}", flush=True)
+    if args.expected_logits:
+        with open(args.expected_logits) as f:
+            expected = json.load(f)
+        checks = [c for d in args.model_dirs for c in check_expected_logits(d, expected)]
+        return summary(len(checks), run_checks(checks, unit="values"))
 
     check = json.load(open(args.logits_check)) if args.logits_check else {}
     expect = check.get("hf_logits_fp32_first_token_first8")

@@ -6,6 +6,13 @@ both models, logits equal (max abs diff 0: the weights are the same bytes) and w
 file's; see chroot_hf_logits.py.  Both checkpoints (torch and torch_dist formats) hold the same weights, so
 the one reference serves both; the mount root's hf/ and tags/iter_0000003/hf/ are checked.
 
+Generated cases (mount_tests/gen_megatron, cached like test_megatron.py's): the mounted hf/ of a Llama bf16
+TP2xPP2, a Qwen2-style (q/k/v biases, TP4, tied), GPT-2-style fp16 (fused bias-GeLU), legacy-naming GPT-2
+(openai_gelu), fp32 GPT-2 (erf GeLU) and a torch_dist GPT-2 case loads with from_pretrained(float32) with no
+missing or unexpected keys and gives, on the case's tokens, the logits of expected/logits.json: the generator's
+float64 numpy forward pass of the unsplit Megatron model written from Megatron's definitions (weights as stored
+in the training dtype), within its atol (5e-6 of the largest logit: float32 rounding).
+
 The chroot: ${CKPTFS_SID_CHROOT:-/var/cache/ckptfs/sid}, made by
 `CKPTFS_CHROOT=/var/cache/ckptfs/sid CKPTFS_CHROOT_SUITE=sid bash mount_tests/modern/setup_chroot.sh`.  If it
 is missing these tests fail saying so, unless CKPTFS_SKIP_MODERN=1 (then they are skipped).  Mounts live
@@ -23,6 +30,7 @@ sys.path.insert(0, HERE)
 import helpers as H  # noqa: E402
 from mounting import mounted  # noqa: E402
 from test_modern_clients import chroot_versions, in_chroot, staged  # noqa: E402,F401 (staged: a fixture)
+from test_megatron import info_of, megatron_fixtures, source_of  # noqa: E402,F401 (megatron_fixtures: a fixture)
 from test_real_megatron import CASES, HF_REF, TAG, case_path  # noqa: E402
 
 SID = os.path.abspath(os.environ.get("CKPTFS_SID_CHROOT", "/var/cache/ckptfs/sid"))
@@ -80,3 +88,20 @@ def test_from_pretrained_of_the_mounted_hf(chroot_dir, staged, ckptfs_bin, name)
     inside, ref, mnt, mnt_inside = stage_reference(staged, f"megatron-hf-{name}")
     with mounted(ckptfs_bin, case_path(name, "checkpoint"), mnt):
         run_logits(root, inside, ref, [f"{mnt_inside}/hf", f"{mnt_inside}/tags/{TAG}/hf"])
+
+
+GENERATED = ["llama_tp2_pp2_dp4", "te_qkvbias_tp4_tied", "gpt_fp16_tp2_pp2_tied", "legacy_gpt_tp4_pp2_tied",
+             "fp32_tp2_pp2_gelu", "dist_gpt_tp4_te"]
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_generated_case_logits_match_megatron(chroot_dir, staged, ckptfs_bin, megatron_fixtures, name):
+    root = require_sid(chroot_dir)
+    info = info_of(megatron_fixtures, name)
+    logits = os.path.join(megatron_fixtures, name, info["expected"][info["latest"]], "logits.json")
+    _, inside, mnt, mnt_inside = staged(f"megatron-gen-{name}", *SCRIPTS, logits)
+    with mounted(ckptfs_bin, source_of(megatron_fixtures, name), mnt):
+        proc = in_chroot(root, "python3", f"{inside}/chroot_hf_logits.py", f"{mnt_inside}/hf",
+                         "--expected-logits", f"{inside}/logits.json")
+    print("".join(line + "\n" for line in proc.stdout.splitlines() if "max abs diff" in line), end="")
+    assert proc.returncode == 0 and "FAIL" not in proc.stdout and proc.stdout.count("PASS ") == 2, H.describe(proc)

@@ -9,11 +9,13 @@ Arguments parse_arguments(std::span<const std::string> args, const std::set<std:
   Arguments out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--tag" || a == "-t") {
+    if (a == "--tag" || a == "-t" || a == "--cache") {
       if (i + 1 >= args.size()) throw UsageError(fmt::format("{} needs a value\nusage: {}", a, usage));
-      out.tag = args[++i];
+      (a == "--cache" ? out.cache : out.tag) = args[++i];
     } else if (a.rfind("--tag=", 0) == 0) {
       out.tag = a.substr(6);
+    } else if (a.rfind("--cache=", 0) == 0) {
+      out.cache = a.substr(8);
     } else if (known_flags.count(a)) {
       out.flags.insert(a);
     } else if (!a.empty() && a[0] == '-' && a != "-") {

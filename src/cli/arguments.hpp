@@ -1,4 +1,5 @@
-// Minimal parser for the inspect/export command lines: positionals, boolean flags and --tag T.
+// Minimal parser for the inspect/export/index command lines: positionals, boolean flags, --tag T and
+// --cache DIR.
 #pragma once
 
 #include <optional>
@@ -19,6 +20,7 @@ struct Arguments {
   std::vector<std::string> positional;
   std::set<std::string> flags;  // e.g. "--json"
   std::optional<std::string> tag;
+  std::optional<std::string> cache;  // --cache DIR (`ckptfs index`)
 
   bool has(const std::string& flag) const { return flags.count(flag) != 0; }
 };

@@ -18,6 +18,8 @@ constexpr const char* kUsage = R"(usage:
   ckptfs export SRC OUT [--tag T] [--universal]
                                             write OUT/model.safetensors, OUT/fp32/pytorch_model.bin,
                                             OUT/fp32/model.safetensors (and OUT/universal/)
+  ckptfs index SRC [--tag T] [--cache DIR]  write the index a later mount of SRC loads instead of
+                                            parsing (default DIR: $XDG_CACHE_HOME/ckptfs)
   ckptfs --help | --version
 Run `ckptfs mount --help` for the mount options. Exit codes: docs/exit-codes.md.
 )";
@@ -44,6 +46,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> rest(argv + 2, argv + argc);
   if (command == "inspect") return cli::run_inspect(rest);
   if (command == "export") return cli::run_export(rest);
+  if (command == "index") return cli::run_index(rest);
   if (command == "mount") {
     argv[1] = argv[0];
     return cli::run_mount(argc - 1, argv + 1);

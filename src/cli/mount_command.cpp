@@ -12,6 +12,7 @@
 
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/fuse.hpp"
+#include "ckptfs/index.hpp"
 #include "ckptfs/io.hpp"
 #include "ckptfs/vfs.hpp"
 #include "cli/arguments.hpp"
@@ -41,6 +42,9 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      tag=T            the same as --tag T
      read_ahead_kb=N  kernel readahead of the mount in KiB (default 1024, set when run as root;
                       0 keeps the kernel's default, 128)
+     index_cache=DIR  where the index of SRC is kept (default $XDG_CACHE_HOME/ckptfs, else
+                      ~/.cache/ckptfs); a mount of unchanged sources loads it instead of parsing;
+                      index_cache=off neither reads nor writes one (docs/mount.md)
      allow_other, default_permissions, fsname=..., and the other FUSE mount options (mount.fuse3(8))
      are passed to libfuse; ro is always set, rw and defaults are ignored.
 
@@ -53,6 +57,7 @@ struct MountArguments {
   OpenOptions open;
   fuse::ServeOptions serve;
   std::optional<unsigned> max_open;
+  std::optional<fs::path> index_cache = index::default_cache_dir();  // nullopt: off
 };
 
 // Escapes a value for libfuse's comma-separated option list.
@@ -83,6 +88,10 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.serve.max_threads = parse_number(option, 1);
   } else if (option.starts_with("max_open=")) {
     m.max_open = parse_number(option, 1);
+  } else if (option.starts_with("index_cache=")) {
+    const std::string dir = option.substr(12);
+    if (dir.empty()) throw UsageError(fmt::format("-o {}: expected a directory or 'off'", option));
+    m.index_cache = dir == "off" ? std::nullopt : std::optional<fs::path>(fs::absolute(dir));
   } else if (option.starts_with("read_ahead_kb=")) {
     m.serve.read_ahead_kb = parse_number(option, 0);
   } else {
@@ -150,8 +159,13 @@ int run_mount(int argc, char** argv) {
     MountArguments m = parse(argc, argv);
     m.serve.mountpoint = fuse::check_mountpoint(m.mountpoint.string());  // before the long indexing
     if (m.max_open) io::set_max_open_files(*m.max_open);
-    const Checkpoint checkpoint = open_checkpoint(m.source, m.open);
-    const vfs::VirtualTree tree = vfs::build_tree(checkpoint);
+    const index::Opened opened = index::open_indexed(m.source, m.open, m.index_cache);
+    if (m.serve.foreground && !opened.index_file.empty())
+      fmt::print(stderr, "ckptfs: {}\n",
+                 opened.from_index ? fmt::format("index loaded from {}", opened.index_file.string())
+                                   : fmt::format("parsed the sources ({}); index {}", opened.parsed_because,
+                                                 opened.index_file.string()));
+    const vfs::VirtualTree tree = vfs::build_tree(opened.checkpoint);
     // Indexing parsed every pickle into trees that are gone now; hand their pages back before serving.
     ::malloc_trim(0);
     fuse::serve(tree, m.serve);

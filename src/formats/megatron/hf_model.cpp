@@ -250,6 +250,9 @@ std::pair<const Family*, std::string> family_of(const ModelArgs& a) {
   if (a.num_experts > 0) return {nullptr, "mixture-of-experts models are not mapped yet"};
   if (a.layernorm_1p) return {nullptr, "zero-centred norm weights (apply_layernorm_1p) are not mapped yet"};
   if (a.rotary_interleaved) return {nullptr, "interleaved rotary embeddings are not mapped yet"};
+  if (a.post_layernorm_residual)
+    return {nullptr, "residual connections after the layernorm (apply_residual_connection_post_layernorm) have no "
+                     "Hugging Face counterpart here"};
   if (a.query_groups <= 0 || a.heads % a.query_groups != 0) return {nullptr, "heads not divisible into query groups"};
   if (a.swiglu && a.position_embedding == "rope" && a.normalization == "RMSNorm") {
     if (a.add_bias_linear) return {nullptr, "linear layers with biases (add_bias_linear) have no Llama counterpart"};
@@ -257,6 +260,7 @@ std::pair<const Family*, std::string> family_of(const ModelArgs& a) {
     return {&llama(), ""};
   }
   if (!a.swiglu && a.position_embedding == "learned_absolute" && a.normalization == "LayerNorm") {
+    if (a.squared_relu) return {nullptr, "GPT-2 uses GeLU; this model uses squared ReLU"};
     if (!a.add_bias_linear) return {nullptr, "GPT-2 has biases on every linear layer; this model has none"};
     if (a.query_groups != a.heads) return {nullptr, "GPT-2 has no grouped-query attention"};
     if (a.kv_channels * a.heads != a.hidden) return {nullptr, "GPT-2 needs heads x kv_channels = hidden_size"};

@@ -66,6 +66,8 @@ ModelArgs read_model_args(const Field& args) {
   a.etp = static_cast<int>(integer(args, "expert_tensor_parallel_size", a.tp));
   a.moe_grouped_gemm = flag(args, "moe_grouped_gemm", false);
   a.swiglu = flag(args, "swiglu", false);
+  a.squared_relu = flag(args, "squared_relu", false);
+  a.post_layernorm_residual = flag(args, "apply_residual_connection_post_layernorm", false);
   a.tied_embeddings = !flag(args, "untie_embeddings_and_output_weights", false);
   a.add_bias_linear = flag(args, "add_bias_linear", true);
   a.add_qkv_bias = flag(args, "add_qkv_bias", false);
@@ -81,7 +83,8 @@ ModelArgs read_model_args(const Field& args) {
   a.rotary_percent = number(args, "rotary_percent", 1.0);
   if (flag(args, "use_rope_scaling", false)) a.rope_scaling_factor = number(args, "rope_scaling_factor", 8.0);
   // Megatron's fused bias-GeLU (on by default, used where linears have biases) is the tanh approximation.
-  a.tanh_gelu = flag(args, "openai_gelu", false) || (flag(args, "bias_gelu_fusion", true) && a.add_bias_linear);
+  a.tanh_gelu = flag(args, "openai_gelu", false) ||
+                (flag(args, "bias_gelu_fusion", true) && a.add_bias_linear && !flag(args, "onnx_safe", false));
   a.init_std = number(args, "init_method_std", 0.02);
   a.params_dtype = flag(args, "bf16", false) ? DType::BF16 : flag(args, "fp16", false) ? DType::F16 : DType::F32;
   return a;

@@ -22,6 +22,8 @@ struct ModelArgs {
   int etp = 1;                   // expert tensor parallel size
   bool moe_grouped_gemm = false;  // experts as TEGroupedMLP (linear_fc1.weight{e}), else SequentialMLP
   bool swiglu = false;
+  bool squared_relu = false;
+  bool post_layernorm_residual = false;  // apply_residual_connection_post_layernorm
   bool tied_embeddings = true;  // not untie_embeddings_and_output_weights
   bool add_bias_linear = true, add_qkv_bias = false;
   bool distributed_optimizer = false;

@@ -1,0 +1,37 @@
+// The index cache: what indexing parsed from a checkpoint (catalogs, universal plans, state values,
+// side files) kept lz4-compressed on disk, so that mounting an unchanged checkpoint again reads no pickle
+// (on Lustre, GPFS or NFS every pickle read costs milliseconds). An index is used only when every source
+// file still has the identity it had (path, device, inode, size, mtime, ctime) and the directories and
+// control files that decide the tags are unchanged; otherwise, or when the index is damaged or from
+// another ckptfs version, the checkpoint is parsed again and the index rewritten (docs/mount.md).
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "ckptfs/checkpoint.hpp"
+
+namespace ckptfs::index {
+
+// $XDG_CACHE_HOME/ckptfs, else $HOME/.cache/ckptfs; nullopt when neither variable is set.
+std::optional<std::filesystem::path> default_cache_dir();
+
+struct Opened {
+  Checkpoint checkpoint;
+  bool from_index = false;
+  std::filesystem::path index_file;  // where the index is (or would be); empty when the cache is off
+  std::string parsed_because;        // why the index was not used, when it was looked for
+};
+
+// open_checkpoint, through the index cache in `cache_dir` (nullopt: no cache). Writing the index is
+// best effort: a read-only or full cache dir only costs the next mount a parse.
+Opened open_indexed(const std::filesystem::path& source, const OpenOptions& options,
+                    const std::optional<std::filesystem::path>& cache_dir);
+
+// Parses `source` and writes its index into `cache_dir` (`ckptfs index`); returns the index file.
+// Throws what open_checkpoint throws, and SourceError when the index cannot be written.
+std::filesystem::path write_index(const std::filesystem::path& source, const OpenOptions& options,
+                                  const std::filesystem::path& cache_dir);
+
+}  // namespace ckptfs::index

@@ -1,0 +1,199 @@
+"""The index cache (`-o index_cache=DIR`, `ckptfs index SRC`): a mount of unchanged sources loads the
+index instead of parsing, and serves exactly what a parse serves; any change to a source file, a tag dir
+or a control file, a damaged index, or another ckptfs build's index falls back to parsing (and rewrites
+the index), never to wrong bytes.  What "exactly what a parse serves" means here: every file of
+`ckptfs export` (which always parses) equals the same file under a mount that loaded the index, byte for
+byte, for every framework ckptfs reads."""
+import filecmp
+import os
+import shutil
+
+import pytest
+
+import helpers as H
+from conftest import REAL_DIR, case_info
+from mounting import foreground, run_ckptfs
+
+REPO = H.REPO
+LOADED = "index loaded from"
+PARSED = "parsed the sources"
+# (label, path relative to the repo or a generated DeepSpeed case name)
+SOURCES = [
+    ("deepspeed-zero3", "examples/deepspeed-zero3-bf16"),
+    ("deepspeed-universal", "examples/deepspeed-universal-z2-bf16"),
+    ("dcp", "examples/dcp-shard1-ws2"),
+    ("torch-save", "examples/torch-save-file/full_state.pt"),
+    ("megatron-legacy", "mount_tests/fixtures/megatron-real/legacy_tp2_pp2/checkpoint"),
+    ("megatron-torch-dist", "mount_tests/fixtures/megatron-real/torch_dist_tp2_pp2/checkpoint"),
+    ("deepspeed-real", None),
+    ("pipeline", "case:pp2_z1_fp16_dp2"),
+    ("two-tags", "case:twotags_z2_bf16_dp2"),
+]
+
+
+def source_path(fixtures_dir, spec):
+    if spec is None:
+        return os.path.join(REAL_DIR, sorted(d for d in os.listdir(REAL_DIR) if os.path.isdir(os.path.join(REAL_DIR, d)))[0], "checkpoint")
+    if spec.startswith("case:"):
+        return os.path.join(fixtures_dir, spec[5:], case_info(fixtures_dir, spec[5:])["src"])
+    return os.path.join(REPO, spec)
+
+
+def stderr_of(proc):
+    """What `ckptfs -f` said before serving (the index line comes before the mount is live)."""
+    return proc.stderr.readline()
+
+
+def assert_same_as_export(mnt, exported):
+    """Every exported file is in the mount with the same bytes (the mount adds tags/ and ckptfs.json)."""
+    count = 0
+    for root, _, files in os.walk(exported):
+        for f in files:
+            rel = os.path.relpath(os.path.join(root, f), exported)
+            assert filecmp.cmp(os.path.join(root, f), os.path.join(mnt, rel), shallow=False), rel
+            count += 1
+    assert count > 0
+
+
+@pytest.mark.parametrize("label,spec", SOURCES, ids=[s[0] for s in SOURCES])
+def test_mount_from_the_index_serves_what_parsing_serves(label, spec, fixtures_dir, ckptfs_bin, export_cache,
+                                                         tmp_path):
+    src = source_path(fixtures_dir, spec)
+    proc, exported = export_cache(src)
+    H.assert_ok(proc)
+    cache = tmp_path / "cache"
+    r = run_ckptfs(ckptfs_bin, "index", src, "--cache", cache)
+    H.assert_ok(r)
+    index_file = r.stdout.strip()
+    assert os.path.dirname(index_file) == str(cache) and os.path.getsize(index_file) > 0
+    with foreground(ckptfs_bin, src, tmp_path / "mnt", "-o", f"index_cache={cache}") as p:
+        assert stderr_of(p).startswith(f"ckptfs: {LOADED} {index_file}")
+        assert_same_as_export(str(tmp_path / "mnt"), exported)
+
+
+def mount_says(ckptfs_bin, src, mnt, cache):
+    with foreground(ckptfs_bin, src, mnt, "-o", f"index_cache={cache}") as p:
+        line = stderr_of(p)
+        listing = sorted(os.listdir(mnt))
+    return line, listing
+
+
+def test_first_mount_writes_the_index_and_the_second_loads_it(case_copy, ckptfs_bin, tmp_path):
+    src = case_copy("z2_bf16_dp2")
+    cache = tmp_path / "cache"
+    first, _ = mount_says(ckptfs_bin, src, tmp_path / "m1", cache)
+    assert PARSED in first and "no index yet" in first, first
+    second, _ = mount_says(ckptfs_bin, src, tmp_path / "m2", cache)
+    assert LOADED in second, second
+
+
+@pytest.mark.parametrize("change", ["touch rank file", "replace rank file", "new tag dir", "rewrite latest",
+                                    "new side file"])
+def test_a_changed_source_is_parsed_again(change, case_copy, ckptfs_bin, export_cache, tmp_path):
+    src = case_copy("twotags_z2_bf16_dp2")
+    cache = tmp_path / "cache"
+    H.assert_ok(run_ckptfs(ckptfs_bin, "index", src, "--cache", cache))
+    tags = sorted(d for d in os.listdir(src) if d.startswith("global_step"))
+    rank = os.path.join(src, tags[-1], "mp_rank_00_model_states.pt")
+    if change == "touch rank file":
+        st = os.stat(rank)
+        os.utime(rank, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    elif change == "replace rank file":  # same bytes, new inode
+        shutil.copy2(rank, rank + ".new")
+        os.replace(rank + ".new", rank)
+    elif change == "new tag dir":
+        shutil.copytree(os.path.join(src, tags[-1]), os.path.join(src, "global_step99"))
+    elif change == "rewrite latest":  # in place: the save dir's mtime does not change
+        with open(os.path.join(src, "latest"), "r+") as f:
+            f.write(tags[0])
+            f.truncate()
+    else:  # an HF Trainer writing config.json into the step dir after the checkpoint
+        with open(os.path.join(src, tags[-1], "config.json"), "w") as f:
+            f.write("{}")
+    line, listing = mount_says(ckptfs_bin, src, tmp_path / "mnt", cache)
+    assert PARSED in line and "changed since it was indexed" in line, line
+    proc, exported = export_cache(src)  # parses the changed source
+    H.assert_ok(proc)
+    with foreground(ckptfs_bin, src, tmp_path / "mnt2", "-o", f"index_cache={cache}") as p:
+        assert LOADED in stderr_of(p)  # the parse rewrote the index
+        assert_same_as_export(str(tmp_path / "mnt2"), exported)
+        if change == "new tag dir":
+            assert "global_step99" in os.listdir(tmp_path / "mnt2" / "tags")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped byte", "garbage", "other version"])
+def test_a_damaged_index_is_parsed_again(damage, case_copy, ckptfs_bin, export_cache, tmp_path):
+    src = case_copy("z1_bf16_dp2")
+    cache = tmp_path / "cache"
+    r = run_ckptfs(ckptfs_bin, "index", src, "--cache", cache)
+    H.assert_ok(r)
+    index_file = r.stdout.strip()
+    data = bytearray(open(index_file, "rb").read())
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    elif damage == "flipped byte":
+        data[len(data) * 2 // 3] ^= 0xFF
+    elif damage == "garbage":
+        data = bytearray(os.urandom(len(data)))
+    else:  # the key names the ckptfs version
+        at = data.index(b"ckptfs ")
+        data[at + 7] = ord("9")
+    open(index_file, "wb").write(bytes(data))
+    proc, exported = export_cache(src)
+    H.assert_ok(proc)
+    with foreground(ckptfs_bin, src, tmp_path / "mnt", "-o", f"index_cache={cache}") as p:
+        line = stderr_of(p)
+        assert PARSED in line, line
+        assert_same_as_export(str(tmp_path / "mnt"), exported)
+
+
+def test_index_cache_off_reads_and_writes_nothing(case_copy, ckptfs_bin, tmp_path, monkeypatch):
+    src = case_copy("z1_bf16_dp2")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    with foreground(ckptfs_bin, src, tmp_path / "mnt", "-o", "index_cache=off") as p:
+        assert sorted(os.listdir(tmp_path / "mnt"))
+    assert LOADED not in p.stderr.read() and not (tmp_path / "xdg").exists()
+
+
+def test_default_cache_dir_is_under_xdg_cache_home(case_copy, ckptfs_bin, tmp_path, monkeypatch):
+    src = case_copy("z1_bf16_dp2")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    r = run_ckptfs(ckptfs_bin, "index", src)
+    H.assert_ok(r)
+    assert r.stdout.strip().startswith(str(tmp_path / "xdg" / "ckptfs") + "/")
+    with foreground(ckptfs_bin, src, tmp_path / "mnt") as p:
+        assert LOADED in stderr_of(p)
+
+
+def test_an_unwritable_cache_dir_does_not_stop_the_mount(case_copy, ckptfs_bin, tmp_path):
+    src = case_copy("z1_bf16_dp2")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with foreground(ckptfs_bin, src, tmp_path / "mnt", "-o", f"index_cache={blocker}/cache") as p:
+        assert PARSED in stderr_of(p)
+        assert "model.safetensors" in os.listdir(tmp_path / "mnt")
+
+
+def test_tags_option_gets_its_own_index(case_copy, ckptfs_bin, tmp_path):
+    src = case_copy("twotags_z2_bf16_dp2")
+    cache = tmp_path / "cache"
+    tags = sorted(d for d in os.listdir(src) if d.startswith("global_step"))
+    a = run_ckptfs(ckptfs_bin, "index", src, "--cache", cache)
+    b = run_ckptfs(ckptfs_bin, "index", src, "--cache", cache, "--tag", tags[0])
+    H.assert_ok(a)
+    H.assert_ok(b)
+    assert a.stdout != b.stdout
+    with foreground(ckptfs_bin, src, tmp_path / "mnt", "-o", f"index_cache={cache}", "--tag", tags[0]) as p:
+        assert LOADED in stderr_of(p)
+        assert sorted(os.listdir(tmp_path / "mnt" / "tags")) == [tags[0]]
+
+
+def test_index_of_a_broken_source_fails_like_a_mount(case_copy, ckptfs_bin, tmp_path):
+    src = case_copy("z1_bf16_dp2")
+    tag = next(d for d in os.listdir(src) if d.startswith("global_step"))
+    victim = sorted(f for f in os.listdir(src / tag) if "optim_states" in f)[0]
+    with open(src / tag / victim, "r+b") as f:
+        f.truncate(100)
+    r = run_ckptfs(ckptfs_bin, "index", src, "--cache", tmp_path / "cache")
+    H.assert_one_line_error(r, H.EXIT_INVALID, [victim])
+    assert not (tmp_path / "cache").exists() or not os.listdir(tmp_path / "cache")

@@ -1,0 +1,34 @@
+// `ckptfs index SRC [--tag T] [--cache DIR]`: parses SRC and writes the index a later mount of SRC (with
+// the same --tag) loads instead of parsing; e.g. right after a checkpoint is written, on the cluster's
+// login node.
+#include <fmt/format.h>
+
+#include "ckptfs/index.hpp"
+#include "cli/arguments.hpp"
+#include "cli/commands.hpp"
+
+namespace ckptfs::cli {
+
+namespace {
+
+constexpr const char* kUsage = "ckptfs index SRC [--tag T] [--cache DIR]";
+
+}  // namespace
+
+int run_index(std::span<const std::string> args) {
+  try {
+    Arguments a = parse_arguments(args, {}, 1, kUsage);
+    OpenOptions options;
+    options.tag = a.tag;
+    const auto dir = a.cache ? std::optional<std::filesystem::path>(std::filesystem::absolute(*a.cache))
+                             : index::default_cache_dir();
+    if (!dir) throw UsageError(fmt::format("no cache dir: set XDG_CACHE_HOME or HOME, or give --cache DIR\nusage: {}", kUsage));
+    const auto source = std::filesystem::absolute(a.positional[0]).lexically_normal();
+    fmt::print("{}\n", index::write_index(source, options, *dir).string());
+    return 0;
+  } catch (const std::exception& e) {
+    return report_error(e);
+  }
+}
+
+}  // namespace ckptfs::cli
