@@ -470,6 +470,12 @@ class Decoder {
       default:
         in_.fail("an unknown value tag");
     }
+    if (depth_ > kMaxDepth) in_.fail("values nested too deep");
+    struct Nesting {
+      int& depth;
+      explicit Nesting(int& d) : depth(++d) {}
+      ~Nesting() { --depth; }
+    } nesting(depth_);
     auto v = std::make_shared<pickle::Value>();
     values_.push_back(v);
     const uint64_t kind = in_.u64();
@@ -598,6 +604,8 @@ class Decoder {
     return cp;
   }
 
+  static constexpr int kMaxDepth = 1024;  // the unpickler's own nesting bound is 512
+  int depth_ = 0;
   ByteReader in_;
   std::vector<io::FilePtr> files_;
   std::vector<std::shared_ptr<const LogicalTensor>> pool_;
