@@ -3,7 +3,9 @@ mount_tests/gen_megatron/ (legacy ``--ckpt-format torch``: TP 1/2/4 x PP 1/2/4 x
 tied and untied, core local/TE spec and legacy nested names, non-distributed and distributed optimizers,
 bf16/fp16/fp32, release and multi-iteration save dirs, MoE with EP 1/2 (SequentialMLP / TEGroupedMLP, rank
 dirs mp_rank_TT[_PPP]_EEE, ChainedOptimizer); ``torch_dist`` dirs written by torch.distributed.checkpoint in
-the Debian 13 chroot: stacked layers, TP chunks, SwiGLU 2*TP fc1 chunks, optimizer.state.fp32_param) compared
+the Debian 13 chroot: stacked layers, TP chunks, SwiGLU 2*TP fc1 chunks, optimizer.state.fp32_param, the common
+state in common.pt or (core 0.19+) in the DCP item common_state/shard_0_1; distrib_optim.pt of core 0.7+
+(coalesced), core 0.4-0.6 (a list of buckets) and 2023-05 (one padded buffer)) compared
 byte for byte with the generator's expectations:
 model.safetensors, fp32/model.safetensors, fp32/pytorch_model.bin, hf/model.safetensors + hf/config.json
 (Llama/Qwen2-style and GPT-2-style cases) and the tokenizer files; then broken checkpoints must fail with exit 4
@@ -44,6 +46,8 @@ DISTOPT = "distopt_tp2_dp2"         # TP2 PP1 with distrib_optim.pt
 MOE_EP_PP = "moe_seq_ep2_tp1_pp2"   # rank dirs mp_rank_TT_PPP_EEE
 DIST_BASE = "dist_llama_tp2_pp2"    # torch_dist, world 4: __0_0.distcp .. __3_0.distcp
 TORCH_DIST = {c["name"] for c in ALL if MC.is_torch_dist(c)}
+OLD_DISTOPT = {c["name"]: c["distopt_layout"] for c in ALL if c["dist_opt"] and c["distopt_layout"] != "coalesced"}
+COMMON_IN_DCP = [c["name"] for c in ALL if MC.is_torch_dist(c) and c["common"] == "dcp"]
 SKIP_MODERN = os.environ.get("CKPTFS_SKIP_MODERN") == "1"
 GEN_TIMEOUT = 600
 
@@ -181,7 +185,7 @@ def test_iterations_differ(megatron_fixtures):
         assert any(H.tensor_bytes(a[k]) != H.tensor_bytes(b[k]) for k in a)
 
 
-@pytest.mark.parametrize("name", [BASE, MOE_EP_PP, DIST_BASE])
+@pytest.mark.parametrize("name", [BASE, MOE_EP_PP, DIST_BASE] + COMMON_IN_DCP)
 def test_iteration_dir_as_source(name, megatron_fixtures, export_cache):
     info = info_of(megatron_fixtures, name)
     proc, out = export_cache(os.path.join(source_of(megatron_fixtures, name), info["latest"]))
@@ -308,6 +312,70 @@ def test_distrib_optim_wrong_size(ckptfs_bin, megatron_copy, tmp_path):
         buf["numel_unpadded"] -= 64
     rewrite(path, shorten)
     assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["distrib_optim.pt"])
+
+
+def _buffers(sd):
+    """[(chunk, dtype key, {'param': ..., 'exp_avg': ..., 'exp_avg_sq': ...})] of a distrib_optim.pt dict."""
+    return [(k, key, world) for k, v in sd.items() if isinstance(k, int) for key, world in v.items()]
+
+
+@pytest.mark.parametrize("name", sorted(OLD_DISTOPT))
+def test_older_distrib_optim_fixture_layout(name, megatron_fixtures):
+    """The older-era cases hold what they claim (so that the export/mount tests above exercise those layouts):
+    core 0.4-0.6 lists of bucket tensors (per_bucket_numel, a (param dtype, grad dtype) key, each bucket padded
+    at its end to a multiple of DP) or 2023-05 single buffers (keyed torch.float32, padded to a multiple of DP);
+    the padding is never empty."""
+    info = info_of(megatron_fixtures, name)
+    dp, layout = info["dp"], OLD_DISTOPT[name]
+    src = source_of(megatron_fixtures, name)
+    for rank_dir in info["rank_dirs"]:
+        sd = torch.load(rank_file(src, info["latest"], rank_dir, "distrib_optim.pt"), map_location="cpu")
+        assert "buckets_coalesced" not in sd
+        bufs = _buffers(sd)
+        assert [k for k, _, _ in bufs] == list(range(info["vp"]))
+        for k, key, world in bufs:
+            assert sorted(world) == ["exp_avg", "exp_avg_sq", "param"]
+            if layout == "buckets":
+                assert key == (torch.bfloat16, torch.float32)
+                (n,), (u,) = sd["per_bucket_numel"][k][key], sd["per_bucket_numel_unpadded"][k][key]
+                for t in world.values():
+                    assert isinstance(t, list) and len(t) == 1 and t[0].shape == (n,)
+                assert n % dp == 0 and u < n < u + dp, (n, u, dp)
+            else:
+                assert layout == "padded" and key == torch.float32 and set(sd) == {k for k, _, _ in bufs}
+                assert len({t.numel() for t in world.values()}) == 1 and world["param"].numel() % dp == 0
+
+
+@pytest.mark.parametrize("name", sorted(OLD_DISTOPT))
+def test_older_distrib_optim_short(name, ckptfs_bin, megatron_copy, tmp_path):
+    """An older-era distrib_optim.pt whose buffers lost their last DP elements (shorter than the parameters)."""
+    info, src = megatron_copy(name)
+    dp = info["dp"]
+
+    def shorten(sd):
+        for k, key, world in _buffers(sd):
+            for n in world:
+                if isinstance(world[n], list):
+                    world[n] = [t[:-dp].clone() for t in world[n]]
+                else:
+                    world[n] = world[n][:-dp].clone()
+            if "per_bucket_numel" in sd:
+                sd["per_bucket_numel"][k][key] = [x - dp for x in sd["per_bucket_numel"][k][key]]
+    rewrite(rank_file(src, info["latest"], info["rank_dirs"][-1], "distrib_optim.pt"), shorten)
+    assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["distrib_optim.pt"])
+
+
+@pytest.mark.parametrize("name", COMMON_IN_DCP)
+def test_common_state_fixture_layout(name, megatron_fixtures):
+    """core 0.19+ torch_dist: no common.pt, metadata.json without the common backend, the common state a DCP
+    bytes item (so that the export/mount tests above read the args from there)."""
+    info = info_of(megatron_fixtures, name)
+    it = os.path.join(source_of(megatron_fixtures, name), info["latest"])
+    assert "common.pt" not in os.listdir(it)
+    with open(os.path.join(it, "metadata.json")) as f:
+        assert json.load(f) == {"sharded_backend": "torch_dist", "sharded_backend_version": 1}
+    with open(os.path.join(it, ".metadata"), "rb") as f:
+        assert b"common_state/shard_0_1" in f.read()
 
 
 MASTERS_SHORT = {

@@ -20,6 +20,10 @@ struct ServeOptions {
   // Readahead of the mount's bdi (the kernel's default is 128 KiB, which caps FUSE reads at 128 KiB);
   // set when the process may (root), 0 keeps the kernel's default.
   unsigned read_ahead_kb = 1024;
+  // How far ahead of a sequential reader of a file the source ranges are prefetched (posix_fadvise
+  // WILLNEED, in each shard's order): the kernel reads the shards in parallel while the request waits on
+  // its own. 0 turns it off.
+  unsigned prefetch_mb = 32;
 };
 
 // A line of /proc/self/mountinfo.

@@ -49,6 +49,10 @@ class File {
   void read_exact(uint64_t offset, std::span<std::byte> dst) const;
   std::vector<std::byte> read(uint64_t offset, uint64_t length) const;
 
+  // Asks the kernel to start reading [offset, offset + length) into the page cache and returns without
+  // waiting (posix_fadvise WILLNEED): reads that follow find it there. Best effort: errors are ignored.
+  void prefetch(uint64_t offset, uint64_t length) const;
+
   // True while the file at path() still has the identity it had when opened.
   bool unchanged() const;
 

@@ -21,6 +21,9 @@ class VirtualFile {
   virtual void read(uint64_t offset, std::span<std::byte> dst) const = 0;
   // The distinct source files the bytes come from, so the caller can check whether they changed.
   virtual std::vector<io::FilePtr> sources() const { return {}; }
+  // Starts reading the source ranges behind [offset, offset + length) into the page cache, in each source
+  // file's order, without waiting (io::File::prefetch); files with nothing worth prefetching ignore it.
+  virtual void prefetch(uint64_t /*offset*/, uint64_t /*length*/) const {}
 };
 
 using VirtualFilePtr = std::shared_ptr<const VirtualFile>;
@@ -42,6 +45,7 @@ class ExtentFile final : public VirtualFile {
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, std::span<std::byte> dst) const override;
   std::vector<io::FilePtr> sources() const override;
+  void prefetch(uint64_t offset, uint64_t length) const override;
   const std::vector<Extent>& extents() const { return extents_; }
 
  private:

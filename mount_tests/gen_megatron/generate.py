@@ -45,11 +45,11 @@ import megatron_forward  # noqa: E402
 from case_cache import case_is_current  # noqa: E402
 from megatron_args import DTYPE, make_args  # noqa: E402
 from megatron_cases import all_cases, has_hf, hf_family, is_torch_dist, iter_dir_name  # noqa: E402
-from megatron_layout import (EXTRA_TE, chunk_entries, chunk_layers, dims, is_expert, merged_entries,  # noqa: E402
-                             pack_buffer, rule_of, split, tp_attrs)
+from megatron_layout import (ALIGN, EXTRA_TE, chunk_entries, chunk_layers, dims, is_expert,  # noqa: E402
+                             merged_entries, pack_buffer, rule_of, split, tp_attrs)
 
 OD = collections.OrderedDict
-GEN_VERSION = 4  # bump to invalidate cached fixtures
+GEN_VERSION = 5  # bump to invalidate cached fixtures
 CHECKPOINT_VERSION = 3.0
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -351,18 +351,36 @@ def optimizer_state(case, params, rng, iteration, expert_optimizer=None):
 
 
 def distrib_optim_state(case, params, rng):
-    """distrib_optim.pt, coalesced-bucket layout (core >= 0.7): one buffer per model chunk."""
-    out = {"buckets_coalesced": True}
-    key = (DTYPE[case["dtype"]], torch.float32)
+    """distrib_optim.pt: one buffer per model chunk, in the layout of the case's era (``distopt_layout``,
+    megatron_cases.py): coalesced (core >= 0.7), a list of buckets (core 0.6) or one padded buffer (2023-05)."""
+    layout, dp = case["distopt_layout"], case["dp"]
+    if layout == "coalesced":
+        out, key = {"buckets_coalesced": True}, (DTYPE[case["dtype"]], torch.float32)
+    elif layout == "buckets":
+        out, key = {"per_bucket_numel": [], "per_bucket_numel_unpadded": []}, (DTYPE[case["dtype"]], torch.float32)
+        # a tied embedding shared across stages would get a bucket of its own (several buckets per buffer)
+        assert not (case["tied"] and case["pp"] > 1), "buckets layout: one bucket per buffer only"
+    else:
+        assert layout == "padded", layout
+        out, key = {}, torch.float32
     for v, chunk in enumerate(params):
         moments = [adam_moments(rng, m.shape) for _, m, _ in chunk]
         bufs = {}
         for name, arrays in (("param", [m for _, m, _ in chunk]), ("exp_avg", [a for a, _ in moments]),
                              ("exp_avg_sq", [b for _, b in moments])):
             flat, _, total = pack_buffer([(a, s) for a, (_, _, s) in zip(arrays, chunk)],
-                                         lambda n: garbage(rng, n).copy())
-            bufs[name] = torch.from_numpy(flat)
-        bufs["numel_unpadded"] = total
+                                         lambda n: garbage(rng, n).copy(), align=ALIGN if layout == "coalesced" else 1)
+            if layout != "coalesced":
+                # the buffer (bucket) end padded to a multiple of DP, garbage in the padding (torch.empty)
+                padded = -(-total // dp) * dp
+                assert padded > total, f"{case['name']}: no end padding (total {total}, DP {dp})"
+                flat = np.concatenate([flat, garbage(rng, padded - total)])
+            bufs[name] = torch.from_numpy(flat) if layout != "buckets" else [torch.from_numpy(flat)]
+        if layout == "coalesced":
+            bufs["numel_unpadded"] = total
+        elif layout == "buckets":
+            out["per_bucket_numel"].append({key: [padded]})
+            out["per_bucket_numel_unpadded"].append({key: [total]})
         out[v] = {key: bufs}
     return out
 

@@ -1,5 +1,5 @@
 """``args`` (an ``argparse.Namespace``) as Megatron-LM 0.18.2 saves it: a subset of the real saved args
-(/work/shared/fixtures/megatron-real/legacy_tp2_pp2/expected/args.json: the architecture, parallelism,
+(mount_tests/fixtures/megatron-real/legacy_tp2_pp2/expected/args.json: the architecture, parallelism,
 precision, optimizer and checkpoint fields) with the values of that run, then set per case."""
 import argparse
 import signal

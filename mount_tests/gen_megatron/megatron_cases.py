@@ -148,6 +148,42 @@ CASES += [
 ]
 
 
+# ----------------------------------------------------------------------------------------------------
+# older save layouts (appended).  More keys:
+#   distopt_layout  distrib_optim.pt of the distributed optimizer, by Megatron era:
+#                   'coalesced'  core 0.7+: {'buckets_coalesced': True, chunk: {(param dtype, grad dtype):
+#                                {'param', 'exp_avg', 'exp_avg_sq': one compact tensor, 'numel_unpadded'}}},
+#                                starts 64-aligned (core 0.8+), bucket-end padding stripped
+#                   'buckets'    core 0.6 (0.4/0.5 key the entry by the grad dtype alone):
+#                                {'per_bucket_numel': [{key: [padded bucket sizes]} per buffer],
+#                                'per_bucket_numel_unpadded': [...], chunk: {(param dtype, torch.float32):
+#                                {'param': [one tensor per bucket], ...}}}, unaligned starts, each bucket
+#                                padded at its end to a multiple of DP (GradBuffer / ParamAndGradBuffer
+#                                _pad_if_needed of core 0.4-0.6; lcm(DP, 128) only from core 0.7, whose file
+#                                strips the padding)
+#                   'padded'     2023-05 (Megatron-LM 49e4bd6857b7): {chunk: {torch.float32: {'param': T, ...}}},
+#                                T = the whole grad buffer, forward params packed from its end backwards
+#                                (= reverse order from 0), unaligned, padded at its end to a multiple of DP
+#   common          torch_dist: 'file' (common.pt + metadata.json with common_backend, core <= 0.18) or
+#                   'dcp' (core 0.19+: no common.pt; the common state is the DCP bytes item
+#                   common_state/shard_0_1 = torch.save([common state dict]) written by rank 0,
+#                   metadata.json {"sharded_backend": "torch_dist", "sharded_backend_version": 1} only)
+DEFAULTS.update(distopt_layout="coalesced", common="file")
+
+CASES += [
+    # core 0.6 list of buckets: VP2 (one buffer per model chunk: two entries in each file's per_bucket_numel),
+    # DP 4, GPT-2-like with an odd fc1 bias (45 per TP rank) so every bucket has end padding, stale bf16 copy
+    dict(name="distopt_buckets_tp2_pp2_vp2", tp=2, pp=2, vp=2, layers=4, dp=4, dist_opt=True,
+         distopt_layout="buckets", stale=True, **dict(GPT, hidden=48, heads=6, ffn=90)),
+    # 2023-05 single padded buffer: TP2 PP2 DP4, fp16 (grad scaler), GPT-2-like, stale fp16 copy; every
+    # buffer's total is 2 mod 4: two padding elements at its end
+    dict(name="distopt_padded2023_tp2_pp2", tp=2, pp=2, dp=4, dtype="fp16", dist_opt=True, distopt_layout="padded",
+         stale=True, **dict(GPT, hidden=54, heads=6, ffn=100)),
+    # torch_dist of core 0.19+: the common state inside the DCP (common_state/shard_0_1), no common.pt
+    dict(name="dist_common_state_tp2", ckpt_format="torch_dist", tp=2, common="dcp"),
+]
+
+
 def is_moe(case):
     return bool(case["experts"])
 

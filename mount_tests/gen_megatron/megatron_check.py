@@ -1,5 +1,5 @@
 """The generator's self-check: reads a written iteration dir back (torch.load of every rank file) and merges
-it the way the spec says a reader must (/work/shared/formats/megatron.md §3.8, §4.3, §4.4, §3.5.2),
+it the way a reader must by Megatron-LM's rules (merge, distributed-optimizer buffers, param groups, QKV),
 written apart from the splitting code in megatron_layout.py: rules come from the NAMES and the saved
 ``args``, layer offsets from counting the layers of each chunk in VP-major order, fp32 masters from the
 saved param groups or from unpacking distrib_optim.pt.  ``check`` raises unless the result equals the
@@ -51,21 +51,64 @@ def _merge(args, name, shards):
     return shards[0]
 
 
-def _unpack_distrib(chunk_params, world, tied_pp, first, last):
-    """§4.3: params in reverse order, starts aligned to 64, shared embedding in its own bucket."""
+def _unpack_distrib(chunk_params, param, total, tied_pp, first, last, align):
+    """Where each master sits in a compact buffer ``param``: params in reverse order, starts aligned to
+    ``align``, shared embedding in its own bucket; the layout must end at ``total``."""
     out, base, cur = {}, 0, 0
     for name, t in reversed(chunk_params):
         shared = tied_pp and ((first and name.endswith("word_embeddings.weight")) or
                               (last and name in TIED_COPIES))
-        cur = (cur + 63) // 64 * 64
+        cur = (cur + align - 1) // align * align
         if shared and cur > 0:
             base, cur = base + cur, 0
         off = base + cur
-        out[name] = world["param"][off:off + t.numel()].view(t.shape)
+        out[name] = param[off:off + t.numel()].view(t.shape)
         cur += t.numel()
         if shared:
             base, cur = base + cur, 0
-    assert base + cur == world["numel_unpadded"] == world["param"].numel(), "distrib_optim.pt size"
+    assert base + cur == total, f"distrib_optim.pt size: layout {base + cur}, file {total}"
+    return out
+
+
+def _unpack_2023(chunk_params, param, dp):
+    """2023-05 (one grad buffer per chunk): forward parameter p at [total - sum of numels up to and including p,
+    ...); the buffer padded at its end to a multiple of DP."""
+    total = sum(t.numel() for _, t in chunk_params)
+    assert param.numel() == -(-total // dp) * dp, f"2023 buffer: {param.numel()} elements, {total} padded to DP {dp}"
+    out, end = {}, total
+    for name, t in chunk_params:
+        end -= t.numel()
+        out[name] = param[end:end + t.numel()].view(t.shape)
+    assert end == 0
+    return out
+
+
+def _distrib_masters(args, dist, per_chunk, p, PP, nkeys):
+    """fp32 masters of each chunk from distrib_optim.pt, in whichever of the three layouts the file has."""
+    dp, tied_pp = args.data_parallel_size, not args.untie_embeddings_and_output_weights and PP > 1
+    param_dtype = torch.bfloat16 if args.bf16 else torch.float16
+    out = []
+    for v, c in enumerate(per_chunk):
+        (key, world), = dist[v].items()
+        assert set(world) >= {"param", "exp_avg", "exp_avg_sq"}, sorted(world)
+        ends = dict(tied_pp=tied_pp, first=p == 0 and v == 0, last=p == PP - 1 and v == nkeys - 1)
+        if "buckets_coalesced" in dist:  # core >= 0.7
+            assert dist["buckets_coalesced"] is True and key == (param_dtype, torch.float32), key
+            assert world["param"].numel() == world["numel_unpadded"]
+            out.append(_unpack_distrib(c, world["param"], world["numel_unpadded"], align=64, **ends))
+        elif "per_bucket_numel" in dist:  # core 0.4-0.6: a tensor per bucket, each padded to a multiple of DP
+            assert key in ((param_dtype, torch.float32), torch.float32), key
+            sizes, unpadded = dist["per_bucket_numel"][v][key], dist["per_bucket_numel_unpadded"][v][key]
+            buckets = world["param"]
+            assert isinstance(buckets, list) and len(buckets) == len(sizes) == len(unpadded)
+            for b, n, u in zip(buckets, sizes, unpadded):
+                assert b.dim() == 1 and b.numel() == n == -(-u // dp) * dp, (b.numel(), n, u, dp)
+            compact = torch.cat([b[:u] for b, u in zip(buckets, unpadded)])
+            out.append(_unpack_distrib(c, compact, sum(unpadded), align=1, **ends))
+        else:  # 2023-05
+            assert key == torch.float32 and isinstance(v, int), key
+            out.append(_unpack_2023(c, world["param"], dp))
+    assert sorted(k for k in dist if isinstance(k, int)) == list(range(len(per_chunk)))
     return out
 
 
@@ -90,12 +133,7 @@ def _masters(args, sd, d, per_chunk, p, PP, nkeys):
     masters = [dict(c) for c in per_chunk]
     if args.use_distributed_optimizer:
         dist = torch.load(os.path.join(d, "distrib_optim.pt"), map_location="cpu")
-        assert dist["buckets_coalesced"] is True
-        for v, c in enumerate(per_chunk):
-            (world,) = dist[v].values()
-            masters[v] = _unpack_distrib(c, world, not args.untie_embeddings_and_output_weights and PP > 1,
-                                         p == 0 and v == 0, p == PP - 1 and v == nkeys - 1)
-        return masters
+        return _distrib_masters(args, dist, per_chunk, p, PP, nkeys)
     opt = sd["optimizer"]
     # ChainedOptimizer (MoE): [dense optimizer, expert optimizer], each over its own params
     parts = list(zip(opt, (False, True))) if isinstance(opt, list) else [(opt, None)]

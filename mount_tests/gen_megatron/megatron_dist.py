@@ -1,7 +1,7 @@
 """torch_dist (``--ckpt-format torch_dist``) cases: where every tensor goes in Megatron's dist-checkpointing
 geometry, the per-rank plans the chroot writer turns into a real DCP dir, the host side of running that
 writer in the Debian 13 chroot (torch 2.6), and the self-check of what it wrote
-(/work/shared/formats/megatron.md §5, §4.5, §3.6).
+(Megatron-LM's dist-checkpointing conventions).
 
 Geometry (DP 1, world = TP x PP, rank = pp * TP + tp, one gloo process per rank in the chroot):
 - layers are STACKED: ``decoder.layers.<rest>`` of global shape [L, ...]; a chunk is one layer of one TP
@@ -18,7 +18,9 @@ Geometry (DP 1, world = TP x PP, rank = pp * TP + tp, one gloo process per rank 
 - bytes items (ShardedObjects, torch.save([obj])): ``decoder.layers.<module>._extra_state/shard_{l}_{L}``
   (TP rank 0 of the layer's stage) and ``rng_state/shard_{pp}.{tp}_{PP}.{TP}`` (every rank);
 - ``common.pt`` (args, checkpoint_version, iteration, optimizer param_groups, scheduler ...),
-  ``metadata.json`` and the tracker, written here on the host.
+  ``metadata.json`` and the tracker, written here on the host; or (``common`` 'dcp', core 0.19+) that common
+  state as the bytes item ``common_state/shard_0_1`` (torch.save([state]), rank 0), no common.pt, and
+  metadata.json without the common_backend fields.
 """
 import collections
 import io
@@ -43,6 +45,8 @@ import run_generator as RG  # noqa: E402  (the chroot: where it is, whether it i
 CHROOT_SCRIPT = os.path.join(HERE, "chroot_megatron_dist.py")
 METADATA_JSON = {"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
                  "common_backend_version": 1}
+METADATA_JSON_019 = {"sharded_backend": "torch_dist", "sharded_backend_version": 1}  # core 0.19+: no common.pt
+COMMON_STATE = "common_state/shard_0_1"  # ShardedObject('common_state', global shape (1,), offset (0,))
 PLANS = ".plans"  # per case: .plans/<tag>/rank<r>.pt while the case is being made
 LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.*)$")
 TE_NAMES = (("input_layernorm.", "self_attention.linear_qkv.layer_norm_"),
@@ -139,6 +143,9 @@ def write_plans(case, vals, iteration, iter_dir, seed, gen):
         for r, plan in plans.items():
             p, t = divmod(r, tp)
             plan["objects"].append((f"rng_state/shard_{p}.{t}_{pp}.{tp}", [gen.rng_state(seed + 1 + r)]))
+    common = common_state(case, iteration, with_optim, gen)
+    if case["common"] == "dcp":
+        plans[0]["objects"].append((COMMON_STATE, [common]))  # replica_id = rank: rank 0's is saved
     tag = os.path.basename(iter_dir)
     plan_dir = os.path.join(os.path.dirname(os.path.dirname(iter_dir)), PLANS, tag)
     os.makedirs(plan_dir)
@@ -146,9 +153,12 @@ def write_plans(case, vals, iteration, iter_dir, seed, gen):
         plan["tensors"] = dict(plan["tensors"])
         torch.save(plan, os.path.join(plan_dir, f"rank{r}.pt"))
     os.makedirs(iter_dir)
-    torch.save(common_state(case, iteration, with_optim, gen), os.path.join(iter_dir, "common.pt"))
+    if case["common"] == "file":
+        torch.save(common, os.path.join(iter_dir, "common.pt"))
+    else:
+        assert case["common"] == "dcp", case["common"]
     with open(os.path.join(iter_dir, "metadata.json"), "w") as f:
-        json.dump(METADATA_JSON, f)
+        json.dump(METADATA_JSON if case["common"] == "file" else METADATA_JSON_019, f)
 
 
 def common_state(case, iteration, with_optim, gen):
@@ -242,10 +252,17 @@ def _unstack(args, full):
 
 
 def reference_merge(iter_dir, dump):
-    """(args, model, fp32) of a torch_dist iteration dir, from its common.pt and ``dump`` (full.pt)."""
+    """(args, model, fp32) of a torch_dist iteration dir, from its common.pt (or, without one, its common_state
+    bytes item) and ``dump`` (full.pt)."""
     with open(os.path.join(iter_dir, "metadata.json")) as f:
-        assert json.load(f) == METADATA_JSON
-    common = torch.load(os.path.join(iter_dir, "common.pt"), map_location="cpu")
+        backend = json.load(f)
+    if os.path.exists(os.path.join(iter_dir, "common.pt")):
+        assert backend == METADATA_JSON and COMMON_STATE not in dump["bytes"]
+        common = torch.load(os.path.join(iter_dir, "common.pt"), map_location="cpu")
+    else:  # core 0.19+
+        assert backend == METADATA_JSON_019, backend
+        (common,) = torch.load(io.BytesIO(dump["bytes"][COMMON_STATE]), map_location="cpu")
+        assert isinstance(common, dict) and "args" in common, type(common)
     args = common["args"]
     assert args.ckpt_format == "torch_dist" and common["checkpoint_version"] == 3.0
     tp = args.tensor_model_parallel_size

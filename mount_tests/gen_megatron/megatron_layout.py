@@ -1,6 +1,6 @@
 """Where every tensor of a Megatron-LM model goes: names (core local / TE spec, legacy nested), the
 state-dict and parameter order, the pipeline layer split, the tensor-parallel split rules and the
-distributed-optimizer buffer packing (docs: /work/shared/formats/megatron.md §2-§4).
+distributed-optimizer buffer packing (Megatron-LM's rules; docs/formats/megatron.md says what ckptfs reads).
 
 Values are numpy arrays (fp32 masters as float32, bf16/fp16 model weights as their int16 bit patterns:
 the split is pure indexing).  Full tensors are keyed by short canonical names ('emb', 'L3.qkv.w', ...,
@@ -286,13 +286,14 @@ def split(case, rule, full, r):
 ALIGN = 64
 
 
-def pack_buffer(params, fill):
-    """params: [(array fp32, shared)] in named_parameters order.  Returns (offsets, total) and fills a
-    1-D array ``fill(total)`` (garbage) with the values: the compact 'param' tensor of distrib_optim.pt."""
+def pack_buffer(params, fill, align=ALIGN):
+    """params: [(array fp32, shared)] in named_parameters order.  Returns (values, offsets, total): a 1-D
+    array ``fill(total)`` (garbage) holding the values, the compact 'param' tensor of distrib_optim.pt.
+    ``align`` 1: the unaligned starts before core 0.8."""
     base, cur, offsets = 0, 0, [None] * len(params)
     for i in reversed(range(len(params))):
         a, shared = params[i]
-        cur = -(-cur // ALIGN) * ALIGN
+        cur = -(-cur // align) * align
         if shared and cur > 0:
             base, cur = base + cur, 0
         offsets[i] = base + cur

@@ -42,6 +42,8 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      tag=T            the same as --tag T
      read_ahead_kb=N  kernel readahead of the mount in KiB (default 1024, set when run as root;
                       0 keeps the kernel's default, 128)
+     prefetch=MB      how far ahead of a sequential reader the source ranges it will need are
+                      prefetched into the page cache, in each shard's order (default 32; 0: off)
      index_cache=DIR  where the index of SRC is kept (default $XDG_CACHE_HOME/ckptfs, else
                       ~/.cache/ckptfs); a mount of unchanged sources loads it instead of parsing;
                       index_cache=off neither reads nor writes one (docs/mount.md)
@@ -92,6 +94,8 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     const std::string dir = option.substr(12);
     if (dir.empty()) throw UsageError(fmt::format("-o {}: expected a directory or 'off'", option));
     m.index_cache = dir == "off" ? std::nullopt : std::optional<fs::path>(fs::absolute(dir));
+  } else if (option.starts_with("prefetch=")) {
+    m.serve.prefetch_mb = parse_number(option, 0);
   } else if (option.starts_with("read_ahead_kb=")) {
     m.serve.read_ahead_kb = parse_number(option, 0);
   } else {

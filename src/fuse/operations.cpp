@@ -6,6 +6,9 @@
 #include <sys/statvfs.h>
 #include <syslog.h>
 
+#include <atomic>
+#include <optional>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -18,6 +21,31 @@
 namespace ckptfs::fuse {
 
 namespace {
+
+// Per open file: how far its source ranges have been prefetched. A read that continues where the
+// prefetched range is (a sequential reader, the kernel's own readahead, a loader faulting a tensor in
+// page by page) moves the window on; a read elsewhere (random access) only restarts it there, so a
+// random reader never makes the kernel read what nobody asked for. Concurrent reads of one handle may
+// race on the window: the worst case is a range advised twice or not at all.
+class ReadAhead {
+ public:
+  // The range to prefetch before serving [offset, offset + length), if any.
+  std::optional<std::pair<uint64_t, uint64_t>> next(uint64_t offset, uint64_t length, uint64_t window, uint64_t size) {
+    const uint64_t end = offset + length;
+    const uint64_t done = prefetched_to_.load(std::memory_order_relaxed);
+    if (offset > done || end + window <= done) {  // not sequential, or far enough ahead already
+      if (offset > done) prefetched_to_.store(end, std::memory_order_relaxed);
+      return std::nullopt;
+    }
+    const uint64_t from = std::max(done, end), to = std::min(size, end + window);
+    prefetched_to_.store(to, std::memory_order_relaxed);
+    if (from >= to) return std::nullopt;
+    return std::pair{from, to - from};
+  }
+
+ private:
+  std::atomic<uint64_t> prefetched_to_{0};
+};
 
 // The tree never changes while mounted, so the kernel may cache names, attributes and misses for long.
 constexpr double kTimeout = 86400.0;
@@ -191,13 +219,15 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     }
     fi->keep_cache = 1;  // immutable content: pages stay cached across opens; mmap stays shareable
     fi->direct_io = 0;
+    fi->fh = reinterpret_cast<uint64_t>(new ReadAhead());
     fuse_reply_open(req, fi);
   });
 }
 
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi) {
   guarded(req, ino, "read", [&] {
-    const vfs::Node* node = context(req).tree->node(ino);
+    const Context& c = context(req);
+    const vfs::Node* node = c.tree->node(ino);
     if (node == nullptr || node->is_dir) return (void)fuse_reply_err(req, node == nullptr ? ENOENT : EISDIR);
     const uint64_t file_size = node->size();
     const uint64_t start = static_cast<uint64_t>(std::max<off_t>(offset, 0));
@@ -206,12 +236,16 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     // One buffer per worker thread, as large as the largest request it served (max_read bounds it).
     thread_local std::vector<std::byte> buffer;
     if (buffer.size() < length) buffer.resize(length);
+    if (fi != nullptr && fi->fh != 0 && c.prefetch_bytes > 0)
+      if (auto ahead = reinterpret_cast<ReadAhead*>(fi->fh)->next(start, length, c.prefetch_bytes, file_size))
+        node->file->prefetch(ahead->first, ahead->second);
     node->file->read(start, std::span(buffer.data(), length));
     fuse_reply_buf(req, reinterpret_cast<const char*>(buffer.data()), length);
   });
 }
 
-void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete reinterpret_cast<ReadAhead*>(fi->fh);
   fuse_reply_err(req, 0);
 }
 

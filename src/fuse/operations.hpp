@@ -15,6 +15,7 @@ struct Context {
   uid_t uid = 0;  // owner shown for every node: whoever mounted
   gid_t gid = 0;
   bool use_syslog = false;  // daemonised: stderr is /dev/null
+  uint64_t prefetch_bytes = 0;  // how far ahead of a sequential reader source ranges are prefetched
 };
 
 fuse_lowlevel_ops make_operations();

@@ -113,7 +113,7 @@ std::string check_mountpoint(const std::string& mountpoint) {
 
 void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
   const bool foreground = options.foreground || options.debug;
-  Context context{&tree, ::getuid(), ::getgid(), !foreground};
+  Context context{&tree, ::getuid(), ::getgid(), !foreground, uint64_t{options.prefetch_mb} << 20};
   const fuse_lowlevel_ops ops = make_operations();
   auto session = new_session(options, ops, context);
   fuse_session* se = session.get();

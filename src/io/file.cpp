@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -58,6 +59,17 @@ std::vector<std::byte> File::read(uint64_t offset, uint64_t length) const {
   std::vector<std::byte> out(length);
   read_exact(offset, out);
   return out;
+}
+
+void File::prefetch(uint64_t offset, uint64_t length) const {
+  if (offset >= identity_.size || length == 0) return;
+  try {
+    const OpenFdPtr fd = fd_cache::acquire(*this);
+    ::posix_fadvise(fd->get(), static_cast<off_t>(offset),
+                    static_cast<off_t>(std::min(length, identity_.size - offset)), POSIX_FADV_WILLNEED);
+  } catch (const SourceError&) {
+    // the read that follows reports it
+  }
 }
 
 bool File::unchanged() const {

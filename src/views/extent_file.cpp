@@ -41,6 +41,35 @@ void ExtentFile::read(uint64_t offset, std::span<std::byte> dst) const {
   }
 }
 
+void ExtentFile::prefetch(uint64_t offset, uint64_t length) const {
+  if (offset >= size_) return;
+  length = std::min(length, size_ - offset);
+  // The source runs behind the range, per file in file order, joined where they touch or nearly do (the
+  // kernel reads whole pages anyway): a handful of fadvise calls per file, not one per run.
+  constexpr uint64_t kJoinGap = 64 << 10;
+  std::vector<catalog::Piece> runs;
+  auto it = std::upper_bound(extents_.begin(), extents_.end(), offset,
+                             [](uint64_t off, const Extent& e) { return off < e.offset; });
+  for (--it; it != extents_.end() && it->offset < offset + length; ++it) {
+    if (!it->tensor) continue;
+    const uint64_t size = dtype_size(it->tensor->dtype);
+    const uint64_t begin = it->tensor_offset + (std::max(offset, it->offset) - it->offset);
+    const uint64_t end = it->tensor_offset + (std::min(offset + length, it->offset + it->length) - it->offset);
+    const uint64_t first = begin / size;
+    catalog::append_runs(*it->tensor, first, (end + size - 1) / size - first, runs);
+  }
+  std::sort(runs.begin(), runs.end(), [](const catalog::Piece& a, const catalog::Piece& b) {
+    return a.file != b.file ? a.file.get() < b.file.get() : a.src_offset < b.src_offset;
+  });
+  for (size_t i = 0; i < runs.size();) {
+    const io::File& file = *runs[i].file;
+    uint64_t lo = runs[i].src_offset, hi = lo + runs[i].count * dtype_size(runs[i].src_dtype);
+    for (++i; i < runs.size() && runs[i].file.get() == &file && runs[i].src_offset <= hi + kJoinGap; ++i)
+      hi = std::max(hi, runs[i].src_offset + runs[i].count * dtype_size(runs[i].src_dtype));
+    file.prefetch(lo, hi - lo);
+  }
+}
+
 std::vector<io::FilePtr> distinct_sources(std::span<const catalog::LogicalTensor* const> tensors) {
   std::vector<io::FilePtr> files;
   std::unordered_set<const io::File*> seen;

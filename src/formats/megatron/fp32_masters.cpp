@@ -4,7 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <functional>
-#include <numeric>
+#include <optional>
 
 #include "ckptfs/error.hpp"
 
@@ -166,12 +166,21 @@ std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchAr
     if (flat.shape.size() != 1 || !flat.is_contiguous() || flat.dtype != DType::F32)
       param.fail("expected a flat float32 tensor");
     const int64_t length = flat.shape[0];
-    // What the layout's total must be: numel_unpadded exactly; else what fits the stored tensor, whose
-    // end is padded to a multiple of the DP size (2023-05) or of lcm(DP, 128) (bucket lists).
+    // What the layout's total must be: numel_unpadded (coalesced) or the bucket's unpadded size where
+    // the file records them (core 0.5-0.6), else what fits the stored tensor, whose end is padded to a
+    // multiple of the DP size.
+    std::optional<int64_t> unpadded;
+    if (coalesced) unpadded = world["numel_unpadded"].as_int();
+    if (const Field sizes = root["per_bucket_numel_unpadded"]; bucket_lists && sizes.is_list()) {
+      const Field per_dtype = sizes.at(c);
+      if (!per_dtype.is_dict() || per_dtype.size() != 1) per_dtype.fail("expected one dtype's bucket sizes");
+      const Field list(per_dtype.value().entries.front().second.get(), per_dtype.file(), per_dtype.path() + "[dtype]");
+      unpadded = list.at(0).as_int();
+    }
     const auto fits = [&](int64_t total) {
-      if (coalesced) return total == world["numel_unpadded"].as_int() && total <= length;
-      const int64_t multiple = bucket_lists ? std::lcm<int64_t>(dp, 128) : dp;
-      return total <= length && (total + multiple - 1) / multiple * multiple == length;
+      if (total > length) return false;
+      if (unpadded) return total == *unpadded;
+      return (total + dp - 1) / dp * dp == length;
     };
     std::vector<const ParamSlot*> chunk;
     std::vector<size_t> index;
@@ -192,7 +201,7 @@ std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchAr
       param.fail(fmt::format("its {} elements do not hold the {} parameters of model chunk {} under any known buffer "
                              "layout{}",
                              length, chunk.size(), c,
-                             coalesced ? fmt::format(" (numel_unpadded {})", world["numel_unpadded"].as_int()) : ""));
+                             unpadded ? fmt::format(" (unpadded size {})", *unpadded) : ""));
   }
   return out;
 }
