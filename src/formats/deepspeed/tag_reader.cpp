@@ -303,9 +303,8 @@ TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo,
                        std::vector<std::string>& notes) {
   for (const auto& [layer, tps] : tf.layer_states)
     if (tps.size() > 1 || tps.begin()->first != 0)
-      throw UnsupportedError(
-          fmt::format("{}: pipeline checkpoint with tensor parallelism is not supported yet",
-                      tps.rbegin()->second.string()));
+      throw FormatError(fmt::format("{}: the layer files of tensor-parallel rank {} without those of rank 0",
+                                    tps.rbegin()->second.string(), tps.rbegin()->first));
   TagParts parts;
   // Without partitioned optimizer state (ZeRO-0 with a torch optimizer) the fp32 view is the upcast weights.
   parts.masters_known = !tf.optim_states.empty();
@@ -462,6 +461,26 @@ RankTag read_rank(io::FileSet& files, const TagFiles& tf, const fs::path& dir, c
   return {std::move(tag), std::move(parts.buffers)};
 }
 
+// The files tensor-parallel rank `tp` of a pipeline tag reads: its stages' model-states and optimizer
+// files (DeepSpeed numbers them by the rank among data rank 0's ranks: stage x TP + tp) and its layer
+// files (layer_XX-model_<tp>), as a tag of its own.
+TagFiles pipeline_rank_files(const TagFiles& tf, int tp, int tp_size, const fs::path& dir) {
+  TagFiles out;
+  out.bf16_prefix = tf.bf16_prefix;
+  for (const auto& [mp, path] : tf.model_states)
+    if (mp % tp_size == tp) out.model_states.emplace(mp, path);
+  for (const auto& [mp, dps] : tf.optim_states)
+    if (mp % tp_size == tp) out.optim_states.emplace(mp, dps);
+  for (const auto& [layer, tps] : tf.layer_states) {
+    auto it = tps.find(tp);
+    if (it == tps.end() || static_cast<int>(tps.size()) != tp_size)
+      throw FormatError(fmt::format("{}: layer {} has files for {} tensor-parallel ranks, layer {} for {}", dir.string(),
+                                    layer, tps.size(), tf.layer_states.begin()->first, tp_size));
+    out.layer_states[layer][0] = it->second;
+  }
+  return out;
+}
+
 }  // namespace
 
 Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
@@ -470,14 +489,26 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
   if (!tf.expert_files.empty())
     throw UnsupportedError(fmt::format("{}: Mixture-of-Experts checkpoints are not supported yet",
                                        tf.expert_files.front().string()));
-  const bool tensor_parallel = tf.zero3_model_states.empty() && tf.layer_states.empty() &&
-                               tf.model_states.size() > 1 && !is_universal_dir(dir);
+  const bool plain = tf.zero3_model_states.empty() && !is_universal_dir(dir);
+  // Pipeline layers saved per tensor-parallel rank (layer_XX-model_YY: Megatron-DeepSpeed's GPTModelPipe).
+  const int pipeline_tp = tf.layer_states.empty() ? 1 : static_cast<int>(tf.layer_states.begin()->second.size());
+  const bool tensor_parallel =
+      plain && (tf.layer_states.empty() ? tf.model_states.size() > 1 : pipeline_tp > 1);
   if (!tensor_parallel) return read_rank(files, tf, dir, name, tf.model_states.empty() ? 0 : tf.model_states.begin()->first).tag;
-  // Several MP ranks without pipeline layer files: tensor parallelism (Megatron-DeepSpeed, AutoTP).
+  // Tensor parallelism (Megatron-DeepSpeed, AutoTP): every TP rank read as a tag, then merged.
   const UniversalInfo info = read_universal_info(files, tf.model_states.begin()->second);
   std::vector<RankTag> ranks;
-  for (const auto& [mp, path] : tf.model_states) ranks.push_back(read_rank(files, tf, dir, name, mp));
-  return merge_tensor_parallel_ranks(std::move(ranks), info);
+  if (tf.layer_states.empty()) {
+    for (const auto& [mp, path] : tf.model_states) ranks.push_back(read_rank(files, tf, dir, name, mp));
+  } else {
+    for (int tp = 0; tp < pipeline_tp; ++tp) {
+      const TagFiles rank = pipeline_rank_files(tf, tp, pipeline_tp, dir);
+      ranks.push_back(read_rank(files, rank, dir, name, rank.model_states.empty() ? 0 : rank.model_states.begin()->first));
+    }
+  }
+  Tag tag = merge_tensor_parallel_ranks(std::move(ranks), info);
+  tag.files = tf.all();
+  return tag;
 }
 
 }  // namespace ckptfs::deepspeed
