@@ -403,7 +403,7 @@ def write_zero012(case, tagdir, entries, values, uni=None, mp=0, client=None):
     ``mp``: the model-parallel rank the files are named for (tensor-parallel cases write one set per TP
     rank); ``client``: extra top-level keys of the model-state file (Megatron-DeepSpeed's client state)."""
     stage, dtn, dp = case["stage"], case["dtype"], case["dp"]
-    mp_world = case.get("tp", 1)
+    mp_world = case.get("tp", 1) * case.get("pp", 1)  # pipeline + TP: the grid's model group is PP x TP ranks
     model_file = f"mp_rank_{mp:02d}_model_states.pt"
     dtype = DTYPES[dtn]
     rng = values.rng
@@ -463,7 +463,9 @@ def write_zero012(case, tagdir, entries, values, uni=None, mp=0, client=None):
     else:
         frozen_shapes, frozen_frags = None, None
     alias = [e for e in entries if e.kind == "alias"]
-    sd = model_state_dict(case, module, buffer_names, None, [shapes_od(g) for g in fgroups], frozen_shapes,
+    # pipeline engines (pipeline + TP cases) save module None: the weights go to the layer files
+    sd = model_state_dict(case, None if case["pipeline"] else module, buffer_names, None,
+                          [shapes_od(g) for g in fgroups], frozen_shapes,
                           {e.name: e.owner for e in alias}, frozen_frags, dp, mp_world)
     sd.update(client or {})
     save(sd, os.path.join(tagdir, model_file))
@@ -867,13 +869,31 @@ def tp_rank_model(entries, full, r, tp):
 
 def tp_client_state(case, info):
     """Megatron-DeepSpeed's client state in each mp_rank file (save_checkpoint's state_dict, less rng)."""
-    args = argparse.Namespace(tensor_model_parallel_size=case["tp"], pipeline_model_parallel_size=1,
+    args = argparse.Namespace(tensor_model_parallel_size=case["tp"],
+                              pipeline_model_parallel_size=case.get("pp", 1),
                               num_layers=TP_LAYERS, hidden_size=TP_HIDDEN, ffn_hidden_size=TP_FFN,
                               max_position_embeddings=TP_SEQ, padded_vocab_size=tp_padded_vocab(case["tp"]),
                               make_vocab_size_divisible_by=TP_VOCAB_DIVISOR, swiglu=case["swiglu"],
-                              untie_embeddings_and_output_weights=True, iteration=case["global_steps"])
+                              untie_embeddings_and_output_weights=not case["pipeline"],
+                              iteration=case["global_steps"])
     return {"args": args, "checkpoint_version": 3.0, "iteration": case["global_steps"],
             "universal_checkpoint_info": info}
+
+
+def tp_moments(full, entries):
+    """Adam moments of the unsplit model's trainable params (every TP rank's moments are their slices)."""
+    return {e.name: {"exp_avg": torch.from_numpy(full.rng.standard_normal(e.shape).astype(np.float32) * 1e-3),
+                     "exp_avg_sq": torch.from_numpy(np.abs(full.rng.standard_normal(e.shape)).astype(np.float32) * 1e-6)}
+            for e in entries if e.kind == "train"}
+
+
+def tp_check_rank(ru, whole, rule, r, tp):
+    """The files hold the unsplit model's slices: TP rank r's own universal view (``ru``, a Universal) is
+    the slice of ``whole`` (a Values with moments)."""
+    for n, d in ru.params.items():
+        for k in ("fp32", "exp_avg", "exp_avg_sq"):
+            t = whole.master[n] if k == "fp32" else whole.moments[n][k]
+            assert torch.equal(d[k].view(torch.int32), tp_slice(rule[n], t, r, tp).view(torch.int32)), (r, n, k)
 
 
 def write_tensor_parallel(case, tagdir, seed, uni):
@@ -881,23 +901,16 @@ def write_tensor_parallel(case, tagdir, seed, uni):
     tp, dtype = case["tp"], DTYPES[case["dtype"]]
     entries = tp_gpt_entries(case)
     full = Values(entries, dtype, case["stage"], seed)
-    full.moments = {e.name: {"exp_avg": torch.from_numpy(full.rng.standard_normal(e.shape).astype(np.float32) * 1e-3),
-                             "exp_avg_sq": torch.from_numpy(np.abs(full.rng.standard_normal(e.shape))
-                                                            .astype(np.float32) * 1e-6)}
-                    for e in entries if e.kind == "train"}
+    full.moments = tp_moments(full, entries)
     client = tp_client_state(case, tp_universal_info(case))
     ranks = []
     for r in range(tp):
         ents, vals = tp_rank_model(entries, full, r, tp)
         ranks.append(Universal())
         write_zero012(case, tagdir, ents, vals, ranks[-1], mp=r, client=client)
-    # the files hold the unsplit model's slices: each rank's own universal view is the slice of the merged one
     rule = {e.name: e.tp for e in entries}
     for r, ru in enumerate(ranks):
-        for n, d in ru.params.items():
-            for k in ("fp32", "exp_avg", "exp_avg_sq"):
-                whole = full.master[n] if k == "fp32" else full.moments[n][k]
-                assert torch.equal(d[k].view(torch.int32), tp_slice(rule[n], whole, r, tp).view(torch.int32)), (r, n, k)
+        tp_check_rank(ru, full, rule, r, tp)
     uni.form, uni.optimizer_state = "dict", ranks[0].optimizer_state  # ds_to_universal: (pp 0, tp 0, dp 0)
     uni.copies = [c for ru in ranks for c in ru.copies]
     uni.merge_keys = OD()
@@ -909,6 +922,132 @@ def write_tensor_parallel(case, tagdir, seed, uni):
         uni.merge_keys[n] = TP_MERGE_KEYS[rule[n]]
     module = build_module(entries, full, dtype, {n: full.bit16(n, dtype) for n in full.master})
     return expected_outputs(case, entries, full, module)
+
+
+# ----------------------------------------------------------------------------------------------------
+# pipeline + tensor parallelism: Megatron-DeepSpeed's GPTModelPipe (a PipelineModule) on a
+# PipeModelDataParallelTopology, axes ['pipe', 'data', 'model'] (global rank = (pp * DP + dp) * TP + tp).
+# Layers as GPTModelPipe builds them (bf16): 0 _to_float16 (a function: no file), 1 TiedLayerSpec('embed',
+# EmbeddingPipe), 2 .. 1+L ParallelTransformerLayerPipe, 2+L LayerNorm, 3+L TiedLayerSpec('embed',
+# forward_fn=_logits_helper) (a partial: no file), 4+L float16_to_fp32 (no file); stage 0 = layers 0..2,
+# stage 1 = 3..6.  Per (pp, tp), written by its data rank 0 (PipelineParallelGrid: model-parallel rank
+# m = pp * TP + tp, the rank among the data-index-0 ranks): mp_rank_{m:02d}_model_states.pt (module None,
+# param_shapes of that rank's slices with pipeline names, universal_checkpoint_info) and per layer with
+# parameters layer_{idx:02d}-model_{tp:02d}-model_states.pt (PipelineModule.ckpt_layer_path with the grid's
+# rank repr 'model_XX': that TP rank's slice of the layer's state dict, cloned); per (pp, tp, dp)
+# [bf16_]zero_pp_rank_{dp}_mp_rank_{m:02d}_optim_states.pt.  The tied embedding's params (word and
+# position embeddings) are in both stages' param_shapes and optimizer partitions; only stage 0 writes its
+# layer file.  Stage 1's replica masters are perturbed (+1e-3, moments x2) so that a reader taking them
+# from the last stage is caught (ds_to_universal skips pipeline_replicated_parameter_patterns on pp > 0).
+
+def pp_tp_layers(case):
+    """GPTModelPipe's layers that have a state dict: [(global layer index, name prefix, [(key, shape, TP
+    rule)])] in layer order, and the layer indices of each stage.  Names as PipelineModule names its
+    parameters: '{idx}.{key}', the tied module 'tied_modules.embed.{key}'."""
+    H, F, Vp, L = TP_HIDDEN, TP_FFN, tp_padded_vocab(case["tp"]), TP_LAYERS
+    mlp_rule, h4h = ("swiglu", 2 * F) if case["swiglu"] else ("column", F)
+    block = [("input_layernorm.weight", (H,), "replicated"), ("input_layernorm.bias", (H,), "replicated"),
+             ("self_attention.query_key_value.weight", (3 * H, H), "column"),
+             ("self_attention.query_key_value.bias", (3 * H,), "column"),
+             ("self_attention.dense.weight", (H, H), "row"), ("self_attention.dense.bias", (H,), "replicated"),
+             ("post_attention_layernorm.weight", (H,), "replicated"),
+             ("post_attention_layernorm.bias", (H,), "replicated"),
+             ("mlp.dense_h_to_4h.weight", (h4h, H), mlp_rule), ("mlp.dense_h_to_4h.bias", (h4h,), mlp_rule),
+             ("mlp.dense_4h_to_h.weight", (H, F), "row"), ("mlp.dense_4h_to_h.bias", (H,), "replicated")]
+    layers = [(1, "tied_modules.embed.", [("word_embeddings.weight", (Vp, H), "vocab"),
+                                          ("position_embeddings.weight", (TP_SEQ, H), "replicated")])]
+    layers += [(2 + l, f"{2 + l}.", block) for l in range(L)]
+    layers.append((2 + L, f"{2 + L}.", [("weight", (H,), "replicated"), ("bias", (H,), "replicated")]))
+    assert case["pp"] == 2 and L == 2
+    stages = [[0, 1, 2], [3, 4, 5, 6]]  # 5 = the tied logits layer (parameters of the tied module)
+    return layers, stages
+
+
+def pp_tp_universal_info(case):
+    """UniversalCheckpointInfo(using_model_pipe=True) of Megatron-DeepSpeed (layernorm, linear biases,
+    learned position embeddings, tied embeddings): pipeline names, re.match patterns."""
+    info = {"universal_checkpoint_version": TP_UCP_VERSION, "original_vocab_size": TP_VOCAB,
+            "padded_vocab_size": tp_padded_vocab(case["tp"]),
+            "vocabulary_parameter_patterns": [r"tied_modules.embed.word_embeddings.weight"],
+            "pipeline_replicated_parameter_patterns": [r"tied_modules.embed.word_embeddings.weight",
+                                                       r"tied_modules.embed.position_embeddings.weight"],
+            "tp_replicated_parameter_patterns": [r"\d+.input_layernorm.weight", r"\d+.post_attention_layernorm.weight",
+                                                 r"\d+.weight", r"\d+.bias",
+                                                 "tied_modules.embed.position_embeddings.weight",
+                                                 r"\d+.self_attention.dense.bias", r"\d+.mlp.dense_4h_to_h.bias",
+                                                 r"\d+.input_layernorm.bias", r"\d+.post_attention_layernorm.bias"],
+            "parameter_with_row_parallelism_patterns": [r"\d+.mlp.dense_4h_to_h.weight",
+                                                        r"\d+.self_attention.dense.weight"],
+            "parameter_with_2_sub_params_cat_dim_0": []}
+    if case["swiglu"]:
+        info["parameter_with_2_sub_params_cat_dim_0"] = [r"\d+.mlp.dense_h_to_4h.weight", r"\d+.mlp.dense_h_to_4h.bias"]
+    return info
+
+
+def pp_tp_stage_values(full, entries, names, tied, perturb):
+    """A Values holding ``names`` of the unsplit model (the stage's replicas), with the tied params'
+    masters + 1e-3 and moments x 2 when ``perturb`` (the last stage's replica)."""
+    vals = object.__new__(Values)
+    vals.rng, vals.buffers, vals.frozen = full.rng, {}, {}
+    vals.master = {n: full.master[n] + 1e-3 if perturb and n in tied else full.master[n] for n in names}
+    vals.moments = {n: {k: v * 2 if perturb and n in tied else v for k, v in full.moments[n].items()}
+                    for n in names}
+    return [e for e in entries if e.name in names], vals
+
+
+def write_pipeline_tensor_parallel(case, tagdir, seed, uni):
+    """Writes every (pp, tp, dp) rank's files; fills ``uni`` from the unsplit model; returns (fp32, model)."""
+    tp, pp, dtype = case["tp"], case["pp"], DTYPES[case["dtype"]]
+    layers, stages = pp_tp_layers(case)
+    entries = []
+    for _, pre, keys in layers:
+        for k, shape, rule in keys:
+            E = Entry(pre + k, "train", shape, group=0 if len(shape) > 1 else 1, subgroup=0 if len(shape) > 1 else 1)
+            E.tp = rule
+            E.special = pre + k == "2.self_attention.query_key_value.bias"  # spread over the TP ranks
+            entries.append(E)
+    rule = {e.name: e.tp for e in entries}
+    tied = {e.name for e in entries if e.name.startswith("tied_modules.")}
+    full = Values(entries, dtype, case["stage"], seed)
+    full.moments = tp_moments(full, entries)
+    client = tp_client_state(case, pp_tp_universal_info(case))
+    stage_names, ranks = [], {}  # ranks[(s, t)] = that rank's Universal
+    for s, lids in enumerate(stages):
+        # PipelineModule registers tied_modules before the numbered layers: named_parameters() (hence the
+        # param groups and param_shapes) lists the tied embedding first on both stages
+        names = [e.name for e in entries if e.name in tied] if s in (0, pp - 1) else []  # first and last stage
+        names += [pre + k for li, pre, keys in layers if li in lids and not pre.startswith("tied_modules.")
+                  for k, _, _ in keys]
+        stage_names.append(names)
+        s_entries, s_vals = pp_tp_stage_values(full, entries, set(names), tied, perturb=s > 0)
+        s_entries = sorted(s_entries, key=lambda e: names.index(e.name))
+        for t in range(tp):
+            m = s * tp + t
+            ents, vals = tp_rank_model(s_entries, s_vals, t, tp)
+            ranks[(s, t)] = Universal()
+            module = write_zero012(case, tagdir, ents, vals, ranks[(s, t)], mp=m, client=client)
+            for li, pre, keys in layers:
+                if li in lids:
+                    save(OD((k, module[pre + k].clone()) for k, _, _ in keys),
+                         os.path.join(tagdir, f"layer_{li:02d}-model_{t:02d}-model_states.pt"))
+            tp_check_rank(ranks[(s, t)], s_vals, rule, t, tp)
+    uni.form, uni.optimizer_state = "dict", ranks[(0, 0)].optimizer_state  # ds_to_universal: (pp 0, tp 0, dp 0)
+    uni.copies = [f"mp_rank_{m:02d}_model_states.pt" for m in range(pp * tp)]
+    uni.merge_keys = OD()
+    fp32 = OD()
+    for s in range(pp):
+        for n, d in ranks[(s, 0)].params.items():  # TP rank 0's param_shapes order, stage by stage
+            if n in uni.params:
+                assert s > 0 and n in tied, n  # the tied embedding: from the first stage
+                continue
+            rows = TP_VOCAB if rule[n] == "vocab" else None
+            uni.params[n] = OD((k, (full.master[n] if k == "fp32" else full.moments[n][k])[:rows].clone())
+                               for k in ("fp32", "exp_avg", "exp_avg_sq"))
+            uni.params[n]["step"] = d["step"]
+            uni.merge_keys[n] = TP_MERGE_KEYS[rule[n]]
+            fp32[n] = full.master[n].clone()
+    model = OD((pre + k, full.bit16(pre + k, dtype)) for _, pre, keys in layers for k, _, _ in keys)
+    return fp32, model
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -972,7 +1111,8 @@ def many_params_cases():
 def tp_cases():
     """Megatron-DeepSpeed GPT with tensor parallelism (only with --only; test_deepspeed_tp.py):
     TP 2 ZeRO-1 bf16 DP 2 SwiGLU, TP 2 ZeRO-2 fp16 DP 2 GeLU with two frozen params (a replicated and a
-    column-parallel one), TP 4 BF16_Optimizer (ZeRO-0) DP 1 SwiGLU."""
+    column-parallel one), TP 4 BF16_Optimizer (ZeRO-0) DP 1 SwiGLU; pipeline + TP: GPTModelPipe PP 2 x TP 2,
+    ZeRO-1 bf16 DP 2 SwiGLU, embedding tied over the first and last stage (write_pipeline_tensor_parallel)."""
     base = {"pipeline": False, "tags": ["global_step3"], "src": "checkpoint", "side_files": False}
     frozen = ["language_model.encoder.layers.1.input_layernorm.weight",
               "language_model.encoder.layers.1.self_attention.query_key_value.bias"]
@@ -981,7 +1121,9 @@ def tp_cases():
             dict(base, name="tp2_z2_fp16_dp2_gelu_frozen", stage=2, dtype="fp16", dp=2, optimizer="zero", tp=2,
                  swiglu=False, frozen=frozen),
             dict(base, name="tp4_bf16opt_dp1_swiglu", stage=0, dtype="bf16", dp=1, optimizer="bf16_optimizer", tp=4,
-                 swiglu=True)]
+                 swiglu=True),
+            dict(base, name="pp2_tp2_z1_bf16_dp2", stage=1, dtype="bf16", dp=2, optimizer="zero", tp=2, pp=2,
+                 swiglu=True, pipeline=True)]
 
 
 BENCH = {"name": "bench_z3_dp64", "stage": 3, "dtype": "bf16", "dp": 64, "optimizer": "zero", "pipeline": False,
@@ -1036,7 +1178,9 @@ def generate_case(case, root):
         os.makedirs(tagdir)
         seed = case_seed(name, tag)
         uni = Universal() if has_universal(case) else None
-        if case["pipeline"]:
+        if case["pipeline"] and case.get("tp", 1) > 1:
+            fp32, model = write_pipeline_tensor_parallel(case, tagdir, seed, uni)
+        elif case["pipeline"]:
             fp32, model = write_pipeline(case, tagdir, seed, uni)
         elif case.get("tp", 1) > 1:
             fp32, model = write_tensor_parallel(case, tagdir, seed, uni)

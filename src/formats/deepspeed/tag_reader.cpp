@@ -465,6 +465,11 @@ RankTag read_rank(io::FileSet& files, const TagFiles& tf, const fs::path& dir, c
 // files (DeepSpeed numbers them by the rank among data rank 0's ranks: stage x TP + tp) and its layer
 // files (layer_XX-model_<tp>), as a tag of its own.
 TagFiles pipeline_rank_files(const TagFiles& tf, int tp, int tp_size, const fs::path& dir) {
+  const int stages = tf.model_states.empty() ? 0 : tf.model_states.rbegin()->first / tp_size + 1;
+  for (int mp = tp; mp < stages * tp_size; mp += tp_size)
+    if (!tf.model_states.contains(mp))
+      throw FormatError(fmt::format("{}: missing (a pipeline of {} stages x {} tensor-parallel ranks has one per rank)",
+                                    (dir / fmt::format("mp_rank_{:02d}_model_states.pt", mp)).string(), stages, tp_size));
   TagFiles out;
   out.bf16_prefix = tf.bf16_prefix;
   for (const auto& [mp, path] : tf.model_states)
