@@ -63,9 +63,12 @@ torch::SourceTensor flat_view(const torch::SourceTensor& flat, int64_t offset, c
 int64_t align_up(int64_t n, int64_t to) { return to <= 1 ? n : (n + to - 1) / to * to; }
 
 // Offsets of `params` (indexes into the chunk's slots) in a coalesced buffer: filled in reverse order,
-// starts aligned to `alignment` elements, a shared embedding in a bucket of its own. Returns the
-// offsets and the buffer's total (what numel_unpadded records).
-std::pair<std::vector<int64_t>, int64_t> buffer_layout(const std::vector<const ParamSlot*>& params, int64_t alignment) {
+// starts aligned to `alignment` elements, a shared embedding in a bucket of its own, and (with
+// overlap_grad_reduce) a bucket closed after the parameter that brings it to `bucket_size` elements; the
+// saved buffer keeps each bucket without its end padding. Returns the offsets and the buffer's total
+// (what numel_unpadded records).
+std::pair<std::vector<int64_t>, int64_t> buffer_layout(const std::vector<const ParamSlot*>& params, int64_t alignment,
+                                                       std::optional<int64_t> bucket_size) {
   std::vector<int64_t> offsets(params.size());
   int64_t base = 0, cur = 0;
   for (size_t k = params.size(); k-- > 0;) {
@@ -77,7 +80,7 @@ std::pair<std::vector<int64_t>, int64_t> buffer_layout(const std::vector<const P
     }
     offsets[k] = base + cur;
     cur += numel(p.shape);
-    if (p.shared_embedding) {
+    if (p.shared_embedding || (bucket_size && cur >= *bucket_size)) {
       base += cur;
       cur = 0;
     }
@@ -131,7 +134,8 @@ std::vector<torch::SourceTensor> masters_from_optimizer(const Field& optimizer, 
 }
 
 std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchArchive& archive,
-                                                            const std::vector<ParamSlot>& params, int dp) {
+                                                            const std::vector<ParamSlot>& params, int dp,
+                                                            std::optional<int64_t> bucket_size) {
   const Field root = formats::root_field(archive);
   if (root.is_list())
     throw UnsupportedError(fmt::format("{}: the state of several distributed optimizers (a ChainedOptimizer: MoE "
@@ -190,13 +194,18 @@ std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchAr
         index.push_back(i);
       }
     bool found = false;
-    for (int64_t alignment : coalesced ? std::vector<int64_t>{64, 1} : std::vector<int64_t>{1}) {
-      auto [offsets, total] = buffer_layout(chunk, alignment);
-      if (!fits(total)) continue;
-      for (size_t k = 0; k < chunk.size(); ++k) out[index[k]] = flat_view(flat, offsets[k], chunk[k]->shape);
-      found = true;
-      break;
-    }
+    // One bucket per buffer unless gradient reduction overlapped the backward pass (then buckets of
+    // bucket_size elements, except on later pipeline stages and virtual chunks).
+    std::vector<std::optional<int64_t>> bucketings = {std::nullopt};
+    if (bucket_size) bucketings.push_back(bucket_size);
+    for (int64_t alignment : coalesced ? std::vector<int64_t>{64, 1} : std::vector<int64_t>{1})
+      for (const auto& bucketing : bucketings) {
+        if (found) break;
+        auto [offsets, total] = buffer_layout(chunk, alignment, bucketing);
+        if (!fits(total)) continue;
+        for (size_t k = 0; k < chunk.size(); ++k) out[index[k]] = flat_view(flat, offsets[k], chunk[k]->shape);
+        found = true;
+      }
     if (!found)
       param.fail(fmt::format("its {} elements do not hold the {} parameters of model chunk {} under any known buffer "
                              "layout{}",

@@ -174,7 +174,7 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
               break;
             }
             optim_files.push_back(torch::TorchArchive::open(files.open(optim)));
-            masters[pp][ep].push_back(masters_from_distrib_optim(optim_files.back(), params, args.dp));
+            masters[pp][ep].push_back(masters_from_distrib_optim(optim_files.back(), params, args.dp, args.ddp_bucket_size));
             it.tag.files.push_back(optim);
           } else if (const Field opt = f.root()["optimizer"]; opt.present()) {
             masters[pp][ep].push_back(masters_from_optimizer(opt, params));

@@ -72,6 +72,9 @@ ModelArgs read_model_args(const Field& args) {
   a.add_bias_linear = flag(args, "add_bias_linear", true);
   a.add_qkv_bias = flag(args, "add_qkv_bias", false);
   a.distributed_optimizer = flag(args, "use_distributed_optimizer", false);
+  // DDP's default bucket: max(40M, 1M x DP) elements (--ddp-bucket-size overrides it).
+  if (flag(args, "overlap_grad_reduce", false))
+    a.ddp_bucket_size = integer(args, "ddp_bucket_size", std::max<int64_t>(40'000'000, 1'000'000 * int64_t{a.dp}));
   a.local_spec = text(args, "transformer_impl", "transformer_engine") == "local";
   a.layernorm_1p = flag(args, "apply_layernorm_1p", false) || flag(args, "layernorm_zero_centered_gamma", false);
   a.position_embedding = text(args, "position_embedding_type", "learned_absolute");

@@ -27,6 +27,7 @@ struct ModelArgs {
   bool tied_embeddings = true;  // not untie_embeddings_and_output_weights
   bool add_bias_linear = true, add_qkv_bias = false;
   bool distributed_optimizer = false;
+  std::optional<int64_t> ddp_bucket_size;  // elements per gradient bucket, when overlap_grad_reduce was on
   bool local_spec = false;      // transformer_impl == "local": separate norm modules, not TE's fused ones
   bool layernorm_1p = false;    // stored norm weights are centred on 0 (apply_layernorm_1p)
   std::string position_embedding;  // "rope", "learned_absolute", ...
