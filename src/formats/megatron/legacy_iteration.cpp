@@ -60,6 +60,44 @@ struct RankFile {
   Field root() const { return formats::root_field(archive); }
 };
 
+// The merged fp32 masters of every rank file (fp32_from_fp16_params or distrib_optim.pt); null, with a
+// note on `tag`, when the files hold none or keep them in a layout ckptfs does not map yet (the model
+// views are served all the same).
+std::shared_ptr<catalog::Catalog> read_masters(io::FileSet& files, const ModelArgs& args, const ChunkedModel& model,
+                                               const std::vector<std::vector<std::vector<RankFile>>>& ranks, Tag& tag) {
+  ChunkedModel::Masters masters(args.pp, std::vector<std::vector<std::vector<torch::SourceTensor>>>(args.ep));
+  std::vector<torch::TorchArchive> optim_files;  // what the masters point into stays open until merged
+  std::string missing;
+  try {
+    for (int pp = 0; pp < args.pp && missing.empty(); ++pp)
+      for (int ep = 0; ep < args.ep && missing.empty(); ++ep)
+        for (int tp = 0; tp < args.tp && missing.empty(); ++tp) {
+          const auto params = model.params_of(pp, ep, tp);
+          const RankFile& f = ranks[pp][ep][tp];
+          const fs::path optim = f.archive.file()->path().parent_path() / "distrib_optim.pt";
+          std::error_code ec;
+          if (args.distributed_optimizer) {
+            if (!fs::is_regular_file(optim, ec)) {
+              missing = fmt::format("{} is missing", optim.string());
+              break;
+            }
+            optim_files.push_back(torch::TorchArchive::open(files.open(optim)));
+            masters[pp][ep].push_back(masters_from_distrib_optim(optim_files.back(), params, args.dp, args.ddp_bucket_size));
+            tag.files.push_back(optim);
+          } else if (const Field opt = f.root()["optimizer"]; opt.present()) {
+            masters[pp][ep].push_back(masters_from_optimizer(opt, params));
+          } else {
+            missing = fmt::format("{} was saved without optimizer state", f.archive.file()->path().string());
+          }
+        }
+  } catch (const UnsupportedError& e) {
+    missing = e.what();
+  }
+  if (missing.empty()) return model.merge_masters(masters);
+  tag.notes.push_back("no fp32 master weights: " + missing + ", so no fp32/ views");
+  return nullptr;
+}
+
 }  // namespace
 
 bool is_legacy_iteration(const fs::path& dir) {
@@ -157,35 +195,8 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
   // fp32 masters: per rank file, aligned with its parameters.
   if (args.params_dtype == DType::F32) {
     it.tag.catalogs.emplace("fp32", it.tag.catalogs.at("model"));
-  } else {
-    ChunkedModel::Masters masters(args.pp, std::vector<std::vector<std::vector<torch::SourceTensor>>>(args.ep));
-    std::vector<torch::TorchArchive> optim_files;
-    std::string missing;
-    for (int pp = 0; pp < args.pp && missing.empty(); ++pp)
-      for (int ep = 0; ep < args.ep && missing.empty(); ++ep)
-        for (int tp = 0; tp < args.tp && missing.empty(); ++tp) {
-          const auto params = model.params_of(pp, ep, tp);
-          const RankFile& f = ranks[pp][ep][tp];
-          const fs::path optim = f.archive.file()->path().parent_path() / "distrib_optim.pt";
-          std::error_code ec;
-          if (args.distributed_optimizer) {
-            if (!fs::is_regular_file(optim, ec)) {
-              missing = fmt::format("{} is missing", optim.string());
-              break;
-            }
-            optim_files.push_back(torch::TorchArchive::open(files.open(optim)));
-            masters[pp][ep].push_back(masters_from_distrib_optim(optim_files.back(), params, args.dp, args.ddp_bucket_size));
-            it.tag.files.push_back(optim);
-          } else if (const Field opt = f.root()["optimizer"]; opt.present()) {
-            masters[pp][ep].push_back(masters_from_optimizer(opt, params));
-          } else {
-            missing = fmt::format("{} was saved without optimizer state", f.archive.file()->path().string());
-          }
-        }
-    if (missing.empty())
-      it.tag.catalogs.emplace("fp32", model.merge_masters(masters));
-    else
-      it.tag.notes.push_back("no fp32 master weights: " + missing + ", so no fp32/ views");
+  } else if (auto fp32 = read_masters(files, args, model, ranks, it.tag)) {
+    it.tag.catalogs.emplace("fp32", std::move(fp32));
   }
   it.tag.topology.optimizer = args.distributed_optimizer ? "Megatron DistributedOptimizer" : "Megatron mixed-precision optimizer";
   return it;
