@@ -5,7 +5,8 @@ bf16/fp16/fp32, release and multi-iteration save dirs, MoE with EP 1/2 (Sequenti
 dirs mp_rank_TT[_PPP]_EEE, ChainedOptimizer); ``torch_dist`` dirs written by torch.distributed.checkpoint in
 the Debian 13 chroot: stacked layers, TP chunks, SwiGLU 2*TP fc1 chunks, optimizer.state.fp32_param, the common
 state in common.pt or (core 0.19+) in the DCP item common_state/shard_0_1; distrib_optim.pt of core 0.7+
-(coalesced), core 0.4-0.6 (a list of buckets) and 2023-05 (one padded buffer)) compared
+(coalesced; also several gradient buckets with overlap_grad_reduce), core 0.4-0.6 (a list of buckets) and
+2023-05 (one padded buffer)) compared
 byte for byte with the generator's expectations:
 model.safetensors, fp32/model.safetensors, fp32/pytorch_model.bin, hf/model.safetensors + hf/config.json
 (Llama/Qwen2-style and GPT-2-style cases) and the tokenizer files; then broken checkpoints must fail with exit 4
@@ -43,6 +44,7 @@ CASES = [c["name"] for c in ALL]
 MULTI = [c["name"] for c in ALL if len(c["iterations"]) > 1]
 BASE = "llama_tp2_pp2_dp4"          # TP2 PP2: rank dirs mp_rank_TT_PPP
 DISTOPT = "distopt_tp2_dp2"         # TP2 PP1 with distrib_optim.pt
+OVERLAP = "distopt_overlap_buckets_tp2_dp2"  # distrib_optim.pt of 5000-element gradient buckets (overlap_grad_reduce)
 MOE_EP_PP = "moe_seq_ep2_tp1_pp2"   # rank dirs mp_rank_TT_PPP_EEE
 DIST_BASE = "dist_llama_tp2_pp2"    # torch_dist, world 4: __0_0.distcp .. __3_0.distcp
 TORCH_DIST = {c["name"] for c in ALL if MC.is_torch_dist(c)}
@@ -362,6 +364,62 @@ def test_older_distrib_optim_short(name, ckptfs_bin, megatron_copy, tmp_path):
             if "per_bucket_numel" in sd:
                 sd["per_bucket_numel"][k][key] = [x - dp for x in sd["per_bucket_numel"][k][key]]
     rewrite(rank_file(src, info["latest"], info["rank_dirs"][-1], "distrib_optim.pt"), shorten)
+    assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["distrib_optim.pt"])
+
+
+def _single_bucket_total(params, align):
+    """Elements of a one-bucket coalesced buffer: params in reverse order, starts aligned up to ``align``."""
+    end = 0
+    for t in reversed(params):
+        end = -(-end // align) * align + t.numel()
+    return end
+
+
+def test_overlap_buckets_fixture_layout(megatron_fixtures):
+    """The overlap_grad_reduce case holds what it claims (so that the export/mount tests above exercise the
+    bucketed layout): args with overlap_grad_reduce and 5000-element buckets, PP 1 without VP (Megatron keeps
+    one bucket on later stages and chunks), and coalesced buffers whose numel_unpadded fits neither
+    single-bucket layout (64-aligned or not)."""
+    info = info_of(megatron_fixtures, OVERLAP)
+    assert info["pp"] == 1 and info["vp"] == 1 and info["distopt_layout"] == "coalesced"
+    src = source_of(megatron_fixtures, OVERLAP)
+    for rank_dir in info["rank_dirs"]:
+        sd = torch.load(rank_file(src, info["latest"], rank_dir), map_location="cpu")
+        args = sd["args"]
+        assert args.overlap_grad_reduce is True and args.ddp_bucket_size == 5000 and args.use_distributed_optimizer
+        params = [t for k, t in sd["model"].items() if not k.endswith("_extra_state")]
+        assert any(t.numel() % 64 for t in params) and sum(t.numel() for t in params) > 4 * 5000
+        dist = torch.load(rank_file(src, info["latest"], rank_dir, "distrib_optim.pt"), map_location="cpu")
+        assert dist["buckets_coalesced"] is True
+        ((_, _, world),) = _buffers(dist)
+        n = world["numel_unpadded"]
+        assert all(world[k].shape == (n,) for k in ("param", "exp_avg", "exp_avg_sq"))
+        assert n not in (_single_bucket_total(params, 64), _single_bucket_total(params, 1)), n
+
+
+def _overlap_off(sd):
+    sd["args"].overlap_grad_reduce = False
+
+
+def _bucket_size_20000(sd):
+    sd["args"].ddp_bucket_size = 20000  # 4 buckets instead of 10: another numel_unpadded
+
+
+def _default_bucket_size(sd):
+    sd["args"].ddp_bucket_size = None  # max(40e6, 1e6 x DP): one bucket
+
+
+OVERLAP_ARGS = {"overlap_grad_reduce off": _overlap_off, "ddp_bucket_size 20000": _bucket_size_20000,
+                "default bucket size": _default_bucket_size}
+
+
+@pytest.mark.parametrize("what", sorted(OVERLAP_ARGS))
+def test_overlap_buckets_args_disagree(what, ckptfs_bin, megatron_copy, tmp_path):
+    """The bucketed distrib_optim.pt with args (in every rank file) that give another bucketing: no layout fits
+    numel_unpadded, so the masters cannot be placed (the bucket size comes from the args, not from guessing)."""
+    info, src = megatron_copy(OVERLAP)
+    for rank_dir in info["rank_dirs"]:
+        rewrite(rank_file(src, info["latest"], rank_dir), OVERLAP_ARGS[what])
     assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["distrib_optim.pt"])
 
 

@@ -45,11 +45,11 @@ import megatron_forward  # noqa: E402
 from case_cache import case_is_current  # noqa: E402
 from megatron_args import DTYPE, make_args  # noqa: E402
 from megatron_cases import all_cases, has_hf, hf_family, is_torch_dist, iter_dir_name  # noqa: E402
-from megatron_layout import (ALIGN, EXTRA_TE, chunk_entries, chunk_layers, dims, is_expert,  # noqa: E402
-                             merged_entries, pack_buffer, rule_of, split, tp_attrs)
+from megatron_layout import (ALIGN, EXTRA_TE, bucket_size, chunk_entries, chunk_layers, dims,  # noqa: E402
+                             is_expert, merged_entries, pack_buffer, rule_of, split, tp_attrs)
 
 OD = collections.OrderedDict
-GEN_VERSION = 5  # bump to invalidate cached fixtures
+GEN_VERSION = 6  # bump to invalidate cached fixtures
 CHECKPOINT_VERSION = 3.0
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -310,7 +310,7 @@ def write_rank(case, vals, iteration, t, p, rank_dir, seed, ep=0):
     os.makedirs(rank_dir)
     torch.save(state, os.path.join(rank_dir, "model_optim_rng.pt"))
     if case["optimizer"] and case["dist_opt"]:
-        torch.save(distrib_optim_state(case, params, rng), os.path.join(rank_dir, "distrib_optim.pt"))
+        torch.save(distrib_optim_state(case, params, rng, p), os.path.join(rank_dir, "distrib_optim.pt"))
 
 
 def optimizer_state(case, params, rng, iteration, expert_optimizer=None):
@@ -350,10 +350,12 @@ def optimizer_state(case, params, rng, iteration, expert_optimizer=None):
     return {"optimizer": inner, **grad_scaler(case), "fp32_from_fp16_params": masters}
 
 
-def distrib_optim_state(case, params, rng):
-    """distrib_optim.pt: one buffer per model chunk, in the layout of the case's era (``distopt_layout``,
-    megatron_cases.py): coalesced (core >= 0.7), a list of buckets (core 0.6) or one padded buffer (2023-05)."""
+def distrib_optim_state(case, params, rng, p):
+    """distrib_optim.pt of PP rank ``p``: one buffer per model chunk, in the layout of the case's era
+    (``distopt_layout``, megatron_cases.py): coalesced (core >= 0.7; with overlap_grad_reduce its buckets
+    concatenated without their end padding), a list of buckets (core 0.6) or one padded buffer (2023-05)."""
     layout, dp = case["distopt_layout"], case["dp"]
+    assert layout == "coalesced" or not case["overlap_grad_reduce"], "older layouts: one bucket per buffer only"
     if layout == "coalesced":
         out, key = {"buckets_coalesced": True}, (DTYPE[case["dtype"]], torch.float32)
     elif layout == "buckets":
@@ -369,7 +371,8 @@ def distrib_optim_state(case, params, rng):
         for name, arrays in (("param", [m for _, m, _ in chunk]), ("exp_avg", [a for a, _ in moments]),
                              ("exp_avg_sq", [b for _, b in moments])):
             flat, _, total = pack_buffer([(a, s) for a, (_, _, s) in zip(arrays, chunk)],
-                                         lambda n: garbage(rng, n).copy(), align=ALIGN if layout == "coalesced" else 1)
+                                         lambda n: garbage(rng, n).copy(), align=ALIGN if layout == "coalesced" else 1,
+                                         bucket_size=bucket_size(case, p, v))
             if layout != "coalesced":
                 # the buffer (bucket) end padded to a multiple of DP, garbage in the padding (torch.empty)
                 padded = -(-total // dp) * dp

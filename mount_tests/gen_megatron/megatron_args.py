@@ -72,6 +72,7 @@ def make_args(case, iteration):
         bias_gelu_fusion=case["act"] == "fused_gelu", openai_gelu=case["act"] == "openai_gelu",
         squared_relu=case["act"] == "squared_relu",
         use_distributed_optimizer=case["dist_opt"],
+        overlap_grad_reduce=case["overlap_grad_reduce"], ddp_bucket_size=case["ddp_bucket_size"],
         iteration=0 if iteration == "release" else iteration,
         save=f"/checkpoints/{case['name']}", no_save_optim=None if case["optimizer"] else True,
         no_save_rng=None if case["optimizer"] else True,

@@ -183,6 +183,25 @@ CASES += [
     dict(name="dist_common_state_tp2", ckpt_format="torch_dist", tp=2, common="dcp"),
 ]
 
+# Gradient buckets (appended):
+#   overlap_grad_reduce  args.overlap_grad_reduce: with the distributed optimizer each buffer is split into
+#                        buckets that close right after the param bringing the bucket to >= ddp_bucket_size
+#                        elements; distrib_optim.pt keeps each bucket without its end padding, so the next
+#                        bucket starts where the previous one's last param ended (no alignment gap).  Megatron
+#                        keeps a single bucket on PP ranks > 0 and VP chunks > 0 (megatron_layout.bucket_size).
+#   ddp_bucket_size      args.ddp_bucket_size (None: Megatron's default max(40e6, 1e6 x DP) elements)
+DEFAULTS.update(overlap_grad_reduce=False, ddp_bucket_size=None)
+
+CASES += [
+    # core 0.7+ coalesced distrib_optim.pt with overlap_grad_reduce and 5000-element buckets: TP2 PP1 DP2 (no
+    # VP: every buffer bucketed), hidden 72 / 6 heads / ffn 100 so no weight shard is a multiple of 64 elements
+    # (the embedding and output layer excepted): 10 buckets per rank, each boundary moving every later offset
+    # off the single-bucket layout (megatron_check asserts that numel_unpadded rules the single bucket out),
+    # stale bf16 copy
+    dict(name="distopt_overlap_buckets_tp2_dp2", tp=2, dp=2, hidden=72, heads=6, groups=2, ffn=100, dist_opt=True,
+         overlap_grad_reduce=True, ddp_bucket_size=5000, stale=True),
+]
+
 
 def is_moe(case):
     return bool(case["experts"])

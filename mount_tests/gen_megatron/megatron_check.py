@@ -51,23 +51,38 @@ def _merge(args, name, shards):
     return shards[0]
 
 
-def _unpack_distrib(chunk_params, param, total, tied_pp, first, last, align):
-    """Where each master sits in a compact buffer ``param``: params in reverse order, starts aligned to
-    ``align``, shared embedding in its own bucket; the layout must end at ``total``."""
-    out, base, cur = {}, 0, 0
+def _layout(chunk_params, tied_pp, first, last, align, bucket=None):
+    """({name: offset}, total, buckets) of a compact buffer: params in reverse order, starts aligned to
+    ``align``, shared embedding in its own bucket, and with ``bucket`` elements per gradient bucket a bucket
+    closed after the param that fills it, the next one starting right there (bucket end padding not saved)."""
+    offsets, base, cur, buckets = {}, 0, 0, 1
     for name, t in reversed(chunk_params):
         shared = tied_pp and ((first and name.endswith("word_embeddings.weight")) or
                               (last and name in TIED_COPIES))
         cur = (cur + align - 1) // align * align
         if shared and cur > 0:
-            base, cur = base + cur, 0
-        off = base + cur
-        out[name] = param[off:off + t.numel()].view(t.shape)
+            base, cur, buckets = base + cur, 0, buckets + 1
+        offsets[name] = base + cur
         cur += t.numel()
-        if shared:
-            base, cur = base + cur, 0
-    assert base + cur == total, f"distrib_optim.pt size: layout {base + cur}, file {total}"
-    return out
+        if shared or (bucket and cur >= bucket):
+            base, cur, buckets = base + cur, 0, buckets + 1
+    if cur == 0 and base > 0:  # the last param closed its bucket: no empty bucket after it
+        buckets -= 1
+    return offsets, base + cur, buckets
+
+
+def _unpack_distrib(chunk_params, param, total, tied_pp, first, last, align, bucket=None):
+    """The masters in a compact buffer ``param`` (``_layout``); the layout must end at ``total``.  With
+    ``bucket``: the bucketed layout must differ from the single-bucket one (several buckets, other offsets,
+    another total: numel_unpadded tells them apart), else the case would not exercise bucketing."""
+    offsets, end, buckets = _layout(chunk_params, tied_pp, first, last, align, bucket)
+    assert end == total, f"distrib_optim.pt size: layout {end}, file {total}"
+    if bucket:
+        single, single_end, _ = _layout(chunk_params, tied_pp, first, last, align)
+        assert buckets > 1 and single != offsets and single_end != total, \
+            f"{bucket}-element buckets: {buckets} bucket(s), total {total} vs single bucket {single_end}"
+    t = dict(chunk_params)
+    return {n: param[off:off + t[n].numel()].view(t[n].shape) for n, off in offsets.items()}
 
 
 def _unpack_2023(chunk_params, param, dp):
@@ -86,6 +101,8 @@ def _unpack_2023(chunk_params, param, dp):
 def _distrib_masters(args, dist, per_chunk, p, PP, nkeys):
     """fp32 masters of each chunk from distrib_optim.pt, in whichever of the three layouts the file has."""
     dp, tied_pp = args.data_parallel_size, not args.untie_embeddings_and_output_weights and PP > 1
+    # gradient buckets only with overlap_grad_reduce, and Megatron keeps one bucket on later PP stages / VP chunks
+    bucket = (args.ddp_bucket_size or max(40_000_000, 1_000_000 * dp)) if args.overlap_grad_reduce else None
     param_dtype = torch.bfloat16 if args.bf16 else torch.float16
     out = []
     for v, c in enumerate(per_chunk):
@@ -95,9 +112,11 @@ def _distrib_masters(args, dist, per_chunk, p, PP, nkeys):
         if "buckets_coalesced" in dist:  # core >= 0.7
             assert dist["buckets_coalesced"] is True and key == (param_dtype, torch.float32), key
             assert world["param"].numel() == world["numel_unpadded"]
-            out.append(_unpack_distrib(c, world["param"], world["numel_unpadded"], align=64, **ends))
+            out.append(_unpack_distrib(c, world["param"], world["numel_unpadded"], align=64,
+                                       bucket=bucket if p == 0 and v == 0 else None, **ends))
         elif "per_bucket_numel" in dist:  # core 0.4-0.6: a tensor per bucket, each padded to a multiple of DP
             assert key in ((param_dtype, torch.float32), torch.float32), key
+            assert not args.overlap_grad_reduce, "core 0.6 bucket lists: one bucket per buffer only"
             sizes, unpadded = dist["per_bucket_numel"][v][key], dist["per_bucket_numel_unpadded"][v][key]
             buckets = world["param"]
             assert isinstance(buckets, list) and len(buckets) == len(sizes) == len(unpadded)

@@ -281,15 +281,27 @@ def split(case, rule, full, r):
 
 # ----------------------------------------------------------------------------------------------------
 # distributed optimizer: one buffer per model chunk, params packed in reverse order, starts aligned up
-# to 64 elements, a shared (tied) embedding in its own bucket; bucket-end padding stripped
+# to 64 elements, a shared (tied) embedding in its own bucket, with overlap_grad_reduce buckets closed at
+# bucket_size elements; bucket-end padding stripped
 
 ALIGN = 64
 
 
-def pack_buffer(params, fill, align=ALIGN):
+def bucket_size(case, pp_rank, vp_chunk):
+    """Elements per gradient bucket of chunk (pp_rank, vp_chunk)'s buffer, None: one bucket.  Only with
+    overlap_grad_reduce (--ddp-bucket-size, default max(40e6, 1e6 x DP)), and never on a PP rank > 0 or a
+    VP chunk > 0 (Megatron forces a single bucket there)."""
+    if not case["overlap_grad_reduce"] or pp_rank > 0 or vp_chunk > 0:
+        return None
+    return case["ddp_bucket_size"] or max(40_000_000, 1_000_000 * case["dp"])
+
+
+def pack_buffer(params, fill, align=ALIGN, bucket_size=None):
     """params: [(array fp32, shared)] in named_parameters order.  Returns (values, offsets, total): a 1-D
     array ``fill(total)`` (garbage) holding the values, the compact 'param' tensor of distrib_optim.pt.
-    ``align`` 1: the unaligned starts before core 0.8."""
+    ``align`` 1: the unaligned starts before core 0.8.  ``bucket_size``: a bucket closes right after the
+    param that brings it to >= bucket_size elements; the next one starts where that param ended (the
+    bucket's end padding is not saved)."""
     base, cur, offsets = 0, 0, [None] * len(params)
     for i in reversed(range(len(params))):
         a, shared = params[i]
@@ -298,7 +310,7 @@ def pack_buffer(params, fill, align=ALIGN):
             base, cur = base + cur, 0
         offsets[i] = base + cur
         cur += a.size
-        if shared:
+        if shared or (bucket_size is not None and cur >= bucket_size):
             base, cur = base + cur, 0
     total = base + cur
     out = fill(total)

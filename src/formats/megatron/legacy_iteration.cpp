@@ -34,7 +34,12 @@ std::vector<RankDir> rank_dirs(const fs::path& dir) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_directory(ec) || !std::regex_match(name, m, kName)) continue;
     RankDir r{{std::stoi(m[1].str())}, entry.path()};
-    for (size_t at = 1; at < m[2].length(); at += 4) r.numbers.push_back(std::stoi(m[2].str().substr(at, 3)));
+    const std::string rest = m[2].str();  // "_002" or "_002_001"
+    for (size_t at = 1; at < rest.size();) {
+      const size_t end = std::min(rest.find('_', at), rest.size());
+      r.numbers.push_back(std::stoi(rest.substr(at, end - at)));
+      at = end + 1;
+    }
     out.push_back(std::move(r));
   }
   std::sort(out.begin(), out.end(), [](const RankDir& a, const RankDir& b) { return a.numbers < b.numbers; });
