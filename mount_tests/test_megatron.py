@@ -2,7 +2,8 @@
 mount_tests/gen_megatron/ (legacy ``--ckpt-format torch``: TP 1/2/4 x PP 1/2/4 x VP 1/2, GQA/MHA, SwiGLU/GeLU,
 tied and untied, core local/TE spec and legacy nested names, non-distributed and distributed optimizers,
 bf16/fp16/fp32, release and multi-iteration save dirs, MoE with EP 1/2 (SequentialMLP / TEGroupedMLP, rank
-dirs mp_rank_TT[_PPP]_EEE, ChainedOptimizer); ``torch_dist`` dirs written by torch.distributed.checkpoint in
+dirs mp_rank_TT[_PPP]_EEE, ChainedOptimizer; with the distributed optimizer distrib_optim.pt is the list
+[dense state, expert state], the dense entry None in the EP rank > 0 dirs); ``torch_dist`` dirs written by torch.distributed.checkpoint in
 the Debian 13 chroot: stacked layers, TP chunks, SwiGLU 2*TP fc1 chunks, optimizer.state.fp32_param, the common
 state in common.pt or (core 0.19+) in the DCP item common_state/shard_0_1; distrib_optim.pt of core 0.7+
 (coalesced; also several gradient buckets with overlap_grad_reduce), core 0.4-0.6 (a list of buckets) and
@@ -46,6 +47,7 @@ BASE = "llama_tp2_pp2_dp4"          # TP2 PP2: rank dirs mp_rank_TT_PPP
 DISTOPT = "distopt_tp2_dp2"         # TP2 PP1 with distrib_optim.pt
 OVERLAP = "distopt_overlap_buckets_tp2_dp2"  # distrib_optim.pt of 5000-element gradient buckets (overlap_grad_reduce)
 MOE_EP_PP = "moe_seq_ep2_tp1_pp2"   # rank dirs mp_rank_TT_PPP_EEE
+MOE_DISTOPT = "moe_distopt_ep2_tp2"  # MoE + distributed optimizer: distrib_optim.pt a list [dense, expert]
 DIST_BASE = "dist_llama_tp2_pp2"    # torch_dist, world 4: __0_0.distcp .. __3_0.distcp
 TORCH_DIST = {c["name"] for c in ALL if MC.is_torch_dist(c)}
 OLD_DISTOPT = {c["name"]: c["distopt_layout"] for c in ALL if c["dist_opt"] and c["distopt_layout"] != "coalesced"}
@@ -468,3 +470,89 @@ def test_torch_dist_broken_data_file(victim, ckptfs_bin, megatron_copy, tmp_path
     info, src = megatron_copy(DIST_BASE)
     DIST_BROKEN[victim](os.path.join(src, info["latest"], victim))
     assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, [victim])
+
+
+# ---------------------------------------------------------------------------------------------------
+# MoE with the distributed optimizer: distrib_optim.pt is the ChainedOptimizer's list [dense, expert]
+
+EXPERT_PREFIX = ".mlp.experts."
+
+
+def test_moe_distrib_optim_fixture_layout(megatron_fixtures):
+    """The MoE distributed-optimizer case holds what it claims (so that the export/mount tests above read the
+    fp32 masters from the list): in every rank dir distrib_optim.pt is a list of two coalesced states, the dense
+    one over the non-expert parameters (None in the EP rank 1 dirs), the expert one over this EP rank's local
+    experts, each one buffer whose numel_unpadded is the 64-aligned reverse-order layout of exactly those
+    parameters (alignment gaps in both); the optimizer entry is the matching list of param groups; and the
+    stored bf16 copy is stale (every fp32 master differs from its upcast bf16 weight)."""
+    info = info_of(megatron_fixtures, MOE_DISTOPT)
+    assert info["ep"] == 2 and info["dist_opt"] and info["dtype"] == "bf16" and info["stale"]
+    assert info["naming"] == "core" and info["distopt_layout"] == "coalesced" and not info["overlap_grad_reduce"]
+    src = source_of(megatron_fixtures, MOE_DISTOPT)
+    assert sorted(info["rank_dirs"]) == ["mp_rank_00_000", "mp_rank_00_001", "mp_rank_01_000", "mp_rank_01_001"]
+    for rank_dir in info["rank_dirs"]:
+        ep = int(rank_dir[-3:])
+        sd = torch.load(rank_file(src, info["latest"], rank_dir), map_location="cpu")
+        assert sd["args"].use_distributed_optimizer and sd["args"].num_experts == 4
+        params = [(k, t) for k, t in sd["model"].items() if not k.endswith("_extra_state")]
+        dense = [t for k, t in params if EXPERT_PREFIX not in k]
+        expert = [t for k, t in params if EXPERT_PREFIX in k]
+        assert len(expert) == 2 * 2 * 2  # 2 layers x 2 local experts x (fc1, fc2)
+        opt = sd["optimizer"]
+        assert isinstance(opt, list) and len(opt) == 2
+        assert [[g["is_expert_parallel"] for g in o["optimizer"]["param_groups"]] for o in opt] == \
+            [[False, False], [True]]
+        dist = torch.load(rank_file(src, info["latest"], rank_dir, "distrib_optim.pt"), map_location="cpu")
+        assert isinstance(dist, list) and len(dist) == 2
+        assert (dist[0] is None) == (ep > 0), (rank_dir, type(dist[0]))
+        for state, mine in zip(dist, (dense, expert)):
+            if state is None:
+                continue
+            assert state["buckets_coalesced"] is True
+            ((k, key, world),) = _buffers(state)
+            assert k == 0 and key == (torch.bfloat16, torch.float32)
+            n = world["numel_unpadded"]
+            assert all(world[x].shape == (n,) for x in ("param", "exp_avg", "exp_avg_sq"))
+            assert n == _single_bucket_total(mine, 64) != _single_bucket_total(mine, 1), (rank_dir, n)
+    exp = os.path.join(megatron_fixtures, MOE_DISTOPT, info["expected"][info["latest"]])
+    model = H.load_expected(os.path.join(exp, "model.pt"))
+    fp32 = H.load_expected(os.path.join(exp, "fp32.pt"))
+    assert any(EXPERT_PREFIX + "local_experts.3." in k for k in fp32)
+    for k, t in model.items():
+        assert not torch.equal(t.float(), fp32[k]), f"{k}: the bf16 copy is not stale"
+
+
+def _moe_state_short(which):
+    """Change: list entry ``which`` (0 dense, 1 expert) loses the last 64 elements of its chunk-0 buffer."""
+    def change(sd):
+        (buf,) = sd[which][0].values()
+        for k in ("param", "exp_avg", "exp_avg_sq"):
+            buf[k] = buf[k][:-64].clone()
+        buf["numel_unpadded"] -= 64
+    return change
+
+
+def _moe_expert_state_gone(sd):
+    del sd[1]
+
+
+def _moe_dense_state_none(sd):
+    sd[0] = None
+
+
+MOE_DISTOPT_BROKEN = {
+    # (rank dir, change of its distrib_optim.pt)
+    "expert state 64 elements short": ("mp_rank_01_001", _moe_state_short(1)),
+    "dense state 64 elements short": ("mp_rank_01_000", _moe_state_short(0)),
+    "expert state missing from the list": ("mp_rank_00_001", _moe_expert_state_gone),
+    "dense state None in EP rank 0": ("mp_rank_00_000", _moe_dense_state_none),
+}
+
+
+@pytest.mark.parametrize("what", sorted(MOE_DISTOPT_BROKEN))
+def test_moe_distrib_optim_broken(what, ckptfs_bin, megatron_copy, tmp_path):
+    """A ChainedOptimizer distrib_optim.pt whose dense or expert state cannot hold the masters it must."""
+    info, src = megatron_copy(MOE_DISTOPT)
+    rank_dir, change = MOE_DISTOPT_BROKEN[what]
+    rewrite(rank_file(src, info["latest"], rank_dir, "distrib_optim.pt"), change)
+    assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["distrib_optim.pt"])

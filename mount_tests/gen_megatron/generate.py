@@ -49,7 +49,7 @@ from megatron_layout import (ALIGN, EXTRA_TE, bucket_size, chunk_entries, chunk_
                              is_expert, merged_entries, pack_buffer, rule_of, split, tp_attrs)
 
 OD = collections.OrderedDict
-GEN_VERSION = 6  # bump to invalidate cached fixtures
+GEN_VERSION = 7  # bump to invalidate cached fixtures
 CHECKPOINT_VERSION = 3.0
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -310,7 +310,7 @@ def write_rank(case, vals, iteration, t, p, rank_dir, seed, ep=0):
     os.makedirs(rank_dir)
     torch.save(state, os.path.join(rank_dir, "model_optim_rng.pt"))
     if case["optimizer"] and case["dist_opt"]:
-        torch.save(distrib_optim_state(case, params, rng, p), os.path.join(rank_dir, "distrib_optim.pt"))
+        torch.save(distrib_optim_state(case, params, rng, p, ep), os.path.join(rank_dir, "distrib_optim.pt"))
 
 
 def optimizer_state(case, params, rng, iteration, expert_optimizer=None):
@@ -322,16 +322,16 @@ def optimizer_state(case, params, rng, iteration, expert_optimizer=None):
     flat = [(e, m) for chunk in params for e, m, _ in chunk]
     if case["experts"] and expert_optimizer is None:
         # ChainedOptimizer: [dense optimizer, expert optimizer], each over its own params
-        assert not case["dist_opt"]
-        return [optimizer_state(case, [[x for x in chunk if is_expert(x[0].src) == exp] for chunk in params], rng,
-                                iteration, exp) for exp in (False, True)]
+        return [optimizer_state(case, expert_params(params, exp), rng, iteration, exp) for exp in (False, True)]
     groups = [[x for x in flat if x[1].ndim >= 2], [x for x in flat if x[1].ndim == 1]]
     step = float(iteration if iteration != "release" else 1)
-    if case["dist_opt"]:
-        return {"optimizer": {"param_groups": [param_group(g == 0, step=int(step)) for g in range(2)]},
-                **grad_scaler(case)}
     if expert_optimizer is not None:
         groups = [g for g in groups if g]
+    if case["dist_opt"]:
+        return {"optimizer": {"param_groups": [param_group(grp[0][1].ndim >= 2 if grp else g == 0, step=int(step),
+                                                           expert=bool(expert_optimizer))
+                                               for g, grp in enumerate(groups)]},
+                **grad_scaler(case)}
     state, idx, i = {}, [], 0
     for grp in groups:
         idx.append(list(range(i, i + len(grp))))
@@ -350,8 +350,25 @@ def optimizer_state(case, params, rng, iteration, expert_optimizer=None):
     return {"optimizer": inner, **grad_scaler(case), "fp32_from_fp16_params": masters}
 
 
-def distrib_optim_state(case, params, rng, p):
-    """distrib_optim.pt of PP rank ``p``: one buffer per model chunk, in the layout of the case's era
+def expert_params(params, expert):
+    """The per-chunk params [[(entry, master, shared)]] of the dense (``expert`` False) or the expert optimizer."""
+    return [[x for x in chunk if is_expert(x[0].src) == expert] for chunk in params]
+
+
+def distrib_optim_state(case, params, rng, p, ep=0):
+    """distrib_optim.pt of PP rank ``p``, EP rank ``ep``.  MoE: the ChainedOptimizer's LIST [dense state, expert
+    state], each a coalesced dict of buffers over its own params (one buffer per model chunk); the dense entry is
+    None unless ``ep`` is 0 (the rank saving EP rank ep's dir is dense DP rank 0 only for ep 0: Megatron's
+    ChainedOptimizer.save_parameter_state appends None for an optimizer whose DP rank is not 0)."""
+    if case["experts"]:
+        assert case["distopt_layout"] == "coalesced" and not case["overlap_grad_reduce"], "MoE: coalesced, one bucket"
+        return [_distrib_optim_dict(case, expert_params(params, False), rng, p) if ep == 0 else None,
+                _distrib_optim_dict(case, expert_params(params, True), rng, p)]
+    return _distrib_optim_dict(case, params, rng, p)
+
+
+def _distrib_optim_dict(case, params, rng, p):
+    """One distributed optimizer's state: one buffer per model chunk, in the layout of the case's era
     (``distopt_layout``, megatron_cases.py): coalesced (core >= 0.7; with overlap_grad_reduce its buckets
     concatenated without their end padding), a list of buckets (core 0.6) or one padded buffer (2023-05)."""
     layout, dp = case["distopt_layout"], case["dp"]

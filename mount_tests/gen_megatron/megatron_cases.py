@@ -221,3 +221,14 @@ def hf_family(case):
 
 def has_hf(case):
     return hf_family(case) is not None
+
+# MoE with the distributed optimizer (appended): distrib_optim.pt is the ChainedOptimizer's LIST [dense state,
+# expert state], each a coalesced dict (one buffer per model chunk) over that optimizer's params only (reverse
+# named_parameters order among them, 64-aligned starts); the dense entry is None in the EP rank > 0 dirs (their
+# writer is not dense DP rank 0), whose dense masters come from EP rank 0's file
+CASES += [
+    # EP2 x TP2, DP 2 (expert DP 1), SequentialMLP, local spec, stale bf16 copy; hidden 80 (the norms leave
+    # alignment gaps in the dense buffer) and moe_ffn 36 (linear_fc2 shards [80, 18]: gaps in the expert buffer)
+    dict(name="moe_distopt_ep2_tp2", tp=2, ep=2, dp=2, dist_opt=True, stale=True, hidden=80, heads=8, groups=2,
+         **dict(MOE, moe_ffn=36)),
+]

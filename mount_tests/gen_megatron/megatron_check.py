@@ -145,15 +145,44 @@ def _global_expert(name, e, n_local):
     return f"{m.group(1)}{m.group(4)}{e * n_local + int(m.group(5))}"
 
 
-def _masters(args, sd, d, per_chunk, p, PP, nkeys):
-    """fp32 masters of one rank file's chunks: [{name: tensor}] per chunk."""
+def _chained_distrib_masters(args, dist, opt, per_chunk, p, PP, nkeys, e):
+    """MoE with the distributed optimizer: distrib_optim.pt is the ChainedOptimizer's list [dense, expert], each
+    entry a dict of buffers (one per chunk) over ITS params only (the mlp.experts.* names, or all the others),
+    or None where the saving rank is not that optimizer's DP rank 0: the dense entry of every EP rank > 0 dir
+    (its dense masters are EP rank 0's; they are left out here, the merge takes EP rank 0's)."""
+    assert isinstance(dist, list) and len(dist) == 2, f"ChainedOptimizer: {type(dist).__name__} of {len(dist)}"
+    assert isinstance(opt, list) and len(opt) == 2
+    masters = [{} for _ in per_chunk]
+    for state, o, expert in zip(dist, opt, (False, True)):
+        mine = [[(n, x) for n, x in c if bool(EXPERT.match(n)) == expert] for c in per_chunk]
+        assert all(mine), f"{'expert' if expert else 'dense'} optimizer: a model chunk without params"
+        # DistributedOptimizer.state_dict: param groups without 'params', one per non-empty kind (2-D, 1-D)
+        kinds = {x.dim() >= 2 for c in mine for _, x in c}
+        groups = o["optimizer"]["param_groups"]
+        assert "params" not in groups[0] and len(groups) == len(kinds), (expert, len(groups), kinds)
+        assert [pg["is_expert_parallel"] for pg in groups] == [expert] * len(groups)
+        if state is None:
+            assert not expert and e > 0, f"EP rank {e}: no {'expert' if expert else 'dense'} optimizer state"
+            continue
+        assert expert or e == 0, f"EP rank {e} saved the dense state (only dense DP rank 0 does)"
+        for m, got in zip(masters, _distrib_masters(args, state, mine, p, PP, nkeys)):
+            assert not set(m) & set(got)
+            m.update(got)
+    return masters
+
+
+def _masters(args, sd, d, per_chunk, p, PP, nkeys, e=0):
+    """fp32 masters of one rank file's chunks (EP rank ``e``): [{name: tensor}] per chunk."""
     if "optimizer" not in sd or not (args.bf16 or args.fp16):
         return [{n: x.float() for n, x in c} for c in per_chunk]
     masters = [dict(c) for c in per_chunk]
+    opt = sd["optimizer"]
     if args.use_distributed_optimizer:
         dist = torch.load(os.path.join(d, "distrib_optim.pt"), map_location="cpu")
+        if getattr(args, "num_experts", None):
+            return _chained_distrib_masters(args, dist, opt, per_chunk, p, PP, nkeys, e)
+        assert isinstance(dist, dict) and isinstance(opt, dict)
         return _distrib_masters(args, dist, per_chunk, p, PP, nkeys)
-    opt = sd["optimizer"]
     # ChainedOptimizer (MoE): [dense optimizer, expert optimizer], each over its own params
     parts = list(zip(opt, (False, True))) if isinstance(opt, list) else [(opt, None)]
     assert len(parts) == (2 if getattr(args, "num_experts", None) else 1)
@@ -192,7 +221,7 @@ def reference_merge(iter_dir):
                 keys = ["model"] if "model" in sd else sorted((k for k in sd if re.fullmatch(r"model\d+", k)),
                                                                key=lambda k: int(k[5:]))
                 per_chunk = [_params(sd[k]) for k in keys]
-                masters = _masters(args, sd, d, per_chunk, p, PP, len(keys))
+                masters = _masters(args, sd, d, per_chunk, p, PP, len(keys), e)
                 ren = [[(_global_expert(n, e, E // EP if E else 0) or n, n, x) for n, x in c] for c in per_chunk]
                 if merged is None:
                     merged = [([(g, x) for g, _, x in c], {g: ms[n] for g, n, _ in c}) for c, ms in zip(ren, masters)]

@@ -110,11 +110,13 @@ std::vector<torch::SourceTensor> masters_from_fp16_params(const Field& optimizer
                           sizes.size(), fmt::join(sizes, ", "), params.size()));
 }
 
-}  // namespace
+using StateMasters = std::function<std::vector<torch::SourceTensor>(const Field& state, const std::vector<ParamSlot>&)>;
 
-std::vector<torch::SourceTensor> masters_from_optimizer(const Field& optimizer, const std::vector<ParamSlot>& params) {
-  if (!optimizer.is_list()) return masters_from_fp16_params(optimizer, params);
-  // ChainedOptimizer: [dense, experts] (one entry when the model has no experts)
+// The masters of a ChainedOptimizer's state list (MoE: the dense parameters' optimizer, then the routed
+// experts'), each entry read by `read` over its own parameters. An entry may be None where another rank
+// file holds it (`dense_elsewhere`: the dense state of an EP rank > 0); those masters stay empty.
+std::vector<torch::SourceTensor> chained_masters(const Field& list, const std::vector<ParamSlot>& params,
+                                                 bool dense_elsewhere, const StateMasters& read) {
   std::vector<torch::SourceTensor> out(params.size());
   for (bool expert : {false, true}) {
     std::vector<ParamSlot> part;
@@ -125,23 +127,32 @@ std::vector<torch::SourceTensor> masters_from_optimizer(const Field& optimizer, 
         index.push_back(i);
       }
     if (part.empty()) continue;
-    const size_t which = expert && optimizer.size() > 1 ? 1 : 0;
-    if (expert && optimizer.size() < 2) optimizer.fail("one optimizer for dense and expert parameters (expected two)");
-    const auto masters = masters_from_fp16_params(optimizer.at(which), part);
+    if (expert && list.size() < 2) list.fail("one optimizer for dense and expert parameters (expected two)");
+    const Field state = list.at(expert ? 1 : 0);
+    if (!state.present()) {
+      if (!expert && dense_elsewhere) continue;
+      state.fail("None, but this rank file's parameters have their masters nowhere else");
+    }
+    const auto masters = read(state, part);
     for (size_t k = 0; k < index.size(); ++k) out[index[k]] = masters[k];
   }
   return out;
 }
 
-std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchArchive& archive,
-                                                            const std::vector<ParamSlot>& params, int dp,
-                                                            std::optional<int64_t> bucket_size) {
-  const Field root = formats::root_field(archive);
-  if (root.is_list())
-    throw UnsupportedError(fmt::format("{}: the state of several distributed optimizers (a ChainedOptimizer: MoE "
-                                       "dense and expert parameters), which ckptfs does not map yet",
-                                       archive.file()->path().string()));
+}  // namespace
+
+std::vector<torch::SourceTensor> masters_from_optimizer(const Field& optimizer, const std::vector<ParamSlot>& params) {
+  if (!optimizer.is_list()) return masters_from_fp16_params(optimizer, params);
+  return chained_masters(optimizer, params, false, masters_from_fp16_params);
+}
+
+namespace {
+
+// The masters of `params` in one distributed optimizer's state (a dict of buffers, `root`).
+std::vector<torch::SourceTensor> masters_from_buffers(const Field& root, const std::vector<ParamSlot>& params, int dp,
+                                                      std::optional<int64_t> bucket_size) {
   if (!root.is_dict()) root.fail("expected the distributed optimizer's dict of buffers");
+  const std::string file = root.file()->string();
   // Three layouts by era (docs/formats/megatron.md): coalesced (core 0.7+: numel_unpadded, 64-element
   // aligned starts since 0.8), a list of bucket tensors (core 0.4-0.6), one padded buffer (2023-05).
   const bool coalesced = root["buckets_coalesced"].present();
@@ -154,7 +165,7 @@ std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchAr
     const pickle::Value* buffer = nullptr;
     for (const auto& [k, v] : root.value().entries)
       if (k->is(pickle::Kind::Int) && k->integer == static_cast<int64_t>(c)) buffer = v.get();
-    const Field buf(buffer, &archive.file()->path(), fmt::format("[{}]", c));
+    const Field buf(buffer, root.file(), fmt::format("{}[{}]", root.path(), c));
     if (!buf.is_dict() || buf.size() != 1)
       buf.fail("expected one buffer (one grad dtype) for the model chunk (several are not supported yet)");
     const Field world(buffer->entries.front().second.get(), buf.file(), buf.path() + "[dtype]");
@@ -163,7 +174,7 @@ std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchAr
       if (!param.is_list() || param.size() != 1)
         throw UnsupportedError(fmt::format("{}: model chunk {} has its state in {} buckets; ckptfs reads one bucket per "
                                            "buffer in this (pre core 0.7) layout",
-                                           archive.file()->path().string(), c, param.is_list() ? param.size() : 0));
+                                           file, c, param.is_list() ? param.size() : 0));
       param = param.at(0);
     }
     const torch::SourceTensor& flat = param.as_tensor();
@@ -213,6 +224,19 @@ std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchAr
                              unpadded ? fmt::format(" (unpadded size {})", *unpadded) : ""));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchArchive& archive,
+                                                            const std::vector<ParamSlot>& params, int dp,
+                                                            std::optional<int64_t> bucket_size, int ep_rank) {
+  const Field root = formats::root_field(archive);
+  if (!root.is_list()) return masters_from_buffers(root, params, dp, bucket_size);
+  // EP ranks > 0 are not the dense optimizer's DP rank 0: their file holds None for it (EP rank 0's has it).
+  return chained_masters(root, params, ep_rank > 0, [&](const Field& state, const std::vector<ParamSlot>& part) {
+    return masters_from_buffers(state, part, dp, bucket_size);
+  });
 }
 
 }  // namespace ckptfs::megatron

@@ -33,11 +33,13 @@ std::vector<torch::SourceTensor> masters_from_optimizer(const formats::Field& op
 // Masters from a distrib_optim.pt archive, aligned with `params`: the coalesced layout megatron-core
 // writes since 0.7 (per buffer one flat fp32 tensor of numel_unpadded elements), the one-bucket lists of
 // core 0.4-0.6 and the single padded buffer of 2023 (`dp`: the data-parallel size it is padded for;
-// `bucket_size`: DDP's bucket size when gradient reduction was overlapped, else nullopt).
+// `bucket_size`: DDP's bucket size when gradient reduction was overlapped, else nullopt). Under MoE the file
+// is a list [dense, experts]; in the file of an EP rank > 0 (`ep_rank`) the dense entry is None and its
+// masters stay empty (the merged model takes dense weights from EP rank 0).
 // Throws FormatError naming the file when the sizes do not add up under any known layout,
 // UnsupportedError for several buckets or optimizers.
 std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchArchive& archive,
                                                             const std::vector<ParamSlot>& params, int dp,
-                                                            std::optional<int64_t> bucket_size);
+                                                            std::optional<int64_t> bucket_size, int ep_rank);
 
 }  // namespace ckptfs::megatron

@@ -87,7 +87,7 @@ std::shared_ptr<catalog::Catalog> read_masters(io::FileSet& files, const ModelAr
               break;
             }
             optim_files.push_back(torch::TorchArchive::open(files.open(optim)));
-            masters[pp][ep].push_back(masters_from_distrib_optim(optim_files.back(), params, args.dp, args.ddp_bucket_size));
+            masters[pp][ep].push_back(masters_from_distrib_optim(optim_files.back(), params, args.dp, args.ddp_bucket_size, ep));
             tag.files.push_back(optim);
           } else if (const Field opt = f.root()["optimizer"]; opt.present()) {
             masters[pp][ep].push_back(masters_from_optimizer(opt, params));
