@@ -77,13 +77,27 @@ class TreeBuilder {
   struct ChildKey {
     Ino parent;
     std::string name;
-    bool operator==(const ChildKey&) const = default;
+  };
+  struct ChildKeyView {  // what lookups pass: no string is built per path component
+    Ino parent;
+    std::string_view name;
   };
   struct ChildKeyHash {
-    size_t operator()(const ChildKey& k) const { return std::hash<std::string>()(k.name) * 31 + k.parent; }
+    using is_transparent = void;
+    size_t operator()(const ChildKeyView& k) const { return std::hash<std::string_view>()(k.name) * 31 + k.parent; }
+    size_t operator()(const ChildKey& k) const { return (*this)(ChildKeyView{k.parent, k.name}); }
+  };
+  struct ChildKeyEqual {
+    using is_transparent = void;
+    static ChildKeyView view(const ChildKey& k) { return {k.parent, k.name}; }
+    static ChildKeyView view(const ChildKeyView& k) { return k; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      return view(a).parent == view(b).parent && view(a).name == view(b).name;
+    }
   };
   VirtualTree tree_;
-  std::unordered_map<ChildKey, Ino, ChildKeyHash> index_;
+  std::unordered_map<ChildKey, Ino, ChildKeyHash, ChildKeyEqual> index_;
 };
 
 // The mount layout for `checkpoint` (docs/mount.md): the latest tag's views at the root, the side files,

@@ -59,7 +59,7 @@ TreeBuilder::TreeBuilder() {
 }
 
 Ino TreeBuilder::find(Ino parent, std::string_view name) const {
-  auto it = index_.find(ChildKey{parent, std::string(name)});
+  auto it = index_.find(ChildKeyView{parent, name});
   return it != index_.end() ? it->second : 0;
 }
 
