@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <syslog.h>
+
+#include <csignal>
 #include <unistd.h>
 
 #include <cerrno>
@@ -128,6 +130,11 @@ void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
                 fmt::format("{}: cannot start the server in the background", options.mountpoint));
   }
   if (context.use_syslog) openlog("ckptfs", LOG_PID, LOG_DAEMON);
+  // libfuse leaves a signal alone that the parent ignored (a background job of a non-interactive shell
+  // starts with SIGINT ignored): SIGINT and SIGTERM must always unmount cleanly, so they get their
+  // default disposition first (SIGHUP keeps nohup's).
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
   if (fuse_set_signal_handlers(se) != 0) {
     fuse_session_unmount(se);
     throw Error(ExitCode::mount_failed, "cannot install signal handlers");
