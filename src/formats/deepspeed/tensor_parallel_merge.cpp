@@ -23,12 +23,6 @@ UniversalInfo::Patterns read_patterns(const formats::Field& list) {
   if (!list.is_list()) list.fail("expected a list of patterns");
   for (size_t i = 0; i < list.size(); ++i) {
     const formats::Field item = list.at(i);
-    if (item.is_dict()) {  // parameter_with_sub_params: {'patterns': [...], 'shape': ..., 'partition_dim': ...}
-      auto nested = read_patterns(item["patterns"]);
-      out.text.insert(out.text.end(), nested.text.begin(), nested.text.end());
-      out.compiled.insert(out.compiled.end(), nested.compiled.begin(), nested.compiled.end());
-      continue;
-    }
     std::string text = item.as_string();
     try {
       out.compiled.emplace_back(text, std::regex::ECMAScript);
@@ -44,6 +38,113 @@ std::shared_ptr<pickle::Value> int_value(int64_t v) {
   auto out = pickle::make_value(pickle::Kind::Int);
   out->integer = v;
   return out;
+}
+
+// How a fused parameter's sub-parameters lie: their sizes along `dim`, and each TP rank's width of each.
+struct SubLayout {
+  size_t dim = 0;
+  std::vector<int64_t> sizes;                // per sub-parameter
+  std::vector<std::vector<int64_t>> widths;  // [sub-parameter][TP rank]
+};
+
+std::vector<int64_t> int_list(const formats::Field& f) {
+  std::vector<int64_t> out;
+  if (!f.is_list()) f.fail("expected a list of sizes");
+  for (size_t i = 0; i < f.size(); ++i) out.push_back(f.at(i).as_int());
+  return out;
+}
+
+// The layout ds_to_universal reconstructs: version 0.4 records the sizes (a tuple at partition_dim) and
+// every rank's widths; older versions a count of equal sub-parameters (or their sizes), split evenly.
+SubLayout sub_layout(const UniversalInfo& info, const UniversalInfo::SubParams& sp, const std::string& pattern,
+                     const std::string& name, const std::vector<formats::RankTensor>& ranks) {
+  const formats::Field entry(sp.entry.get(), &info.file, "universal_checkpoint_info.parameter_with_sub_params");
+  const auto fail = [&](const std::string& what) -> void {
+    throw FormatError(fmt::format("{}: parameter {}: {}", info.file.string(), name, what));
+  };
+  SubLayout out;
+  if (sp.partition_dim < 0) fail("negative partition_dim");
+  out.dim = static_cast<size_t>(sp.partition_dim);
+  for (const auto& r : ranks)
+    if (r.tensor.shape.size() <= out.dim) fail("partition_dim past the tensor's dimensions");
+  const formats::Field spec = entry["shape"].at(out.dim);
+  const size_t tp = ranks.size();
+  if (info.version >= 0.4) {
+    out.sizes = int_list(spec);
+    auto it = info.shard_widths.find(pattern);
+    if (it == info.shard_widths.end()) fail("universal checkpoint version 0.4 without sub_param_shard_widths for it");
+    out.widths = it->second;
+  } else {
+    if (spec.is_list()) {
+      out.sizes = int_list(spec);
+    } else {
+      const int64_t count = spec.as_int();
+      int64_t full = 0;
+      for (const auto& r : ranks) full += r.tensor.shape[out.dim];
+      if (count <= 0 || full % count != 0) fail(fmt::format("{} sub-parameters do not divide {}", count, full));
+      out.sizes.assign(static_cast<size_t>(count), full / count);
+    }
+    for (int64_t size : out.sizes) {
+      if (size % static_cast<int64_t>(tp) != 0) fail(fmt::format("a sub-parameter of {} does not split evenly over TP {}", size, tp));
+      out.widths.emplace_back(tp, size / static_cast<int64_t>(tp));
+    }
+  }
+  if (out.widths.size() != out.sizes.size()) fail("shard widths and sub-parameter sizes differ in number");
+  for (size_t s = 0; s < out.sizes.size(); ++s) {
+    int64_t sum = 0;
+    if (out.widths[s].size() != tp) fail("shard widths for a different TP size");
+    for (int64_t w : out.widths[s]) sum += w;
+    if (sum != out.sizes[s]) fail(fmt::format("shard widths sum to {}, the sub-parameter has {}", sum, out.sizes[s]));
+  }
+  for (size_t r = 0; r < tp; ++r) {
+    int64_t held = 0;
+    for (const auto& w : out.widths) held += w[r];
+    if (held != ranks[r].tensor.shape[out.dim])
+      fail(fmt::format("TP rank {} holds {} along dim {}, its shard widths add up to {}", r,
+                       ranks[r].tensor.shape[out.dim], out.dim, held));
+  }
+  return out;
+}
+
+// Every sub-parameter whole: the ranks' pieces of it one after another, the sub-parameters in order.
+LogicalTensor merge_sub_params(const std::string& name, const std::vector<formats::RankTensor>& ranks,
+                               const SubLayout& layout, DType dtype) {
+  std::vector<catalog::Box> boxes;
+  std::vector<int64_t> shape = ranks.front().tensor.shape;
+  shape[layout.dim] = 0;
+  for (int64_t size : layout.sizes) shape[layout.dim] += size;
+  std::vector<int64_t> held(ranks.size(), 0);  // where each rank's next piece starts
+  int64_t at = 0;
+  for (size_t s = 0; s < layout.sizes.size(); ++s)
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const int64_t w = layout.widths[s][r];
+      torch::SourceTensor piece = catalog::narrow(ranks[r].tensor, layout.dim, held[r], w);
+      std::vector<int64_t> offsets(shape.size(), 0);
+      offsets[layout.dim] = at;
+      boxes.push_back({offsets, piece.shape, std::move(piece), ranks[r].inner});
+      held[r] += w;
+      at += w;
+    }
+  return catalog::assembled_tensor(name, dtype, std::move(shape), std::move(boxes),
+                                   fmt::format("{} TP ranks, {} sub-parameters", ranks.size(), layout.sizes.size()));
+}
+
+// The SubparamShape object ds_to_universal stores under 'sub_param_shape' (a dataclass: NEWOBJ + BUILD).
+pickle::ValuePtr subparam_shape_value(const std::shared_ptr<const pickle::Value>& entry) {
+  auto state = pickle::make_value(pickle::Kind::Dict);
+  for (const char* key : {"patterns", "shape", "partition_dim"}) {
+    auto k = pickle::make_value(pickle::Kind::String);
+    k->text = key;
+    const pickle::Value* v = entry->find(key);
+    state->entries.emplace_back(k, v ? std::make_shared<pickle::Value>(*v) : pickle::make_value(pickle::Kind::None));
+  }
+  auto obj = pickle::make_value(pickle::Kind::Object);
+  obj->module = "deepspeed.checkpoint.universal_checkpoint";
+  obj->name = "SubparamShape";
+  obj->made_by_new = true;
+  obj->args = pickle::make_value(pickle::Kind::Tuple);
+  obj->state = std::move(state);
+  return obj;
 }
 
 // A tensor of `catalog` kept alive by the catalog itself.
@@ -73,6 +174,11 @@ class Merger {
             throw FormatError(fmt::format("{}: TP rank {} has no {} tensor {} (TP rank 0 has it)",
                                           ranks_[r].tag.dir.string(), r, role, t.name));
           slices.push_back(formats::rank_tensor(member(c, it->second), rank_file(r)));
+        }
+        std::string pattern;
+        if (const auto* sp = info_.sub_params_of(t.name, &pattern)) {
+          merged->tensors.push_back(merge_sub_params(t.name, slices, sub_layout(info_, *sp, pattern, t.name, slices), t.dtype));
+          continue;
         }
         const Split split = split_of(t.name);
         if (split == Split::Replicated)
@@ -110,10 +216,19 @@ class Merger {
     std::unordered_map<std::string, size_t> fp32_index;
     for (size_t i = 0; i < fp32->tensors.size(); ++i) fp32_index.emplace(fp32->tensors[i].name, i);
     for (auto& p : plan->params) {
-      const Split split = split_of(p.name);
       std::vector<std::pair<std::string, pickle::ValuePtr>> keys;
-      if (split != Split::Replicated) keys.emplace_back("cat_dim", int_value(split == Split::Columns ? 1 : 0));
-      if (split == Split::GatedRows) keys.emplace_back("param_n_sub_params", int_value(2));
+      std::string pattern;
+      if (const auto* sp = info_.sub_params_of(p.name, &pattern)) {
+        if (info_.version < 0.4)
+          throw UnsupportedError(fmt::format("{}: parameter {}: universal files of fused sub-parameters are written "
+                                             "for universal checkpoint version 0.4 only",
+                                             info_.file.string(), p.name));
+        keys.emplace_back("sub_param_shape", subparam_shape_value(sp->entry));
+      } else {
+        const Split split = split_of(p.name);
+        if (split != Split::Replicated) keys.emplace_back("cat_dim", int_value(split == Split::Columns ? 1 : 0));
+        if (split == Split::GatedRows) keys.emplace_back("param_n_sub_params", int_value(2));
+      }
       const bool vocab = info_.vocabulary.matches(p.name);
       if (vocab) {
         if (!info_.original_vocab_size)
@@ -164,6 +279,16 @@ class Merger {
 
 }  // namespace
 
+const UniversalInfo::SubParams* UniversalInfo::sub_params_of(const std::string& name, std::string* pattern) const {
+  for (const auto& sp : sub_params)
+    for (size_t i = 0; i < sp.patterns.compiled.size(); ++i)
+      if (std::regex_search(name, sp.patterns.compiled[i], std::regex_constants::match_continuous)) {
+        *pattern = sp.patterns.text[i];
+        return &sp;
+      }
+  return nullptr;
+}
+
 bool UniversalInfo::Patterns::matches(const std::string& name) const {
   for (const auto& re : compiled)
     if (std::regex_search(name, re, std::regex_constants::match_continuous)) return true;
@@ -177,10 +302,6 @@ Split UniversalInfo::split_of(const std::string& name) const {
                                        "which ckptfs cannot serve without computing it",
                                        file.string(), name));
   if (two_sub_params.matches(name)) return Split::GatedRows;
-  if (sub_params.matches(name))
-    throw UnsupportedError(fmt::format("{}: parameter {} is fused from sub-parameters (parameter_with_sub_params), "
-                                       "which ckptfs does not merge yet",
-                                       file.string(), name));
   if (row_parallel.matches(name)) return Split::Columns;
   return Split::Rows;
 }
@@ -198,7 +319,25 @@ UniversalInfo read_universal_info(io::FileSet& files, const fs::path& model_stat
   out.average = read_patterns(info["parameter_to_average_patterns"]);
   out.row_parallel = read_patterns(info["parameter_with_row_parallelism_patterns"]);
   out.two_sub_params = read_patterns(info["parameter_with_2_sub_params_cat_dim_0"]);
-  out.sub_params = read_patterns(info["parameter_with_sub_params"]);
+  if (const formats::Field list = info["parameter_with_sub_params"]; list.present()) {
+    if (!list.is_list()) list.fail("expected a list of sub-parameter entries");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const formats::Field e = list.at(i);
+      if (!e.is_dict()) e.fail("expected {'patterns', 'shape', 'partition_dim'}");
+      UniversalInfo::SubParams sp;
+      sp.patterns = read_patterns(e["patterns"]);
+      sp.partition_dim = e["partition_dim"].as_int();
+      sp.entry = std::shared_ptr<const pickle::Value>(archive.root(), &e.value());
+      out.sub_params.push_back(std::move(sp));
+    }
+  }
+  if (const formats::Field widths = info["sub_param_shard_widths"]; widths.is_dict())
+    for (const auto& [pattern, per_sub] : widths.items()) {
+      auto& w = out.shard_widths[pattern];
+      for (size_t s = 0; s < per_sub.size(); ++s) w.push_back(int_list(per_sub.at(s)));
+    }
+  if (const formats::Field v = info["universal_checkpoint_version"]; v.present())
+    out.version = v.value().is(pickle::Kind::Float) ? v.value().real : static_cast<double>(v.as_int());
   out.vocabulary = read_patterns(info["vocabulary_parameter_patterns"]);
   if (const formats::Field v = info["original_vocab_size"]; v.present()) out.original_vocab_size = v.as_int();
   return out;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <regex>
 #include <set>
@@ -31,12 +32,27 @@ class UniversalInfo {
     std::vector<std::regex> compiled;
     bool matches(const std::string& name) const;
   };
-  Patterns replicated, average, row_parallel, two_sub_params, sub_params, vocabulary;
+  // A parameter_with_sub_params entry: a fused parameter (an AutoTP qkv_proj) whose sub-parameters are
+  // each split over the TP ranks along `partition_dim`; each rank holds its share of every sub-parameter,
+  // one after another.
+  struct SubParams {
+    Patterns patterns;
+    std::shared_ptr<const pickle::Value> entry;  // the saved dict {patterns, shape, partition_dim}
+    int64_t partition_dim = 0;
+  };
+  Patterns replicated, average, row_parallel, two_sub_params, vocabulary;
+  std::vector<SubParams> sub_params;
+  // sub_param_shard_widths (version 0.4): per pattern, per sub-parameter, each TP rank's width.
+  std::map<std::string, std::vector<std::vector<int64_t>>> shard_widths;
+  double version = 0;
   std::optional<int64_t> original_vocab_size;
   std::filesystem::path file;  // the model-state file it was read from
 
-  // The split of parameter `name`; throws UnsupportedError for averaged and fused sub-parameters.
+  // The split of parameter `name` (fused sub-parameters are sub_params_of's); throws UnsupportedError for
+  // averaged parameters.
   formats::Split split_of(const std::string& name) const;
+  // The sub-parameter entry `name` matches and the pattern that matched; nullptr when none.
+  const SubParams* sub_params_of(const std::string& name, std::string* pattern) const;
 };
 
 // Reads universal_checkpoint_info from a model-state file. Throws UnsupportedError naming the file when it
