@@ -219,10 +219,12 @@ class Merger {
       std::vector<std::pair<std::string, pickle::ValuePtr>> keys;
       std::string pattern;
       if (const auto* sp = info_.sub_params_of(p.name, &pattern)) {
-        if (info_.version < 0.4)
-          throw UnsupportedError(fmt::format("{}: parameter {}: universal files of fused sub-parameters are written "
-                                             "for universal checkpoint version 0.4 only",
-                                             info_.file.string(), p.name));
+        if (info_.version < 0.4) {
+          out.notes.push_back(fmt::format("no universal/: {} fuses sub-parameters and the checkpoint's universal "
+                                          "info is version {} (ckptfs writes their files for 0.4)",
+                                          p.name, info_.version));
+          return nullptr;
+        }
         keys.emplace_back("sub_param_shape", subparam_shape_value(sp->entry));
       } else {
         const Split split = split_of(p.name);
