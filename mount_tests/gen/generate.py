@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -770,6 +771,77 @@ TP_UCP_VERSION = 0.2  # DeepSpeed's UNIVERSAL_CHECKPOINT_VERSION_VALUE up to v0.
 TP_MERGE_KEYS = {"replicated": [], "row": [["cat_dim", 1]], "column": [["cat_dim", 0]],
                  "swiglu": [["cat_dim", 0], ["param_n_sub_params", 2]], "vocab": [["cat_dim", 0], ["vocab_tensor", True]]}
 
+# Fused sub-parameters (case["gqa"]): query_key_value is a fused GQA projection [q; k; v] that AutoTP cuts per
+# sub-parameter, each TP rank holding [q_r; k_r; v_r], declared in universal_checkpoint_info version 0.4 by
+# 'parameter_with_sub_params' ({'patterns', 'shape' (the sub-parameter sizes as a tuple at partition_dim),
+# 'partition_dim': 0}) and 'sub_param_shard_widths' ({pattern: [[width of each TP rank] per sub-parameter]}).
+# ds_to_universal's merge_tp_slices concatenates each sub-parameter's rank pieces, then the sub-parameters,
+# and stores {'sub_param_shape': SubparamShape(**entry), 'param'} (version >= 0.4: the entry as the checkpoint
+# holds it, list or tuple alike, the full pattern list; no cat_dim).
+TP_SUB_PARAMS_UCP_VERSION = 0.4  # UNIVERSAL_CHECKPOINT_VERSION_VALUE since sub_param_shard_widths
+SUBPARAM_SHAPE_CLASS = ("deepspeed.checkpoint.universal_checkpoint", "SubparamShape")
+TP_QKV = "self_attention.query_key_value."
+
+
+def gqa_sizes(case):
+    """(q, k, v) rows of the fused qkv projection."""
+    g = case["gqa"]
+    return (g["q_heads"] * g["head_dim"], g["kv_heads"] * g["head_dim"], g["kv_heads"] * g["head_dim"])
+
+
+def gqa_shard_widths(case):
+    """Per sub-parameter, each TP rank's rows, cut on KV-head boundaries as AutoTP's get_shard_size_list
+    does when the KV-head count divides the size: rank r holds kv_heads // tp (+1 for r < kv_heads % tp)
+    KV heads and the query heads of their groups, so 3 KV heads over TP 2 give [2/3, 1/3] of each."""
+    tp, kv = case["tp"], case["gqa"]["kv_heads"]
+    heads = [kv // tp + (1 if r < kv % tp else 0) for r in range(tp)]
+    return [[size * h // kv for h in heads] for size in gqa_sizes(case)]
+
+
+def tp_sub_params_info(case):
+    """(parameter_with_sub_params, sub_param_shard_widths) for the fused qkv weights and biases.
+    style 'autotp': as collect_autotp_universal_checkpoint_info publishes them, one entry per param with the
+    pattern rf"^{re.escape(name)}$" and 'shape' a list (list(spec) with the tuple of sizes at dim 0:
+    weight [(q, k, v), H], bias [(q, k, v)]).  style 'megatron': hand-written patterns as a Megatron-style
+    client would write them, tuples with a -1 placeholder: the weights one entry listing both layers'
+    patterns, shape ((q, k, v), -1); the biases one '\\d+' pattern, shape ((q, k, v),)."""
+    sizes, widths = gqa_sizes(case), gqa_shard_widths(case)
+    L = "language_model.encoder.layers."
+    if case["gqa"]["style"] == "autotp":
+        entries = []
+        for l in range(TP_LAYERS):
+            for k in ("weight", "bias"):
+                name = f"{L}{l}.{TP_QKV}{k}"
+                shape = [sizes, TP_HIDDEN] if k == "weight" else [sizes]
+                entries.append({"patterns": [rf"^{re.escape(name)}$"], "shape": shape, "partition_dim": 0})
+    else:
+        entries = [{"patterns": [rf"{L}{l}.{TP_QKV}weight" for l in range(TP_LAYERS)], "shape": (sizes, -1),
+                    "partition_dim": 0},
+                   {"patterns": [rf"{L}\d+.{TP_QKV}bias"], "shape": (sizes, ), "partition_dim": 0}]
+    widths_by_pattern = {p: [list(w) for w in widths] for e in entries for p in e["patterns"]}
+    return entries, widths_by_pattern
+
+
+def subparam_shape_json(entry):
+    """case.json form of the SubparamShape object a universal file must hold for ``entry``: the class's
+    global name and its fields as a Python literal (keeps lists and tuples apart; ast.literal_eval)."""
+    return {"module": SUBPARAM_SHAPE_CLASS[0], "name": SUBPARAM_SHAPE_CLASS[1],
+            "fields": repr({"patterns": entry["patterns"], "shape": entry["shape"],
+                            "partition_dim": entry["partition_dim"]})}
+
+
+def tp_sub_params_merge_keys(case):
+    """name -> merge keys ([['sub_param_shape', subparam_shape_json]]) of the fused params."""
+    entries, _ = tp_sub_params_info(case)
+    out = {}
+    for l in range(TP_LAYERS):
+        for k in ("weight", "bias"):
+            name = f"language_model.encoder.layers.{l}.{TP_QKV}{k}"
+            hit = [e for e in entries if any(re.match(p, name) for p in e["patterns"])]
+            assert len(hit) == 1, (name, hit)
+            out[name] = [["sub_param_shape", subparam_shape_json(hit[0])]]
+    return out
+
 
 def tp_padded_vocab(tp):
     """Megatron's _vocab_size_with_padding: up to a multiple of divisor * TP."""
@@ -800,8 +872,13 @@ def tp_gpt_entries(case):
         p = f"encoder.layers.{l}."
         add(p + "input_layernorm.weight", (H,), "replicated")
         add(p + "input_layernorm.bias", (H,), "replicated")
-        add(p + "self_attention.query_key_value.weight", (3 * H, H), "column")
-        add(p + "self_attention.query_key_value.bias", (3 * H,), "column")
+        if case.get("gqa"):  # fused GQA [q; k; v], each TP rank [q_r; k_r; v_r]
+            qkv, widths = sum(gqa_sizes(case)), gqa_shard_widths(case)
+            add(p + "self_attention.query_key_value.weight", (qkv, H), ("sub_params", widths))
+            add(p + "self_attention.query_key_value.bias", (qkv,), ("sub_params", widths))
+        else:
+            add(p + "self_attention.query_key_value.weight", (3 * H, H), "column")
+            add(p + "self_attention.query_key_value.bias", (3 * H,), "column")
         E[-1].special = l == 0  # rounding/overflow/NaN values, spread over the TP ranks
         add(p + "self_attention.dense.weight", (H, H), "row")
         add(p + "self_attention.dense.bias", (H,), "replicated")
@@ -836,11 +913,18 @@ def tp_universal_info(case):
             "parameter_with_row_parallelism_patterns": [L + "mlp.dense_4h_to_h.weight", L + "self_attention.dense.weight"]}
     if case["swiglu"]:
         info["parameter_with_2_sub_params_cat_dim_0"] = [L + "mlp.dense_h_to_4h.weight", L + "mlp.dense_h_to_4h.bias"]
+    if case.get("gqa"):
+        info["universal_checkpoint_version"] = TP_SUB_PARAMS_UCP_VERSION
+        info["parameter_with_sub_params"], info["sub_param_shard_widths"] = tp_sub_params_info(case)
     return info
 
 
 def tp_slice(rule, full, r, tp):
     """TP rank r's slice of an unsplit tensor (own storage)."""
+    if isinstance(rule, tuple):  # ("sub_params", widths): rank r's rows of each sub-parameter, concatenated
+        _, widths = rule
+        subs = full.split([sum(w) for w in widths], dim=0)
+        return torch.cat([sub.split(w, dim=0)[r] for sub, w in zip(subs, widths)])
     if rule == "replicated":
         return full.clone()
     if rule == "row":
@@ -914,12 +998,13 @@ def write_tensor_parallel(case, tagdir, seed, uni):
     uni.form, uni.optimizer_state = "dict", ranks[0].optimizer_state  # ds_to_universal: (pp 0, tp 0, dp 0)
     uni.copies = [c for ru in ranks for c in ru.copies]
     uni.merge_keys = OD()
+    sub_keys = tp_sub_params_merge_keys(case) if case.get("gqa") else {}
     for n, d in ranks[0].params.items():  # rank 0's param_shapes order
         rows = TP_VOCAB if rule[n] == "vocab" else None
         uni.params[n] = OD((k, (full.master[n] if k == "fp32" else full.moments[n][k])[:rows].clone())
                            for k in ("fp32", "exp_avg", "exp_avg_sq"))
         uni.params[n]["step"] = d["step"]
-        uni.merge_keys[n] = TP_MERGE_KEYS[rule[n]]
+        uni.merge_keys[n] = sub_keys[n] if isinstance(rule[n], tuple) else TP_MERGE_KEYS[rule[n]]
     module = build_module(entries, full, dtype, {n: full.bit16(n, dtype) for n in full.master})
     return expected_outputs(case, entries, full, module)
 
@@ -1112,7 +1197,11 @@ def tp_cases():
     """Megatron-DeepSpeed GPT with tensor parallelism (only with --only; test_deepspeed_tp.py):
     TP 2 ZeRO-1 bf16 DP 2 SwiGLU, TP 2 ZeRO-2 fp16 DP 2 GeLU with two frozen params (a replicated and a
     column-parallel one), TP 4 BF16_Optimizer (ZeRO-0) DP 1 SwiGLU; pipeline + TP: GPTModelPipe PP 2 x TP 2,
-    ZeRO-1 bf16 DP 2 SwiGLU, embedding tied over the first and last stage (write_pipeline_tensor_parallel)."""
+    ZeRO-1 bf16 DP 2 SwiGLU, embedding tied over the first and last stage (write_pipeline_tensor_parallel);
+    fused GQA query_key_value ('parameter_with_sub_params', version 0.4): TP 2 ZeRO-1 bf16 DP 2 SwiGLU with
+    q 4 / kv 2 heads of 4 (rows 16 + 8 + 8, widths [[8, 8], [4, 4], [4, 4]], AutoTP-style entries) and TP 2
+    BF16_Optimizer DP 2 GeLU with q 6 / kv 3 heads of 4 (rows 24 + 12 + 12, uneven widths [[16, 8], [8, 4],
+    [8, 4]], Megatron-style patterns, layer 1's qkv bias frozen)."""
     base = {"pipeline": False, "tags": ["global_step3"], "src": "checkpoint", "side_files": False}
     frozen = ["language_model.encoder.layers.1.input_layernorm.weight",
               "language_model.encoder.layers.1.self_attention.query_key_value.bias"]
@@ -1123,7 +1212,12 @@ def tp_cases():
             dict(base, name="tp4_bf16opt_dp1_swiglu", stage=0, dtype="bf16", dp=1, optimizer="bf16_optimizer", tp=4,
                  swiglu=True),
             dict(base, name="pp2_tp2_z1_bf16_dp2", stage=1, dtype="bf16", dp=2, optimizer="zero", tp=2, pp=2,
-                 swiglu=True, pipeline=True)]
+                 swiglu=True, pipeline=True),
+            dict(base, name="tp2_z1_bf16_dp2_gqa", stage=1, dtype="bf16", dp=2, optimizer="zero", tp=2,
+                 swiglu=True, gqa={"q_heads": 4, "kv_heads": 2, "head_dim": 4, "style": "autotp"}),
+            dict(base, name="tp2_bf16opt_dp2_gqa_uneven", stage=0, dtype="bf16", dp=2, optimizer="bf16_optimizer",
+                 tp=2, swiglu=False, gqa={"q_heads": 6, "kv_heads": 3, "head_dim": 4, "style": "megatron"},
+                 frozen=["language_model.encoder.layers.1.self_attention.query_key_value.bias"])]
 
 
 BENCH = {"name": "bench_z3_dp64", "stage": 3, "dtype": "bf16", "dp": 64, "optimizer": "zero", "pipeline": False,
