@@ -62,6 +62,8 @@ class TreeBuilder {
   // Adds `path` as a second name of the regular file `target` (a hard link: one inode, one page-cache
   // copy). Throws std::invalid_argument as add_file does.
   void add_link(std::string_view path, Ino target);
+  // Room for about `entries` nodes and names, so that building a large tree does not rehash.
+  void reserve(size_t entries);
   // Directories and files without sources get the newest mtime of all sources.
   VirtualTree build() &&;
 

@@ -23,6 +23,9 @@ VirtualTree build_tree(const Checkpoint& checkpoint) {
   for (const auto& tag : checkpoint.tags) views.push_back(tag_views(tag));
   const Tag& latest = checkpoint.latest_tag();
   const auto& root_views = views[&latest - checkpoint.tags.data()];
+  size_t entries = root_views.size();
+  for (const auto& v : views) entries += v.size();
+  builder.reserve(entries * 2);  // files and the dirs above them, roughly: no rehash of a million entries
   // The root views and tags/<latest>/ are the same inodes (hard links): one page-cache copy.
   std::vector<Ino> root_inodes;
   for (const auto& v : root_views) root_inodes.push_back(builder.add_file(v.path, v.file));

@@ -58,6 +58,11 @@ TreeBuilder::TreeBuilder() {
   tree_.nodes_.push_back(std::move(root));
 }
 
+void TreeBuilder::reserve(size_t entries) {
+  tree_.nodes_.reserve(entries);
+  index_.reserve(entries);
+}
+
 Ino TreeBuilder::find(Ino parent, std::string_view name) const {
   auto it = index_.find(ChildKeyView{parent, name});
   return it != index_.end() ? it->second : 0;
