@@ -121,7 +121,10 @@ def test_a_changed_source_is_parsed_again(change, case_copy, ckptfs_bin, export_
             assert "global_step99" in os.listdir(tmp_path / "mnt2" / "tags")
 
 
-@pytest.mark.parametrize("damage", ["truncated", "flipped byte", "garbage", "other version"])
+DAMAGES = ["truncated", "garbage", "other version"] + [f"flipped byte at {k}/8" for k in range(1, 8)]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_a_damaged_index_is_parsed_again(damage, case_copy, ckptfs_bin, export_cache, tmp_path):
     src = case_copy("z1_bf16_dp2")
     cache = tmp_path / "cache"
@@ -131,8 +134,9 @@ def test_a_damaged_index_is_parsed_again(damage, case_copy, ckptfs_bin, export_c
     data = bytearray(open(index_file, "rb").read())
     if damage == "truncated":
         data = data[: len(data) // 2]
-    elif damage == "flipped byte":
-        data[len(data) * 2 // 3] ^= 0xFF
+    elif damage.startswith("flipped byte"):  # anywhere: a header field, the lz4 block's tokens or literals
+        k = int(damage.split()[-1].split("/")[0])
+        data[len(data) * k // 8] ^= 0xFF
     elif damage == "garbage":
         data = bytearray(os.urandom(len(data)))
     else:  # the key names the ckptfs version

@@ -22,7 +22,7 @@ namespace {
 constexpr std::string_view kMagic = "CKPTFSIX";
 // Bump whenever what indexing produces, or its encoding, changes: an index of another version is parsed
 // again, never trusted.
-constexpr uint64_t kFormatVersion = 1;
+constexpr uint64_t kFormatVersion = 2;
 
 // What an index must have been written for: this ckptfs, this source, these options.
 std::string index_key(const fs::path& source, const OpenOptions& options) {
@@ -30,11 +30,15 @@ std::string index_key(const fs::path& source, const OpenOptions& options) {
                      options.tag ? "tag " + *options.tag : "all tags");
 }
 
-fs::path index_file(const fs::path& cache_dir, const std::string& key) {
-  // FNV-1a: stable across runs and builds (std::hash need not be).
+// FNV-1a: stable across runs and builds (std::hash need not be).
+uint64_t fnv1a(std::string_view bytes) {
   uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : key) h = (h ^ ch) * 1099511628211ull;
-  return cache_dir / fmt::format("{:016x}.index", h);
+  for (unsigned char ch : bytes) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+fs::path index_file(const fs::path& cache_dir, const std::string& key) {
+  return cache_dir / fmt::format("{:016x}.index", fnv1a(key));
 }
 
 fs::path canonical_source(const fs::path& source) {
@@ -51,6 +55,9 @@ std::string compress(const std::string& key, const std::string& raw) {
   out.u64(kFormatVersion);
   out.text(key);
   out.u64(raw.size());
+  // A damaged byte can still decompress and decode into something plausible (another tensor name, a
+  // different offset): the checksum of the encoded checkpoint catches it.
+  out.u64(fnv1a(raw));
   std::string block(static_cast<size_t>(LZ4_compressBound(static_cast<int>(raw.size()))), '\0');
   const int n = LZ4_compress_default(raw.data(), block.data(), static_cast<int>(raw.size()), static_cast<int>(block.size()));
   if (n <= 0) throw UnsupportedError("index: lz4 compression failed");
@@ -66,6 +73,7 @@ std::string decompress(const std::string& file, const std::string& key) {
   if (in.u64() != kFormatVersion) throw StaleIndex("written by another index format");
   if (in.text() != key) throw StaleIndex("written by another ckptfs version or for other options");
   const uint64_t size = in.u64();
+  const uint64_t checksum = in.u64();
   const size_t header = file.size() - in.remaining();
   const size_t compressed = file.size() - header;
   if (size > static_cast<uint64_t>(LZ4_MAX_INPUT_SIZE) || size > compressed * 255 + 16)
@@ -73,6 +81,7 @@ std::string decompress(const std::string& file, const std::string& key) {
   std::string raw(size, '\0');
   const int n = LZ4_decompress_safe(file.data() + header, raw.data(), static_cast<int>(compressed), static_cast<int>(size));
   if (n < 0 || static_cast<uint64_t>(n) != size) throw FormatError("index: the lz4 block is damaged");
+  if (fnv1a(raw) != checksum) throw FormatError("index: damaged (checksum mismatch)");
   return raw;
 }
 
