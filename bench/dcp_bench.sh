@@ -45,18 +45,7 @@ repo=$PWD
 source bench/lib_bench.sh  # is_mounted, unmount, wait_mounted, fresh_dir, readahead, rate, timed_cat, ...
 work=$(realpath -m "${1:-build/bench}")
 bench_setup  # $bin, $read_timeout, $t_start
-chroot_dir=${CKPTFS_CHROOT:-}
-if [ -z "$chroot_dir" ]; then
-  for c in build/trixie /var/cache/ckptfs/trixie; do
-    [ -f "$c/.ckptfs-chroot-complete" ] && { chroot_dir=$c; break; }
-  done
-fi
-if [ -z "$chroot_dir" ] || [ ! -f "$chroot_dir/.ckptfs-chroot-complete" ]; then
-  echo "no torch 2.x chroot set up (${chroot_dir:-build/trixie, /var/cache/ckptfs/trixie}):" \
-    "run bash mount_tests/modern/setup_chroot.sh (or set CKPTFS_CHROOT)" >&2
-  exit 1
-fi
-chroot_dir=$(realpath "$chroot_dir")
+find_chroot  # $chroot_dir: the Debian 13 chroot with torch 2.x
 inside=/tmp/ckptfs-dcp-bench   # the bench's folder as the chroot sees it
 cwork=$chroot_dir$inside       # ... and as the host sees it
 ckpt=$cwork/ckpt

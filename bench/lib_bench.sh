@@ -88,3 +88,21 @@ stop_and_unmount() {
   for m in "${mounts[@]}"; do unmount "$m"; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 }
+
+# Sets chroot_dir to the Debian 13 chroot with torch 2.x (CKPTFS_CHROOT, else build/trixie or
+# /var/cache/ckptfs/trixie, whichever is set up; mount_tests/modern/setup_chroot.sh makes it); exits when
+# there is none.
+find_chroot() {
+  chroot_dir=${CKPTFS_CHROOT:-}
+  if [ -z "$chroot_dir" ]; then
+    for c in build/trixie /var/cache/ckptfs/trixie; do
+      [ -f "$c/.ckptfs-chroot-complete" ] && { chroot_dir=$c; break; }
+    done
+  fi
+  if [ -z "$chroot_dir" ] || [ ! -f "$chroot_dir/.ckptfs-chroot-complete" ]; then
+    echo "no torch 2.x chroot set up (${chroot_dir:-build/trixie, /var/cache/ckptfs/trixie}):" \
+      "run bash mount_tests/modern/setup_chroot.sh (or set CKPTFS_CHROOT)" >&2
+    exit 1
+  fi
+  chroot_dir=$(realpath "$chroot_dir")
+}
