@@ -208,13 +208,19 @@ class Merger {
     const auto fp32 = out.catalog("fp32");
     std::vector<CatalogPtr> states;
     for (const auto& key : plan->state_keys) states.push_back(out.catalog(key));
-    const auto find = [](const CatalogPtr& c, const std::string& name) -> const LogicalTensor* {
-      for (const auto& t : c->tensors)
-        if (t.name == name) return &t;
-      return nullptr;
+    // Tensors by name per catalog: a lookup per parameter, not a scan.
+    const auto index_of = [](const CatalogPtr& c) {
+      std::unordered_map<std::string_view, const LogicalTensor*> index;
+      for (const auto& t : c->tensors) index.emplace(t.name, &t);
+      return index;
     };
-    std::unordered_map<std::string, size_t> fp32_index;
-    for (size_t i = 0; i < fp32->tensors.size(); ++i) fp32_index.emplace(fp32->tensors[i].name, i);
+    const auto find = [](const auto& index, const std::string& name) -> const LogicalTensor* {
+      auto it = index.find(name);
+      return it == index.end() ? nullptr : it->second;
+    };
+    const auto fp32_index = index_of(fp32);
+    std::vector<std::unordered_map<std::string_view, const LogicalTensor*>> state_index;
+    for (const auto& c : states) state_index.push_back(index_of(c));
     for (auto& p : plan->params) {
       std::vector<std::pair<std::string, pickle::ValuePtr>> keys;
       std::string pattern;
@@ -253,9 +259,8 @@ class Merger {
             catalog::assembled_tensor(merged->name, merged->dtype, std::move(shape), std::move(boxes), "vocabulary rows"));
         return &trimmed->tensors.back();
       };
-      auto it = fp32_index.find(p.name);
-      p.fp32 = pick(it == fp32_index.end() ? nullptr : &fp32->tensors[it->second]);
-      for (size_t k = 0; k < states.size(); ++k) p.state[k] = pick(find(states[k], p.name));
+      p.fp32 = pick(find(fp32_index, p.name));
+      for (size_t k = 0; k < states.size(); ++k) p.state[k] = pick(find(state_index[k], p.name));
       if (p.fp32 == nullptr || std::find(p.state.begin(), p.state.end(), nullptr) != p.state.end())
         throw FormatError(fmt::format("{}: parameter {} has no merged fp32 master or optimizer state",
                                       out.dir.string(), p.name));

@@ -24,15 +24,18 @@ bool ends_with_module(std::string_view name, std::string_view suffix) {
   return name == suffix || (name.ends_with(suffix) && name[name.size() - suffix.size() - 1] == '.');
 }
 
-const formats::Field* find_entry(const FlatState& state, const std::string& name) {
-  for (const auto& [n, f] : state)
-    if (n == name) return &f;
-  return nullptr;
-}
-
 }  // namespace
 
 void ChunkedModel::add_chunk(ModelChunk chunk) {
+  chunk.by_name.clear();
+  for (const auto& ep : chunk.ranks) {
+    auto& maps = chunk.by_name.emplace_back();
+    for (const FlatState* state : ep) {
+      auto& map = maps.emplace_back();
+      map.reserve(state->size());
+      for (const auto& [name, field] : *state) map[name] = &field;  // the last entry wins, as in a dict
+    }
+  }
   std::set<int64_t> layers;
   const FlatState& base = *chunk.ranks.front().front();
   for (const auto& [name, field] : base)
@@ -103,7 +106,9 @@ std::vector<RankTensor> ChunkedModel::rank_tensors(const Served& s) const {
   const ModelChunk& chunk = chunks_[s.chunk];
   std::vector<RankTensor> ranks;
   for (size_t tp = 0; tp < chunk.ranks[s.ep].size(); ++tp) {
-    const formats::Field* f = find_entry(*chunk.ranks[s.ep][tp], s.local_name);
+    const auto& names = chunk.by_name[s.ep][tp];
+    const auto it = names.find(s.local_name);
+    const formats::Field* f = it == names.end() ? nullptr : it->second;
     if (f == nullptr || torch::as_tensor(f->value()) == nullptr)
       throw FormatError(fmt::format("{}: tensor {} is missing (TP rank 0 of EP rank 0 has it)",
                                     chunk.file_of(s.ep, tp).string(), s.local_name));

@@ -7,6 +7,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,8 @@ struct ModelChunk {
   size_t vp = 0;
   std::vector<std::vector<const FlatState*>> ranks;  // [ep rank][tp rank]
   std::function<std::filesystem::path(size_t ep, size_t tp)> file_of;
+  // ranks' entries by name (filled by ChunkedModel::add_chunk): a lookup per merged tensor, not a scan
+  std::vector<std::vector<std::unordered_map<std::string_view, const formats::Field*>>> by_name;
 };
 
 // Throws FormatError naming `where` when a merged tensor's rows contradict the saved args (padded vocab,
