@@ -2,6 +2,7 @@
 // (long entry/attr timeouts, keep_cache, never direct_io). Only this module and src/cli include libfuse.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ struct ServeOptions {
   // WILLNEED, in each shard's order): the kernel reads the shards in parallel while the request waits on
   // its own. 0 turns it off.
   unsigned prefetch_mb = 32;
+  // Work that need not delay the mount (writing the index cache): run on a thread of its own once the
+  // mount is live, in the process that serves; serve returns only after it has finished. Must not throw.
+  std::function<void()> once_live;
 };
 
 // A line of /proc/self/mountinfo.

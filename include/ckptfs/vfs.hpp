@@ -72,6 +72,8 @@ class TreeBuilder {
   // Creates the directories of `path` (its components `parts`) and returns the last one's ino; throws
   // when one of them is a file or the final name is taken.
   Ino add_parents(std::string_view path, const std::vector<std::string_view>& parts);
+  // The directories of `path`, created where missing; add_parents without the cache or the final check.
+  Ino add_directories(std::string_view path, const std::vector<std::string_view>& parts);
   Ino find(Ino parent, std::string_view name) const;
 
   // (parent, name) -> ino while building: children are appended and sorted once in build(), so a
@@ -100,6 +102,10 @@ class TreeBuilder {
   };
   VirtualTree tree_;
   std::unordered_map<ChildKey, Ino, ChildKeyHash, ChildKeyEqual> index_;
+  // The directory the last file went into ("" and the root at first): consecutive files of a view share
+  // it, and directories are never removed, so its ino stays right.
+  std::string last_dir_path_;
+  Ino last_dir_ = kRootIno;
 };
 
 // The mount layout for `checkpoint` (docs/mount.md): the latest tag's views at the root, the side files,

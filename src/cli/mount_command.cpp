@@ -164,6 +164,7 @@ int run_mount(int argc, char** argv) {
     m.serve.mountpoint = fuse::check_mountpoint(m.mountpoint.string());  // before the long indexing
     if (m.max_open) io::set_max_open_files(*m.max_open);
     const index::Opened opened = index::open_indexed(m.source, m.open, m.index_cache);
+    m.serve.once_live = [&opened] { index::save_index(opened); };
     if (m.serve.foreground && !opened.index_file.empty())
       fmt::print(stderr, "ckptfs: {}\n",
                  opened.from_index ? fmt::format("index loaded from {}", opened.index_file.string())

@@ -232,7 +232,7 @@ TEST_F(FuseServer, MountPointChecks) {
   EXPECT_EQ(entry->type, "fuse");
   EXPECT_EQ(check_mountpoint(mnt), std::filesystem::canonical(mnt).string());
   EXPECT_FALSE(find_mount((sources_->path() / "shard.pt").string()).has_value());
-  for (const std::string bad :
+  for (const std::string& bad :
        {(sources_->path() / "shard.pt").string(), (sources_->path() / "nope").string()}) {
     try {
       check_mountpoint(bad);

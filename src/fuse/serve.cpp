@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <thread>
 #include <sstream>
 
 #include "ckptfs/error.hpp"
@@ -139,6 +140,9 @@ void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
     fuse_session_unmount(se);
     throw Error(ExitCode::mount_failed, "cannot install signal handlers");
   }
+  // After the fork: a thread does not survive fuse_daemonize.
+  std::jthread once_live;
+  if (options.once_live) once_live = std::jthread(options.once_live);
   std::unique_ptr<fuse_loop_config, LoopConfigDeleter> config(fuse_loop_cfg_create());
   fuse_loop_cfg_set_clone_fd(config.get(), 1);
   fuse_loop_cfg_set_max_threads(config.get(), options.max_threads);

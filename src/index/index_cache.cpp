@@ -151,12 +151,17 @@ Opened open_indexed(const fs::path& source, const OpenOptions& options, const st
     out.parsed_because = "no index yet";
   }
   out.checkpoint = open_checkpoint(source, options);
-  try {
-    write_atomically(out.index_file, compress(key, encode_checkpoint(out.checkpoint)));
-  } catch (const Error&) {
-    // best effort: the mount works without it
-  }
+  out.key = key;
   return out;
+}
+
+void save_index(const Opened& opened) {
+  if (opened.key.empty()) return;
+  try {
+    write_atomically(opened.index_file, compress(opened.key, encode_checkpoint(opened.checkpoint)));
+  } catch (const std::exception&) {
+    // best effort: the mount works without it (and this runs on a thread that must not throw)
+  }
 }
 
 fs::path write_index(const fs::path& source, const OpenOptions& options, const fs::path& cache_dir) {

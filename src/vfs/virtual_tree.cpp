@@ -83,6 +83,22 @@ Ino TreeBuilder::add_child(Ino parent, std::string_view name, bool is_dir) {
 }
 
 Ino TreeBuilder::add_parents(std::string_view path, const std::vector<std::string_view>& parts) {
+  const size_t slash = path.rfind('/');
+  const std::string_view dir_path = slash == std::string_view::npos ? std::string_view() : path.substr(0, slash);
+  Ino dir = kRootIno;
+  if (dir_path == last_dir_path_) {  // views add their files directory by directory
+    dir = last_dir_;
+  } else {
+    dir = add_directories(path, parts);
+    last_dir_path_ = dir_path;
+    last_dir_ = dir;
+  }
+  if (find(dir, parts.back()) != 0)
+    throw std::invalid_argument(fmt::format("virtual tree: '{}' added twice", path));
+  return dir;
+}
+
+Ino TreeBuilder::add_directories(std::string_view path, const std::vector<std::string_view>& parts) {
   Ino dir = kRootIno;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     Ino next = find(dir, parts[i]);
@@ -94,8 +110,6 @@ Ino TreeBuilder::add_parents(std::string_view path, const std::vector<std::strin
     }
     dir = next;
   }
-  if (find(dir, parts.back()) != 0)
-    throw std::invalid_argument(fmt::format("virtual tree: '{}' added twice", path));
   return dir;
 }
 
