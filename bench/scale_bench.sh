@@ -8,8 +8,9 @@
 #     tags/<tag>/ repeats the root's views, so ~1,000,000 tree entries for the 100,000-tensor case).
 # For every case, 3 times each (the tables give the median):
 #   - cold mount: `ckptfs SRC MNT -o index_cache=DIR` until it returns (index, validate, build the tree,
-#     mount live), by a fresh process, with DIR a fresh, empty index cache: what a first mount does, writing
-#     the index included; the source files in the page cache;
+#     mount live), by a fresh process, with DIR a fresh, empty index cache: what a first mount does (the
+#     daemon writes the index after that, while it serves; the bench waits for it before the walks); the
+#     source files in the page cache;
 #   - `ls -lR MNT > /dev/null`, then `du -s MNT` (a second walk, same mount), after the cold mount;
 #   - the daemon's RSS right after mounting and its peak (VmHWM) after both walks, and the CPU seconds the
 #     daemon spent serving the ls -lR (utime + stime);
@@ -153,8 +154,13 @@ measure() {
   [ -n "$daemon" ] || fail "no ckptfs daemon found for $mnt"
   rss=$(kib_of "$daemon" VmRSS)
   if [ "$cache" != off ]; then
-    after=$(index_stat "$cache")
-    [ -n "$after" ] || fail "$name ($variant): the mount left no index in $cache"
+    # The daemon writes the index once the mount is live: wait for it (the walks then run alone).
+    for ((i = 0; i < 6000; i++)); do
+      after=$(index_stat "$cache")
+      [ -z "$after" ] || break
+      sleep 0.1
+    done
+    [ -n "$after" ] || fail "$name ($variant): the mount wrote no index into $cache within 600 s"
     [ -z "$before" ] || [ "$before" = "$after" ] ||
       fail "$name ($variant): the mount rewrote the index (it parsed the sources): $before -> $after"
   fi
