@@ -5,9 +5,10 @@ bf16/fp16/fp32, release and multi-iteration save dirs, MoE with EP 1/2 (Sequenti
 dirs mp_rank_TT[_PPP]_EEE, ChainedOptimizer; with the distributed optimizer distrib_optim.pt is the list
 [dense state, expert state], the dense entry None in the EP rank > 0 dirs); ``torch_dist`` dirs written by torch.distributed.checkpoint in
 the Debian 13 chroot: stacked layers, TP chunks, SwiGLU 2*TP fc1 chunks, optimizer.state.fp32_param, the common
-state in common.pt or (core 0.19+) in the DCP item common_state/shard_0_1; distrib_optim.pt of core 0.7+
-(coalesced; also several gradient buckets with overlap_grad_reduce), core 0.4-0.6 (a list of buckets) and
-2023-05 (one padded buffer)) compared
+state in common.pt or (core 0.19+) in the DCP item common_state/shard_0_1, the distributed optimizer's
+dp_reshardable per-bucket tensors; distrib_optim.pt of core 0.7+ (coalesced; also several gradient buckets
+with overlap_grad_reduce), core 0.4-0.6 (a list of buckets, one or several per buffer) and 2023-05 (one
+padded buffer)) compared
 byte for byte with the generator's expectations:
 model.safetensors, fp32/model.safetensors, fp32/pytorch_model.bin, hf/model.safetensors + hf/config.json
 (Llama/Qwen2-style and GPT-2-style cases) and the tokenizer files; then broken checkpoints must fail with exit 4
@@ -327,8 +328,9 @@ def _buffers(sd):
 def test_older_distrib_optim_fixture_layout(name, megatron_fixtures):
     """The older-era cases hold what they claim (so that the export/mount tests above exercise those layouts):
     core 0.4-0.6 lists of bucket tensors (per_bucket_numel, a (param dtype, grad dtype) key, each bucket padded
-    at its end to a multiple of DP) or 2023-05 single buffers (keyed torch.float32, padded to a multiple of DP);
-    the padding is never empty."""
+    at its end to a multiple of DP; several buckets in a buffer where the case has a tied embedding over
+    stages or overlapping gradient reduction) or 2023-05 single buffers (keyed torch.float32, padded to a
+    multiple of DP); the padding is never empty in all of a buffer's buckets."""
     info = info_of(megatron_fixtures, name)
     dp, layout = info["dp"], OLD_DISTOPT[name]
     src = source_of(megatron_fixtures, name)
@@ -341,10 +343,13 @@ def test_older_distrib_optim_fixture_layout(name, megatron_fixtures):
             assert sorted(world) == ["exp_avg", "exp_avg_sq", "param"]
             if layout == "buckets":
                 assert key == (torch.bfloat16, torch.float32)
-                (n,), (u,) = sd["per_bucket_numel"][k][key], sd["per_bucket_numel_unpadded"][k][key]
+                sizes, unpadded = sd["per_bucket_numel"][k][key], sd["per_bucket_numel_unpadded"][k][key]
+                several = info["tied"] and info["pp"] > 1 or info["overlap_grad_reduce"]
+                assert (len(sizes) > 1) == several and len(sizes) == len(unpadded), (sizes, several)
                 for t in world.values():
-                    assert isinstance(t, list) and len(t) == 1 and t[0].shape == (n,)
-                assert n % dp == 0 and u < n < u + dp, (n, u, dp)
+                    assert isinstance(t, list) and [b.shape for b in t] == [(n,) for n in sizes]
+                assert all(n % dp == 0 and u <= n < u + dp for n, u in zip(sizes, unpadded)), (sizes, unpadded, dp)
+                assert any(u < n for n, u in zip(sizes, unpadded)), (sizes, unpadded)
             else:
                 assert layout == "padded" and key == torch.float32 and set(sd) == {k for k, _, _ in bufs}
                 assert len({t.numel() for t in world.values()}) == 1 and world["param"].numel() % dp == 0

@@ -49,7 +49,7 @@ from megatron_layout import (ALIGN, EXTRA_TE, bucket_size, chunk_entries, chunk_
                              is_expert, merged_entries, pack_buffer, rule_of, split, tp_attrs)
 
 OD = collections.OrderedDict
-GEN_VERSION = 7  # bump to invalidate cached fixtures
+GEN_VERSION = 8  # bump to invalidate cached fixtures
 CHECKPOINT_VERSION = 3.0
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -277,6 +277,19 @@ def nest(entries, values):
     return root
 
 
+def rank_params(case, vals, t, p, ep=0):
+    """The parameters of TP rank t, PP rank p, EP rank ep, per model chunk in named_parameters order:
+    [[(entry, master shard, shared embedding)]]."""
+    layers = chunk_layers(case)
+    params = []
+    for v in range(case["vp"]):
+        pre, post = p == 0 and v == 0, p == case["pp"] - 1 and v == case["vp"] - 1
+        params.append([(e, split(case, rule_of(case, e.src), vals.master[e.src], t),
+                        case["tied"] and case["pp"] > 1 and e.src == "emb")
+                       for e in chunk_entries(case, layers[(p, v)], pre, post, ep_rank=ep) if e.is_param])
+    return params
+
+
 def write_rank(case, vals, iteration, t, p, rank_dir, seed, ep=0):
     """Writes mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt (and distrib_optim.pt) of TP rank t, PP rank p, EP
     rank ep."""
@@ -287,21 +300,13 @@ def write_rank(case, vals, iteration, t, p, rank_dir, seed, ep=0):
     state["args"] = make_args(case, iteration)
     state["checkpoint_version"] = CHECKPOINT_VERSION
     state["iteration"] = 0 if iteration == "release" else iteration
-    params = []  # per chunk: [(entry, master shard, shared)]
+    params = rank_params(case, vals, t, p, ep)
     for v in range(case["vp"]):
-        pre, post = p == 0 and v == 0, p == case["pp"] - 1 and v == case["vp"] - 1
-        entries = chunk_entries(case, layers[(p, v)], pre, post, ep_rank=ep)
-        values, chunk_params = [], []
-        for e in entries:
-            if not e.is_param:
-                values.append(extra_value(e.extra))
-                continue
-            rule = rule_of(case, e.src)
-            values.append(to_torch(split(case, rule, vals.model[e.src], t), dt))
-            shared = case["tied"] and case["pp"] > 1 and e.src == "emb"
-            chunk_params.append((e, split(case, rule, vals.master[e.src], t), shared))
+        entries = chunk_entries(case, layers[(p, v)], p == 0 and v == 0, p == case["pp"] - 1 and v == case["vp"] - 1,
+                                ep_rank=ep)
+        values = [to_torch(split(case, rule_of(case, e.src), vals.model[e.src], t), dt) if e.is_param
+                  else extra_value(e.extra) for e in entries]
         state["model" if case["vp"] == 1 else f"model{v}"] = nest(entries, values)
-        params.append(chunk_params)
     if case["optimizer"]:
         state["optimizer"] = optimizer_state(case, params, rng, iteration)
         state["opt_param_scheduler"] = scheduler_state(state["iteration"])
@@ -372,13 +377,11 @@ def _distrib_optim_dict(case, params, rng, p):
     (``distopt_layout``, megatron_cases.py): coalesced (core >= 0.7; with overlap_grad_reduce its buckets
     concatenated without their end padding), a list of buckets (core 0.6) or one padded buffer (2023-05)."""
     layout, dp = case["distopt_layout"], case["dp"]
-    assert layout == "coalesced" or not case["overlap_grad_reduce"], "older layouts: one bucket per buffer only"
+    assert layout != "padded" or not case["overlap_grad_reduce"], "2023 layout: one bucket per buffer only"
     if layout == "coalesced":
         out, key = {"buckets_coalesced": True}, (DTYPE[case["dtype"]], torch.float32)
     elif layout == "buckets":
         out, key = {"per_bucket_numel": [], "per_bucket_numel_unpadded": []}, (DTYPE[case["dtype"]], torch.float32)
-        # a tied embedding shared across stages would get a bucket of its own (several buckets per buffer)
-        assert not (case["tied"] and case["pp"] > 1), "buckets layout: one bucket per buffer only"
     else:
         assert layout == "padded", layout
         out, key = {}, torch.float32
@@ -387,20 +390,30 @@ def _distrib_optim_dict(case, params, rng, p):
         bufs = {}
         for name, arrays in (("param", [m for _, m, _ in chunk]), ("exp_avg", [a for a, _ in moments]),
                              ("exp_avg_sq", [b for _, b in moments])):
-            flat, _, total = pack_buffer([(a, s) for a, (_, _, s) in zip(arrays, chunk)],
-                                         lambda n: garbage(rng, n).copy(), align=ALIGN if layout == "coalesced" else 1,
-                                         bucket_size=bucket_size(case, p, v))
-            if layout != "coalesced":
-                # the buffer (bucket) end padded to a multiple of DP, garbage in the padding (torch.empty)
-                padded = -(-total // dp) * dp
-                assert padded > total, f"{case['name']}: no end padding (total {total}, DP {dp})"
-                flat = np.concatenate([flat, garbage(rng, padded - total)])
-            bufs[name] = torch.from_numpy(flat) if layout != "buckets" else [torch.from_numpy(flat)]
+            flat, _, total, buckets = pack_buffer([(a, s) for a, (_, _, s) in zip(arrays, chunk)],
+                                                  lambda n: garbage(rng, n).copy(),
+                                                  align=ALIGN if layout == "coalesced" else 1,
+                                                  bucket_size=bucket_size(case, p, v))
+            if layout == "coalesced":
+                bufs[name] = torch.from_numpy(flat)
+                continue
+            # older layouts: each bucket (2023: the one buffer) padded at its end to a multiple of DP, garbage
+            # in the padding (torch.empty)
+            padded = [-(-u // dp) * dp for u in buckets]
+            assert any(n > u for n, u in zip(padded, buckets)), f"{case['name']}: no end padding ({buckets}, DP {dp})"
+            parts, start = [], 0
+            for u, n in zip(buckets, padded):
+                parts.append(torch.from_numpy(np.concatenate([flat[start:start + u], garbage(rng, n - u)])))
+                start += u
+            if layout == "padded":
+                (bufs[name],) = parts
+            else:
+                bufs[name] = parts
         if layout == "coalesced":
             bufs["numel_unpadded"] = total
         elif layout == "buckets":
-            out["per_bucket_numel"].append({key: [padded]})
-            out["per_bucket_numel_unpadded"].append({key: [total]})
+            out["per_bucket_numel"].append({key: padded})
+            out["per_bucket_numel_unpadded"].append({key: buckets})
         out[v] = {key: bufs}
     return out
 

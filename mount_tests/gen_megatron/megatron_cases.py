@@ -199,7 +199,26 @@ CASES += [
     # off the single-bucket layout (megatron_check asserts that numel_unpadded rules the single bucket out),
     # stale bf16 copy
     dict(name="distopt_overlap_buckets_tp2_dp2", tp=2, dp=2, hidden=72, heads=6, groups=2, ffn=100, dist_opt=True,
-         overlap_grad_reduce=True, ddp_bucket_size=5000, stale=True),
+         overlap_grad_reduce=True, ddp_bucket_size=5000, stale=True),    # core 0.6 list of buckets with several buckets per buffer: tied over PP2 (the shared embedding's bucket
+    # of its own on both stages) and overlap_grad_reduce with 3000-element buckets on stage 0, DP 4 (each
+    # bucket padded at its end), GPT-2-like with odd sizes, stale bf16 copy
+    dict(name="distopt_buckets_tied_overlap_tp2_pp2", tp=2, pp=2, layers=4, dp=4, dist_opt=True,
+         distopt_layout="buckets", tied=True, overlap_grad_reduce=True, ddp_bucket_size=3000, stale=True,
+         **dict(GPT, hidden=48, heads=6, ffn=90)),
+]
+
+# torch_dist with the distributed optimizer (appended): its dp_reshardable layout (megatron-core's default
+# since 0.15), per model-parallel domain and gradient bucket a 1-D tensor of the compact buffer, one DCP chunk
+# per parameter and per alignment gap (megatron_dist.declare_buckets); DP 1.
+CASES += [
+    # the real fixture's shape (TP2 PP2, local spec, GQA, SwiGLU; hidden 80: norms leave alignment gaps), stale
+    dict(name="dist_distopt_tp2_pp2", ckpt_format="torch_dist", tp=2, pp=2, hidden=80, ffn=112, dist_opt=True,
+         stale=True),
+    # TE spec, tied over PP2 (shared-embedding buckets), uneven split (3 layers, then 1), overlap_grad_reduce
+    # with 5000-element buckets on stage 0, core 0.19's common state in the DCP
+    dict(name="dist_distopt_tied_uneven_buckets", ckpt_format="torch_dist", tp=2, pp=2, layers=4, first_stage=3,
+         spec="te", tied=True, dist_opt=True, overlap_grad_reduce=True, ddp_bucket_size=5000, hidden=72, heads=6,
+         groups=2, ffn=100, stale=True, common="dcp"),
 ]
 
 

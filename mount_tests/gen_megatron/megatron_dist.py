@@ -24,6 +24,7 @@ Geometry (DP 1, world = TP x PP, rank = pp * TP + tp, one gloo process per rank 
 """
 import collections
 import io
+import itertools
 import json
 import os
 import re
@@ -35,7 +36,7 @@ import zipfile
 import torch
 
 from megatron_args import make_args
-from megatron_layout import EXTRA_TE, chunk_layers, merged_entries, rule_of
+from megatron_layout import EXTRA_TE, bucket_size, chunk_layers, merged_entries, pack_buffer, rule_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
@@ -126,7 +127,9 @@ def write_plans(case, vals, iteration, iter_dir, seed, gen):
 
     for key, g, src, stage in tensors:
         declare(key, g, stage, rule_of(case, src), gen.to_torch(vals.model[src], dt))
-    if with_optim:
+    if with_optim and case["dist_opt"]:
+        declare_buckets(case, vals, plans, gen)
+    elif with_optim:
         for key, g, src, stage in tensors:
             master = vals.master[src]
             ea, eas = gen.adam_moments(vals.rng, master.shape)
@@ -161,6 +164,47 @@ def write_plans(case, vals, iteration, iter_dir, seed, gen):
         json.dump(METADATA_JSON if case["common"] == "file" else METADATA_JSON_019, f)
 
 
+def declare_buckets(case, vals, plans, gen):
+    """The distributed optimizer's dp_reshardable state (core >= 0.15), as each rank's DistributedOptimizer
+    saves it: per model-parallel domain i = pp * TP + tp (DP 1: one rank per domain), model chunk (gbuf_idx)
+    and gradient bucket, the 1-D tensors ``optimizer.distributed.dp_group_idx_{i}.gbuf_idx_{v}.dtype_{(param,
+    grad)}.bucket_idx_{b}.{param,exp_avg,exp_avg_sq}`` of the bucket's unpadded size, the compact buffer layout
+    (pack_buffer, 64-element aligned), written as one chunk per parameter and one per alignment gap; and the
+    ShardedObjects ``per_bucket_numel``, ``per_bucket_numel_unpadded`` and ``optimizer`` of each domain."""
+    tp, pp = case["tp"], case["pp"]
+    pair = (gen.DTYPE[case["dtype"]], torch.float32)
+    dtype_key = f"({pair[0]}, {pair[1]})"  # Python's str() of the tuple, as Megatron formats it
+    for p, t in [(p, t) for p in range(pp) for t in range(tp)]:
+        i = p * tp + t
+        prefix = f"optimizer.distributed.dp_group_idx_{i}"
+        numel, unpadded = [], []
+        for v, chunk in enumerate(gen.rank_params(case, vals, t, p)):
+            moments = [gen.adam_moments(vals.rng, m.shape) for _, m, _ in chunk]
+            for kind, arrays in (("param", [m for _, m, _ in chunk]), ("exp_avg", [a for a, _ in moments]),
+                                 ("exp_avg_sq", [b for _, b in moments])):
+                flat, offsets, _, buckets = pack_buffer([(a, s) for a, (_, _, s) in zip(arrays, chunk)],
+                                                        lambda n: gen.garbage(vals.rng, n).copy(),
+                                                        bucket_size=bucket_size(case, p, v))
+                # chunk boundaries: every parameter's start and end, and the bucket edges
+                edges = sorted({0, *offsets, *(o + a.size for o, a in zip(offsets, arrays)),
+                                *itertools.accumulate(buckets)})
+                start = 0
+                for b, size in enumerate(buckets):
+                    key = f"{prefix}.gbuf_idx_{v}.dtype_{dtype_key}.bucket_idx_{b}.{kind}"
+                    for plan in plans.values():
+                        plan["keys"].append((key, (size,)))
+                    cuts = [e for e in edges if start <= e <= start + size]
+                    plans[i]["tensors"][key] = [((lo - start,), torch.from_numpy(flat[lo:hi].copy()))
+                                                for lo, hi in zip(cuts, cuts[1:])]
+                    start += size
+            numel.append({pair: [-(-u // 128) * 128 for u in buckets]})  # buckets padded to lcm(DP, 128)
+            unpadded.append({pair: buckets})
+        plans[i]["objects"] += [(f"{prefix}.per_bucket_numel/shard_0_1", [numel]),
+                                (f"{prefix}.per_bucket_numel_unpadded/shard_0_1", [unpadded]),
+                                (f"{prefix}.optimizer/shard_0_1",
+                                 [{"param_groups": [gen.param_group(g == 0) for g in range(2)]}])]
+
+
 def common_state(case, iteration, with_optim, gen):
     it = 0 if iteration == "release" else iteration
     args = make_args(case, iteration)
@@ -173,6 +217,8 @@ def common_state(case, iteration, with_optim, gen):
         state["opt_param_scheduler"] = gen.scheduler_state(it)
     state["num_floating_point_operations_so_far"] = 0
     state["content_metadata"] = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
+    if with_optim and case["dist_opt"]:
+        state["content_metadata"]["distrib_optim_sharding_type"] = "dp_reshardable"
     return state
 
 
@@ -275,6 +321,10 @@ def reference_merge(iter_dir, dump):
     model = {k: v for k, v in dump["tensors"].items() if not k.startswith("optimizer.")}
     pre = "optimizer.state.fp32_param."
     fp32 = {k[len(pre):]: v for k, v in dump["tensors"].items() if k.startswith(pre)}
+    if any(k.startswith("optimizer.distributed.") for k in dump["tensors"]):
+        # dp_reshardable: the masters live in per-bucket tensors (finish checks them against the plans)
+        assert args.use_distributed_optimizer and not fp32
+        return args, _unstack(args, model), None
     if not (args.bf16 or args.fp16):
         assert not fp32
         fp32 = {k: v.float() for k, v in model.items()}
@@ -289,6 +339,23 @@ def reference_merge(iter_dir, dump):
     return args, _unstack(args, model), _unstack(args, fp32)
 
 
+def check_buckets(plan_dir, dump):
+    """Every dp_reshardable bucket tensor as PyTorch reads it back equals the chunks the plans wrote, and the
+    chunks tile it."""
+    buckets = {k: v for k, v in dump["tensors"].items() if k.startswith("optimizer.distributed.")}
+    written = {}
+    for name in sorted(f for f in os.listdir(plan_dir) if f.startswith("rank")):
+        for key, chunks in torch.load(os.path.join(plan_dir, name))["tensors"].items():
+            if key.startswith("optimizer.distributed."):
+                written.setdefault(key, []).extend(chunks)
+    assert sorted(written) == sorted(buckets), (sorted(written)[:3], sorted(buckets)[:3])
+    for key, chunks in written.items():
+        chunks.sort(key=lambda c: c[0])
+        assert [c[0][0] for c in chunks] == list(itertools.accumulate([0] + [c[1].numel() for c in chunks[:-1]]))
+        # bit for bit: the gaps hold garbage, NaN patterns included
+        assert torch.equal(torch.cat([c[1] for c in chunks]).view(torch.int32), buckets[key].view(torch.int32)), key
+
+
 def finish(case_dir, check):
     """Checks every iteration of a torch_dist case dir against its expectations (``check(iter_dir, args,
     model, fp32, expected_dir)``) and removes the plans."""
@@ -297,6 +364,7 @@ def finish(case_dir, check):
     for tag in info["tags"]:
         dump = torch.load(os.path.join(case_dir, PLANS, tag, "full.pt"), map_location="cpu")
         iter_dir = os.path.join(case_dir, "checkpoint", tag)
+        check_buckets(os.path.join(case_dir, PLANS, tag), dump)
         check(iter_dir, *reference_merge(iter_dir, dump), os.path.join(case_dir, info["expected"][tag]))
     shutil.rmtree(os.path.join(case_dir, PLANS))
     info["dcp_files"] = sorted(os.listdir(os.path.join(case_dir, "checkpoint", info["latest"])))

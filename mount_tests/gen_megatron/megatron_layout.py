@@ -297,23 +297,27 @@ def bucket_size(case, pp_rank, vp_chunk):
 
 
 def pack_buffer(params, fill, align=ALIGN, bucket_size=None):
-    """params: [(array fp32, shared)] in named_parameters order.  Returns (values, offsets, total): a 1-D
-    array ``fill(total)`` (garbage) holding the values, the compact 'param' tensor of distrib_optim.pt.
-    ``align`` 1: the unaligned starts before core 0.8.  ``bucket_size``: a bucket closes right after the
-    param that brings it to >= bucket_size elements; the next one starts where that param ended (the
-    bucket's end padding is not saved)."""
-    base, cur, offsets = 0, 0, [None] * len(params)
+    """params: [(array fp32, shared)] in named_parameters order.  Returns (values, offsets, total, buckets): a
+    1-D array ``fill(total)`` (garbage) holding the values, the compact 'param' tensor of distrib_optim.pt, and
+    the size of each gradient bucket in it.  ``align`` 1: the unaligned starts before core 0.8.
+    ``bucket_size``: a bucket closes right after the param that brings it to >= bucket_size elements; the next
+    one starts where that param ended (the bucket's end padding is not saved)."""
+    base, cur, offsets, buckets = 0, 0, [None] * len(params), []
     for i in reversed(range(len(params))):
         a, shared = params[i]
         cur = -(-cur // align) * align
         if shared and cur > 0:
+            buckets.append(cur)
             base, cur = base + cur, 0
         offsets[i] = base + cur
         cur += a.size
         if shared or (bucket_size is not None and cur >= bucket_size):
+            buckets.append(cur)
             base, cur = base + cur, 0
+    if cur:
+        buckets.append(cur)
     total = base + cur
     out = fill(total)
     for (a, _), off in zip(params, offsets):
         out[off:off + a.size] = a.reshape(-1)
-    return out, offsets, total
+    return out, offsets, total, buckets

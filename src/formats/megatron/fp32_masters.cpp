@@ -50,7 +50,8 @@ bool matches(const Field& groups, const std::vector<std::vector<size_t>>& groupi
   return true;
 }
 
-// A view of elements [offset, offset + numel(shape)) of a flat contiguous tensor, shaped `shape`.
+}  // namespace
+
 torch::SourceTensor flat_view(const torch::SourceTensor& flat, int64_t offset, const std::vector<int64_t>& shape) {
   torch::SourceTensor out = flat;
   out.shape = shape;
@@ -60,35 +61,29 @@ torch::SourceTensor flat_view(const torch::SourceTensor& flat, int64_t offset, c
   return out;
 }
 
-int64_t align_up(int64_t n, int64_t to) { return to <= 1 ? n : (n + to - 1) / to * to; }
-
-// Offsets of `params` (indexes into the chunk's slots) in a coalesced buffer: filled in reverse order,
-// starts aligned to `alignment` elements, a shared embedding in a bucket of its own, and (with
-// overlap_grad_reduce) a bucket closed after the parameter that brings it to `bucket_size` elements; the
-// saved buffer keeps each bucket without its end padding. Returns the offsets and the buffer's total
-// (what numel_unpadded records).
-std::pair<std::vector<int64_t>, int64_t> buffer_layout(const std::vector<const ParamSlot*>& params, int64_t alignment,
-                                                       std::optional<int64_t> bucket_size) {
-  std::vector<int64_t> offsets(params.size());
+BufferLayout buffer_layout(const std::vector<const ParamSlot*>& params, int64_t alignment,
+                           std::optional<int64_t> bucket_size) {
+  const auto align_up = [&](int64_t n) { return alignment <= 1 ? n : (n + alignment - 1) / alignment * alignment; };
+  BufferLayout out;
+  out.offsets.resize(params.size());
   int64_t base = 0, cur = 0;
+  const auto close_bucket = [&] {
+    out.bucket_sizes.push_back(cur);
+    base += cur;
+    cur = 0;
+  };
   for (size_t k = params.size(); k-- > 0;) {
     const ParamSlot& p = *params[k];
-    cur = align_up(cur, alignment);
-    if (p.shared_embedding && cur > 0) {
-      base += cur;
-      cur = 0;
-    }
-    offsets[k] = base + cur;
+    cur = align_up(cur);
+    if (p.shared_embedding && cur > 0) close_bucket();
+    out.offsets[k] = base + cur;
     cur += numel(p.shape);
-    if (p.shared_embedding || (bucket_size && cur >= *bucket_size)) {
-      base += cur;
-      cur = 0;
-    }
+    if (p.shared_embedding || (bucket_size && cur >= *bucket_size)) close_bucket();
   }
-  return {offsets, base + cur};
+  if (cur > 0) close_bucket();
+  out.total = base;
+  return out;
 }
-
-}  // namespace
 
 namespace {
 
@@ -148,11 +143,61 @@ std::vector<torch::SourceTensor> masters_from_optimizer(const Field& optimizer, 
 
 namespace {
 
+// One model chunk's saved buffer: one flat tensor holding the buckets end to end (coalesced, 2023), or
+// one tensor per bucket (core 0.4-0.6). A tensor is either exactly as long as its recorded unpadded size
+// (`unpadded`: numel_unpadded, per_bucket_numel_unpadded) or, where no size is recorded, padded at its end
+// to a multiple of the DP size.
+struct SavedBuffer {
+  std::vector<torch::SourceTensor> tensors;
+  std::vector<int64_t> unpadded;  // per tensor; empty when the file records none
+  bool per_bucket = false;
+
+  bool holds(int64_t size, size_t t, int dp) const {
+    const int64_t length = tensors[t].shape[0];
+    if (size > length) return false;
+    return unpadded.empty() ? (size + dp - 1) / dp * dp == length : size == unpadded[t];
+  }
+  bool fits(const BufferLayout& layout, int dp) const {
+    if (!per_bucket) return holds(layout.total, 0, dp);
+    if (layout.bucket_sizes.size() != tensors.size()) return false;
+    for (size_t b = 0; b < tensors.size(); ++b)
+      if (!holds(layout.bucket_sizes[b], b, dp)) return false;
+    return true;
+  }
+  // Where the buffer keeps the parameter at `offset` of the layout.
+  torch::SourceTensor view(const BufferLayout& layout, int64_t offset, const std::vector<int64_t>& shape) const {
+    if (!per_bucket) return flat_view(tensors[0], offset, shape);
+    size_t b = 0;
+    for (int64_t start = 0;; start += layout.bucket_sizes[b++])
+      if (offset < start + layout.bucket_sizes[b]) return flat_view(tensors[b], offset - start, shape);
+  }
+};
+
+// Buffer c's one entry (keyed by the grad dtype, or a dtype pair) of a dict of buffers.
+Field buffer_of(const Field& root, size_t c) {
+  const pickle::Value* buffer = nullptr;
+  for (const auto& [k, v] : root.value().entries)
+    if (k->is(pickle::Kind::Int) && k->integer == static_cast<int64_t>(c)) buffer = v.get();
+  const Field buf(buffer, root.file(), fmt::format("{}[{}]", root.path(), c));
+  if (!buf.is_dict() || buf.size() != 1)
+    buf.fail("expected one buffer (one grad dtype) for the model chunk (several are not supported yet)");
+  return Field(buffer->entries.front().second.get(), buf.file(), buf.path() + "[dtype]");
+}
+
+// The list of one buffer's bucket sizes in per_bucket_numel_unpadded ([{dtype: [sizes]} per buffer]).
+std::vector<int64_t> recorded_bucket_sizes(const Field& sizes, size_t c) {
+  const Field per_dtype = sizes.at(c);
+  if (!per_dtype.is_dict() || per_dtype.size() != 1) per_dtype.fail("expected one dtype's bucket sizes");
+  const Field list(per_dtype.value().entries.front().second.get(), per_dtype.file(), per_dtype.path() + "[dtype]");
+  std::vector<int64_t> out;
+  for (size_t b = 0; b < list.size(); ++b) out.push_back(list.at(b).as_int());
+  return out;
+}
+
 // The masters of `params` in one distributed optimizer's state (a dict of buffers, `root`).
 std::vector<torch::SourceTensor> masters_from_buffers(const Field& root, const std::vector<ParamSlot>& params, int dp,
                                                       std::optional<int64_t> bucket_size) {
   if (!root.is_dict()) root.fail("expected the distributed optimizer's dict of buffers");
-  const std::string file = root.file()->string();
   // Three layouts by era (docs/formats/megatron.md): coalesced (core 0.7+: numel_unpadded, 64-element
   // aligned starts since 0.8), a list of bucket tensors (core 0.4-0.6), one padded buffer (2023-05).
   const bool coalesced = root["buckets_coalesced"].present();
@@ -161,42 +206,23 @@ std::vector<torch::SourceTensor> masters_from_buffers(const Field& root, const s
   size_t chunks = 0;
   for (const auto& p : params) chunks = std::max(chunks, p.chunk + 1);
   for (size_t c = 0; c < chunks; ++c) {
-    // Buffer c: the key is the int c; its one entry is keyed by the grad dtype (or a dtype pair).
-    const pickle::Value* buffer = nullptr;
-    for (const auto& [k, v] : root.value().entries)
-      if (k->is(pickle::Kind::Int) && k->integer == static_cast<int64_t>(c)) buffer = v.get();
-    const Field buf(buffer, root.file(), fmt::format("{}[{}]", root.path(), c));
-    if (!buf.is_dict() || buf.size() != 1)
-      buf.fail("expected one buffer (one grad dtype) for the model chunk (several are not supported yet)");
-    const Field world(buffer->entries.front().second.get(), buf.file(), buf.path() + "[dtype]");
-    Field param = world["param"];
-    if (bucket_lists) {
-      if (!param.is_list() || param.size() != 1)
-        throw UnsupportedError(fmt::format("{}: model chunk {} has its state in {} buckets; ckptfs reads one bucket per "
-                                           "buffer in this (pre core 0.7) layout",
-                                           file, c, param.is_list() ? param.size() : 0));
-      param = param.at(0);
+    const Field world = buffer_of(root, c);
+    const Field param = world["param"];
+    SavedBuffer saved;
+    saved.per_bucket = bucket_lists;
+    if (bucket_lists && !param.is_list()) param.fail("expected the list of bucket tensors");
+    for (size_t b = 0; b < (bucket_lists ? param.size() : 1); ++b) {
+      const Field tensor = bucket_lists ? param.at(b) : param;
+      const torch::SourceTensor& flat = tensor.as_tensor();
+      if (flat.shape.size() != 1 || !flat.is_contiguous() || flat.dtype != DType::F32)
+        tensor.fail("expected a flat float32 tensor");
+      saved.tensors.push_back(flat);
     }
-    const torch::SourceTensor& flat = param.as_tensor();
-    if (flat.shape.size() != 1 || !flat.is_contiguous() || flat.dtype != DType::F32)
-      param.fail("expected a flat float32 tensor");
-    const int64_t length = flat.shape[0];
-    // What the layout's total must be: numel_unpadded (coalesced) or the bucket's unpadded size where
-    // the file records them (core 0.5-0.6), else what fits the stored tensor, whose end is padded to a
-    // multiple of the DP size.
-    std::optional<int64_t> unpadded;
-    if (coalesced) unpadded = world["numel_unpadded"].as_int();
-    if (const Field sizes = root["per_bucket_numel_unpadded"]; bucket_lists && sizes.is_list()) {
-      const Field per_dtype = sizes.at(c);
-      if (!per_dtype.is_dict() || per_dtype.size() != 1) per_dtype.fail("expected one dtype's bucket sizes");
-      const Field list(per_dtype.value().entries.front().second.get(), per_dtype.file(), per_dtype.path() + "[dtype]");
-      unpadded = list.at(0).as_int();
-    }
-    const auto fits = [&](int64_t total) {
-      if (total > length) return false;
-      if (unpadded) return total == *unpadded;
-      return (total + dp - 1) / dp * dp == length;
-    };
+    if (coalesced) saved.unpadded = {world["numel_unpadded"].as_int()};
+    if (const Field sizes = root["per_bucket_numel_unpadded"]; bucket_lists && sizes.is_list())  // core 0.5-0.6
+      saved.unpadded = recorded_bucket_sizes(sizes, c);
+    if (!saved.unpadded.empty() && saved.unpadded.size() != saved.tensors.size())
+      param.fail(fmt::format("{} bucket tensors, {} recorded sizes", saved.tensors.size(), saved.unpadded.size()));
     std::vector<const ParamSlot*> chunk;
     std::vector<size_t> index;
     for (size_t i = 0; i < params.size(); ++i)
@@ -212,16 +238,19 @@ std::vector<torch::SourceTensor> masters_from_buffers(const Field& root, const s
     for (int64_t alignment : coalesced ? std::vector<int64_t>{64, 1} : std::vector<int64_t>{1})
       for (const auto& bucketing : bucketings) {
         if (found) break;
-        auto [offsets, total] = buffer_layout(chunk, alignment, bucketing);
-        if (!fits(total)) continue;
-        for (size_t k = 0; k < chunk.size(); ++k) out[index[k]] = flat_view(flat, offsets[k], chunk[k]->shape);
+        const BufferLayout layout = buffer_layout(chunk, alignment, bucketing);
+        if (!saved.fits(layout, dp)) continue;
+        for (size_t k = 0; k < chunk.size(); ++k) out[index[k]] = saved.view(layout, layout.offsets[k], chunk[k]->shape);
         found = true;
       }
-    if (!found)
-      param.fail(fmt::format("its {} elements do not hold the {} parameters of model chunk {} under any known buffer "
+    if (!found) {
+      std::vector<int64_t> lengths;
+      for (const auto& t : saved.tensors) lengths.push_back(t.shape[0]);
+      param.fail(fmt::format("its [{}] elements do not hold the {} parameters of model chunk {} under any known buffer "
                              "layout{}",
-                             length, chunk.size(), c,
-                             unpadded ? fmt::format(" (unpadded size {})", *unpadded) : ""));
+                             fmt::join(lengths, ", "), chunk.size(), c,
+                             saved.unpadded.empty() ? "" : fmt::format(" (unpadded [{}])", fmt::join(saved.unpadded, ", "))));
+    }
   }
   return out;
 }

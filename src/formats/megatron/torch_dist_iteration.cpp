@@ -8,6 +8,7 @@
 
 #include "ckptfs/error.hpp"
 #include "formats/dcp/dcp_items.hpp"
+#include "formats/megatron/bucketed_masters.hpp"
 #include "formats/megatron/iteration.hpp"
 #include "formats/megatron/model_assembly.hpp"
 #include "formats/megatron/state_names.hpp"
@@ -155,11 +156,12 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
   const ModelArgs& args = it.args;
 
   Unstacker model(args, reader.metadata_path()), masters(args, reader.metadata_path());
-  bool has_masters = false, has_bucketed_masters = false;
+  bool has_masters = false;
+  // The distributed optimizer's dp_reshardable layout keeps masters in per-bucket tensors
+  // (dp_zero_gather_scatter: in pickled objects), not in the model's geometry.
+  const bool bucketed = has_bucketed_masters(md);
   std::set<fs::path> data_files;
   for (const auto& item : md.items) {
-    // dp_reshardable keeps masters in per-bucket tensors, dp_zero_gather_scatter in pickled objects
-    has_bucketed_masters = has_bucketed_masters || item.fqn.starts_with("optimizer.distributed.");
     if (!item.is_tensor) continue;
     std::string_view key = item.fqn;
     bool master = false;
@@ -174,23 +176,28 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
     (master ? masters : model).add(std::string(key), std::move(t));
     has_masters = has_masters || master;
   }
-  it.tag.files.insert(it.tag.files.end(), data_files.begin(), data_files.end());
   it.tag.catalogs.emplace("model", model.finish(DType::F32, false));
   check_against_args(*it.tag.catalogs.at("model"), args, reader.metadata_path().string());
   if (args.params_dtype == DType::F32) {
     it.tag.catalogs.emplace("fp32", it.tag.catalogs.at("model"));
   } else if (has_masters) {
     it.tag.catalogs.emplace("fp32", masters.finish(DType::F32, true));
+  } else if (bucketed) {
+    try {
+      it.tag.catalogs.emplace("fp32", masters_from_buckets(md, reader, *it.tag.catalogs.at("model"), args));
+    } catch (const UnsupportedError& e) {
+      it.tag.notes.push_back(fmt::format("no fp32 master weights: {}, so no fp32/ views", e.what()));
+    }
   } else {
-    it.tag.notes.push_back(has_bucketed_masters
-                               ? "the fp32 masters are in the distributed optimizer's per-bucket layout "
-                                 "(dp_reshardable or dp_zero_gather_scatter), which ckptfs does not map yet: "
-                                 "no fp32/ views"
-                               : "no fp32 master weights saved (no optimizer state): no fp32/ views");
+    it.tag.notes.push_back("no fp32 master weights saved (no optimizer state): no fp32/ views");
   }
-  it.tag.topology.optimizer = has_masters            ? "Megatron optimizer (fp32 masters in model space)"
-                              : has_bucketed_masters ? "Megatron distributed optimizer"
-                                                     : "none saved";
+  if (it.tag.catalogs.contains("fp32"))
+    for (const auto& t : it.tag.catalogs.at("fp32")->tensors)
+      for (const auto& f : t.files()) data_files.insert(f->path());
+  it.tag.files.insert(it.tag.files.end(), data_files.begin(), data_files.end());
+  it.tag.topology.optimizer = has_masters ? "Megatron optimizer (fp32 masters in model space)"
+                              : bucketed  ? "Megatron distributed optimizer (per-bucket state, dp_reshardable)"
+                                          : "none saved";
   return it;
 }
 

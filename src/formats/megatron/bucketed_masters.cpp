@@ -1,0 +1,298 @@
+#include "formats/megatron/bucketed_masters.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <map>
+#include <optional>
+
+#include "ckptfs/error.hpp"
+#include "formats/megatron/fp32_masters.hpp"
+#include "formats/megatron/split_rules.hpp"
+#include "formats/megatron/state_names.hpp"
+#include "formats/pickle_access.hpp"
+
+namespace ckptfs::megatron {
+
+namespace {
+
+using catalog::LogicalTensor;
+
+constexpr std::string_view kDomainPrefix = "optimizer.distributed.dp_group_idx_";
+constexpr int64_t kAlignment = 64;  // dp_reshardable exists since core 0.15: starts are always aligned
+
+// Reads a decimal number at the front of `s` and drops it; nullopt when there is none.
+std::optional<int64_t> take_number(std::string_view& s) {
+  int64_t n = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (ec != std::errc() || end == s.data()) return std::nullopt;
+  s.remove_prefix(static_cast<size_t>(end - s.data()));
+  return n;
+}
+
+// "optimizer.distributed.dp_group_idx_3.per_bucket_numel/shard_0_1" -> (3, "per_bucket_numel").
+std::optional<std::pair<int64_t, std::string_view>> domain_key(std::string_view fqn) {
+  if (!fqn.starts_with(kDomainPrefix)) return std::nullopt;
+  fqn.remove_prefix(kDomainPrefix.size());
+  const auto domain = take_number(fqn);
+  if (!domain || !fqn.starts_with('.')) return std::nullopt;
+  fqn.remove_prefix(1);
+  return std::pair{*domain, fqn.substr(0, fqn.find('/'))};  // a ShardedObject's "/shard_<offset>_<shape>"
+}
+
+struct BucketKey {
+  int64_t gbuf = 0, bucket = 0;
+  std::string_view kind;  // param, exp_avg, exp_avg_sq
+};
+
+// "gbuf_idx_0.dtype_(torch.bfloat16, torch.float32).bucket_idx_1.param" (the dtype pair holds dots).
+std::optional<BucketKey> bucket_key(std::string_view rest) {
+  constexpr std::string_view kGbuf = "gbuf_idx_", kBucket = ".bucket_idx_";
+  if (!rest.starts_with(kGbuf)) return std::nullopt;
+  rest.remove_prefix(kGbuf.size());
+  BucketKey out;
+  const auto gbuf = take_number(rest);
+  const size_t at = rest.rfind(kBucket);
+  if (!gbuf || at == std::string_view::npos) return std::nullopt;
+  rest.remove_prefix(at + kBucket.size());
+  const auto bucket = take_number(rest);
+  if (!bucket || !rest.starts_with('.')) return std::nullopt;
+  out.gbuf = *gbuf;
+  out.bucket = *bucket;
+  out.kind = rest.substr(1);
+  return out;
+}
+
+// What one model-parallel domain saved: per buffer (model chunk) its bucket tensors, and the bucket sizes
+// it recorded.
+struct Domain {
+  std::map<int64_t, std::map<int64_t, std::shared_ptr<const LogicalTensor>>> buckets;  // [gbuf][bucket]
+  std::vector<std::vector<int64_t>> unpadded;  // per_bucket_numel_unpadded: [gbuf][bucket]
+};
+
+// per_bucket_numel_unpadded: torch.save([[{(param_dtype, grad_dtype): [sizes]} per buffer]]).
+std::vector<std::vector<int64_t>> read_bucket_sizes(const dcp::ItemReader& reader, const dcp::Item& item) {
+  const auto archive = reader.archive(item, item.location);
+  const formats::Field list = formats::root_field(archive).at(0);
+  if (!list.is_list()) list.fail("expected the list of bucket sizes per buffer");
+  std::vector<std::vector<int64_t>> out;
+  for (size_t g = 0; g < list.size(); ++g) {
+    const formats::Field per_dtype = list.at(g);
+    if (!per_dtype.is_dict() || per_dtype.size() != 1)
+      throw UnsupportedError(fmt::format("{}: {}: buffer {} has several dtypes (one is supported)",
+                                         reader.metadata_path().string(), item.fqn, g));
+    const formats::Field sizes(per_dtype.value().entries.front().second.get(), per_dtype.file(),
+                               fmt::format("{}[{}]", item.fqn, g));
+    auto& row = out.emplace_back();
+    for (size_t b = 0; b < sizes.size(); ++b) row.push_back(sizes.at(b).as_int());
+  }
+  return out;
+}
+
+std::map<int64_t, Domain> read_domains(const dcp::Metadata& md, const dcp::ItemReader& reader) {
+  std::map<int64_t, Domain> out;
+  const std::string file = reader.metadata_path().string();
+  for (const auto& item : md.items) {
+    const auto key = domain_key(item.fqn);
+    if (!key) continue;
+    const auto [domain, rest] = *key;
+    if (rest == "param_state")
+      throw UnsupportedError(fmt::format("the distributed optimizer's state is in the dp_zero_gather_scatter layout "
+                                         "({}), which ckptfs does not map yet",
+                                         item.fqn));
+    if (rest == "per_bucket_numel_unpadded" && !item.is_tensor) out[domain].unpadded = read_bucket_sizes(reader, item);
+    const auto bucket = bucket_key(rest);
+    if (!bucket || bucket->kind != "param" || !item.is_tensor) continue;
+    auto tensor = std::make_shared<const LogicalTensor>(reader.tensor(item));
+    if (tensor->shape.size() != 1 || tensor->dtype != DType::F32)
+      throw FormatError(fmt::format("{}: {} is not a 1-D float32 tensor", file, item.fqn));
+    out[domain].buckets[bucket->gbuf][bucket->bucket] = std::move(tensor);
+  }
+  return out;
+}
+
+// The merged model's tensors in Megatron's order, split into what precedes the layers, each layer, and
+// what follows.
+struct ModelParts {
+  std::vector<const LogicalTensor*> before, after;
+  std::vector<std::vector<const LogicalTensor*>> layers;
+  const LogicalTensor* word_embeddings = nullptr;
+};
+
+ModelParts model_parts(const catalog::Catalog& model, const ModelArgs& args, const std::string& file) {
+  ModelParts out;
+  out.layers.resize(static_cast<size_t>(args.num_layers));
+  for (const auto& t : model.tensors) {
+    if (const auto layer = parse_layer_name(t.name)) {
+      if (layer->index < 0 || layer->index >= args.num_layers)
+        throw FormatError(fmt::format("{}: {}: layer beyond num_layers {}", file, t.name, args.num_layers));
+      out.layers[static_cast<size_t>(layer->index)].push_back(&t);
+      continue;
+    }
+    const bool seen_layers = std::any_of(out.layers.begin(), out.layers.end(), [](const auto& l) { return !l.empty(); });
+    (seen_layers ? out.after : out.before).push_back(&t);
+    if (t.name.ends_with("word_embeddings.weight")) out.word_embeddings = &t;
+  }
+  return out;
+}
+
+// A parameter of one domain's model chunk: its local (TP-split) shape, and the merged tensor it is a part of
+// (nullptr for the last stage's copy of a tied embedding, which the merged model does not serve).
+struct DomainParam {
+  ParamSlot slot;
+  const LogicalTensor* merged = nullptr;
+};
+
+std::vector<int64_t> local_shape(const LogicalTensor& t, Split split, int tp, const std::string& file) {
+  std::vector<int64_t> shape = t.shape;
+  if (split == Split::Replicated) return shape;
+  const size_t dim = split == Split::Columns ? 1 : 0;
+  if (shape.size() <= dim || shape[dim] % tp != 0)
+    throw FormatError(fmt::format("{}: {} [{}] does not split over TP {}", file, t.name, fmt::join(t.shape, ", "), tp));
+  shape[dim] /= tp;
+  return shape;
+}
+
+class DomainLayout {
+ public:
+  DomainLayout(const ModelParts& parts, const ModelArgs& args, int vp, std::string file)
+      : parts_(parts), args_(args), vp_(vp), file_(std::move(file)) {}
+
+  // The parameters of chunk `v` on stage `p` holding layers [first, first + count), in named_parameters order.
+  std::vector<DomainParam> chunk_params(int p, int v, int64_t first, int64_t count) const {
+    std::vector<DomainParam> out;
+    const bool tied_over_stages = args_.tied_embeddings && args_.pp > 1;
+    const auto add = [&](const LogicalTensor* t, bool shared) {
+      DomainParam d;
+      d.slot.chunk = static_cast<size_t>(v);
+      d.slot.name = t->name;
+      d.slot.shape = local_shape(*t, split_of(t->name, args_), args_.tp, file_);
+      d.slot.shared_embedding = shared;
+      d.merged = t;
+      out.push_back(std::move(d));
+    };
+    if (p == 0 && v == 0)
+      for (const auto* t : parts_.before) add(t, tied_over_stages && t == parts_.word_embeddings);
+    for (int64_t l = first; l < first + count; ++l)
+      for (const auto* t : parts_.layers[static_cast<size_t>(l)]) add(t, false);
+    if (p == args_.pp - 1 && v == vp_ - 1) {
+      for (const auto* t : parts_.after) add(t, false);
+      if (tied_over_stages && parts_.word_embeddings != nullptr) {  // the output layer: a synchronised copy
+        add(parts_.word_embeddings, true);
+        out.back().slot.name = "output_layer.weight";
+        out.back().merged = nullptr;
+      }
+    }
+    return out;
+  }
+
+ private:
+  const ModelParts& parts_;
+  const ModelArgs& args_;
+  int vp_;
+  std::string file_;
+};
+
+std::optional<BufferLayout> matching_layout(const std::vector<DomainParam>& params, const std::vector<int64_t>& saved,
+                                            const ModelArgs& args) {
+  std::vector<const ParamSlot*> slots;
+  for (const auto& p : params) slots.push_back(&p.slot);
+  // One bucket per buffer unless gradient reduction overlapped the backward pass (then buckets of
+  // ddp_bucket_size elements, except on later pipeline stages and virtual chunks).
+  std::vector<std::optional<int64_t>> bucketings = {std::nullopt};
+  if (args.ddp_bucket_size) bucketings.push_back(args.ddp_bucket_size);
+  for (const auto& bucketing : bucketings) {
+    BufferLayout layout = buffer_layout(slots, kAlignment, bucketing);
+    if (layout.bucket_sizes == saved) return layout;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool has_bucketed_masters(const dcp::Metadata& md) {
+  return std::any_of(md.items.begin(), md.items.end(),
+                     [](const dcp::Item& item) { return item.fqn.starts_with("optimizer.distributed."); });
+}
+
+std::shared_ptr<catalog::Catalog> masters_from_buckets(const dcp::Metadata& md, const dcp::ItemReader& reader,
+                                                      const catalog::Catalog& model, const ModelArgs& args) {
+  const std::string file = reader.metadata_path().string();
+  if (args.num_experts > 0)
+    throw UnsupportedError("the distributed optimizer's per-bucket state of a MoE model (a chained optimizer) is not "
+                           "mapped yet");
+  const auto domains = read_domains(md, reader);
+  const int64_t world = int64_t{args.tp} * args.pp;
+  if (static_cast<int64_t>(domains.size()) != world || domains.rbegin()->first != world - 1)
+    throw FormatError(fmt::format("{}: the distributed optimizer saved {} model-parallel domains, TP {} x PP {} expected",
+                                  file, domains.size(), args.tp, args.pp));
+  const auto& first = domains.begin()->second;
+  const int vp = static_cast<int>(first.unpadded.size());
+  for (const auto& [i, d] : domains) {
+    if (static_cast<int>(d.unpadded.size()) != vp || static_cast<int>(d.buckets.size()) != vp)
+      throw FormatError(fmt::format("{}: dp_group_idx_{} has {} bucket tensors' buffers and {} recorded, {} expected",
+                                    file, i, d.buckets.size(), d.unpadded.size(), vp));
+    for (const auto& [g, buckets] : d.buckets) {
+      if (g < 0 || g >= vp || buckets.size() != d.unpadded[g].size())
+        throw FormatError(fmt::format("{}: dp_group_idx_{} gbuf_idx_{}: {} bucket tensors for {} recorded sizes", file, i, g,
+                                      buckets.size(), g >= 0 && g < vp ? d.unpadded[g].size() : 0));
+      for (const auto& [b, t] : buckets)
+        if (b < 0 || b >= static_cast<int64_t>(buckets.size()) || t->shape[0] != d.unpadded[g][b])
+          throw FormatError(fmt::format("{}: {} holds {} elements, per_bucket_numel_unpadded says {}", file, t->name,
+                                        t->shape[0], d.unpadded[g][b < 0 || b >= static_cast<int64_t>(buckets.size()) ? 0 : b]));
+    }
+  }
+
+  // Layers per chunk, in VP-major order: the count whose buffer layout gives the saved bucket sizes of
+  // every TP rank of the stage (dp_group_idx = pp x TP + tp, the rank in the model-parallel group).
+  const ModelParts parts = model_parts(model, args, file);
+  const DomainLayout layout(parts, args, vp, file);
+  std::map<std::string_view, std::vector<formats::RankTensor>> ranks;  // merged name -> per TP rank
+  int64_t next_layer = 0;
+  for (int v = 0; v < vp; ++v)
+    for (int p = 0; p < args.pp; ++p) {
+      const auto& saved = domains.at(int64_t{p} * args.tp).unpadded[v];
+      std::optional<BufferLayout> found;
+      std::vector<DomainParam> params;
+      for (int64_t count = 0; !found && next_layer + count <= args.num_layers; ++count) {
+        params = layout.chunk_params(p, v, next_layer, count);
+        found = matching_layout(params, saved, args);
+        if (found) next_layer += count;
+      }
+      if (!found)
+        throw FormatError(fmt::format("{}: the distributed optimizer's buckets of stage {} chunk {} ([{}] elements) fit "
+                                      "no count of the model's layers",
+                                      file, p, v, fmt::join(saved, ", ")));
+      for (int tp = 0; tp < args.tp; ++tp) {
+        const Domain& d = domains.at(int64_t{p} * args.tp + tp);
+        if (d.unpadded[v] != saved)
+          throw FormatError(fmt::format("{}: dp_group_idx_{} chunk {} has buckets of [{}] elements, TP rank 0 [{}]", file,
+                                        int64_t{p} * args.tp + tp, v, fmt::join(d.unpadded[v], ", "), fmt::join(saved, ", ")));
+        int64_t bucket = 0, bucket_start = 0;
+        for (size_t k = params.size(); k-- > 0;) {  // bucket order: the buffer is filled from its last parameter
+          while (found->offsets[k] >= bucket_start + saved[bucket]) bucket_start += saved[bucket++];
+          if (params[k].merged == nullptr) continue;
+          const auto& tensor = d.buckets.at(v).at(bucket);
+          formats::RankTensor r = formats::rank_tensor(tensor, reader.metadata_path());
+          r.tensor = flat_view(r.tensor, found->offsets[k] - bucket_start, params[k].slot.shape);
+          auto& slot = ranks[params[k].merged->name];
+          if (slot.empty()) slot.resize(static_cast<size_t>(args.tp));
+          slot[static_cast<size_t>(tp)] = std::move(r);
+        }
+      }
+    }
+  if (next_layer != args.num_layers)
+    throw FormatError(fmt::format("{}: the distributed optimizer's buckets hold {} layers, num_layers is {}", file,
+                                  next_layer, args.num_layers));
+
+  auto out = std::make_shared<catalog::Catalog>();
+  for (const auto& t : model.tensors) {
+    const auto it = ranks.find(t.name);
+    if (it == ranks.end()) throw FormatError(fmt::format("{}: no fp32 master of {} in the optimizer's buckets", file, t.name));
+    out->tensors.push_back(formats::merge_tensor_parallel(t.name, split_of(t.name, args), it->second, DType::F32));
+  }
+  return out;
+}
+
+}  // namespace ckptfs::megatron
