@@ -6,7 +6,7 @@ dirs mp_rank_TT[_PPP]_EEE, ChainedOptimizer; with the distributed optimizer dist
 [dense state, expert state], the dense entry None in the EP rank > 0 dirs); ``torch_dist`` dirs written by torch.distributed.checkpoint in
 the Debian 13 chroot: stacked layers, TP chunks, SwiGLU 2*TP fc1 chunks, optimizer.state.fp32_param, the common
 state in common.pt or (core 0.19+) in the DCP item common_state/shard_0_1, the distributed optimizer's
-dp_reshardable per-bucket tensors; distrib_optim.pt of core 0.7+ (coalesced; also several gradient buckets
+dp_reshardable per-bucket tensors and dp_zero_gather_scatter param_state objects; distrib_optim.pt of core 0.7+ (coalesced; also several gradient buckets
 with overlap_grad_reduce), core 0.4-0.6 (a list of buckets, one or several per buffer) and 2023-05 (one
 padded buffer)) compared
 byte for byte with the generator's expectations:
@@ -50,6 +50,7 @@ OVERLAP = "distopt_overlap_buckets_tp2_dp2"  # distrib_optim.pt of 5000-element 
 MOE_EP_PP = "moe_seq_ep2_tp1_pp2"   # rank dirs mp_rank_TT_PPP_EEE
 MOE_DISTOPT = "moe_distopt_ep2_tp2"  # MoE + distributed optimizer: distrib_optim.pt a list [dense, expert]
 DIST_BASE = "dist_llama_tp2_pp2"    # torch_dist, world 4: __0_0.distcp .. __3_0.distcp
+DIST_DISTOPT = "dist_distopt_tp2_pp2"  # torch_dist with the distributed optimizer's dp_reshardable buckets
 TORCH_DIST = {c["name"] for c in ALL if MC.is_torch_dist(c)}
 OLD_DISTOPT = {c["name"]: c["distopt_layout"] for c in ALL if c["dist_opt"] and c["distopt_layout"] != "coalesced"}
 COMMON_IN_DCP = [c["name"] for c in ALL if MC.is_torch_dist(c) and c["common"] == "dcp"]
@@ -288,6 +289,17 @@ def test_broken_rank_file(what, ckptfs_bin, megatron_copy, tmp_path):
     rank_dir, change = BROKEN[what]
     rewrite(rank_file(src, info["latest"], rank_dir), change)
     assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, [rank_dir])
+
+
+def test_dp_reshardable_buckets_that_fit_no_layer_split(ckptfs_bin, megatron_copy, tmp_path):
+    """torch_dist, dp_reshardable: args that claim tied embeddings over PP2 (so a bucket of its own for the
+    embedding) contradict the saved per_bucket_numel_unpadded; the mount is refused naming .metadata."""
+    info, src = megatron_copy(DIST_DISTOPT)
+    assert info["dist_optim_sharding"] == "dp_reshardable" and not info["tied"] and info["pp"] == 2
+    rewrite(os.path.join(src, info["latest"], "common.pt"),
+            lambda common: setattr(common["args"], "untie_embeddings_and_output_weights", False))
+    assert_export_and_mount_refused(ckptfs_bin, src, tmp_path,
+                                    [f"{info['latest']}/.metadata: the distributed optimizer's buffer of stage 0"])
 
 
 # (case, rank dir removed); MoE: EP rank 1 of PP stage 1, whose experts cannot be merged without it

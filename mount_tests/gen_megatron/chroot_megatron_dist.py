@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Runs INSIDE the Debian 13 chroot (python3-torch 2.6): turns the per-rank plans of megatron_dist.py into
 real torch_dist DCP dirs, the way Megatron's dist-checkpointing saves them: one gloo process per rank, each
-building ShardedTensors from its local chunks (init_from_local_shards) and the bytes items, then
+building ShardedTensors from its local chunks (init_from_local_shards) and the bytes items (io.BytesIO), then
 torch.distributed.checkpoint.save with FileSystemWriter (one file per rank, torch.save per item) and
-DefaultSavePlanner(flatten_state_dict=False) (so .metadata's planner_data is None, as in Megatron's).
+DefaultSavePlanner(flatten_state_dict=False) (so .metadata's planner_data is None, as in Megatron's) whose
+transform_object leaves the bytes items' io.BytesIO as they are (Megatron's MCoreSavePlanner).
 Afterwards each DCP dir is read back with PyTorch's own loader into JOB/full.pt.
 
     python3 chroot_megatron_dist.py '[[WORLD, [JOB, ...]], ...]'
@@ -12,6 +13,7 @@ Afterwards each DCP dir is read back with PyTorch's own loader into JOB/full.pt.
 Workers are plain subprocesses joined over tcp://127.0.0.1 (no torch.multiprocessing, no /dev/shm).
 """
 import datetime
+import io
 import json
 import os
 import socket
@@ -20,6 +22,17 @@ import sys
 import time
 
 TIMEOUT = 300
+
+
+def planner_class():
+    """DefaultSavePlanner that writes a bytes item's io.BytesIO as it is, as Megatron's MCoreSavePlanner does
+    (the default one would torch.save the BytesIO object itself)."""
+    import torch.distributed.checkpoint as dcp
+
+    class BytesAsTheyAre(dcp.DefaultSavePlanner):
+        def transform_object(self, write_item, object):  # noqa: A002 (PyTorch's parameter name)
+            return object
+    return BytesAsTheyAre
 
 
 def worker(rank, world, port, jobs):
@@ -36,10 +49,15 @@ def worker(rank, world, port, jobs):
         for key, shape in plan["keys"]:  # collective: every rank, same order
             shards = [Shard.from_tensor_and_offsets(t, list(off), rank) for off, t in plan["tensors"].get(key, [])]
             state[key] = init_from_local_shards(shards, *shape)
-        for key, obj in plan["objects"]:  # bytes items: the planner writes torch.save(obj)
-            state[key] = obj
+        for key, obj in plan["objects"]:
+            # bytes items: Megatron hands DCP an io.BytesIO of torch.save(obj), which is written as it is (a
+            # plain object would be traversed first, and its int dict keys turned into strings)
+            buf = io.BytesIO()
+            torch.save(obj, buf)
+            buf.seek(0)
+            state[key] = buf
         dcp.save(state, storage_writer=dcp.FileSystemWriter(os.path.join(job, "dcp"), thread_count=1),
-                 planner=dcp.DefaultSavePlanner(flatten_state_dict=False))
+                 planner=planner_class()(flatten_state_dict=False))
     dist.barrier()
     dist.destroy_process_group()
     sys.stdout.flush()

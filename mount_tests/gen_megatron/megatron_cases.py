@@ -207,9 +207,14 @@ CASES += [
          **dict(GPT, hidden=48, heads=6, ffn=90)),
 ]
 
-# torch_dist with the distributed optimizer (appended): its dp_reshardable layout (megatron-core's default
-# since 0.15), per model-parallel domain and gradient bucket a 1-D tensor of the compact buffer, one DCP chunk
-# per parameter and per alignment gap (megatron_dist.declare_buckets); DP 1.
+# torch_dist with the distributed optimizer (appended); DP 1.  More keys:
+#   dist_optim_sharding  'dp_reshardable' (megatron-core's default since 0.15: per model-parallel domain and
+#                        gradient bucket a 1-D tensor of the compact buffer, one DCP chunk per parameter and per
+#                        alignment gap, megatron_dist.declare_buckets) or 'dp_zero_gather_scatter' (core 0.7-0.14:
+#                        per domain the ShardedObject param_state, distrib_optim.pt's coalesced dict,
+#                        megatron_dist.declare_param_state)
+DEFAULTS.update(dist_optim_sharding="dp_reshardable")
+
 CASES += [
     # the real fixture's shape (TP2 PP2, local spec, GQA, SwiGLU; hidden 80: norms leave alignment gaps), stale
     dict(name="dist_distopt_tp2_pp2", ckpt_format="torch_dist", tp=2, pp=2, hidden=80, ffn=112, dist_opt=True,
@@ -219,6 +224,9 @@ CASES += [
     dict(name="dist_distopt_tied_uneven_buckets", ckpt_format="torch_dist", tp=2, pp=2, layers=4, first_stage=3,
          spec="te", tied=True, dist_opt=True, overlap_grad_reduce=True, ddp_bucket_size=5000, hidden=72, heads=6,
          groups=2, ffn=100, stale=True, common="dcp"),
+    # dp_zero_gather_scatter, TE spec, GPT-2-like (biases, learned positions), TP2 PP2, stale
+    dict(name="dist_distopt_gather_tp2_pp2", ckpt_format="torch_dist", tp=2, pp=2, spec="te", dist_opt=True,
+         dist_optim_sharding="dp_zero_gather_scatter", stale=True, **GPT),
 ]
 
 

@@ -127,8 +127,11 @@ def write_plans(case, vals, iteration, iter_dir, seed, gen):
 
     for key, g, src, stage in tensors:
         declare(key, g, stage, rule_of(case, src), gen.to_torch(vals.model[src], dt))
-    if with_optim and case["dist_opt"]:
+    if with_optim and case["dist_opt"] and case["dist_optim_sharding"] == "dp_reshardable":
         declare_buckets(case, vals, plans, gen)
+    elif with_optim and case["dist_opt"]:
+        assert case["dist_optim_sharding"] == "dp_zero_gather_scatter", case["dist_optim_sharding"]
+        declare_param_state(case, vals, plans, gen)
     elif with_optim:
         for key, g, src, stage in tensors:
             master = vals.master[src]
@@ -205,6 +208,20 @@ def declare_buckets(case, vals, plans, gen):
                                  [{"param_groups": [gen.param_group(g == 0) for g in range(2)]}])]
 
 
+def declare_param_state(case, vals, plans, gen):
+    """The distributed optimizer's dp_zero_gather_scatter state (core 0.7-0.14 without fully parallel saving):
+    per model-parallel domain i = pp * TP + tp the ShardedObject ``optimizer.distributed.dp_group_idx_{i}
+    .param_state``, the same coalesced dict as that rank's distrib_optim.pt (gathered on DP rank 0), and
+    ``...optimizer``."""
+    tp, pp = case["tp"], case["pp"]
+    for p, t in [(p, t) for p in range(pp) for t in range(tp)]:
+        prefix = f"optimizer.distributed.dp_group_idx_{p * tp + t}"
+        state = gen.distrib_optim_state(case, gen.rank_params(case, vals, t, p), vals.rng, p)
+        plans[p * tp + t]["objects"] += [(f"{prefix}.param_state/shard_0_1", [state]),
+                                         (f"{prefix}.optimizer/shard_0_1",
+                                          [{"param_groups": [gen.param_group(g == 0) for g in range(2)]}])]
+
+
 def common_state(case, iteration, with_optim, gen):
     it = 0 if iteration == "release" else iteration
     args = make_args(case, iteration)
@@ -218,7 +235,7 @@ def common_state(case, iteration, with_optim, gen):
     state["num_floating_point_operations_so_far"] = 0
     state["content_metadata"] = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
     if with_optim and case["dist_opt"]:
-        state["content_metadata"]["distrib_optim_sharding_type"] = "dp_reshardable"
+        state["content_metadata"]["distrib_optim_sharding_type"] = case["dist_optim_sharding"]
     return state
 
 
@@ -321,8 +338,9 @@ def reference_merge(iter_dir, dump):
     model = {k: v for k, v in dump["tensors"].items() if not k.startswith("optimizer.")}
     pre = "optimizer.state.fp32_param."
     fp32 = {k[len(pre):]: v for k, v in dump["tensors"].items() if k.startswith(pre)}
-    if any(k.startswith("optimizer.distributed.") for k in dump["tensors"]):
-        # dp_reshardable: the masters live in per-bucket tensors (finish checks them against the plans)
+    if any(k.startswith("optimizer.distributed.") for k in [*dump["tensors"], *dump["bytes"]]):
+        # dp_reshardable / dp_zero_gather_scatter: the masters live in per-bucket tensors or per-domain objects
+        # (finish checks them against the plans)
         assert args.use_distributed_optimizer and not fp32
         return args, _unstack(args, model), None
     if not (args.bf16 or args.fp16):
@@ -339,21 +357,45 @@ def reference_merge(iter_dir, dump):
     return args, _unstack(args, model), _unstack(args, fp32)
 
 
-def check_buckets(plan_dir, dump):
-    """Every dp_reshardable bucket tensor as PyTorch reads it back equals the chunks the plans wrote, and the
-    chunks tile it."""
+def check_optimizer_domains(plan_dir, dump):
+    """The distributed optimizer's per-domain state as PyTorch reads it back equals what the plans wrote, bit
+    for bit (the gaps hold garbage, NaN patterns included): every dp_reshardable bucket tensor the concatenation
+    of its chunks (which tile it), every dp_zero_gather_scatter param_state object the plan's."""
     buckets = {k: v for k, v in dump["tensors"].items() if k.startswith("optimizer.distributed.")}
-    written = {}
+    states = {k: v for k, v in dump["bytes"].items() if k.startswith("optimizer.distributed.") and ".param_state/" in k}
+    written, objects = {}, {}
     for name in sorted(f for f in os.listdir(plan_dir) if f.startswith("rank")):
-        for key, chunks in torch.load(os.path.join(plan_dir, name))["tensors"].items():
+        plan = torch.load(os.path.join(plan_dir, name))
+        for key, chunks in plan["tensors"].items():
             if key.startswith("optimizer.distributed."):
                 written.setdefault(key, []).extend(chunks)
+        objects.update((k, v) for k, v in plan["objects"] if k in states)
     assert sorted(written) == sorted(buckets), (sorted(written)[:3], sorted(buckets)[:3])
     for key, chunks in written.items():
         chunks.sort(key=lambda c: c[0])
         assert [c[0][0] for c in chunks] == list(itertools.accumulate([0] + [c[1].numel() for c in chunks[:-1]]))
-        # bit for bit: the gaps hold garbage, NaN patterns included
         assert torch.equal(torch.cat([c[1] for c in chunks]).view(torch.int32), buckets[key].view(torch.int32)), key
+    assert sorted(objects) == sorted(states)
+    for key, raw in states.items():
+        _same_tree(key, torch.load(io.BytesIO(raw)), objects[key])
+
+
+def _same_tree(what, a, b):
+    """Nested dicts / lists / tensors equal, tensors bit for bit."""
+    assert type(a) is type(b), (what, type(a), type(b))
+    if isinstance(a, dict):
+        assert list(a) == list(b), (what, list(a), list(b))
+        for k in a:
+            _same_tree(f"{what}[{k!r}]", a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), what
+        for n, (x, y) in enumerate(zip(a, b)):
+            _same_tree(f"{what}[{n}]", x, y)
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.contiguous().view(torch.uint8).equal(
+            b.contiguous().view(torch.uint8)), what
+    else:
+        assert a == b, (what, a, b)
 
 
 def finish(case_dir, check):
@@ -364,7 +406,7 @@ def finish(case_dir, check):
     for tag in info["tags"]:
         dump = torch.load(os.path.join(case_dir, PLANS, tag, "full.pt"), map_location="cpu")
         iter_dir = os.path.join(case_dir, "checkpoint", tag)
-        check_buckets(os.path.join(case_dir, PLANS, tag), dump)
+        check_optimizer_domains(os.path.join(case_dir, PLANS, tag), dump)
         check(iter_dir, *reference_merge(iter_dir, dump), os.path.join(case_dir, info["expected"][tag]))
     shutil.rmtree(os.path.join(case_dir, PLANS))
     info["dcp_files"] = sorted(os.listdir(os.path.join(case_dir, "checkpoint", info["latest"])))

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <map>
 #include <optional>
+#include <vector>
 
 #include "ckptfs/error.hpp"
 #include "formats/megatron/fp32_masters.hpp"
@@ -18,6 +19,7 @@ namespace ckptfs::megatron {
 namespace {
 
 using catalog::LogicalTensor;
+namespace fs = std::filesystem;
 
 constexpr std::string_view kDomainPrefix = "optimizer.distributed.dp_group_idx_";
 constexpr int64_t kAlignment = 64;  // dp_reshardable exists since core 0.15: starts are always aligned
@@ -64,51 +66,124 @@ std::optional<BucketKey> bucket_key(std::string_view rest) {
   return out;
 }
 
-// What one model-parallel domain saved: per buffer (model chunk) its bucket tensors, and the bucket sizes
-// it recorded.
-struct Domain {
-  std::map<int64_t, std::map<int64_t, std::shared_ptr<const LogicalTensor>>> buckets;  // [gbuf][bucket]
-  std::vector<std::vector<int64_t>> unpadded;  // per_bucket_numel_unpadded: [gbuf][bucket]
+// How one model-parallel domain saved the buffer of one model chunk: dp_reshardable's bucket tensors with
+// the recorded per_bucket_numel_unpadded, or dp_zero_gather_scatter's one compact tensor of
+// numel_unpadded elements (distrib_optim.pt's coalesced layout, inside a pickled object).
+struct DomainBuffer {
+  std::vector<std::shared_ptr<const LogicalTensor>> buckets;
+  std::vector<int64_t> bucket_sizes;
+  std::optional<torch::SourceTensor> coalesced;
+  int64_t numel_unpadded = 0;
+
+  bool fits(const BufferLayout& layout) const {
+    return coalesced ? layout.total == numel_unpadded : layout.bucket_sizes == bucket_sizes;
+  }
+  std::string describe() const {
+    return coalesced ? fmt::format("{} elements", numel_unpadded) : fmt::format("buckets of [{}] elements", fmt::join(bucket_sizes, ", "));
+  }
+  // The parameter at `offset` of `layout` (which fits), shaped `shape`.
+  formats::RankTensor view(const BufferLayout& layout, int64_t offset, const std::vector<int64_t>& shape,
+                           const fs::path& file) const {
+    if (coalesced) return formats::rank_tensor(flat_view(*coalesced, offset, shape), file);
+    size_t b = 0;
+    int64_t start = 0;
+    while (offset >= start + layout.bucket_sizes[b]) start += layout.bucket_sizes[b++];
+    formats::RankTensor r = formats::rank_tensor(buckets[b], file);
+    r.tensor = flat_view(r.tensor, offset - start, shape);
+    return r;
+  }
 };
 
-// per_bucket_numel_unpadded: torch.save([[{(param_dtype, grad_dtype): [sizes]} per buffer]]).
-std::vector<std::vector<int64_t>> read_bucket_sizes(const dcp::ItemReader& reader, const dcp::Item& item) {
-  const auto archive = reader.archive(item, item.location);
-  const formats::Field list = formats::root_field(archive).at(0);
+using Domain = std::vector<DomainBuffer>;  // per model chunk (gbuf_idx)
+
+// [{(param_dtype, grad_dtype): [sizes]} per buffer] of per_bucket_numel_unpadded.
+std::vector<std::vector<int64_t>> read_bucket_sizes(const formats::Field& list) {
   if (!list.is_list()) list.fail("expected the list of bucket sizes per buffer");
   std::vector<std::vector<int64_t>> out;
   for (size_t g = 0; g < list.size(); ++g) {
     const formats::Field per_dtype = list.at(g);
-    if (!per_dtype.is_dict() || per_dtype.size() != 1)
-      throw UnsupportedError(fmt::format("{}: {}: buffer {} has several dtypes (one is supported)",
-                                         reader.metadata_path().string(), item.fqn, g));
+    if (!per_dtype.is_dict() || per_dtype.size() != 1) per_dtype.fail("expected the bucket sizes of one dtype");
     const formats::Field sizes(per_dtype.value().entries.front().second.get(), per_dtype.file(),
-                               fmt::format("{}[{}]", item.fqn, g));
+                               fmt::format("{}[{}]", list.path(), g));
     auto& row = out.emplace_back();
     for (size_t b = 0; b < sizes.size(); ++b) row.push_back(sizes.at(b).as_int());
   }
   return out;
 }
 
+// dp_zero_gather_scatter's param_state: torch.save([the coalesced dict distrib_optim.pt holds]).
+Domain read_param_state(const formats::Field& state) {
+  if (state.is_list())
+    throw UnsupportedError("the distributed optimizer's state of a chained optimizer (MoE) is not mapped yet");
+  if (!state.is_dict() || !state["buckets_coalesced"].present())
+    state.fail("expected the distributed optimizer's coalesced dict of buffers (megatron-core 0.7+)");
+  size_t chunks = 0;  // the buffers are keyed 0, 1, ... (one per model chunk)
+  for (const auto& entry : state.value().entries) chunks += entry.first->is(pickle::Kind::Int) ? 1 : 0;
+  Domain out;
+  for (size_t c = 0; c < chunks; ++c) {
+    const formats::Field world = buffer_of(state, c);
+    const torch::SourceTensor& flat = world["param"].as_tensor();
+    DomainBuffer buffer;
+    buffer.numel_unpadded = world["numel_unpadded"].as_int();
+    if (flat.shape.size() != 1 || !flat.is_contiguous() || flat.dtype != DType::F32 || flat.shape[0] != buffer.numel_unpadded)
+      world["param"].fail(fmt::format("expected a flat float32 tensor of numel_unpadded = {} elements", buffer.numel_unpadded));
+    buffer.coalesced = flat;
+    out.push_back(std::move(buffer));
+  }
+  return out;
+}
+
 std::map<int64_t, Domain> read_domains(const dcp::Metadata& md, const dcp::ItemReader& reader) {
-  std::map<int64_t, Domain> out;
+  std::map<int64_t, std::map<int64_t, std::map<int64_t, std::shared_ptr<const LogicalTensor>>>> buckets;  // [i][g][b]
+  std::map<int64_t, std::vector<std::vector<int64_t>>> sizes;  // [i][g][b]
+  std::map<int64_t, Domain> gathered;                           // dp_zero_gather_scatter
   const std::string file = reader.metadata_path().string();
   for (const auto& item : md.items) {
     const auto key = domain_key(item.fqn);
     if (!key) continue;
     const auto [domain, rest] = *key;
-    if (rest == "param_state")
-      throw UnsupportedError(fmt::format("the distributed optimizer's state is in the dp_zero_gather_scatter layout "
-                                         "({}), which ckptfs does not map yet",
-                                         item.fqn));
-    if (rest == "per_bucket_numel_unpadded" && !item.is_tensor) out[domain].unpadded = read_bucket_sizes(reader, item);
+    if (!item.is_tensor && (rest == "param_state" || rest == "per_bucket_numel_unpadded")) {
+      const auto archive = reader.archive(item, item.location);
+      const formats::Field value = formats::root_field(archive).at(0);  // a ShardedObject: torch.save([obj])
+      if (rest == "param_state") gathered[domain] = read_param_state(value);
+      else sizes[domain] = read_bucket_sizes(value);
+      continue;
+    }
     const auto bucket = bucket_key(rest);
     if (!bucket || bucket->kind != "param" || !item.is_tensor) continue;
     auto tensor = std::make_shared<const LogicalTensor>(reader.tensor(item));
     if (tensor->shape.size() != 1 || tensor->dtype != DType::F32)
       throw FormatError(fmt::format("{}: {} is not a 1-D float32 tensor", file, item.fqn));
-    out[domain].buckets[bucket->gbuf][bucket->bucket] = std::move(tensor);
+    buckets[domain][bucket->gbuf][bucket->bucket] = std::move(tensor);
   }
+  if (!gathered.empty()) {
+    if (!buckets.empty()) throw FormatError(fmt::format("{}: the distributed optimizer's state is saved in two layouts", file));
+    return gathered;
+  }
+  std::map<int64_t, Domain> out;
+  for (const auto& [i, recorded] : sizes) {
+    Domain& domain = out[i];
+    const auto& saved = buckets[i];
+    if (saved.size() != recorded.size() || (!saved.empty() && saved.rbegin()->first != static_cast<int64_t>(saved.size()) - 1))
+      throw FormatError(fmt::format("{}: dp_group_idx_{} holds bucket tensors of {} buffers, {} recorded", file, i,
+                                    saved.size(), recorded.size()));
+    for (const auto& [g, tensors] : saved) {
+      DomainBuffer& buffer = domain.emplace_back();
+      buffer.bucket_sizes = recorded[g];
+      for (const auto& [b, t] : tensors) {
+        if (b != static_cast<int64_t>(buffer.buckets.size()) || b >= static_cast<int64_t>(recorded[g].size()) ||
+            t->shape[0] != recorded[g][b])
+          throw FormatError(fmt::format("{}: {} does not match per_bucket_numel_unpadded [{}] of dp_group_idx_{}", file,
+                                        t->name, fmt::join(recorded[g], ", "), i));
+        buffer.buckets.push_back(t);
+      }
+      if (buffer.buckets.size() != recorded[g].size())
+        throw FormatError(fmt::format("{}: dp_group_idx_{} gbuf_idx_{}: {} bucket tensors, {} recorded sizes", file, i, g,
+                                      buffer.buckets.size(), recorded[g].size()));
+    }
+  }
+  if (out.size() != buckets.size())
+    throw FormatError(fmt::format("{}: bucket tensors without per_bucket_numel_unpadded", file));
   return out;
 }
 
@@ -194,7 +269,7 @@ class DomainLayout {
   std::string file_;
 };
 
-std::optional<BufferLayout> matching_layout(const std::vector<DomainParam>& params, const std::vector<int64_t>& saved,
+std::optional<BufferLayout> matching_layout(const std::vector<DomainParam>& params, const DomainBuffer& saved,
                                             const ModelArgs& args) {
   std::vector<const ParamSlot*> slots;
   for (const auto& p : params) slots.push_back(&p.slot);
@@ -204,7 +279,7 @@ std::optional<BufferLayout> matching_layout(const std::vector<DomainParam>& para
   if (args.ddp_bucket_size) bucketings.push_back(args.ddp_bucket_size);
   for (const auto& bucketing : bucketings) {
     BufferLayout layout = buffer_layout(slots, kAlignment, bucketing);
-    if (layout.bucket_sizes == saved) return layout;
+    if (saved.fits(layout)) return layout;
   }
   return std::nullopt;
 }
@@ -220,39 +295,27 @@ std::shared_ptr<catalog::Catalog> masters_from_buckets(const dcp::Metadata& md, 
                                                       const catalog::Catalog& model, const ModelArgs& args) {
   const std::string file = reader.metadata_path().string();
   if (args.num_experts > 0)
-    throw UnsupportedError("the distributed optimizer's per-bucket state of a MoE model (a chained optimizer) is not "
-                           "mapped yet");
+    throw UnsupportedError("the distributed optimizer's state of a MoE model (a chained optimizer) is not mapped yet");
   const auto domains = read_domains(md, reader);
   const int64_t world = int64_t{args.tp} * args.pp;
   if (static_cast<int64_t>(domains.size()) != world || domains.rbegin()->first != world - 1)
     throw FormatError(fmt::format("{}: the distributed optimizer saved {} model-parallel domains, TP {} x PP {} expected",
                                   file, domains.size(), args.tp, args.pp));
-  const auto& first = domains.begin()->second;
-  const int vp = static_cast<int>(first.unpadded.size());
-  for (const auto& [i, d] : domains) {
-    if (static_cast<int>(d.unpadded.size()) != vp || static_cast<int>(d.buckets.size()) != vp)
-      throw FormatError(fmt::format("{}: dp_group_idx_{} has {} bucket tensors' buffers and {} recorded, {} expected",
-                                    file, i, d.buckets.size(), d.unpadded.size(), vp));
-    for (const auto& [g, buckets] : d.buckets) {
-      if (g < 0 || g >= vp || buckets.size() != d.unpadded[g].size())
-        throw FormatError(fmt::format("{}: dp_group_idx_{} gbuf_idx_{}: {} bucket tensors for {} recorded sizes", file, i, g,
-                                      buckets.size(), g >= 0 && g < vp ? d.unpadded[g].size() : 0));
-      for (const auto& [b, t] : buckets)
-        if (b < 0 || b >= static_cast<int64_t>(buckets.size()) || t->shape[0] != d.unpadded[g][b])
-          throw FormatError(fmt::format("{}: {} holds {} elements, per_bucket_numel_unpadded says {}", file, t->name,
-                                        t->shape[0], d.unpadded[g][b < 0 || b >= static_cast<int64_t>(buckets.size()) ? 0 : b]));
-    }
-  }
+  const int vp = static_cast<int>(domains.begin()->second.size());
+  for (const auto& [i, d] : domains)
+    if (static_cast<int>(d.size()) != vp)
+      throw FormatError(fmt::format("{}: dp_group_idx_{} saved {} buffers, dp_group_idx_0 {}", file, i, d.size(), vp));
 
-  // Layers per chunk, in VP-major order: the count whose buffer layout gives the saved bucket sizes of
-  // every TP rank of the stage (dp_group_idx = pp x TP + tp, the rank in the model-parallel group).
+  // Layers per chunk, in VP-major order: the count whose buffer layout fits what TP rank 0 of the stage
+  // saved (dp_group_idx = pp x TP + tp, the rank in the model-parallel group); the other TP ranks must fit
+  // it too.
   const ModelParts parts = model_parts(model, args, file);
   const DomainLayout layout(parts, args, vp, file);
   std::map<std::string_view, std::vector<formats::RankTensor>> ranks;  // merged name -> per TP rank
   int64_t next_layer = 0;
   for (int v = 0; v < vp; ++v)
     for (int p = 0; p < args.pp; ++p) {
-      const auto& saved = domains.at(int64_t{p} * args.tp).unpadded[v];
+      const DomainBuffer& saved = domains.at(int64_t{p} * args.tp)[static_cast<size_t>(v)];
       std::optional<BufferLayout> found;
       std::vector<DomainParam> params;
       for (int64_t count = 0; !found && next_layer + count <= args.num_layers; ++count) {
@@ -261,24 +324,20 @@ std::shared_ptr<catalog::Catalog> masters_from_buckets(const dcp::Metadata& md, 
         if (found) next_layer += count;
       }
       if (!found)
-        throw FormatError(fmt::format("{}: the distributed optimizer's buckets of stage {} chunk {} ([{}] elements) fit "
-                                      "no count of the model's layers",
-                                      file, p, v, fmt::join(saved, ", ")));
+        throw FormatError(fmt::format("{}: the distributed optimizer's buffer of stage {} chunk {} ({}) fits no count of "
+                                      "the model's layers",
+                                      file, p, v, saved.describe()));
       for (int tp = 0; tp < args.tp; ++tp) {
-        const Domain& d = domains.at(int64_t{p} * args.tp + tp);
-        if (d.unpadded[v] != saved)
-          throw FormatError(fmt::format("{}: dp_group_idx_{} chunk {} has buckets of [{}] elements, TP rank 0 [{}]", file,
-                                        int64_t{p} * args.tp + tp, v, fmt::join(d.unpadded[v], ", "), fmt::join(saved, ", ")));
-        int64_t bucket = 0, bucket_start = 0;
-        for (size_t k = params.size(); k-- > 0;) {  // bucket order: the buffer is filled from its last parameter
-          while (found->offsets[k] >= bucket_start + saved[bucket]) bucket_start += saved[bucket++];
+        const int64_t i = int64_t{p} * args.tp + tp;
+        const DomainBuffer& buffer = domains.at(i)[static_cast<size_t>(v)];
+        if (!buffer.fits(*found))
+          throw FormatError(fmt::format("{}: dp_group_idx_{} chunk {} saved {}, TP rank 0 {}", file, i, v, buffer.describe(),
+                                        saved.describe()));
+        for (size_t k = 0; k < params.size(); ++k) {
           if (params[k].merged == nullptr) continue;
-          const auto& tensor = d.buckets.at(v).at(bucket);
-          formats::RankTensor r = formats::rank_tensor(tensor, reader.metadata_path());
-          r.tensor = flat_view(r.tensor, found->offsets[k] - bucket_start, params[k].slot.shape);
           auto& slot = ranks[params[k].merged->name];
           if (slot.empty()) slot.resize(static_cast<size_t>(args.tp));
-          slot[static_cast<size_t>(tp)] = std::move(r);
+          slot[static_cast<size_t>(tp)] = buffer.view(*found, found->offsets[k], params[k].slot.shape, reader.metadata_path());
         }
       }
     }

@@ -173,7 +173,8 @@ struct SavedBuffer {
   }
 };
 
-// Buffer c's one entry (keyed by the grad dtype, or a dtype pair) of a dict of buffers.
+}  // namespace
+
 Field buffer_of(const Field& root, size_t c) {
   const pickle::Value* buffer = nullptr;
   for (const auto& [k, v] : root.value().entries)
@@ -183,6 +184,8 @@ Field buffer_of(const Field& root, size_t c) {
     buf.fail("expected one buffer (one grad dtype) for the model chunk (several are not supported yet)");
   return Field(buffer->entries.front().second.get(), buf.file(), buf.path() + "[dtype]");
 }
+
+namespace {
 
 // The list of one buffer's bucket sizes in per_bucket_numel_unpadded ([{dtype: [sizes]} per buffer]).
 std::vector<int64_t> recorded_bucket_sizes(const Field& sizes, size_t c) {

@@ -38,6 +38,11 @@ BufferLayout buffer_layout(const std::vector<const ParamSlot*>& params, int64_t 
 // Elements [offset, offset + numel(shape)) of the flat contiguous tensor `flat`, shaped `shape`.
 torch::SourceTensor flat_view(const torch::SourceTensor& flat, int64_t offset, const std::vector<int64_t>& shape);
 
+// Buffer `c`'s one entry (keyed by the grad dtype, or a dtype pair: {'param', 'exp_avg', ...}) in a
+// distributed optimizer's dict of buffers (distrib_optim.pt and its torch_dist counterparts). Throws
+// FormatError naming the file when it is missing or has several dtypes.
+formats::Field buffer_of(const formats::Field& root, size_t c);
+
 // Masters from a rank file's `optimizer` entry (the non-distributed mixed-precision optimizer), aligned
 // with `params`: its fp32_from_fp16_params hold one list per param group, the parameters in order split
 // into weight-decay and no-decay groups (1-D tensors and biases), which group comes first recognised

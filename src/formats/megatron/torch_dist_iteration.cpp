@@ -157,8 +157,8 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
 
   Unstacker model(args, reader.metadata_path()), masters(args, reader.metadata_path());
   bool has_masters = false;
-  // The distributed optimizer's dp_reshardable layout keeps masters in per-bucket tensors
-  // (dp_zero_gather_scatter: in pickled objects), not in the model's geometry.
+  // The distributed optimizer's dp_reshardable and dp_zero_gather_scatter layouts keep masters per
+  // model-parallel domain (bucket tensors, pickled objects), not in the model's geometry.
   const bool bucketed = has_bucketed_masters(md);
   std::set<fs::path> data_files;
   for (const auto& item : md.items) {
@@ -196,7 +196,7 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
       for (const auto& f : t.files()) data_files.insert(f->path());
   it.tag.files.insert(it.tag.files.end(), data_files.begin(), data_files.end());
   it.tag.topology.optimizer = has_masters ? "Megatron optimizer (fp32 masters in model space)"
-                              : bucketed  ? "Megatron distributed optimizer (per-bucket state, dp_reshardable)"
+                              : bucketed  ? "Megatron distributed optimizer (state per model-parallel domain)"
                                           : "none saved";
   return it;
 }
