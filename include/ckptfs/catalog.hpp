@@ -147,9 +147,23 @@ LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_
 // float widened to F32, F32 rounded to BF16/F16). Throws FormatError naming the tensor.
 void validate(const LogicalTensor& tensor);
 
+// A run of a read left unread: its bytes are bytes [file_offset, file_offset + length) of `file` as they
+// are (no conversion), and belong at `dst` of the caller's buffer. A server replies with them straight
+// from the file (splice) instead of copying them through its own memory.
+struct DeferredRun {
+  const io::File* file = nullptr;
+  uint64_t file_offset = 0;
+  std::byte* dst = nullptr;
+  uint64_t length = 0;
+};
+
 // Reads bytes [offset, offset + dst.size()) of `tensor` served in tensor.dtype. Reads only the source
-// ranges it needs, coalescing adjacent runs into single preads, with bounded scratch memory. Throws
-// SourceError when a source file cannot be read or has changed since it was indexed.
-void read_tensor(const LogicalTensor& tensor, uint64_t offset, std::span<std::byte> dst);
+// ranges it needs, coalescing adjacent runs into single preads, with bounded scratch memory. With
+// `deferred`, runs of at least kMinDeferredRun bytes that need no conversion are appended to it (in order)
+// instead of read. Throws SourceError when a source file cannot be read or has changed since it was
+// indexed.
+void read_tensor(const LogicalTensor& tensor, uint64_t offset, std::span<std::byte> dst,
+                 std::vector<DeferredRun>* deferred = nullptr);
+inline constexpr uint64_t kMinDeferredRun = 16 << 10;  // below it, a copy costs less than a splice
 
 }  // namespace ckptfs::catalog

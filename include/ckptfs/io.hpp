@@ -29,6 +29,22 @@ struct FileIdentity {
   bool operator==(const FileIdentity&) const = default;
 };
 
+// An open source descriptor; closed when the last holder lets go (the descriptor cache, a read in
+// progress, a reply spliced from it).
+class OpenFd {
+ public:
+  explicit OpenFd(int fd) : fd_(fd) {}
+  ~OpenFd();
+  OpenFd(const OpenFd&) = delete;
+  OpenFd& operator=(const OpenFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+using OpenFdPtr = std::shared_ptr<const OpenFd>;
+
 class File {
  public:
   // Opens `path` read-only and records its identity. Throws SourceError naming the path when it cannot
@@ -48,6 +64,10 @@ class File {
   // had to be reopened and is no longer the one indexed.
   void read_exact(uint64_t offset, std::span<std::byte> dst) const;
   std::vector<std::byte> read(uint64_t offset, uint64_t length) const;
+
+  // The file's open descriptor, held open while the result lives (reopened and checked as read_exact
+  // does): for a reply spliced straight from the file. Throws SourceError like read_exact.
+  OpenFdPtr descriptor() const;
 
   // Asks the kernel to start reading [offset, offset + length) into the page cache and returns without
   // waiting (posix_fadvise WILLNEED): reads that follow find it there. Best effort: errors are ignored.

@@ -19,6 +19,12 @@ class VirtualFile {
   // Fills dst with the bytes at [offset, offset + dst.size()); the range must lie inside [0, size()).
   // Throws SourceError when a source file cannot be read or changed since the mount.
   virtual void read(uint64_t offset, std::span<std::byte> dst) const = 0;
+  // As read, except that runs copied unchanged from a source file may be left unread and appended to
+  // `deferred` in order (catalog::read_tensor): the caller replies with them straight from the file.
+  virtual void read_deferring(uint64_t offset, std::span<std::byte> dst,
+                              std::vector<catalog::DeferredRun>& /*deferred*/) const {
+    read(offset, dst);
+  }
   // The distinct source files the bytes come from, so the caller can check whether they changed.
   virtual std::vector<io::FilePtr> sources() const { return {}; }
   // Starts reading the source ranges behind [offset, offset + length) into the page cache, in each source
@@ -44,11 +50,15 @@ class ExtentFile final : public VirtualFile {
   ExtentFile(std::vector<Extent> extents, std::shared_ptr<const void> keep_alive);
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, std::span<std::byte> dst) const override;
+  void read_deferring(uint64_t offset, std::span<std::byte> dst,
+                      std::vector<catalog::DeferredRun>& deferred) const override;
   std::vector<io::FilePtr> sources() const override;
   void prefetch(uint64_t offset, uint64_t length) const override;
   const std::vector<Extent>& extents() const { return extents_; }
 
  private:
+  void read_extents(uint64_t offset, std::span<std::byte> dst, std::vector<catalog::DeferredRun>* deferred) const;
+
   std::vector<Extent> extents_;
   std::shared_ptr<const void> keep_alive_;
   uint64_t size_ = 0;

@@ -17,7 +17,7 @@ uint32_t to_bits(float f) {
 }
 
 template <typename From, typename To, typename Fn>
-void convert_each(std::span<const std::byte> src, std::span<std::byte> dst, Fn fn) {
+[[gnu::always_inline]] inline void convert_each(std::span<const std::byte> src, std::span<std::byte> dst, Fn fn) {
   const size_t n = src.size() / sizeof(From);
   assert(dst.size() == n * sizeof(To));
   // memcpy per element: the buffers carry no alignment guarantee, and compilers vectorise this loop.
@@ -76,6 +76,11 @@ bool conversion_supported(DType from, DType to) {
   return (half(from) && to == DType::F32) || (from == DType::F32 && half(to));
 }
 
+// Compiled for AVX2 and AVX-512 as well as the baseline x86-64 (SSE2), the best chosen at load time: the
+// loops above then convert 8 or 16 elements per instruction instead of 4.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("default", "avx2", "arch=skylake-avx512")))
+#endif
 void convert(DType from, DType to, std::span<const std::byte> src, std::span<std::byte> dst) {
   if (from == DType::F16 && to == DType::F32) return convert_each<uint16_t, float>(src, dst, f16_to_f32);
   if (from == DType::BF16 && to == DType::F32) return convert_each<uint16_t, float>(src, dst, bf16_to_f32);

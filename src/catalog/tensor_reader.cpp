@@ -39,7 +39,8 @@ void read_converted(const io::File& file, uint64_t src_offset, DType from, DType
   }
 }
 
-void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out);
+void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out,
+                   std::vector<DeferredRun>* deferred = nullptr);
 
 // Elements of a transposed tensor: gathered from a copy of its source held per thread (one tensor at a
 // time, so a front-to-back read loads each source once), or one element at a time from a source too
@@ -66,8 +67,10 @@ void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count
     std::memcpy(out.data() + k * size, copy.data() + source_index(first + k) * size, size);
 }
 
-// Writes elements [first, first + count) of `tensor` into `out` (count * element size bytes).
-void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out) {
+// Writes elements [first, first + count) of `tensor` into `out` (count * element size bytes), or defers
+// the runs read_tensor may defer.
+void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out,
+                   std::vector<DeferredRun>* deferred) {
   if (tensor.transpose_of) {
     read_transposed(tensor, first, count, out);
     return;
@@ -95,7 +98,9 @@ void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, 
     }
     ++i;
     const auto dst = out.first(n * out_size);
-    if (p.src_dtype == tensor.dtype)
+    if (p.src_dtype == tensor.dtype && deferred != nullptr && dst.size() >= kMinDeferredRun)
+      deferred->push_back({p.file.get(), src_offset, dst.data(), dst.size()});
+    else if (p.src_dtype == tensor.dtype)
       p.file->read_exact(src_offset, dst);
     else
       read_converted(*p.file, src_offset, p.src_dtype, tensor.dtype, n, dst);
@@ -107,7 +112,8 @@ void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, 
 
 }  // namespace
 
-void read_tensor(const LogicalTensor& tensor, uint64_t offset, std::span<std::byte> dst) {
+void read_tensor(const LogicalTensor& tensor, uint64_t offset, std::span<std::byte> dst,
+                 std::vector<DeferredRun>* deferred) {
   const uint64_t size = dtype_size(tensor.dtype);
   if (offset > tensor.nbytes() || dst.size() > tensor.nbytes() - offset)
     throw std::out_of_range(fmt::format("tensor {}: read of {} bytes at offset {} past its {} bytes",
@@ -123,7 +129,7 @@ void read_tensor(const LogicalTensor& tensor, uint64_t offset, std::span<std::by
   if (!dst.empty() && (offset % size != 0 || dst.size() < size)) partial(offset / size, offset % size);
   const uint64_t first = (offset + size - 1) / size;
   const uint64_t whole = dst.size() / size;
-  if (whole > 0) read_elements(tensor, first, whole, dst.first(whole * size));
+  if (whole > 0) read_elements(tensor, first, whole, dst.first(whole * size), deferred);
   dst = dst.subspan(whole * size);
   if (!dst.empty()) partial(first + whole, 0);
 }

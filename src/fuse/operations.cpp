@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "fuse/spliced_reply.hpp"
+
 namespace ckptfs::fuse {
 
 namespace {
@@ -122,6 +124,12 @@ void op_init(void*, fuse_conn_info* conn) {
   conn->max_readahead = conn->max_readahead > (1u << 20) ? conn->max_readahead : (1u << 20);
   conn->max_background = 64;  // kernel default 12 throttles parallel readahead
   conn->congestion_threshold = 48;
+  // Replies spliced from the source files (reply_with_runs); libfuse copies where the kernel cannot.
+  conn->want |= conn->capable & (FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+  // The largest request (max_pages follows max_write) whose reply fits a pipe of pipe-max-size (1 MiB
+  // by default; only CAP_SYS_RESOURCE may grow one beyond): libfuse needs the reply plus a page per
+  // buffer in one pipe to splice it, and copies it otherwise.
+  conn->max_write = 512u << 10;
 }
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -239,8 +247,14 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     if (fi != nullptr && fi->fh != 0 && c.prefetch_bytes > 0)
       if (auto ahead = reinterpret_cast<ReadAhead*>(fi->fh)->next(start, length, c.prefetch_bytes, file_size))
         node->file->prefetch(ahead->first, ahead->second);
-    node->file->read(start, std::span(buffer.data(), length));
-    fuse_reply_buf(req, reinterpret_cast<const char*>(buffer.data()), length);
+    // Source bytes that need no conversion are not read here: the reply takes them from the files.
+    thread_local std::vector<catalog::DeferredRun> deferred;
+    deferred.clear();
+    node->file->read_deferring(start, std::span(buffer.data(), length), deferred);
+    if (deferred.empty())
+      fuse_reply_buf(req, reinterpret_cast<const char*>(buffer.data()), length);
+    else
+      reply_with_runs(req, std::span(buffer.data(), length), deferred);
   });
 }
 

@@ -11,21 +11,6 @@
 
 namespace ckptfs::io {
 
-// An open descriptor; closed when the last holder lets go (the cache or a read in progress).
-class OpenFd {
- public:
-  explicit OpenFd(int fd) : fd_(fd) {}
-  ~OpenFd();
-  OpenFd(const OpenFd&) = delete;
-  OpenFd& operator=(const OpenFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-using OpenFdPtr = std::shared_ptr<const OpenFd>;
-
 FileIdentity identity_of(const struct stat& st);
 
 // Opens `path` read-only and returns it with its identity. Throws SourceError naming the path.

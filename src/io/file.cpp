@@ -61,6 +61,8 @@ std::vector<std::byte> File::read(uint64_t offset, uint64_t length) const {
   return out;
 }
 
+OpenFdPtr File::descriptor() const { return fd_cache::acquire(*this); }
+
 void File::prefetch(uint64_t offset, uint64_t length) const {
   if (offset >= identity_.size || length == 0) return;
   try {

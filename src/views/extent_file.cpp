@@ -23,7 +23,15 @@ ExtentFile::ExtentFile(std::vector<Extent> extents, std::shared_ptr<const void> 
   extents_ = std::move(extents);
 }
 
-void ExtentFile::read(uint64_t offset, std::span<std::byte> dst) const {
+void ExtentFile::read(uint64_t offset, std::span<std::byte> dst) const { read_extents(offset, dst, nullptr); }
+
+void ExtentFile::read_deferring(uint64_t offset, std::span<std::byte> dst,
+                                std::vector<catalog::DeferredRun>& deferred) const {
+  read_extents(offset, dst, &deferred);
+}
+
+void ExtentFile::read_extents(uint64_t offset, std::span<std::byte> dst,
+                              std::vector<catalog::DeferredRun>* deferred) const {
   if (offset > size_ || dst.size() > size_ - offset)
     throw std::out_of_range(
         fmt::format("read of {} bytes at {} past the end ({} bytes)", dst.size(), offset, size_));
@@ -33,7 +41,7 @@ void ExtentFile::read(uint64_t offset, std::span<std::byte> dst) const {
     const uint64_t skip = offset - it->offset;
     const auto part = dst.first(std::min<uint64_t>(dst.size(), it->length - skip));
     if (it->tensor)
-      catalog::read_tensor(*it->tensor, it->tensor_offset + skip, part);
+      catalog::read_tensor(*it->tensor, it->tensor_offset + skip, part, deferred);
     else
       std::memcpy(part.data(), it->bytes->data() + it->inline_offset + skip, part.size());
     offset += part.size();

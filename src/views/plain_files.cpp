@@ -30,6 +30,12 @@ class PassthroughFile final : public VirtualFile {
   explicit PassthroughFile(io::FilePtr file) : file_(std::move(file)) {}
   uint64_t size() const override { return file_->size(); }
   void read(uint64_t offset, std::span<std::byte> dst) const override { file_->read_exact(offset, dst); }
+  void read_deferring(uint64_t offset, std::span<std::byte> dst,
+                      std::vector<catalog::DeferredRun>& deferred) const override {
+    if (dst.size() < catalog::kMinDeferredRun) return read(offset, dst);
+    if (offset > file_->size() || dst.size() > file_->size() - offset) return read(offset, dst);  // read says why
+    deferred.push_back({file_.get(), offset, dst.data(), dst.size()});
+  }
   std::vector<io::FilePtr> sources() const override { return {file_}; }
 
  private:

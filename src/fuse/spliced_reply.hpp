@@ -1,0 +1,20 @@
+// Replying to a read without copying source bytes through the server's memory: the runs a view left
+// unread (catalog::DeferredRun) go to the kernel straight from their source files through
+// fuse_reply_data, which splices them (file -> pipe -> /dev/fuse) where the kernel allows it and reads
+// them itself otherwise. Private to src/fuse.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "ckptfs/catalog.hpp"
+#include "fuse/operations.hpp"
+
+namespace ckptfs::fuse {
+
+// Replies with `buffer`, whose deferred runs (in order, inside it) are taken from their files instead.
+// Throws SourceError before replying when a run's file cannot be opened again or has changed.
+void reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer, const std::vector<catalog::DeferredRun>& runs);
+
+}  // namespace ckptfs::fuse
