@@ -198,14 +198,15 @@ struct ModelParts {
 ModelParts model_parts(const catalog::Catalog& model, const ModelArgs& args, const std::string& file) {
   ModelParts out;
   out.layers.resize(static_cast<size_t>(args.num_layers));
+  bool seen_layers = false;
   for (const auto& t : model.tensors) {
     if (const auto layer = parse_layer_name(t.name)) {
       if (layer->index < 0 || layer->index >= args.num_layers)
         throw FormatError(fmt::format("{}: {}: layer beyond num_layers {}", file, t.name, args.num_layers));
       out.layers[static_cast<size_t>(layer->index)].push_back(&t);
+      seen_layers = true;
       continue;
     }
-    const bool seen_layers = std::any_of(out.layers.begin(), out.layers.end(), [](const auto& l) { return !l.empty(); });
     (seen_layers ? out.after : out.before).push_back(&t);
     if (t.name.ends_with("word_embeddings.weight")) out.word_embeddings = &t;
   }
