@@ -70,7 +70,8 @@ class File {
   OpenFdPtr descriptor() const;
 
   // Asks the kernel to start reading [offset, offset + length) into the page cache and returns without
-  // waiting (posix_fadvise WILLNEED): reads that follow find it there. Best effort: errors are ignored.
+  // waiting (posix_fadvise WILLNEED, one call per readahead size of the file's device, since the kernel
+  // starts no more than that per call): reads that follow find it there. Best effort: errors are ignored.
   void prefetch(uint64_t offset, uint64_t length) const;
 
   // True while the file at path() still has the identity it had when opened.

@@ -10,6 +10,7 @@
 #include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
 #include "io/fd_cache.hpp"
+#include "io/readahead_size.hpp"
 
 namespace ckptfs::io {
 
@@ -67,8 +68,12 @@ void File::prefetch(uint64_t offset, uint64_t length) const {
   if (offset >= identity_.size || length == 0) return;
   try {
     const OpenFdPtr fd = fd_cache::acquire(*this);
-    ::posix_fadvise(fd->get(), static_cast<off_t>(offset),
-                    static_cast<off_t>(std::min(length, identity_.size - offset)), POSIX_FADV_WILLNEED);
+    // One call starts at most the device's readahead (128 KiB on FUSE or NFS): advise piece by piece.
+    const uint64_t step = readahead_bytes(identity_.device);
+    const uint64_t end = offset + std::min(length, identity_.size - offset);
+    for (uint64_t at = offset; at < end; at += step)
+      ::posix_fadvise(fd->get(), static_cast<off_t>(at), static_cast<off_t>(std::min(step, end - at)),
+                      POSIX_FADV_WILLNEED);
   } catch (const SourceError&) {
     // the read that follows reports it
   }
