@@ -6,6 +6,7 @@
 #include <map>
 
 #include "ckptfs/error.hpp"
+#include "formats/parallel_reads.hpp"
 
 namespace ckptfs::deepspeed {
 
@@ -73,8 +74,9 @@ std::vector<OptimStates> read_optim_ranks(io::FileSet& files, const TagFiles& tf
     throw FormatError(fmt::format("{}: missing: the tag has no optimizer files for mp rank {}",
                                   (dir / name_of(0)).string(), mp));
   require_contiguous(it->second, dir, name_of);
-  std::vector<OptimStates> out;
-  for (const auto& [dp, path] : it->second) out.push_back(read_optim_states(files, path));
+  std::vector<fs::path> paths;
+  for (const auto& [dp, path] : it->second) paths.push_back(path);
+  std::vector<OptimStates> out = formats::read_all(paths, [&](const fs::path& p) { return read_optim_states(files, p); });
   check_world_size(out, dir, name_of);
   return out;
 }
@@ -83,9 +85,9 @@ std::vector<ModelStates> read_zero3_model_ranks(io::FileSet& files, const TagFil
   const auto& ranks = tf.zero3_model_states.at(mp);
   const fs::path dir = ranks.begin()->second.parent_path();
   require_contiguous(ranks, dir, [&](int dp) { return zero3_model_name(dp, mp); });
-  std::vector<ModelStates> out;
-  for (const auto& [dp, path] : ranks) out.push_back(read_model_states(files, path));
-  return out;
+  std::vector<fs::path> paths;
+  for (const auto& [dp, path] : ranks) paths.push_back(path);
+  return formats::read_all(paths, [&](const fs::path& p) { return read_model_states(files, p); });
 }
 
 std::string layer_prefix(int layer, const std::vector<NamedTensor>& entries,
