@@ -33,6 +33,7 @@ since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; 
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 mapfile -t shards < <(find "$src" -name '*.pt' | sort)
 shard_bytes=$(du -cb "${shards[@]}" | tail -1 | cut -f1)
+record shard_bytes "$shard_bytes"
 echo "checkpoint: $src, ${#shards[@]} shard files, $shard_bytes bytes; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 view_pass() {  # $1: prefetch MB, $2: view; prints "seconds bytes"
@@ -53,11 +54,14 @@ for rep in $(seq 1 "$reps"); do
   drop
   t=$(timed_cat "${shards[@]}")
   disk=$(rate "$shard_bytes" "$t")
+  record "rep$rep.cat_shards_s" "$t" "${#shards[@]} files, caches dropped"
   printf '%-4s %-26s %10s %12s %8s %10s\n' "$rep" "cat of the shards" "$t" "$shard_bytes" "$disk" 1.00
   for pf in 0 32 128; do
     for view in fp32/model.safetensors model.safetensors; do
       read -r s bytes < <(view_pass "$pf" "$view")
+      record "$view.bytes" "$bytes"
       r=$(rate "$bytes" "$s")
+      record "rep$rep.prefetch$pf.$view.s" "$s" "caches dropped, fresh mount"
       printf '%-4s %-26s %10s %12s %8s %10s\n' "$rep" "prefetch=$pf $view" "$s" "$bytes" "$r" "$(ratio "$r" "$disk")"
     done
   done

@@ -122,6 +122,8 @@ echo
 
 t=$(best_cat "${distcp[@]}")
 cat_rate=$(rate "$distcp_bytes" "$t")
+record distcp_bytes "$distcp_bytes"
+record cat_distcp_s "$t" "page cache, best of 3"
 echo "baseline cat .distcp > /dev/null (page cache, best of 3):          $cat_rate GB/s"
 
 # ---- passthrough_ll, built from the example libfuse ships (the same build as bench/mount_bench.sh) -------
@@ -135,6 +137,7 @@ for ra in 1024 0; do  # fresh mount each: its page cache cold, the source warm
   if [ "$ra" -ne 0 ]; then ra_now=$(set_readahead "$pt_mnt" "$ra"); else ra_now=$(readahead_of "$pt_mnt"); fi
   t=$(timed_cat "${distcp_names[@]/#/$pt_mnt/}")
   pt[$ra]=$(rate "$distcp_bytes" "$t")
+  record "passthrough_ll.ra$ra.first_s" "$t" "read_ahead_kb=$ra_now (0: the default)"
   unmount "$pt_mnt"
   echo "baseline passthrough_ll first read, read_ahead_kb=$ra_now, 1 reader:  ${pt[$ra]} GB/s"
 done
@@ -150,6 +153,10 @@ conv_proc_s=$(since "$t0")
 conv_s=$(echo "$conv" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["convert_s"])')
 conv_rss=$(echo "$conv" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["maxrss_kb"])')
 out_bytes=$(size_of "$out_pt")
+record dcp_to_torch_save_s "$conv_s" "the call; out.pt $out_bytes bytes"
+record dcp_to_torch_save_process_s "$conv_proc_s" "python + torch import included"
+record dcp_to_torch_save_rss_kib "$conv_rss"
+record out_pt_bytes "$out_bytes"
 echo "dcp_to_torch_save (chroot): ${conv_s} s (${conv_proc_s} s with python + torch import)," \
   "peak RSS $(mib "$conv_rss"), out.pt $out_bytes bytes ($(rate "$out_bytes" "$conv_s") GB/s written)"
 
@@ -176,6 +183,7 @@ export_to() {  # $1: output dir, $2: label
   rss=$(cat "$work/dcp-export.rss")
   bytes=$(find "$out" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }')
   rm -rf "$out"
+  record "export.$([[ $out == /dev/shm/* ]] && echo shm || echo disk).s" "$s" "$bytes bytes written; peak RSS $rss KiB"
   echo "ckptfs export (every view) $2: ${s} s, $bytes bytes written ($(rate "$bytes" "$s") GB/s)," \
     "peak RSS $(mib "$rss")"
   echo "  ratio time / dcp_to_torch_save: $(ratio "$s" "$conv_s") (call), $(ratio "$s" "$conv_proc_s") (process)" \
@@ -201,6 +209,7 @@ copy_s=$(since "$t0")
 ck_unmount "$ck_mnt"
 copy_hwm=$ck_hwm
 copy_bytes=$(size_of "$copy_pt")
+record mount_cp_full_state_s "$copy_s" "$copy_bytes bytes; daemon peak RSS $copy_hwm KiB"
 rm -f "$copy_pt"
 echo "ckptfs mount + cp full_state.pt to a file: ${copy_s} s ($copy_bytes bytes), daemon peak RSS $(mib "$copy_hwm")"
 echo "  ratio time / dcp_to_torch_save: $(ratio "$copy_s" "$conv_s") (call), $(ratio "$copy_s" "$conv_proc_s")" \
@@ -219,6 +228,8 @@ for view in model.safetensors full_state.pt fp32/model.safetensors; do
   hwm=$ck_hwm
   if [ "$hwm" -gt "$hwm_max" ]; then hwm_max=$hwm; fi
   r=$(rate "$bytes" "$t")
+  record "ckptfs.$view.bytes" "$bytes"
+  record "ckptfs.$view.first_s" "$t" "fresh mount, read_ahead_kb=$ra; daemon VmHWM $hwm KiB"
   printf 'ckptfs first read %-23s %11s bytes, read_ahead_kb=%s: %5s GB/s; / passthrough_ll %s (1024), %s (128);' \
     "$view" "$bytes" "$ra" "$r" "$(ratio "$r" "${pt[1024]}")" "$(ratio "$r" "${pt[0]}")"
   echo " / cat $(ratio "$r" "$cat_rate"); daemon VmHWM $(mib "$hwm")"

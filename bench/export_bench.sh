@@ -12,6 +12,7 @@
 # "same output bytes" baseline is the fair one; /dev/shm shows the engine without the disk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib_bench.sh  # record
 work=${1:-build/bench}
 bin=${CKPTFS_BIN:-build/ckptfs}
 mkdir -p "$work"
@@ -57,11 +58,19 @@ cat_null_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
 echo "source: $src (64 optimizer shards, $shard_bytes bytes)"
 echo "inspect: ${inspect_s} s"
 echo "cat shards > /dev/null: $(rate "$shard_bytes" "$cat_null_s") GB/s"
+record inspect_s "$inspect_s"
+record cat_null_s "$cat_null_s" "$shard_bytes bytes"
 targets=("$work/out")
 [ -d /dev/shm ] && targets+=("/dev/shm/ckptfs-bench.$$")
 for out in "${targets[@]}"; do
   measure "$out"
   e=$(rate "$export_bytes" "$export_s"); f=$(rate "$shard_bytes" "$cat_file_s")
+  where=disk; [[ $out != /dev/shm/* ]] || where=shm
+  record "$where.export_s" "$export_s" "$export_bytes bytes written, peak RSS $rss_kb KiB"
+  record "$where.export_bytes" "$export_bytes"
+  record "$where.export_rss_kib" "$rss_kb"
+  record "$where.cat_export_output_to_file_s" "$rewrite_s"
+  record "$where.cat_shards_to_file_s" "$cat_file_s"
   w=$(rate "$export_bytes" "$rewrite_s")
   echo "into $out:"
   echo "  export: $export_bytes bytes written in ${export_s} s = $e GB/s, peak RSS $((rss_kb / 1024)) MiB"

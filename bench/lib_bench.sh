@@ -29,6 +29,16 @@ set_readahead() {  # $1: mount point, $2: KiB; prints the value in effect
   readahead_of "$1"
 }
 
+# Machine-readable results (bench/run_all.sh collects them for docs/performance.md): with CKPTFS_BENCH_RECORD
+# set, appends "BENCH<TAB>KEY<TAB>VALUE<TAB>NOTE" to that file, BENCH being CKPTFS_BENCH_NAME or else the
+# script's name without .sh; does nothing otherwise. VALUE is a raw number (seconds, bytes, GB/s): the report
+# computes the ratios.
+record() {  # KEY VALUE [NOTE]
+  [ -n "${CKPTFS_BENCH_RECORD:-}" ] || return 0
+  printf '%s\t%s\t%s\t%s\n' "${CKPTFS_BENCH_NAME:-$(basename "$0" .sh)}" "$1" "$2" "${3:-}" \
+    >>"$CKPTFS_BENCH_RECORD"
+}
+
 rate() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 size_of() { stat -c %s "$1"; }

@@ -166,6 +166,11 @@ for row in "${rows[@]}"; do
   measure mount "$loader" "$view" "$threads"
   [ "$got" = "$e_got" ] || { echo "$loader $view: mount read $got (tensors bytes), export $e_got" >&2; exit 1; }
   bytes=${got#* }
+  record "$loader.$view.threads$threads.bytes" "$bytes"
+  record "$loader.$view.threads$threads.mount_cold_s" "$cold_s"
+  record "$loader.$view.threads$threads.export_cold_s" "$e_cold"
+  record "$loader.$view.threads$threads.mount_warm_s" "$warm_s" "best of 2"
+  record "$loader.$view.threads$threads.export_warm_s" "$e_warm" "best of 2"
   # shellcheck disable=SC2059,SC2086  # the format is the variable; $got is two fields
   printf "$fmt" "$loader" "$view" "$threads" $got "$(rate "$bytes" "$cold_s")" "$(rate "$bytes" "$e_cold")" \
     "$(ratio "$e_cold" "$cold_s")" "$(rate "$bytes" "$warm_s")" "$(rate "$bytes" "$e_warm")" \

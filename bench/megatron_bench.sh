@@ -165,6 +165,8 @@ echo
 
 t=$(cd "$ckpt" && best_cat "${shards[@]}")
 cat_rate=$(rate "$shard_bytes" "$t")
+record shard_bytes "$shard_bytes" "$case_name"
+record cat_shards_s "$t" "page cache, best of 3"
 echo "baseline cat of the rank files > /dev/null (page cache, best of 3):  $cat_rate GB/s" \
   "($(gb "$(resident)") in the page cache after)"
 
@@ -185,6 +187,7 @@ for ra in 1024 0; do  # a fresh mount per file: its page cache cold, the source 
     unmount "$pt_mnt"
   done
   pt[$ra]=$(rate "$shard_bytes" "$total")
+  record "passthrough_ll.ra$ra.first_s" "$total" "read_ahead_kb=$ra_now (0: the default), a fresh mount per file"
   echo "baseline passthrough_ll first read, read_ahead_kb=$ra_now, 1 reader:   ${pt[$ra]} GB/s" \
     "($(gb "$res") in the page cache before)"
 done
@@ -195,6 +198,7 @@ ck_mount "$ck_mnt"
 rss=$(awk '/^VmRSS/ { print $2 }' "/proc/$ck_pid/status")
 index_bytes=$(rchar_of "$ck_pid")
 files=$(find "$ck_mnt" | wc -l)
+record mount_s "$ck_mount_s" "until live; daemon RSS after mounting $rss KiB"
 ck_unmount "$ck_mnt"
 echo "ckptfs mount (index ${#shards[@]} pickles, build the tree; until live): ${ck_mount_s} s;" \
   "daemon RSS after mounting $(mib "$rss") (VmHWM $(mib "$ck_hwm")); $((index_bytes / 1024)) KiB read to index;" \
@@ -214,6 +218,8 @@ for view in model.safetensors fp32/model.safetensors hf/model.safetensors; do
   hwm=$ck_hwm
   if [ "$hwm" -gt "$hwm_max" ]; then hwm_max=$hwm; fi
   r=$(rate "$bytes" "$t")
+  record "ckptfs.$view.bytes" "$bytes"
+  record "ckptfs.$view.first_s" "$t" "fresh mount; $read_bytes bytes read from the rank files; daemon VmHWM $hwm KiB"
   printf 'ckptfs first read %-22s %10s bytes, read_ahead_kb=%s, mount %s s: %5s GB/s; / passthrough_ll %s (1024), %s (128); / cat %s\n' \
     "$view" "$bytes" "$ra" "$ck_mount_s" "$r" "$(ratio "$r" "${pt[1024]}")" "$(ratio "$r" "${pt[0]}")" \
     "$(ratio "$r" "$cat_rate")"
@@ -234,6 +240,7 @@ rss=$(cat "$work/megatron-export.rss")
 bytes=$(find "$export_dir" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }')
 views=$(cd "$export_dir" && find . -type f -printf '%P\n' | sort | tr '\n' ' ')
 rm -rf "$export_dir"
+record export_s "$s" "$bytes bytes written; peak RSS $rss KiB"
 echo "ckptfs export (every view) to disk: ${s} s, $bytes bytes written ($(rate "$bytes" "$s") GB/s), peak RSS $(mib "$rss")"
 echo "  views: $views"
 echo

@@ -104,6 +104,8 @@ echo
 
 t=$(best_cat "${shards[@]}")
 cat_rate=$(rate "$shard_bytes" "$t")
+record shard_bytes "$shard_bytes" "the 64 optimizer shards"
+record cat_shards_s "$t" "cat of the optimizer shards, page cache, best of 3"
 echo "baseline cat shards > /dev/null (page cache, best of 3): $cat_rate GB/s"
 
 # passthrough_ll: fresh mount per pass, so its own page cache is cold and only the source is warm.
@@ -145,10 +147,12 @@ for ra in 0 1024; do
   for readers in 1 4; do
     pt_pass "$ra" "$readers"
     pt[$ra,$readers]=$pt_rate
+    record "passthrough_ll.ra$ra.readers$readers.first_gbs" "$pt_rate" "read_ahead_kb=$pt_ra (0: the default)"
     echo "baseline passthrough_ll, read_ahead_kb=$pt_ra, $readers reader(s), first read: $pt_rate GB/s"
   done
 done
 echo "baseline passthrough_ll re-read (its page cache, best of 3): $pt_reread GB/s"
+record passthrough_ll.reread_gbs "$pt_reread"
 echo
 
 # ---- ckptfs -------------------------------------------------------------------------------------------
@@ -164,12 +168,16 @@ for view in fp32/model.safetensors model.safetensors; do
   ra=$(cat "/sys/class/bdi/$(bdi_of "$ck_mnt")/read_ahead_kb")
   t=$(timed_cat "$file")
   one=$(rate "$bytes" "$t")
+  record "ckptfs.$view.bytes" "$bytes"
+  record "ckptfs.$view.first1_s" "$t" "read_ahead_kb=$ra"
   t=$(best_cat "$file")
   again=$(rate "$bytes" "$t")
+  record "ckptfs.$view.reread_s" "$t"
   unmount "$ck_mnt"
   ck_mount
   t=$(quarters "$file")
   four=$(rate "$bytes" "$t")
+  record "ckptfs.$view.first4_s" "$t"
   unmount "$ck_mnt"
   echo "ckptfs $view ($bytes bytes, read_ahead_kb=$ra):"
   echo "  first read, 1 reader (cat):                    $one GB/s"
@@ -189,6 +197,7 @@ bytes=$(size_of "$file")
 ra=$(cat "/sys/class/bdi/$(bdi_of "$ck_mnt")/read_ahead_kb")
 t=$(timed_cat "$file")
 small_ra=$(rate "$bytes" "$t")
+record "ckptfs.fp32/model.safetensors.ra0.first1_s" "$t" "read_ahead_kb=$ra"
 unmount "$ck_mnt"
 echo "ckptfs fp32/model.safetensors, -o read_ahead_kb=0 (read_ahead_kb=$ra), first read, 1 reader:" \
   "$small_ra GB/s; ratio / passthrough_ll at the same readahead: $(ratio "$small_ra" "${pt[0,1]}")"
@@ -210,6 +219,7 @@ rss_case() {  # $1: label, $2: checkpoint dir
   done
   hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$pid/status")
   threads=$(awk '/^Threads/ { print $2 }' "/proc/$pid/status")
+  record "rss.${label%% *}.hwm_kib" "$hwm" "after streaming $streamed bytes"
   unmount "$ck_mnt"
   wait "$pid" || true
   pids=()

@@ -177,6 +177,7 @@ measure() {
   hwm=$(kib_of "$daemon" VmHWM)
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$variant" "$rep" "$mount_s" "$ls_s" "$du_s" \
     "$rss" "$hwm" "$cpu_ls" "${after##* }" >>"$out/runs.tsv"
+  record "$name.$variant.rep$rep.mount_s" "$mount_s"
   printf '  %-24s %-14s #%s  mount %7.3f s  ls -lR %8s s  du -s %7s s  RSS %7d KiB  peak %7d KiB  index %9s B\n' \
     "$name" "$variant" "$rep" "$mount_s" "${ls_s:--}" "${du_s:--}" "$rss" "$hwm" "${after##* }"
 }

@@ -15,6 +15,7 @@
 #                                             the binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib_bench.sh  # record
 work=$(realpath -m "${1:-build/bench}")
 bin=$(realpath "${CKPTFS_BIN:-build/ckptfs}")
 mkdir -p "$work"
@@ -51,6 +52,16 @@ plain_s=$(elapsed "$t0" "$t1")
 rm -rf "$work/copy2"
 daemon_kib=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
 
+record files "$files"
+record copied_bytes "$copied"
+record shard_bytes "$shard_bytes"
+record cat_shards_s "$cat_s"
+record mount_s "$mount_s"
+record ls_lR_s "$ls_s"
+record du_s "$du_s"
+record cp_universal_s "$cp_s" "cp -r MNT/universal/<tag>_universal"
+record cp_plain_s "$plain_s" "cp -r of the same tree from a plain directory"
+record daemon_hwm_kib "$daemon_kib"
 printf 'universal/ of %s: %s files, %s bytes copied\n' "many_params_z2_dp2" "$files" "$copied"
 printf '%-44s %8.3f s   (%s bytes, %.2f GB/s)\n' "cat of the optimizer shards (warm)" "$cat_s" "$shard_bytes" \
   "$(echo "$shard_bytes / $cat_s / 1000000000" | bc -l)"
