@@ -125,7 +125,7 @@ void op_init(void*, fuse_conn_info* conn) {
   conn->max_background = 64;  // kernel default 12 throttles parallel readahead
   conn->congestion_threshold = 48;
   // Replies spliced from the source files (reply_with_runs); libfuse copies where the kernel cannot.
-  conn->want |= conn->capable & (FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+  conn->want |= conn->capable & FUSE_CAP_SPLICE_WRITE;
   // The largest request (max_pages follows max_write) whose reply fits a pipe of pipe-max-size (1 MiB
   // by default; only CAP_SYS_RESOURCE may grow one beyond): libfuse needs the reply plus a page per
   // buffer in one pipe to splice it, and copies it otherwise.

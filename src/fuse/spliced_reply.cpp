@@ -47,7 +47,8 @@ void reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer, const st
     at = run.dst + run.length;
   }
   add_memory(buffer.data() + buffer.size());
-  fuse_reply_data(req, bufv.get(), FUSE_BUF_SPLICE_MOVE);
+  // Never SPLICE_MOVE: the kernel would take pages out of the shards' own page cache.
+  fuse_reply_data(req, bufv.get(), static_cast<fuse_buf_copy_flags>(0));
 }
 
 }  // namespace ckptfs::fuse
