@@ -47,7 +47,7 @@ drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 # ---- the rank sweep (its own process: bash bench/run_all.sh --rank-sweep WORKDIR) -----------------------
 rank_sweep() {
-  local dp ckpt case_dir gen_root mnt t t0 s keep=${RANK_SWEEP_KEEP:-0}
+  local dp ckpt case_dir gen_root mnt t t0 s view_bytes view_gbs keep=${RANK_SWEEP_KEEP:-0}
   local -a optim all
   work=$(realpath -m "${1:-build/bench}")
   bench_setup  # $bin, $read_timeout, $t_start
@@ -59,6 +59,15 @@ rank_sweep() {
   pids=()
   trap 'stop_and_unmount' EXIT
   trap 'exit 130' INT TERM
+  warm_first_read() {  # $1: record name, $2: view; first read on the live mount, then unmounts; sets
+    # view_bytes, view_gbs
+    view_bytes=$(size_of "$mnt/$2")
+    record "dp$dp.$1.bytes" "$view_bytes"
+    t=$(timed_cat "$mnt/$2")
+    record "dp$dp.$1.warm_s" "$t" "first read, sources warm"
+    view_gbs=$(rate "$view_bytes" "$t")
+    unmount "$mnt"
+  }
   mount_view() {  # fresh mount of $ckpt (index_cache=off: it parses); sets mount_s
     fresh_dir "$mnt"
     t0=$EPOCHREALTIME
@@ -116,19 +125,11 @@ EOF
     mount_view
     warm_mount_s=$mount_s
     record "dp$dp.mount_s" "$mount_s" "-o index_cache=off, sources warm"
-    fp32_bytes=$(size_of "$mnt/fp32/model.safetensors")
-    record "dp$dp.fp32.bytes" "$fp32_bytes"
-    t=$(timed_cat "$mnt/fp32/model.safetensors")
-    record "dp$dp.fp32.warm_s" "$t" "first read, sources warm"
-    fp32_warm=$(rate "$fp32_bytes" "$t")
-    unmount "$mnt"
+    warm_first_read fp32 fp32/model.safetensors
+    fp32_bytes=$view_bytes fp32_warm=$view_gbs
     mount_view
-    model_bytes=$(size_of "$mnt/model.safetensors")
-    record "dp$dp.model.bytes" "$model_bytes"
-    t=$(timed_cat "$mnt/model.safetensors")
-    record "dp$dp.model.warm_s" "$t" "first read, sources warm"
-    model_warm=$(rate "$model_bytes" "$t")
-    unmount "$mnt"
+    warm_first_read model model.safetensors
+    model_warm=$view_gbs
     # cold: the disk's rate for these files, then the fp32 view's first read
     drop
     t=$(timed_cat "${all[@]}")
