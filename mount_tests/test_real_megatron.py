@@ -9,7 +9,7 @@ the same iteration) and what Megatron and Hugging Face make of them:
   Megatron makes the model weights from the masters after each optimizer step (checked on the raw files:
   all 321,440 elements of the legacy checkpoint's 4 ranks agree);
 - hf/: legacy_tp2_pp2/expected/hf_llama (a Hugging Face LlamaForCausalLM export of the same weights) tensor
-  for tensor, and its config's architecture fields; both checkpoints have the same weights, so the same
+  for tensor, then byte for byte (model.safetensors), and its config's architecture fields; both checkpoints have the same weights, so the same
   reference serves both.
 
 Each checkpoint is given to ckptfs as the save dir (`checkpoint/`, the mount root shows the tracker's
@@ -17,6 +17,7 @@ iteration, tags/iter_0000003/ the same) and as the iteration dir alone, through 
 `--tag iter_0000003`) and through a FUSE mount; `ckptfs inspect --json` says megatron, TP 2, PP 2.
 mount_tests/modern/test_megatron_hf.py loads the mounted hf/ with transformers in a Debian unstable chroot.
 """
+import filecmp
 import json
 import os
 import subprocess
@@ -123,6 +124,9 @@ def check_hf(d, what):
     ours = H.read_safetensors(os.path.join(d, "hf", "model.safetensors"))
     ref = H.read_safetensors(os.path.join(HF_REF, "model.safetensors"))
     H.assert_state_equal(ours, ref, ordered=False, what=f"{what} hf/model.safetensors vs expected/hf_llama")
+    # The same tensors in safetensors' own writer order and header: the very file save_pretrained wrote.
+    assert filecmp.cmp(os.path.join(d, "hf", "model.safetensors"), os.path.join(HF_REF, "model.safetensors"),
+                       shallow=False), f"{what} hf/model.safetensors is not byte-identical to expected/hf_llama's"
     check_hf_config(load_json(os.path.join(d, "hf", "config.json")), load_json(os.path.join(HF_REF, "config.json")),
                     what)
     # no tokenizer or generation config in these save dirs: nothing to pass through

@@ -68,6 +68,21 @@ def check_safe_open(path, exp, same=same_tensor, columns=False):
     return n
 
 
+def written_by_save_file(path, exp, scratch):
+    """The file at `path` is byte for byte what the reference writer (safetensors.torch.save_file, as
+    zero_to_fp32 --safe_serialization and save_pretrained call it) makes of the expected tensors."""
+    ref = os.path.join(scratch, "save_file.safetensors")
+    safetensors.torch.save_file({k: t.clone().contiguous() for k, t in exp.items()}, ref,
+                                metadata={"format": "pt"})
+    with open(path, "rb") as a, open(ref, "rb") as b:
+        ours, theirs = a.read(), b.read()
+    os.remove(ref)
+    if ours != theirs:
+        at = next((i for i, (x, y) in enumerate(zip(ours, theirs)) if x != y), min(len(ours), len(theirs)))
+        raise AssertionError(f"{len(ours)} bytes against save_file's {len(theirs)}; first difference at byte {at}")
+    return 1
+
+
 def print_versions():
     print(f"clients: torch {torch.__version__}, safetensors {safetensors.__version__}")
 
@@ -100,6 +115,8 @@ def main(argv):
     fp32_st = os.path.join(mnt, "fp32", "model.safetensors")
     fp32_bin = os.path.join(mnt, "fp32", "pytorch_model.bin")
     checks = [
+        ("model.safetensors is save_file's file", lambda: written_by_save_file(model_st, exp_model, exp_dir)),
+        ("fp32/model.safetensors is save_file's file", lambda: written_by_save_file(fp32_st, exp_fp32, exp_dir)),
         ("safe_open model.safetensors", lambda: check_safe_open(model_st, exp_model)),
         ("safe_open fp32/model.safetensors", lambda: check_safe_open(fp32_st, exp_fp32)),
         ("safetensors.torch.load_file model.safetensors",

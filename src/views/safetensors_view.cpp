@@ -24,12 +24,15 @@ void put_u64_le(std::string& out, uint64_t v) {
 
 VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog) {
   const auto& tensors = catalog->tensors;
-  // Widest dtype first keeps every tensor naturally aligned (the data section starts at a multiple of 8);
-  // within a width, catalog order keeps a front-to-back read sweeping the shards front to back.
+  // The order safetensors' own writer (save_file, so zero_to_fp32 --safe_serialization and
+  // save_pretrained) uses: its dtype enum descending (widest first, so every tensor is naturally aligned),
+  // then names bytewise. The view is then byte for byte what that writer makes of the same tensors, and
+  // loaders, which take keys() in name order, read it front to back.
   std::vector<size_t> order(tensors.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return dtype_size(tensors[a].dtype) > dtype_size(tensors[b].dtype);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const int rank_a = dtype_safetensors_rank(tensors[a].dtype), rank_b = dtype_safetensors_rank(tensors[b].dtype);
+    return rank_a != rank_b ? rank_a > rank_b : tensors[a].name < tensors[b].name;
   });
 
   // The header is written as text in one pass (a JSON object built key by key is quadratic in the

@@ -36,12 +36,12 @@ TEST(Safetensors, LayoutIsWhatTheReferenceReaderAccepts) {
   const auto json = nlohmann::ordered_json::parse(header);
   ASSERT_EQ(json["__metadata__"].dump(), R"({"format":"pt"})");
 
-  // Widest dtype first, otherwise catalog order (not by name).
+  // safetensors' writer order: its dtype enum descending (I64, F32, BF16, U8, BOOL here), then by name.
   std::vector<std::string> names;
   for (const auto& [name, value] : json.items())
     if (name != "__metadata__") names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"step", "layer.0.bias", "empty", "z.scale", "embed.weight",
-                                             "a.weight", "mask", "q\"uote\\"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"step", "empty", "layer.0.bias", "z.scale", "a.weight",
+                                             "embed.weight", "q\"uote\\", "mask"}));
   uint64_t end = 0;
   for (const auto& name : names) {
     const auto& entry = json[name];
