@@ -6,9 +6,6 @@
 #include <sys/statvfs.h>
 #include <syslog.h>
 
-#include <atomic>
-#include <optional>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -18,36 +15,12 @@
 #include <string_view>
 #include <vector>
 
+#include "fuse/read_ahead.hpp"
 #include "fuse/spliced_reply.hpp"
 
 namespace ckptfs::fuse {
 
 namespace {
-
-// Per open file: how far its source ranges have been prefetched. A read that continues where the
-// prefetched range is (a sequential reader, the kernel's own readahead, a loader faulting a tensor in
-// page by page) moves the window on; a read elsewhere (random access) only restarts it there, so a
-// random reader never makes the kernel read what nobody asked for. Concurrent reads of one handle may
-// race on the window: the worst case is a range advised twice or not at all.
-class ReadAhead {
- public:
-  // The range to prefetch before serving [offset, offset + length), if any.
-  std::optional<std::pair<uint64_t, uint64_t>> next(uint64_t offset, uint64_t length, uint64_t window, uint64_t size) {
-    const uint64_t end = offset + length;
-    const uint64_t done = prefetched_to_.load(std::memory_order_relaxed);
-    if (offset > done || end + window <= done) {  // not sequential, or far enough ahead already
-      if (offset > done) prefetched_to_.store(end, std::memory_order_relaxed);
-      return std::nullopt;
-    }
-    const uint64_t from = std::max(done, end), to = std::min(size, end + window);
-    prefetched_to_.store(to, std::memory_order_relaxed);
-    if (from >= to) return std::nullopt;
-    return std::pair{from, to - from};
-  }
-
- private:
-  std::atomic<uint64_t> prefetched_to_{0};
-};
 
 // The tree never changes while mounted, so the kernel may cache names, attributes and misses for long.
 constexpr double kTimeout = 86400.0;

@@ -1,0 +1,40 @@
+#include "fuse/read_ahead.hpp"
+
+#include <algorithm>
+
+namespace ckptfs::fuse {
+
+namespace {
+
+// How far from a stream's end a read may start and still continue it: the kernel has several requests of
+// one reader in flight at once, and they arrive out of order.
+uint64_t slack(uint64_t window) {
+  return std::max<uint64_t>(window / 4, 2u << 20);
+}
+
+}  // namespace
+
+std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, uint64_t length, uint64_t window,
+                                                             uint64_t size) {
+  const uint64_t end = offset + length;
+  const std::lock_guard lock(mutex_);
+  ++clock_;
+  auto continued = std::find_if(streams_.begin(), streams_.end(), [&](const Stream& s) {
+    return offset + slack(window) >= s.read_to && offset <= s.read_to + slack(window);
+  });
+  if (continued == streams_.end()) {
+    auto oldest = std::min_element(streams_.begin(), streams_.end(),
+                                   [](const Stream& a, const Stream& b) { return a.last_used < b.last_used; });
+    *oldest = Stream{end, end, clock_};
+    return std::nullopt;
+  }
+  Stream& s = *continued;
+  s.last_used = clock_;
+  s.read_to = std::max(s.read_to, end);
+  const uint64_t from = std::max(s.prefetched_to, end), to = std::min(size, end + window);
+  if (from >= to) return std::nullopt;
+  s.prefetched_to = to;
+  return std::pair{from, to - from};
+}
+
+}  // namespace ckptfs::fuse

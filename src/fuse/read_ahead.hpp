@@ -1,0 +1,38 @@
+// Per open file: which of its readers read sequentially, and how far ahead of each the source ranges it
+// will need have been prefetched.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+namespace ckptfs::fuse {
+
+// A read that continues one of the recent streams of reads (a sequential reader, the kernel's readahead,
+// one of several threads copying tensors out of one mmap) moves that stream's window on; any other read
+// starts a stream in place of the least recently used one and prefetches nothing, so a random reader
+// never makes the kernel read what nobody asked for. One stream per reader would not do: a loader may fault
+// in a page of every tensor first (scattered) and then copy the tensors front to back, and several threads
+// may fault one mapping at once.
+class ReadAhead {
+ public:
+  // The range to prefetch before serving [offset, offset + length) of a file of `size` bytes, at most
+  // `window` bytes past the read, if any.
+  std::optional<std::pair<uint64_t, uint64_t>> next(uint64_t offset, uint64_t length, uint64_t window,
+                                                    uint64_t size);
+
+ private:
+  struct Stream {
+    uint64_t read_to = 0;        // the end of its furthest read
+    uint64_t prefetched_to = 0;  // how far its window has been advised
+    uint64_t last_used = 0;
+  };
+  static constexpr size_t kStreams = 8;
+  std::mutex mutex_;
+  std::array<Stream, kStreams> streams_{};  // one begins at offset 0: a reader from the start prefetches at once
+  uint64_t clock_ = 0;
+};
+
+}  // namespace ckptfs::fuse

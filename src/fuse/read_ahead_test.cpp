@@ -1,0 +1,62 @@
+// The prefetch window of an open file: which reads move it on, which leave it alone.
+#include "fuse/read_ahead.hpp"
+
+#include <gtest/gtest.h>
+
+namespace ckptfs::fuse {
+namespace {
+
+constexpr uint64_t MiB = 1 << 20;
+constexpr uint64_t kWindow = 32 * MiB, kSize = 1024 * MiB;
+using Range = std::optional<std::pair<uint64_t, uint64_t>>;
+
+Range read(ReadAhead& ra, uint64_t offset, uint64_t length = MiB / 2) {
+  return ra.next(offset, length, kWindow, kSize);
+}
+
+TEST(ReadAhead, SequentialReaderKeepsTheWindowFullAhead) {
+  ReadAhead ra;
+  EXPECT_EQ(read(ra, 0), Range({MiB / 2, kWindow}));  // from the start: at once
+  EXPECT_EQ(read(ra, MiB / 2), Range({kWindow + MiB / 2, MiB / 2}));  // then by what was read
+  EXPECT_EQ(read(ra, MiB), Range({kWindow + MiB, MiB / 2}));
+  // A request of the same reader that arrives late (the kernel sends several at once) adds nothing.
+  EXPECT_EQ(read(ra, MiB / 4, MiB / 4), std::nullopt);
+}
+
+TEST(ReadAhead, RandomReadsPrefetchNothing) {
+  ReadAhead ra;
+  for (uint64_t offset : {700 * MiB, 100 * MiB, 400 * MiB, 900 * MiB, 250 * MiB, 50 * MiB, 600 * MiB, 800 * MiB,
+                          300 * MiB, 500 * MiB, 150 * MiB})
+    EXPECT_EQ(read(ra, offset, 4096), std::nullopt) << offset;
+}
+
+TEST(ReadAhead, AReaderThatJumpsBackStartsANewStream) {
+  // safetensors' load_file: a page of every tensor first, scattered, then the tensors front to back.
+  ReadAhead ra;
+  for (uint64_t tensor = 0; tensor < 16; ++tensor) read(ra, 50 * MiB * tensor + 8 * MiB, 4096);
+  EXPECT_EQ(read(ra, 4 * MiB), std::nullopt);  // far from every stream: a new one
+  EXPECT_EQ(read(ra, 4 * MiB + MiB / 2), Range({5 * MiB, kWindow}));
+  EXPECT_EQ(read(ra, 5 * MiB), Range({kWindow + 5 * MiB, MiB / 2}));
+}
+
+TEST(ReadAhead, InterleavedReadersEachKeepTheirWindow) {
+  // Two threads copying tensors out of one mapping, far apart.
+  ReadAhead ra;
+  const uint64_t a = 100 * MiB, b = 600 * MiB;
+  read(ra, a);
+  read(ra, b);
+  EXPECT_EQ(read(ra, a + MiB / 2), Range({a + MiB, kWindow}));
+  EXPECT_EQ(read(ra, b + MiB / 2), Range({b + MiB, kWindow}));
+  EXPECT_EQ(read(ra, a + MiB), Range({a + MiB + kWindow, MiB / 2}));
+  EXPECT_EQ(read(ra, b + MiB), Range({b + MiB + kWindow, MiB / 2}));
+}
+
+TEST(ReadAhead, TheWindowStopsAtTheEndOfTheFile) {
+  ReadAhead ra;
+  read(ra, kSize - 8 * MiB);
+  EXPECT_EQ(read(ra, kSize - 8 * MiB + MiB / 2), Range({kSize - 7 * MiB, 7 * MiB}));
+  EXPECT_EQ(read(ra, kSize - 7 * MiB), std::nullopt);
+}
+
+}  // namespace
+}  // namespace ckptfs::fuse
