@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -24,6 +26,8 @@ constexpr const char* kUsage = R"(usage:
 Run `ckptfs mount --help` for the mount options. Exit codes: docs/exit-codes.md.
 )";
 
+constexpr uint64_t kMostOpenSources = 65536;
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -41,8 +45,11 @@ int main(int argc, char** argv) {
     fmt::print("ckptfs {}\n", CKPTFS_VERSION);
     return 0;
   }
-  // Thousands of rank files stay within the fd cache's bound; the headroom is for FUSE and readers.
-  io::raise_open_file_limit();
+  // Thousands of rank files stay within the fd cache's bound. Where the limit allows, every rank file of a
+  // large save dir stays open (a reopen costs an open and a stat on the read path, and a merged tensor reads
+  // every rank); the other half of the limit is for FUSE, splice pipes and readers.
+  if (const uint64_t limit = io::raise_open_file_limit(); limit >= 2)
+    io::set_max_open_files(std::min<uint64_t>(limit / 2, kMostOpenSources));
   const std::vector<std::string> rest(argv + 2, argv + argc);
   if (command == "inspect") return cli::run_inspect(rest);
   if (command == "export") return cli::run_export(rest);

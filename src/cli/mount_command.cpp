@@ -37,7 +37,8 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
   --tag T         serve only tag T (at the root and under tags/T/)
   -o opt,...      mount options, comma-separated:
      threads=N        at most N server threads (default 16)
-     max_open=N       at most N source files held open at once (default 256); others are reopened
+     max_open=N       at most N source files held open at once (default half the open-file limit,
+                      which ckptfs raises to the hard limit, at most 65536); others are reopened
                       on demand and checked to be the file that was indexed
      tag=T            the same as --tag T
      read_ahead_kb=N  kernel readahead of the mount in KiB (default 1024, set when run as root;
