@@ -15,7 +15,6 @@
 #include <string_view>
 #include <vector>
 
-#include "fuse/read_ahead.hpp"
 #include "fuse/spliced_reply.hpp"
 
 namespace ckptfs::fuse {
@@ -200,7 +199,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     }
     fi->keep_cache = 1;  // immutable content: pages stay cached across opens; mmap stays shareable
     fi->direct_io = 0;
-    fi->fh = reinterpret_cast<uint64_t>(new ReadAhead());
+    fi->fh = reinterpret_cast<uint64_t>(c.open_files->open(ino));
     fuse_reply_open(req, fi);
   });
 }
@@ -231,8 +230,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
   });
 }
 
-void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  delete reinterpret_cast<ReadAhead*>(fi->fh);
+void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  context(req).open_files->release(ino);
   fuse_reply_err(req, 0);
 }
 

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include "ckptfs/vfs.hpp"
+#include "fuse/read_ahead.hpp"
 
 namespace ckptfs::fuse {
 
@@ -16,6 +17,7 @@ struct Context {
   gid_t gid = 0;
   bool use_syslog = false;  // daemonised: stderr is /dev/null
   uint64_t prefetch_bytes = 0;  // how far ahead of a sequential reader source ranges are prefetched
+  OpenFiles* open_files = nullptr;  // the prefetch state of every open file
 };
 
 fuse_lowlevel_ops make_operations();

@@ -37,4 +37,17 @@ std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, ui
   return std::pair{from, to - from};
 }
 
+ReadAhead* OpenFiles::open(uint64_t ino) {
+  const std::lock_guard lock(mutex_);
+  Entry& entry = files_[ino];
+  ++entry.handles;
+  return entry.read_ahead.get();
+}
+
+void OpenFiles::release(uint64_t ino) {
+  const std::lock_guard lock(mutex_);
+  auto it = files_.find(ino);
+  if (it != files_.end() && --it->second.handles == 0) files_.erase(it);
+}
+
 }  // namespace ckptfs::fuse

@@ -4,8 +4,10 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 
 namespace ckptfs::fuse {
@@ -33,6 +35,23 @@ class ReadAhead {
   std::mutex mutex_;
   std::array<Stream, kStreams> streams_{};  // one begins at offset 0: a reader from the start prefetches at once
   uint64_t clock_ = 0;
+};
+
+// One ReadAhead per open file, shared by all its handles: the threads of a loader each open the file and
+// read neighbouring tensors, one front moving through it that a window per handle would advise several
+// times over. Dropped when the last handle closes.
+class OpenFiles {
+ public:
+  ReadAhead* open(uint64_t ino);
+  void release(uint64_t ino);
+
+ private:
+  struct Entry {
+    std::unique_ptr<ReadAhead> read_ahead = std::make_unique<ReadAhead>();
+    size_t handles = 0;
+  };
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, Entry> files_;
 };
 
 }  // namespace ckptfs::fuse

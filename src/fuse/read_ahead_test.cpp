@@ -58,5 +58,22 @@ TEST(ReadAhead, TheWindowStopsAtTheEndOfTheFile) {
   EXPECT_EQ(read(ra, kSize - 7 * MiB), std::nullopt);
 }
 
+TEST(OpenFiles, HandlesOfOneFileShareItsWindow) {
+  OpenFiles files;
+  ReadAhead* first = files.open(7);
+  ReadAhead* second = files.open(7);
+  EXPECT_EQ(first, second);
+  EXPECT_NE(files.open(8), first);
+  // Two threads, each with a handle, copying neighbouring tensors: one window, advised once.
+  const uint64_t tensor = 4 * MiB;
+  read(*first, 100 * MiB);
+  EXPECT_EQ(read(*first, 100 * MiB + MiB / 2), Range({101 * MiB, kWindow}));
+  EXPECT_EQ(read(*second, 100 * MiB + tensor), Range({100 * MiB + kWindow + MiB, tensor + MiB / 2 - MiB}));
+  files.release(7);
+  EXPECT_EQ(read(*second, 100 * MiB + tensor + MiB / 2), Range({100 * MiB + kWindow + tensor + MiB / 2, MiB / 2}));
+  files.release(7);
+  files.release(8);
+}
+
 }  // namespace
 }  // namespace ckptfs::fuse
