@@ -65,8 +65,9 @@ class ExtentFile final : public VirtualFile {
 };
 
 // A safetensors file under the reference writer's rules: __metadata__ {"format":"pt"}, header padded
-// with spaces to a multiple of 8, data section without holes; tensors grouped by dtype alignment
-// (widest first) and otherwise kept in catalog order, so a front-to-back read sweeps the shards in order.
+// with spaces to a multiple of 8, data section without holes; tensors in the writer's own order (its
+// dtype enum descending, then name), so the bytes equal save_file's and loaders iterating keys() read it
+// front to back.
 VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog);
 
 // A torch.save zip that torch.load(weights_only=True) accepts: protocol-2 pickle of a plain dict

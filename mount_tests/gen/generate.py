@@ -1222,6 +1222,9 @@ def tp_cases():
 
 BENCH = {"name": "bench_z3_dp64", "stage": 3, "dtype": "bf16", "dp": 64, "optimizer": "zero", "pipeline": False,
          "tags": ["global_step3"], "src": "checkpoint", "side_files": False, "bench": True}
+# The bench model at a few MB (vocab, hidden, ffn, layers as in BENCH_DIMS): 8 rank files of 1.4 MB, the
+# fp32 masters a third of each, for test_source_reads.py (not in the default list).
+SOURCE_READS = dict(BENCH, name="source_reads_z3_dp8", dp=8, dims=(4099, 128, 515, 3))
 
 
 def case_seed(name, tag):
@@ -1321,22 +1324,23 @@ def generate_case(case, root):
 # closed-form function of (param index, element index) so that each rank's partitions are computed
 # without holding the model; expectations are sha256 manifests computed one parameter at a time.
 
-BENCH_VOCAB, BENCH_HIDDEN, BENCH_FFN, BENCH_LAYERS = 32003, 1031, 4099, 28
+BENCH_DIMS = (32003, 1031, 4099, 28)  # vocab, hidden, ffn, layers
 
 
-def bench_entries():
-    E = [Entry("embed.weight", "train", (BENCH_VOCAB, BENCH_HIDDEN), group=0, subgroup=0)]
-    for l in range(BENCH_LAYERS):
+def bench_entries(dims):
+    vocab, hidden, ffn, layers = dims
+    E = [Entry("embed.weight", "train", (vocab, hidden), group=0, subgroup=0)]
+    for l in range(layers):
         p = f"layers.{l}."
-        sg = 1 + (l * 2) // BENCH_LAYERS  # decay group in 2 sub-groups after the embedding's
-        E += [Entry(p + "norm.weight", "train", (BENCH_HIDDEN,), group=1, subgroup=3),
-              Entry(p + "up.weight", "train", (BENCH_FFN, BENCH_HIDDEN), group=0, subgroup=sg),
-              Entry(p + "up.bias", "train", (BENCH_FFN,), group=1, subgroup=3),
-              Entry(p + "down.weight", "train", (BENCH_HIDDEN, BENCH_FFN), group=0, subgroup=sg),
-              Entry(p + "down.bias", "train", (BENCH_HIDDEN,), group=1, subgroup=3)]
-    E += [Entry("norm.weight", "train", (BENCH_HIDDEN,), group=1, subgroup=3),
-          Entry("inv_freq", "buffer", (BENCH_HIDDEN // 2,), btype="float"),
-          Entry("head.weight", "alias", (BENCH_VOCAB, BENCH_HIDDEN), owner="embed.weight")]
+        sg = 1 + (l * 2) // layers  # decay group in 2 sub-groups after the embedding's
+        E += [Entry(p + "norm.weight", "train", (hidden,), group=1, subgroup=3),
+              Entry(p + "up.weight", "train", (ffn, hidden), group=0, subgroup=sg),
+              Entry(p + "up.bias", "train", (ffn,), group=1, subgroup=3),
+              Entry(p + "down.weight", "train", (hidden, ffn), group=0, subgroup=sg),
+              Entry(p + "down.bias", "train", (hidden,), group=1, subgroup=3)]
+    E += [Entry("norm.weight", "train", (hidden,), group=1, subgroup=3),
+          Entry("inv_freq", "buffer", (hidden // 2,), btype="float"),
+          Entry("head.weight", "alias", (vocab, hidden), owner="embed.weight")]
     return E
 
 
@@ -1348,7 +1352,9 @@ def bench_master(k, lo, hi):
 def generate_bench(case, root):
     t0 = time.time()
     dp, dtype = case["dp"], torch.bfloat16
-    entries = bench_entries()
+    dims = case.get("dims", BENCH_DIMS)
+    hidden = dims[1]
+    entries = bench_entries(dims)
     kidx = {e.name: k for k, e in enumerate(entries)}
     subgroups = groups_of(entries, "subgroup")
     groups = groups_of(entries, "group")
@@ -1360,7 +1366,7 @@ def generate_bench(case, root):
     tagdir = os.path.join(save_dir, "global_step3")
     os.makedirs(tagdir)
     rng = np.random.default_rng(64)
-    inv_freq = torch.from_numpy(1.0 / (10000 ** (np.arange(0, BENCH_HIDDEN // 2) / (BENCH_HIDDEN // 2)))
+    inv_freq = torch.from_numpy(1.0 / (10000 ** (np.arange(0, hidden // 2) / (hidden // 2)))
                                 .astype(np.float32)).to(dtype)
     for r in range(dp):
         module = OD()
@@ -1444,6 +1450,7 @@ def main(argv=None):
         return 0
     by_name = {c["name"]: c for c in cases}
     by_name[BENCH["name"]] = BENCH
+    by_name[SOURCE_READS["name"]] = SOURCE_READS
     by_name.update((c["name"], c) for c in scale_cases())
     by_name.update((c["name"], c) for c in many_params_cases())
     by_name.update((c["name"], c) for c in tp_cases())

@@ -44,7 +44,8 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      read_ahead_kb=N  kernel readahead of the mount in KiB (default 1024, set when run as root;
                       0 keeps the kernel's default, 128)
      prefetch=MB      how far ahead of a sequential reader the source ranges it will need are
-                      prefetched into the page cache, in each shard's order (default 32; 0: off)
+                      prefetched into the page cache, in each shard's order, in place of the
+                      kernel's readahead on the shards (default 32; 0: off, the kernel's instead)
      index_cache=DIR  where the index of SRC is kept (default $XDG_CACHE_HOME/ckptfs, else
                       ~/.cache/ckptfs); a mount of unchanged sources loads it instead of parsing;
                       index_cache=off neither reads nor writes one (docs/mount.md)
@@ -164,6 +165,11 @@ int run_mount(int argc, char** argv) {
     MountArguments m = parse(argc, argv);
     m.serve.mountpoint = fuse::check_mountpoint(m.mountpoint.string());  // before the long indexing
     if (m.max_open) io::set_max_open_files(*m.max_open);
+    // With prefetch on, the kernel's own readahead on the sources is off from the first read of the
+    // indexing on: a readahead window it opens there leaves a marker page that a later read of the masters
+    // hits, and the chain of readaheads that follows (which FADV_RANDOM set afterwards does not stop) reads
+    // each shard to its end.
+    io::set_kernel_readahead(m.serve.prefetch_mb == 0);
     const index::Opened opened = index::open_indexed(m.source, m.open, m.index_cache);
     m.serve.once_live = [&opened] { index::save_index(opened); };
     if (m.serve.foreground && !opened.index_file.empty())

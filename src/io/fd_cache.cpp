@@ -25,12 +25,17 @@ int64_t nanoseconds(const struct timespec& ts) {
 struct Cache {
   std::mutex mutex;
   size_t capacity = 256;
+  bool kernel_readahead = true;
   std::list<const File*> order;
   struct Entry {
     OpenFdPtr fd;
     std::list<const File*>::iterator position;
   };
   std::unordered_map<const File*, Entry> entries;
+
+  void advise(const OpenFd& fd) const {
+    ::posix_fadvise(fd.get(), 0, 0, kernel_readahead ? POSIX_FADV_NORMAL : POSIX_FADV_RANDOM);
+  }
 
   // Called with the mutex held. Evicted descriptors close once no read holds them.
   void evict_beyond_capacity() {
@@ -81,6 +86,13 @@ size_t max_open_files() {
   return c.capacity;
 }
 
+void set_kernel_readahead(bool on) {
+  Cache& c = cache();
+  std::lock_guard lock(c.mutex);
+  c.kernel_readahead = on;
+  for (const auto& [file, entry] : c.entries) c.advise(*entry.fd);
+}
+
 size_t open_file_count() {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
@@ -97,6 +109,7 @@ void insert(const File* file, OpenFdPtr fd) {
     c.order.splice(c.order.begin(), c.order, it->second.position);
     return;
   }
+  if (!c.kernel_readahead) c.advise(*fd);
   c.order.push_front(file);
   c.entries.emplace(file, Cache::Entry{std::move(fd), c.order.begin()});
   c.evict_beyond_capacity();

@@ -37,6 +37,7 @@ class PassthroughFile final : public VirtualFile {
     deferred.push_back({file_.get(), offset, dst.data(), dst.size()});
   }
   std::vector<io::FilePtr> sources() const override { return {file_}; }
+  void prefetch(uint64_t offset, uint64_t length) const override { file_->prefetch(offset, length); }
 
  private:
   io::FilePtr file_;

@@ -48,6 +48,7 @@ class UniversalParamFile final : public VirtualFile {
 
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, std::span<std::byte> dst) const override { build()->read(offset, dst); }
+  void prefetch(uint64_t offset, uint64_t length) const override { build()->prefetch(offset, length); }
   std::vector<io::FilePtr> sources() const override {
     const catalog::LogicalTensor* t = tensor();
     return t ? distinct_sources(std::span(&t, 1)) : std::vector<io::FilePtr>{};
