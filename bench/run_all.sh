@@ -161,6 +161,8 @@ fi
 
 # ---- the whole run ---------------------------------------------------------------------------------------
 [ "$(id -u)" -eq 0 ] || { echo "run as root (FUSE mounts, drop_caches, chroot)" >&2; exit 1; }
+# the plots need python3-matplotlib, peak memory GNU time: installed now, not found missing after 20 minutes
+{ /usr/bin/python3 -c 'import matplotlib' 2>/dev/null && [ -x /usr/bin/time ]; } || bash .ci/install-deps
 work=$(realpath -m "${1:-build/bench}")
 out=$work/run_all
 mkdir -p "$out"

@@ -51,7 +51,7 @@ t_start=$EPOCHREALTIME
 
 [ -x "$bin" ] || { echo "no ckptfs binary at $bin (cmake --build build)" >&2; exit 1; }
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null ||
-  { echo "python3-matplotlib is needed for the plot (apt-get install -y python3-matplotlib)" >&2; exit 1; }
+  { echo "python3-matplotlib is needed for the plot (bash .ci/install-deps installs it)" >&2; exit 1; }
 
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }'; }
 
