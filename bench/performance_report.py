@@ -137,6 +137,13 @@ class Report:
                      f"{fmt_gbs(gbs(m, one))} ({fmt_s(one)})", f"cat of the shards {fmt_gbs(cat)}",
                      gbs(m, one) / cat, target,
                      f"source-bytes basis; by the view's own {vb / 1e9:.2f} GB: {gbs(vb, one) / cat:.2f}")
+            fill = r.f(b, f"fresh_memory.{view}.fill_s")
+            self.row("warm reads (mount_bench)",
+                     f"`{view}`, 1 reader, against writing as many bytes into newly allocated memory "
+                     "(the mount's page cache is such memory; cat reuses one buffer)",
+                     f"{fmt_gbs(gbs(vb, one))} ({fmt_s(one)})",
+                     f"dd /dev/zero to a new /dev/shm file {fmt_gbs(gbs(vb, fill))} ({fmt_s(fill)})",
+                     fill / one, None, "view bytes; time ratio (tmpfs also zeroes each new page)")
             self.row("warm reads (mount_bench)", f"`{view}`, 4 readers (dd, a quarter each)",
                      f"{fmt_gbs(gbs(m, four))} ({fmt_s(four)})", f"cat of the shards {fmt_gbs(cat)}",
                      gbs(m, four) / cat, None, f"by the view's bytes: {gbs(vb, four) / cat:.2f}")
