@@ -33,7 +33,7 @@
 # cache, best of 3); then cold: the shard files' cat after drop_caches (the disk's rate) and the fp32 view's
 # first read after drop_caches. ~30 s per rank count, most of it generating.
 #
-# Takes ~20-25 min on 2 CPUs (scale_bench ~8 min, megatron_bench ~2 min, the rank sweep ~2.5 min), plus the
+# Takes ~20-30 min on 2 CPUs (scale_bench ~8 min, megatron_bench ~2 min, the rank sweep ~2.5 min), plus the
 # fixtures' generation the first time (the Megatron checkpoint: ~3 min, 16 GB). Peak disk use ~35 GB
 # (megatron_bench's checkpoint and export). Every mount is unmounted at the end; a mount a bench left under
 # WORKDIR or the chroot's /tmp is unmounted and reported.
