@@ -48,14 +48,15 @@ timed_cat() {  # files...; prints seconds
   timeout "$read_timeout" cat "$@" >/dev/null
   since "$t0"
 }
-best_cat() {  # files...; prints the seconds of the fastest of 3 cats (page-cache reads: noise is one-sided)
+fastest_of_3() {  # command...: one that prints its seconds; prints the fastest of 3 runs (noise is one-sided)
   local t best=
   for _ in 1 2 3; do
-    t=$(timed_cat "$@")
+    t=$("$@")
     if [ -z "$best" ] || awk -v t="$t" -v b="$best" 'BEGIN { exit !(t < b) }'; then best=$t; fi
   done
   echo "$best"
 }
+best_cat() { fastest_of_3 timed_cat "$@"; }  # files...; page-cache reads
 
 # libfuse's passthrough_ll example (/usr/share/doc/libfuse3-dev/examples), built once
 build_passthrough_ll() {  # $1: path of the binary to build (its folder gets the sources)

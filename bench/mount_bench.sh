@@ -20,9 +20,9 @@
 #     (fp32 -> bf16): first read through a freshly mounted ckptfs with 1 reader (cat; best of 3 fresh
 #     mounts, each time logged); first read with
 #     4 readers (fresh mount again; 4 parallel dd bs=1M, each reading one quarter of the file with
-#     skip_bytes/count_bytes); a re-read (cat, served by the kernel page cache, best of 3); and, as the
-#     floor of any first read through a mount, the view's bytes written into newly allocated memory (dd
-#     from /dev/zero into a new /dev/shm file, best of 3);
+#     skip_bytes/count_bytes); a re-read (cat, served by the kernel page cache, best of 3); and what any
+#     first read through a mount pays that cat does not, the view's bytes written into newly allocated
+#     memory (dd from /dev/zero into a new /dev/shm file, best of 3);
 #   - ratios: ckptfs first read / passthrough_ll first read (same reader count; both readahead settings),
 #     re-read / cat, re-read / passthrough_ll re-read;
 #   - ckptfs fp32/model.safetensors first read with -o read_ahead_kb=0 (128 KiB requests, like
@@ -158,22 +158,16 @@ echo "baseline passthrough_ll re-read (its page cache, best of 3): $pt_reread GB
 record passthrough_ll.reread_gbs "$pt_reread"
 echo
 
-# The floor under every first read through a mount: the kernel puts what it reads into newly allocated
-# page cache of the mount, where cat of the shards reuses one buffer. On a VM whose host backs guest memory
-# lazily (free page reporting) that first touch of new memory can cost more than the copy. Baseline: as
-# many bytes written into newly allocated memory (a new tmpfs file, from /dev/zero), best of 3.
-fill_fresh_memory() {  # $1: bytes; prints the seconds of the fastest of 3 fills
-  local f t t0 best=
-  f=$(mktemp -p /dev/shm ckptfs-fill.XXXXXX)
-  for _ in 1 2 3; do
-    rm -f "$f"
-    t0=$(now)
-    dd if=/dev/zero of="$f" bs=1M count="$1" iflag=count_bytes status=none
-    t=$(since "$t0")
-    if [ -z "$best" ] || awk -v t="$t" -v b="$best" 'BEGIN { exit !(t < b) }'; then best=$t; fi
-  done
-  rm -f "$f"
-  echo "$best"
+# What a first read through a mount pays and cat of the shards does not: the kernel puts what it reads into
+# newly allocated page cache of the mount, where cat reuses one buffer. On a VM whose host backs guest memory
+# lazily (free page reporting), first touch of new memory can cost more than the copy. Baseline: as many
+# bytes written into newly allocated memory, a new tmpfs file (which also zeroes each page: an upper estimate).
+fill_new_memory() {  # $1: bytes, $2: a file on tmpfs, replaced; prints seconds
+  local t0
+  rm -f "$2"
+  t0=$(now)
+  dd if=/dev/zero of="$2" bs=1M count="$1" iflag=count_bytes status=none
+  since "$t0"
 }
 
 # ---- ckptfs -------------------------------------------------------------------------------------------
@@ -204,7 +198,9 @@ for view in fp32/model.safetensors model.safetensors; do
   one=$(rate "$bytes" "$t")
   record "ckptfs.$view.bytes" "$bytes"
   record "ckptfs.$view.first1_s" "$t" "read_ahead_kb=$ra; best of 3 fresh mounts: ${firsts[*]} s"
-  fill=$(fill_fresh_memory "$bytes")
+  fill_file=$(mktemp -p /dev/shm ckptfs-fill.XXXXXX)
+  fill=$(fastest_of_3 fill_new_memory "$bytes" "$fill_file")
+  rm -f "$fill_file"
   record "fresh_memory.$view.fill_s" "$fill" "dd of the view's bytes into a new /dev/shm file, best of 3"
   ck_mount
   t=$(quarters "$file")
