@@ -88,12 +88,20 @@ struct Tag {
   const CatalogPtr& catalog(std::string_view role) const;
 };
 
+// A tag of the save dir that could not be read (an older broken step, a damaged universal dir beside a
+// good tag): not served, its error shown by inspect, ckptfs.json and the mount's log.
+struct LeftOutTag {
+  std::string name;
+  std::string error;  // the message the read failed with (it names the file)
+};
+
 struct Checkpoint {
   std::string framework;                          // "deepspeed", "dcp", "megatron", "torch"
   std::filesystem::path root;                     // the save dir (parent of the tags)
   std::string latest;                             // tag served at the mount root
   std::vector<Tag> tags;                          // sorted naturally (global_step9 before global_step10)
   std::vector<std::filesystem::path> side_files;  // regular files of the root that are not checkpoint data
+  std::vector<LeftOutTag> left_out;               // tags other than `latest` that failed to read
 
   const Tag* find(const std::string& tag) const;
   const Tag& latest_tag() const;
@@ -101,10 +109,15 @@ struct Checkpoint {
 
 struct OpenOptions {
   std::optional<std::string> tag;  // only open this tag (default: every tag)
+  // Refuse the whole source when any tag fails to read (default: only the root tag must be valid; other
+  // broken tags are left out, see Checkpoint::left_out).
+  bool strict = false;
 };
 
-// Detects the framework of `source` (a save dir or one tag dir) and indexes it. Throws SourceError when
-// nothing readable is there, FormatError / UnsupportedError naming the file otherwise.
+// Detects the framework of `source` (a save dir or one tag dir) and indexes it. `source` may be spelt any
+// way that names the directory (trailing slashes, `./`, `..`, symlinks): it is resolved first, so every
+// spelling gives the same checkpoint. Throws SourceError when nothing readable is there, FormatError /
+// UnsupportedError naming the file otherwise.
 Checkpoint open_checkpoint(const std::filesystem::path& source, const OpenOptions& options = {});
 
 }  // namespace ckptfs

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ckptfs/checkpoint.hpp"
 #include "ckptfs/error.hpp"
 
 namespace ckptfs::cli {
@@ -23,6 +24,8 @@ struct Arguments {
   std::optional<std::string> cache;  // --cache DIR (`ckptfs index`)
 
   bool has(const std::string& flag) const { return flags.count(flag) != 0; }
+  // --tag T and --strict as options for open_checkpoint.
+  OpenOptions open_options() const { return {tag, has("--strict")}; }
 };
 
 // Throws UsageError on an unknown flag or a wrong number of positionals.

@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T] [--universal]";
+constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T] [--strict] [--universal]";
 constexpr size_t kChunk = 8u << 20;  // bytes per read: memory use is twice this, not the model size
 
 struct OutputError : Error {
@@ -96,14 +96,12 @@ bool is_inside(const fs::path& inner, const fs::path& outer) {
 
 int run_export(std::span<const std::string> args) {
   try {
-    Arguments a = parse_arguments(args, {"--universal"}, 2, kUsage);
+    Arguments a = parse_arguments(args, {"--universal", "--strict"}, 2, kUsage);
     const fs::path source = a.positional[0], out = a.positional[1];
     if (is_inside(out, source))
       throw UsageError(
           fmt::format("{}: is inside the source directory; ckptfs never writes to the source", out.string()));
-    OpenOptions options;
-    options.tag = a.tag;
-    Checkpoint cp = open_checkpoint(source, options);
+    Checkpoint cp = open_checkpoint(source, a.open_options());
     const Tag& tag = cp.latest_tag();
     const auto views = tag_views(tag, a.has("--universal"));
     uint64_t total = 0;

@@ -11,15 +11,14 @@ namespace ckptfs::cli {
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs index SRC [--tag T] [--cache DIR]";
+constexpr const char* kUsage = "ckptfs index SRC [--tag T] [--strict] [--cache DIR]";
 
 }  // namespace
 
 int run_index(std::span<const std::string> args) {
   try {
-    Arguments a = parse_arguments(args, {}, 1, kUsage);
-    OpenOptions options;
-    options.tag = a.tag;
+    Arguments a = parse_arguments(args, {"--strict"}, 1, kUsage);
+    const OpenOptions options = a.open_options();
     const auto dir = a.cache ? std::optional<std::filesystem::path>(std::filesystem::absolute(*a.cache))
                              : index::default_cache_dir();
     if (!dir) throw UsageError(fmt::format("no cache dir: set XDG_CACHE_HOME or HOME, or give --cache DIR\nusage: {}", kUsage));

@@ -14,7 +14,7 @@ namespace ckptfs::cli {
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs inspect SRC [--tag T] [--json] [--tensors]";
+constexpr const char* kUsage = "ckptfs inspect SRC [--tag T] [--strict] [--json] [--tensors]";
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -31,6 +31,7 @@ void print_text(const Checkpoint& cp, bool tensors) {
   fmt::print("source:     {}\nframework:  {}\ntags:       ", cp.root.string(), cp.framework);
   for (size_t i = 0; i < cp.tags.size(); ++i) fmt::print("{}{}", i ? ", " : "", cp.tags[i].name);
   fmt::print(" (latest: {})\n", cp.latest);
+  for (const auto& l : cp.left_out) fmt::print("left out:   tag {}: {}\n", l.name, l.error);
   for (const auto& tag : cp.tags) {
     const auto& t = tag.topology;
     fmt::print("\ntag {}  ({})\n", tag.name, tag.dir.string());
@@ -61,10 +62,8 @@ void print_text(const Checkpoint& cp, bool tensors) {
 
 int run_inspect(std::span<const std::string> args) {
   try {
-    Arguments a = parse_arguments(args, {"--json", "--tensors"}, 1, kUsage);
-    OpenOptions options;
-    options.tag = a.tag;
-    Checkpoint cp = open_checkpoint(a.positional[0], options);
+    Arguments a = parse_arguments(args, {"--json", "--tensors", "--strict"}, 1, kUsage);
+    Checkpoint cp = open_checkpoint(a.positional[0], a.open_options());
     if (a.has("--json")) {
       fmt::print("{}\n", describe_checkpoint(cp, a.has("--tensors")).dump(2));
     } else {

@@ -16,12 +16,14 @@ namespace {
 constexpr const char* kUsage = R"(usage:
   ckptfs SRC MNT [-o opt,...] [-f] [-d]     mount the merged views of checkpoint SRC on MNT
   ckptfs mount SRC MNT [...]                the same
-  ckptfs inspect SRC [--tag T] [--json] [--tensors]
-  ckptfs export SRC OUT [--tag T] [--universal]
+  ckptfs inspect SRC [--tag T] [--strict] [--json] [--tensors]
+  ckptfs export SRC OUT [--tag T] [--strict] [--universal]
                                             write OUT/model.safetensors, OUT/fp32/pytorch_model.bin,
                                             OUT/fp32/model.safetensors (and OUT/universal/)
-  ckptfs index SRC [--tag T] [--cache DIR]  write the index a later mount of SRC loads instead of
+  ckptfs index SRC [--tag T] [--strict] [--cache DIR]
+                                            write the index a later mount of SRC loads instead of
                                             parsing (default DIR: $XDG_CACHE_HOME/ckptfs)
+  --strict: refuse SRC when any tag fails to read (default: broken tags but the root one are left out)
   ckptfs --help | --version
 Run `ckptfs mount --help` for the mount options. Exit codes: docs/exit-codes.md.
 )";

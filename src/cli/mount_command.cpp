@@ -41,6 +41,10 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
                       which ckptfs raises to the hard limit, at most 65536); others are reopened
                       on demand and checked to be the file that was indexed
      tag=T            the same as --tag T
+     strict           refuse SRC when any of its tags fails to read (default: only the tag served at
+                      the root must be valid; a broken other tag, such as an older step or a damaged
+                      <tag>_universal/ beside a good tag, is left out, with its error in the log,
+                      `ckptfs inspect` and ckptfs.json)
      read_ahead_kb=N  kernel readahead of the mount in KiB (default 1024, set when run as root;
                       0 keeps the kernel's default, 128)
      prefetch=MB      how far ahead of a sequential reader the source ranges it will need are
@@ -88,6 +92,8 @@ void add_mount_option(MountArguments& m, const std::string& option) {
   if (option.empty() || option == "ro" || option == "rw" || option == "defaults") return;
   if (option.starts_with("tag=")) {
     m.open.tag = option.substr(4);
+  } else if (option == "strict") {
+    m.open.strict = true;
   } else if (option.starts_with("threads=")) {
     m.serve.max_threads = parse_number(option, 1);
   } else if (option.starts_with("max_open=")) {
@@ -177,6 +183,8 @@ int run_mount(int argc, char** argv) {
                  opened.from_index ? fmt::format("index loaded from {}", opened.index_file.string())
                                    : fmt::format("parsed the sources ({}); index {}", opened.parsed_because,
                                                  opened.index_file.string()));
+    for (const auto& l : opened.checkpoint.left_out)
+      fmt::print(stderr, "ckptfs: left out tag {} (-o strict refuses instead): {}\n", l.name, l.error);
     const vfs::VirtualTree tree = vfs::build_tree(opened.checkpoint);
     // Indexing parsed every pickle into trees that are gone now; hand their pages back before serving.
     ::malloc_trim(0);

@@ -29,10 +29,21 @@ const Tag& Checkpoint::latest_tag() const {
   return t != nullptr ? *t : tags.back();
 }
 
-Checkpoint open_checkpoint(const fs::path& source, const OpenOptions& options) {
+namespace {
+
+// `source` with symlinks, `.`, `..` and trailing slashes resolved: adapters take tag names from the last
+// path component, so "ckpt/", "./ckpt" and a link to ckpt must all read as ckpt.
+fs::path resolved(const fs::path& source) {
   std::error_code ec;
-  if (!fs::exists(source, ec))
-    throw SourceError(fmt::format("{}: no such file or directory", source.string()));
+  fs::path p = fs::canonical(source, ec);
+  if (ec) throw SourceError(fmt::format("{}: {}", source.string(), ec == std::errc::no_such_file_or_directory
+                                                                       ? "no such file or directory"
+                                                                       : ec.message()));
+  return p;
+}
+
+Checkpoint open_resolved(const fs::path& source, const OpenOptions& options) {
+  std::error_code ec;
   if (plain::is_plain_source(source)) return plain::open(source, options);
   if (!fs::is_directory(source, ec))
     throw SourceError(fmt::format("{}: neither a directory nor a regular file", source.string()));
@@ -42,6 +53,12 @@ Checkpoint open_checkpoint(const fs::path& source, const OpenOptions& options) {
   if (dcp::is_dcp_source(source)) return dcp::open(source, options);
   throw SourceError(fmt::format(
       "{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, a Megatron-LM save dir or iteration dir, or a PyTorch DCP dir)", source.string()));
+}
+
+}  // namespace
+
+Checkpoint open_checkpoint(const fs::path& source, const OpenOptions& options) {
+  return open_resolved(resolved(source), options);
 }
 
 }  // namespace ckptfs

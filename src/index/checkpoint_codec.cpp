@@ -315,6 +315,11 @@ class Encoder {
       out_->u64(tag.notes.size());
       for (const auto& n : tag.notes) out_->text(n);
     }
+    out_->u64(cp.left_out.size());
+    for (const auto& l : cp.left_out) {
+      out_->text(l.name);
+      out_->text(l.error);
+    }
   }
 
   ByteWriter* out_ = nullptr;
@@ -600,6 +605,11 @@ class Decoder {
       tag.files = paths();
       tag.notes.resize(in_.count(1));
       for (auto& n : tag.notes) n = in_.text();
+    }
+    cp.left_out.resize(in_.count(2));
+    for (auto& l : cp.left_out) {
+      l.name = in_.text();
+      l.error = in_.text();
     }
     return cp;
   }

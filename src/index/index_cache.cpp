@@ -22,12 +22,12 @@ namespace {
 constexpr std::string_view kMagic = "CKPTFSIX";
 // Bump whenever what indexing produces, or its encoding, changes: an index of another version is parsed
 // again, never trusted.
-constexpr uint64_t kFormatVersion = 2;
+constexpr uint64_t kFormatVersion = 3;
 
 // What an index must have been written for: this ckptfs, this source, these options.
 std::string index_key(const fs::path& source, const OpenOptions& options) {
-  return fmt::format("ckptfs {} index {}\n{}\n{}", CKPTFS_VERSION, kFormatVersion, source.string(),
-                     options.tag ? "tag " + *options.tag : "all tags");
+  return fmt::format("ckptfs {} index {}\n{}\n{}{}", CKPTFS_VERSION, kFormatVersion, source.string(),
+                     options.tag ? "tag " + *options.tag : "all tags", options.strict ? ", strict" : "");
 }
 
 // FNV-1a: stable across runs and builds (std::hash need not be).

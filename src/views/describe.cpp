@@ -53,6 +53,8 @@ nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
       for (const auto& [role, c] : tag.catalogs) jt["tensors"][role] = describe_tensors(*c);
     j["tags"].push_back(std::move(jt));
   }
+  j["left_out"] = nlohmann::json::array();
+  for (const auto& l : cp.left_out) j["left_out"].push_back({{"tag", l.name}, {"error", l.error}});
   return j;
 }
 

@@ -10,6 +10,7 @@
 #include "ckptfs/error.hpp"
 #include "formats/dcp/dcp_tag.hpp"
 #include "formats/natural_order.hpp"
+#include "formats/save_dir.hpp"
 #include "formats/tag_names.hpp"
 
 namespace ckptfs::dcp {
@@ -103,11 +104,12 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     cp.latest = *options.tag;
   }
   io::FileSet files;
-  for (size_t i = 0; i < tags.size(); ++i) {
-    Tag tag = read_tag(files, tag_dirs[i], tags[i].first, tags[i].second);
-    tag.side_files = side_files_of(tag_dirs[i]);
-    cp.tags.push_back(std::move(tag));
-  }
+  formats::read_tags(cp, tags, options, [&](const auto& t) {
+    const fs::path& dir = tag_dirs[&t - tags.data()];
+    Tag tag = read_tag(files, dir, t.first, t.second);
+    tag.side_files = side_files_of(dir);
+    return tag;
+  });
   return cp;
 }
 

@@ -10,6 +10,7 @@
 #include "ckptfs/error.hpp"
 #include "formats/deepspeed/tag_files.hpp"
 #include "formats/natural_order.hpp"
+#include "formats/save_dir.hpp"
 #include "formats/tag_names.hpp"
 
 namespace ckptfs::deepspeed {
@@ -94,7 +95,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     cp.latest = *options.tag;
   }
   io::FileSet files;
-  for (const auto& [name, dir] : tag_dirs) cp.tags.push_back(read_tag(files, dir, name));
+  formats::read_tags(cp, tag_dirs, options, [&](const auto& t) { return read_tag(files, t.second, t.first); });
   cp.side_files = list_side_files(cp.root);
   return cp;
 }

@@ -12,6 +12,7 @@
 #include "formats/megatron/hf_model.hpp"
 #include "formats/megatron/iteration.hpp"
 #include "formats/natural_order.hpp"
+#include "formats/save_dir.hpp"
 #include "formats/tag_names.hpp"
 
 namespace ckptfs::megatron {
@@ -113,7 +114,8 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     cp.latest = *options.tag;
   }
   io::FileSet files;
-  for (const auto& [name, dir] : tags) {
+  formats::read_tags(cp, tags, options, [&](const auto& t) {
+    const auto& [name, dir] = t;
     Iteration it = read_iteration(files, dir, name);
     it.tag.side_files = side_files_of(dir);
     add_hf_view(it.tag, it.args, {cp.side_files, it.tag.side_files});
@@ -125,8 +127,8 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     it.tag.topology.tp = it.args.tp;
     it.tag.topology.pp = it.args.pp;
     it.tag.topology.dp = it.args.dp;
-    cp.tags.push_back(std::move(it.tag));
-  }
+    return std::move(it.tag);
+  });
   return cp;
 }
 
