@@ -97,6 +97,13 @@ ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& p
     ms.dp_world_size = dp.as_int();
   if (auto version = root["ds_version"]; version.present() && version.value().is(pickle::Kind::String))
     ms.ds_version = version.as_string();
+  if (auto groups = root["optimizer"]["fp32_groups"]; groups.present()) {
+    ms.unfused_fp32_groups.emplace();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      auto& group = ms.unfused_fp32_groups->emplace_back();
+      for (size_t i = 0; i < groups.at(g).size(); ++i) group.push_back(groups.at(g).at(i).as_tensor());
+    }
+  }
   return ms;
 }
 

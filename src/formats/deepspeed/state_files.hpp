@@ -39,6 +39,8 @@ struct ModelStates {
   DType config_dtype = DType::F32;  // ds_config: BF16 / F16 when bf16 / fp16 is enabled
   std::optional<int64_t> dp_world_size;
   std::string ds_version;
+  // ZeRO-0 FP16_UnfusedOptimizer: optimizer['fp32_groups'], the unnamed fp32 masters per param group.
+  std::optional<std::vector<std::vector<torch::SourceTensor>>> unfused_fp32_groups;
 };
 
 struct OptimStates {

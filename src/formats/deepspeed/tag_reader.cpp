@@ -14,6 +14,7 @@
 #include "formats/deepspeed/rank_files.hpp"
 #include "formats/deepspeed/tag_files.hpp"
 #include "formats/deepspeed/tensor_parallel_merge.hpp"
+#include "formats/deepspeed/unfused_masters.hpp"
 #include "formats/deepspeed/universal_input.hpp"
 #include "formats/deepspeed/universal_state.hpp"
 
@@ -272,11 +273,19 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
   parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
   parts.aliases = ms.shared_params;
   if (!tf.optim_states.count(mp)) {
+    topo.zero_stage = 0;
+    topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
+    if (ms.unfused_fp32_groups) {
+      UnfusedMasters masters = name_unfused_masters(ms);
+      parts.trainable = std::move(masters.trainable);
+      parts.aliases = std::move(masters.aliases);
+      topo.optimizer = "FP16_UnfusedOptimizer (fp32 masters in optimizer['fp32_groups'])";
+      parts.no_universal = "FP16_UnfusedOptimizer state (no optimizer files; ds_to_universal cannot convert it)";
+      return parts;
+    }
     // ZeRO-0 with a torch / FP16_Optimizer state inside the model-state file: its flat fp32 groups carry no
     // names, so the fp32 view is the module upcast.
     parts.masters_known = false;
-    topo.zero_stage = 0;
-    topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
     topo.optimizer = "none (optimizer state inside model states)";
     notes.push_back("no partitioned optimizer state: fp32/ holds the module weights upcast to fp32");
     return parts;
