@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "formats/pickle_access.hpp"
 
 namespace ckptfs::deepspeed {
@@ -55,6 +57,17 @@ void read_group_state(const Field& state, std::map<int64_t, std::vector<NamedTen
       if (const auto* t = torch::as_tensor(item.get()); t && name->is(pickle::Kind::String))
         tensors.push_back({name->text, *t});
   }
+}
+
+// {name: fragment_address(numel, start)} -> the names ordered by start.
+std::vector<std::string> names_by_start(const Field& mapping) {
+  std::vector<std::pair<int64_t, std::string>> by_start;
+  for (const auto& [name, address] : mapping.items()) by_start.emplace_back(address["start"].as_int(), name);
+  std::stable_sort(by_start.begin(), by_start.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> names;
+  for (auto& [start, name] : by_start) names.push_back(std::move(name));
+  return names;
 }
 
 }  // namespace
@@ -136,6 +149,8 @@ OptimStates read_optim_states(io::FileSet& files, const std::filesystem::path& p
                    os.group_state);
   for (const auto& [key, value] : archive.root()->entries)
     if (key->is(pickle::Kind::String) && key->text == "optimizer_state_dict") os.inner = value;
+  if (Field mappings = osd["param_slice_mappings"]; mappings.is_list())
+    for (size_t g = 0; g < mappings.size(); ++g) os.slice_names.push_back(names_by_start(mappings.at(g)));
   if (!zero3 && os.partition_count.size() != os.fp32_groups.size())
     count.fail(fmt::format("lists {} groups but the file holds {} fp32 partitions", os.partition_count.size(),
                            os.fp32_groups.size()));

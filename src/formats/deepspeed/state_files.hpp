@@ -52,6 +52,9 @@ struct OptimStates {
   // order (Adam: step, exp_avg, exp_avg_sq), each moment a flat partition laid out like fp32_groups.
   std::map<int64_t, std::vector<NamedTensor>> group_state;
   pickle::ValuePtr inner;  // optimizer_state_dict as unpickled (universal/ rebuilds optimizer_state.pt)
+  // param_slice_mappings (ZeRO-1/2, BF16_Optimizer): per group, the names of the params this rank holds a
+  // fragment of, in flat-buffer order.
+  std::vector<std::vector<std::string>> slice_names;
 };
 
 ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& path);

@@ -181,9 +181,7 @@ std::string optimizer_name(const OptimStates& rank0) {
 
 // Adds the trainable fp32 masters and optimizer state of one MP rank (a pipeline stage) of a ZeRO-1/2 or
 // BF16_Optimizer checkpoint to `parts`; a name an earlier stage added (a tied weight) is kept from there.
-void add_flat_stage(io::FileSet& files, const TagFiles& tf, int mp, const ModelStates& ms, Topology& topo,
-                    TagParts& parts) {
-  auto optim = read_optim_ranks(files, tf, mp);
+void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim, Topology& topo, TagParts& parts) {
   if (optim.front().zero_stage && *optim.front().zero_stage == 3)
     throw FormatError(fmt::format("{}: ZeRO-3 optimizer state next to a ZeRO-0/1/2 model-state file {}",
                                   optim.front().path.string(), ms.path.filename().string()));
@@ -290,7 +288,7 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
     notes.push_back("no partitioned optimizer state: fp32/ holds the module weights upcast to fp32");
     return parts;
   }
-  add_flat_stage(files, tf, mp, ms, topo, parts);
+  add_flat_stage(ms, read_optim_ranks(files, tf, mp), topo, parts);
   if (ms.frozen_param_fragments && ms.frozen_param_shapes) {
     parts.frozen_from_module = false;
     const NamedIndex fragments = index_named(ms.frozen_param_fragments);
@@ -307,6 +305,33 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
   return parts;
 }
 
+// DeepSpeed >= 0.15 saves a ZeRO-0 pipeline's BF16_Optimizer without param_shapes: the flat groups' params
+// are the names of the optimizer files' param_slice_mappings (every DP rank's, in order), shaped as the
+// layer files hold them.
+std::vector<std::vector<NamedShape>> shapes_from_slice_mappings(const std::vector<OptimStates>& optim,
+                                                                const std::vector<NamedTensor>& module) {
+  std::unordered_map<std::string_view, const NamedTensor*> by_name;
+  for (const auto& e : module) by_name.emplace(e.name, &e);
+  std::vector<std::vector<NamedShape>> groups(optim.front().slice_names.size());
+  for (const auto& rank : optim) {
+    if (rank.slice_names.size() != groups.size())
+      throw FormatError(fmt::format("{}: param_slice_mappings lists {} groups, DP rank 0's file {}", rank.path.string(),
+                                    rank.slice_names.size(), groups.size()));
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (const auto& name : rank.slice_names[g]) {
+        if (!groups[g].empty() && groups[g].back().name == name) continue;  // a param split across ranks
+        auto it = by_name.find(name);
+        if (it == by_name.end())
+          throw FormatError(fmt::format("{}: param_slice_mappings names {}, which no layer file holds",
+                                        rank.path.string(), name));
+        const auto& shape = it->second->tensor.shape;
+        groups[g].push_back({name, shape, it->second->tensor.numel()});
+      }
+    }
+  }
+  return groups;
+}
+
 // Pipeline engines: `module` is None and weights sit in layer_XX files, one per layer (docs/formats/deepspeed.md).
 TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo,
                        std::vector<std::string>& notes) {
@@ -317,28 +342,36 @@ TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo,
   TagParts parts;
   // Without partitioned optimizer state (ZeRO-0 with a torch optimizer) the fp32 view is the upcast weights.
   parts.masters_known = !tf.optim_states.empty();
-  std::set<std::string> known;
+  std::vector<std::pair<ModelStates, std::vector<OptimStates>>> stages;
+  std::set<std::string> known;  // param and buffer names: they tell tied layers' prefixes
   for (const auto& [mp, path] : tf.model_states) {
-    ModelStates ms = read_model_states(files, path);
-    if (parts.masters_known) {
-      add_flat_stage(files, tf, mp, ms, topo, parts);
-    } else {
-      topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
-      topo.optimizer = "none (optimizer state inside model states)";
-    }
+    auto& [ms, optim] = stages.emplace_back(read_model_states(files, path), std::vector<OptimStates>{});
+    if (parts.masters_known) optim = read_optim_ranks(files, tf, mp);
     parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
     if (ms.param_shapes)
       for (const auto& group : *ms.param_shapes)
         for (const auto& p : group) known.insert(p.name);
+    for (const auto& rank : optim)
+      for (const auto& group : rank.slice_names) known.insert(group.begin(), group.end());
     if (mp == tf.model_states.begin()->first) parts.aliases = ms.shared_params;
   }
   known.insert(parts.buffers.begin(), parts.buffers.end());
-  topo.pp = static_cast<int>(tf.model_states.size());
   for (const auto& [layer, tps] : tf.layer_states) {
     auto entries = read_state_dict(files, tps.begin()->second);
     const std::string prefix = layer_prefix(layer, entries, known);
     for (auto& e : entries) parts.module.push_back({prefix + e.name, std::move(e.tensor)});
   }
+  for (auto& [ms, optim] : stages) {
+    if (!parts.masters_known) {
+      topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
+      topo.optimizer = "none (optimizer state inside model states)";
+      continue;
+    }
+    if (!ms.param_shapes && !optim.front().slice_names.empty())
+      ms.param_shapes = shapes_from_slice_mappings(optim, parts.module);
+    add_flat_stage(ms, optim, topo, parts);
+  }
+  topo.pp = static_cast<int>(tf.model_states.size());
   notes.push_back(
       "pipeline layers are named as PipelineModule names them ({layer}.{key}, tied_modules.{key}.{key})");
   return parts;
