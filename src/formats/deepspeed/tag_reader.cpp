@@ -83,26 +83,38 @@ void add_aliases(std::vector<LogicalTensor>& out,
   }
 }
 
-// fp32 master weights in zero_to_fp32's order: buffers, frozen, trainable, tied aliases.
-Catalog build_fp32_catalog(const TagParts& parts, std::vector<std::string>& notes) {
+// `module` as logical tensors in the dtype it was saved in.
+std::vector<LogicalTensor> module_tensors(const TagParts& parts) {
+  std::vector<LogicalTensor> out;
+  for (const auto& e : parts.module) out.push_back(whole_tensor(e.name, e.tensor, e.tensor.dtype, "module"));
+  return out;
+}
+
+LogicalTensor in_fp32_view(LogicalTensor t, std::string origin) {
+  t.dtype = fp32_view_dtype(t.dtype);
+  t.origin = std::move(origin);
+  return t;
+}
+
+// fp32 master weights in zero_to_fp32's order: buffers, frozen, trainable, tied aliases. `module` holds
+// the model's weights (the module entries, or those merged over tensor-parallel ranks).
+Catalog build_fp32_catalog(const TagParts& parts, const std::vector<LogicalTensor>& module,
+                           std::vector<std::string>& notes) {
   Catalog c;
   std::set<std::string> trainable_names, alias_names;
   for (const auto& t : parts.trainable) trainable_names.insert(t.name);
   for (const auto& [alias, owner] : parts.aliases) alias_names.insert(alias);
 
   if (!parts.masters_known) {
-    for (const auto& e : parts.module)
-      c.tensors.push_back(whole_tensor(e.name, e.tensor, fp32_view_dtype(e.tensor.dtype), "module, upcast"));
+    for (const auto& t : module) c.tensors.push_back(in_fp32_view(t, "module, upcast"));
     return c;
   }
-  for (const auto& e : parts.module)
-    if (parts.buffers.count(e.name))
-      c.tensors.push_back(whole_tensor(e.name, e.tensor, fp32_view_dtype(e.tensor.dtype), "buffer"));
+  for (const auto& t : module)
+    if (parts.buffers.count(t.name)) c.tensors.push_back(in_fp32_view(t, "buffer"));
   if (parts.frozen_from_module) {
-    for (const auto& e : parts.module)
-      if (!parts.buffers.count(e.name) && !trainable_names.count(e.name) && !alias_names.count(e.name))
-        c.tensors.push_back(
-            whole_tensor(e.name, e.tensor, fp32_view_dtype(e.tensor.dtype), "frozen, from module"));
+    for (const auto& t : module)
+      if (!parts.buffers.count(t.name) && !trainable_names.count(t.name) && !alias_names.count(t.name))
+        c.tensors.push_back(in_fp32_view(t, "frozen, from module"));
   } else {
     for (const auto& t : parts.frozen) c.tensors.push_back(with_dtype(t, fp32_view_dtype(t.dtype)));
   }
@@ -121,8 +133,7 @@ Catalog build_model_catalog(const TagParts& parts, bool zero3, std::vector<std::
     return c;
   }
   if (!zero3) {
-    for (const auto& e : parts.module)
-      c.tensors.push_back(whole_tensor(e.name, e.tensor, e.tensor.dtype, "module"));
+    c.tensors = module_tensors(parts);
     return c;
   }
   std::map<std::string, std::string> owner_of(parts.aliases.begin(), parts.aliases.end());
@@ -466,6 +477,32 @@ TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& 
   return parts;
 }
 
+// A universal checkpoint's zero/<param>/fp32.pt files are files of the tag.
+void add_master_files(Tag& tag, const TagParts& parts) {
+  for (const auto& t : parts.trainable)
+    if (!t.pieces.empty()) tag.files.push_back(t.pieces.front().file->path());
+}
+
+// Checks the catalogs of a tag and adds them with its universal plan.
+void finish_tag(Tag& tag, TagParts& parts, std::shared_ptr<Catalog> fp32, CatalogPtr model, bool zero3) {
+  const fs::path& dir = tag.dir;
+  require_unique_names(*fp32, dir, "fp32");
+  require_unique_names(*model, dir, "model");
+  for (const catalog::Catalog* c : {static_cast<const catalog::Catalog*>(fp32.get()), model.get()}) {
+    for (const auto& t : c->tensors) {
+      try {
+        catalog::validate(t);
+      } catch (const FormatError& e) {
+        throw FormatError(fmt::format("{}: {}", source_of(t, dir).string(), e.what()));
+      }
+    }
+  }
+  tag.topology.train_dtype = training_dtype(*model, parts.trainable);
+  tag.universal = universal_plan(parts, fp32, zero3, tag);
+  tag.catalogs.emplace("fp32", std::move(fp32));
+  tag.catalogs.emplace("model", std::move(model));
+}
+
 // The tag as one MP rank sees it: every rank of a data-parallel or pipeline tag, or tensor-parallel rank
 // `mp` of a tensor-parallel one.
 RankTag read_rank(io::FileSet& files, const TagFiles& tf, const fs::path& dir, const std::string& name, int mp) {
@@ -480,27 +517,51 @@ RankTag read_rank(io::FileSet& files, const TagFiles& tf, const fs::path& dir, c
                    : zero3                    ? read_zero3(files, tf, tag.topology)
                    : !tf.layer_states.empty() ? read_pipeline(files, tf, tag.topology, tag.notes)
                                               : read_data_parallel(files, tf, mp, tag.topology, tag.notes);
-  if (universal)
-    for (const auto& t : parts.trainable)
-      if (!t.pieces.empty()) tag.files.push_back(t.pieces.front().file->path());
-  auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, tag.notes));
+  if (universal) add_master_files(tag, parts);
   auto model = std::make_shared<Catalog>(build_model_catalog(parts, zero3, tag.notes));
-  require_unique_names(*fp32, dir, "fp32");
-  require_unique_names(*model, dir, "model");
-  for (const auto* c : {fp32.get(), model.get()}) {
-    for (const auto& t : c->tensors) {
-      try {
-        catalog::validate(t);
-      } catch (const FormatError& e) {
-        throw FormatError(fmt::format("{}: {}", source_of(t, dir).string(), e.what()));
-      }
-    }
-  }
-  tag.topology.train_dtype = training_dtype(*model, parts.trainable);
-  tag.universal = universal_plan(parts, fp32, zero3, tag);
-  tag.catalogs.emplace("fp32", std::move(fp32));
-  tag.catalogs.emplace("model", std::move(model));
+  auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, module_tensors(parts), tag.notes));
+  finish_tag(tag, parts, fp32, model, zero3);
   return {std::move(tag), std::move(parts.buffers)};
+}
+
+// The universal checkpoint of a tensor-parallel run (DeepSpeed >= 0.16 writes it for AutoTP): every TP
+// rank's model-state copy holds its slices of the weights, merged here as for the tag; zero/<param>/fp32.pt
+// holds each master merged already.
+Tag read_tensor_parallel_universal(io::FileSet& files, const TagFiles& tf, const fs::path& dir, const std::string& name) {
+  const UniversalInfo info = read_universal_info(files, tf.model_states.begin()->second);
+  std::vector<RankTag> ranks;
+  std::optional<ModelStates> first;
+  for (const auto& [mp, path] : tf.model_states) {
+    ModelStates ms = read_model_states(files, path);
+    if (!ms.module) throw FormatError(fmt::format("{}: 'module' is None in a tensor-parallel universal checkpoint", path.string()));
+    TagParts rank;
+    rank.module = *ms.module;
+    RankTag& r = ranks.emplace_back();
+    r.tag.dir = dir;
+    r.tag.catalogs.emplace("model", std::make_shared<Catalog>(build_model_catalog(rank, false, r.tag.notes)));
+    r.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
+    if (!first) first = std::move(ms);
+  }
+  if (!first->param_shapes)
+    throw FormatError(fmt::format("{}: has no param_shapes, which a universal checkpoint needs", first->path.string()));
+  Tag tag = merge_tensor_parallel_ranks(std::move(ranks), info);
+  tag.name = name;
+  tag.format = "DeepSpeed universal checkpoint (ds_to_universal output)";
+  tag.files = tf.all();
+  tag.topology.zero_stage = static_cast<int>(first->config_zero_stage.value_or(0));
+  tag.topology.dp = static_cast<int>(first->dp_world_size.value_or(1));
+  tag.topology.optimizer = "none (universal checkpoint: fp32 masters from zero/<param>/fp32.pt)";
+  TagParts parts;
+  parts.no_universal = "the source is a universal checkpoint";
+  parts.buffers.insert(first->buffer_names.begin(), first->buffer_names.end());
+  parts.aliases = first->shared_params;
+  parts.trainable = read_universal_masters(files, dir, *first->param_shapes, static_cast<int>(tf.model_states.size()));
+  add_master_files(tag, parts);
+  auto model = tag.catalog("model");
+  tag.catalogs.clear();
+  auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, model->tensors, tag.notes));
+  finish_tag(tag, parts, fp32, model, false);
+  return tag;
 }
 
 // The files tensor-parallel rank `tp` of a pipeline tag reads: its stages' model-states and optimizer
@@ -536,6 +597,8 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
   if (!tf.expert_files.empty())
     throw UnsupportedError(fmt::format("{}: Mixture-of-Experts checkpoints are not supported yet",
                                        tf.expert_files.front().string()));
+  if (is_universal_dir(dir) && tf.layer_states.empty() && tf.model_states.size() > 1)
+    return read_tensor_parallel_universal(files, tf, dir, name);
   const bool plain = tf.zero3_model_states.empty() && !is_universal_dir(dir);
   // Pipeline layers saved per tensor-parallel rank (layer_XX-model_YY: Megatron-DeepSpeed's GPTModelPipe).
   const int pipeline_tp = tf.layer_states.empty() ? 1 : static_cast<int>(tf.layer_states.begin()->second.size());

@@ -1,6 +1,7 @@
 #include "formats/deepspeed/universal_input.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/torch.hpp"
@@ -10,13 +11,55 @@ namespace ckptfs::deepspeed {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+std::optional<int64_t> int_entry(const pickle::Value* dict, std::string_view key) {
+  const pickle::Value* v = dict->is(pickle::Kind::Dict) ? dict->find(key) : nullptr;
+  if (v == nullptr || !v->is(pickle::Kind::Int)) return std::nullopt;
+  return v->integer;
+}
+
+bool true_entry(const pickle::Value* dict, std::string_view key) {
+  const pickle::Value* v = dict->is(pickle::Kind::Dict) ? dict->find(key) : nullptr;
+  return v != nullptr && v->is(pickle::Kind::Bool) && v->boolean;
+}
+
+// A tensor-parallel run's file holds the whole tensor of a param whose param_shapes entry is one TP rank's
+// slice: the same shape when replicated (no cat_dim), `tp` slices along cat_dim otherwise (a vocabulary
+// tensor may have lost its padding rows), `tp` times the elements for fused sub-params.
+void require_merged_shape(const fs::path& path, const pickle::Value* root, const torch::SourceTensor& t,
+                          const NamedShape& param, int tp) {
+  const auto cat_dim = int_entry(root, "cat_dim");
+  bool fits = t.shape.size() == param.shape.size();
+  if (root->is(pickle::Kind::Dict) && root->find("sub_param_shape") != nullptr) {
+    fits = t.numel() == param.numel * static_cast<uint64_t>(tp);
+  } else if (fits) {
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (!cat_dim || static_cast<int64_t>(d) != *cat_dim)
+        fits = fits && t.shape[d] == param.shape[d];
+      else if (true_entry(root, "vocab_tensor"))
+        fits = fits && t.shape[d] <= param.shape[d] * tp;
+      else
+        fits = fits && t.shape[d] == param.shape[d] * tp;
+    }
+    fits = fits && (!cat_dim || (*cat_dim >= 0 && *cat_dim < static_cast<int64_t>(t.shape.size())));
+  }
+  if (!fits)
+    throw FormatError(fmt::format("{}: holds a tensor of shape {} ({}), which is not {} merged over {} tensor-parallel "
+                                  "ranks of shape {}",
+                                  path.string(), t.shape, cat_dim ? fmt::format("cat_dim {}", *cat_dim) : "replicated",
+                                  param.name, tp, param.shape));
+}
+
+}  // namespace
+
 bool is_universal_dir(const fs::path& dir) {
   std::error_code ec;
   return fs::is_regular_file(dir / "zero" / "optimizer_state.pt", ec);
 }
 
 std::vector<catalog::LogicalTensor> read_universal_masters(io::FileSet& files, const fs::path& dir,
-                                                           const std::vector<std::vector<NamedShape>>& groups) {
+                                                           const std::vector<std::vector<NamedShape>>& groups, int tp) {
   std::vector<catalog::LogicalTensor> out;
   for (const auto& group : groups) {
     for (const auto& param : group) {
@@ -31,6 +74,11 @@ std::vector<catalog::LogicalTensor> read_universal_masters(io::FileSet& files, c
                                                                   : torch::as_tensor(root);
       if (t == nullptr)
         throw FormatError(fmt::format("{}: holds neither a tensor nor a dict with 'param'", path.string()));
+      if (tp > 1) {
+        require_merged_shape(path, root, *t, param, tp);
+        out.push_back(whole_tensor(param.name, *t, DType::F32, "universal fp32.pt (merged over TP ranks)"));
+        continue;
+      }
       if (t->numel() != param.numel)
         throw FormatError(fmt::format("{}: holds {} elements but param_shapes gives {} {} elements",
                                       path.string(), t->numel(), param.name, param.numel));
