@@ -597,7 +597,8 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
   if (!tf.expert_files.empty())
     throw UnsupportedError(fmt::format("{}: Mixture-of-Experts checkpoints are not supported yet",
                                        tf.expert_files.front().string()));
-  if (is_universal_dir(dir) && tf.layer_states.empty() && tf.model_states.size() > 1)
+  // Several model-state copies in a universal dir: pipeline stages (`module` None) or TP ranks.
+  if (is_universal_dir(dir) && tf.model_states.size() > 1 && read_model_states(files, tf.model_states.begin()->second).module)
     return read_tensor_parallel_universal(files, tf, dir, name);
   const bool plain = tf.zero3_model_states.empty() && !is_universal_dir(dir);
   // Pipeline layers saved per tensor-parallel rank (layer_XX-model_YY: Megatron-DeepSpeed's GPTModelPipe).
