@@ -427,6 +427,16 @@ std::shared_ptr<const UniversalPlan> universal_plan(TagParts& parts, const std::
   return plan;
 }
 
+// The params a model-state copy without param_shapes names: its embedded BF16_Optimizer state's
+// param_slice_mappings (pipeline ZeRO-0, DeepSpeed >= 0.15).
+std::vector<std::string> slice_names_of(const ModelStates& ms) {
+  if (ms.embedded_slice_names.empty())
+    throw FormatError(fmt::format("{}: has no param_shapes, which a universal checkpoint needs", ms.path.string()));
+  std::vector<std::string> names;
+  for (const auto& group : ms.embedded_slice_names) names.insert(names.end(), group.begin(), group.end());
+  return names;
+}
+
 // A universal checkpoint (<tag>_universal/): the model-state copies give module, buffers, frozen params
 // and param_shapes, and zero/<param>/fp32.pt the fp32 masters in place of the optimizer files.
 TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& dir, Topology& topo,
@@ -454,11 +464,12 @@ TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& 
     return parts;
   }
   std::set<std::string> seen;
+  bool named_by_slices = false;
   for (const auto& [mp, path] : tf.model_states) {
     ModelStates ms = read_model_states(files, path);
-    if (!ms.param_shapes)
-      throw FormatError(fmt::format("{}: has no param_shapes, which a universal checkpoint needs", path.string()));
-    for (auto& t : read_universal_masters(files, dir, *ms.param_shapes))
+    named_by_slices = named_by_slices || !ms.param_shapes;
+    for (auto& t : ms.param_shapes ? read_universal_masters(files, dir, *ms.param_shapes)
+                                   : read_named_universal_masters(files, dir, slice_names_of(ms)))
       if (seen.insert(t.name).second) parts.trainable.push_back(std::move(t));
     parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
     topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
@@ -474,6 +485,12 @@ TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& 
     }
   }
   topo.pp = parts.model_from_masters ? static_cast<int>(tf.model_states.size()) : 1;
+  if (named_by_slices)
+    for (const auto& name : universal_param_dirs(dir))
+      if (!seen.contains(name))
+        throw FormatError(fmt::format("{}: no model-state copy names this parameter (they have no param_shapes and "
+                                      "their param_slice_mappings cover only DP rank 0's fragments)",
+                                      (dir / "zero" / name).string()));
   return parts;
 }
 

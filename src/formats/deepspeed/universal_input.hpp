@@ -24,4 +24,11 @@ std::vector<catalog::LogicalTensor> read_universal_masters(io::FileSet& files, c
                                                            const std::vector<std::vector<NamedShape>>& groups,
                                                            int tp = 1);
 
+// The fp32 masters of `names` in the shapes their files hold (model-state copies without param_shapes).
+std::vector<catalog::LogicalTensor> read_named_universal_masters(io::FileSet& files, const std::filesystem::path& dir,
+                                                                 const std::vector<std::string>& names);
+
+// The names of the parameter folders under <dir>/zero, sorted.
+std::vector<std::string> universal_param_dirs(const std::filesystem::path& dir);
+
 }  // namespace ckptfs::deepspeed
