@@ -169,3 +169,36 @@ def test_output_inside_source_is_refused(ckptfs_bin, case_copy):
     before = sorted(p.name for p in src.rglob("*"))
     H.assert_one_line_error(H.run([ckptfs_bin, "export", src, src / "merged"]), H.EXIT_USAGE, ["merged"])
     assert sorted(p.name for p in src.rglob("*")) == before
+
+
+def rewrite_unfused_model_states(src, edit):
+    """Loads the FP16_UnfusedOptimizer model-state file of ``src`` (the generator's: it holds a set, which
+    torch 1.13's weights_only refuses), applies ``edit`` to it and saves it back (storage sharing kept)."""
+    path = src / TAG / "mp_rank_00_model_states.pt"
+    sd = torch.load(path, map_location="cpu", weights_only=False)
+    edit(sd)
+    torch.save(sd, path)
+    return path
+
+
+def test_unfused_masters_ambiguous_with_a_frozen_twin(ckptfs_bin, case_copy, tmp_path):
+    """ZeRO-0 FP16_UnfusedOptimizer names no master: a frozen param right before a trainable one of the same
+    shape could own either master, so ckptfs refuses rather than guess."""
+    def add_twin(sd):
+        module = sd["module"]
+        items = list(module.items())
+        i = next(j for j, (k, _) in enumerate(items) if k == "blocks.0.ln.weight")
+        items.insert(i, ("blocks.0.ln.frozen_scale", items[i][1].clone()))
+        module.clear()
+        module.update(items)
+    victim = rewrite_unfused_model_states(case_copy("z0_bf16_unfused_dp2"), add_twin)
+    H.assert_one_line_error(export(ckptfs_bin, victim.parent.parent, tmp_path), H.EXIT_UNSUPPORTED, [victim.name])
+
+
+def test_unfused_masters_out_of_module_order(ckptfs_bin, case_copy, tmp_path):
+    """Param groups whose params are not in module order cannot be matched to their masters: an error naming
+    the file, not fp32 tensors under the wrong names."""
+    def reverse_group(sd):
+        sd["optimizer"]["fp32_groups"][0].reverse()
+    victim = rewrite_unfused_model_states(case_copy("z0_bf16_unfused_dp2"), reverse_group)
+    H.assert_one_line_error(export(ckptfs_bin, victim.parent.parent, tmp_path), H.EXIT_INVALID, [victim.name])

@@ -11,11 +11,9 @@ Known quirks of the references (ckptfs deliberately differs): zero_to_fp32 keeps
 16 bits, casts integer buffers to fp32, drops frozen params under ZeRO-1, and refuses BF16_Optimizer and
 pipeline checkpoints.  So golden tensors are compared with ``ours.to(golden dtype)``.
 """
-import collections
 import contextlib
 import json
 import os
-import sys
 
 import pytest
 import torch
@@ -24,9 +22,6 @@ import helpers as H
 import universal_loader as UL
 from conftest import REAL_019_DIR, REAL_DIR
 from mounting import mounted
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen"))
-import deepspeed_classes  # noqa: E402
 
 SETS = {"deepspeed-real": REAL_DIR, "deepspeed-0.19-real": REAL_019_DIR}
 REAL_CASES = [f"{s}/{d}" for s, root in SETS.items() if os.path.isdir(root)
@@ -224,49 +219,24 @@ def test_deepspeed_universal_tree_as_input(views, case, via):
         assert_model_matches(f"{case} universal tag", H.read_safetensors(os.path.join(root, "model.safetensors")), ref)
 
 
-def layer_file_tensors(tag_dir):
-    """The pipeline layer files' tensors, named as PipelineModule names them (layer 0 is the tied embed)."""
-    out = {}
-    for f in sorted(os.listdir(tag_dir)):
-        if f.startswith("layer_") and f.endswith("-model_states.pt"):
-            li = int(f[len("layer_"):].split("-")[0])
-            sd = torch.load(os.path.join(tag_dir, f), map_location="cpu", weights_only=True)
-            prefix = "tied_modules.embed." if li == 0 else f"{li}."
-            for k, v in sd.items():
-                out[prefix + k] = v
-    return out
-
-
-def slice_mapping_layout(tag_dir):
-    """The layout of a pipeline BF16_Optimizer tag saved without param_shapes (DeepSpeed 0.19.5): per stage
-    the params of param_slice_mappings (ordered by start), shaped as the layer files hold them."""
-    deepspeed_classes.install()
-    shapes = {k: v.shape for k, v in layer_file_tensors(tag_dir).items()}
-    stages, files = [], sorted(f for f in os.listdir(tag_dir) if f.startswith("mp_rank_"))
-    for f in files:
-        osd = torch.load(os.path.join(tag_dir, "bf16_zero_pp_rank_0_" + f.replace("model_states", "optim_states")),
-                         map_location="cpu", weights_only=False)["optimizer_state_dict"]
-        stages.append([collections.OrderedDict((n, shapes[n]) for n, _ in sorted(g.items(), key=lambda kv: kv[1].start))
-                       for g in osd["param_slice_mappings"]])
-    return UL.Layout("012", stages, files)
-
-
 @pytest.mark.parametrize("via", VIAS)
 def test_pipeline_bf16_universal_rebuilds_the_shards(views, via):
     """0.19.5 pipeline + ZeRO-0 BF16_Optimizer: DeepSpeed's ds_to_universal fails (no param_shapes), ours
     writes a tree from which universal_loader (an independent re-implementation of DeepSpeed's universal
-    load) rebuilds every stage's fp32 / exp_avg / exp_avg_sq partitions bit for bit."""
+    load; the layout from the optimizer files' param_slice_mappings and the layer files) rebuilds every
+    stage's fp32 / exp_avg / exp_avg_sq partitions bit for bit."""
     case = "deepspeed-0.19-real/pp2_bf16_ws2"
     tag_dir = case_path(case, "checkpoint", TAG)
     udir = os.path.join(views(case, via), "universal", f"{TAG}_universal")
-    res = UL.check_against_shards(udir, tag_dir, slice_mapping_layout(tag_dir))
+    res = UL.check_against_shards(udir, tag_dir, UL.model_layout(tag_dir))
     assert res["elements_compared"] > 0 and res["params"] == 17, res
+    assert list(UL.model_layout(udir).names().items()) == list(UL.model_layout(tag_dir).names().items())
 
 
 @pytest.mark.parametrize("case", ["deepspeed-real/pp2_z1_fp32_ws4", "deepspeed-0.19-real/pp2_bf16_ws2"])
 def test_pipeline_model_is_layer_files(export_cache, case):
     """Pipeline: model.safetensors = the layer files' tensors, named like PipelineModule names them."""
-    expected = layer_file_tensors(case_path(case, "checkpoint", TAG))
+    expected = UL.layer_file_tensors(case_path(case, "checkpoint", TAG))
     proc, out = export_cache(case_path(case, "checkpoint"))
     H.assert_ok(proc)
     H.assert_state_equal(H.read_safetensors(out / "model.safetensors"), expected, ordered=False,
