@@ -18,12 +18,13 @@ struct UnfusedMasters {
 };
 
 // Names the masters of `ms.unfused_fp32_groups`. FP16_UnfusedOptimizer keeps, per param group, the params
-// that require grad in group order; with DeepSpeed's default groups (module.parameters(), or a filter of it)
-// that is `module`'s order without buffers, tied repeats (entries sharing an earlier entry's storage) and
-// frozen params. Frozen params are not marked in the file: the masters are matched to the parameters by
-// shape, in order, and the match must be the only one possible. Throws FormatError when no order-keeping
-// match exists (custom param groups) and UnsupportedError when several do (a frozen param beside a
-// trainable one of the same shape), naming the file.
+// that require grad in group order. Groups made from module.parameters() (DeepSpeed's default, or HF
+// Trainer's decay / no-decay filters) list their params in `module` order, which holds them without
+// buffers, tied repeats (entries sharing an earlier entry's storage) and frozen params. Frozen params are
+// not marked in the file: each group's masters are matched by shape, in order, to the parameters earlier
+// groups left, and the match must be the only one possible. Throws FormatError when no order-keeping match
+// exists (groups in another order) and UnsupportedError when several do (a frozen param beside a trainable
+// one of the same shape), naming the file.
 UnfusedMasters name_unfused_masters(const ModelStates& ms);
 
 }  // namespace ckptfs::deepspeed
