@@ -307,7 +307,7 @@ def _reference_pipeline(d, files, layer_files, optim):
         layers[li] = _load(os.path.join(d, f))
     # tied layer naming: a layer whose keys appear as tied_modules.<key>.* in param_shapes/buffer_names
     import universal_loader  # noqa: E402 (its DeepSpeed stand-ins unpickle fragment_address)
-    # DeepSpeed >= 0.15 saves a ZeRO-0 BF16_Optimizer pipeline without param_shapes
+    # DeepSpeed >= 0.18.5 saves a ZeRO-0 BF16_Optimizer pipeline without param_shapes
     shapes_of = [m["param_shapes"] or universal_loader.slice_mapping_shapes(d, f) for m, f in zip(mps, mp_files)]
     all_names = set(bn) | {n for groups in shapes_of for g in groups for n in g}
     tied_prefix = {}

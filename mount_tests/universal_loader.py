@@ -101,7 +101,7 @@ def layer_file_tensors(tag_dir):
 
 
 def slice_mapping_shapes(directory, model_file):
-    """param_shapes of a pipeline + ZeRO-0 BF16_Optimizer stage saved without them (DeepSpeed >= 0.15): per
+    """param_shapes of a pipeline + ZeRO-0 BF16_Optimizer stage saved without them (DeepSpeed >= 0.18.5): per
     group the names of param_slice_mappings ordered by start (every DP rank's optimizer file in a tag dir;
     in a universal dir the model-state copy's own state, DP rank 0's), shaped by the layer files (tag dir)
     or by zero/<name>/fp32.pt (universal dir)."""

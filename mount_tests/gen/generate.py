@@ -415,7 +415,7 @@ def moment_flats(entries, values, A, rng):
 
 
 def unfused_optimizer_state(groups, values):
-    """FP16_UnfusedOptimizer.state_dict() (DeepSpeed >= 0.15 for bf16 without ZeRO): the torch optimizer's
+    """FP16_UnfusedOptimizer.state_dict() (DeepSpeed >= 0.17.6 for bf16 without ZeRO): the torch optimizer's
     state per param and fp32_groups, per group the fp32 masters of its trainable params in group order."""
     state, pgs, idx = {}, [], 0
     for gi, g in enumerate(groups):
@@ -724,7 +724,7 @@ def write_pipeline(case, tagdir, seed, uni=None):
     # perturb it so that a reader taking the tied master from the wrong stage is caught.
     stage1_tied_master = master[tied] + 1e-3
     buffer_names = [n for n, (k, _) in stored.items() if k.startswith("buffer")]
-    # ZeRO-0 BF16_Optimizer (DeepSpeed >= 0.15): no param_shapes / shared_params, and each stage's
+    # ZeRO-0 BF16_Optimizer (DeepSpeed >= 0.18.5): no param_shapes / shared_params, and each stage's
     # model-state file holds its DP rank 0's BF16_Optimizer state too
     bf16opt = case["optimizer"] == "bf16_optimizer"
     per_stage_names = []

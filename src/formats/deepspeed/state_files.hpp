@@ -41,7 +41,7 @@ struct ModelStates {
   std::string ds_version;
   // ZeRO-0 FP16_UnfusedOptimizer: optimizer['fp32_groups'], the unnamed fp32 masters per param group.
   std::optional<std::vector<std::vector<torch::SourceTensor>>> unfused_fp32_groups;
-  // A BF16_Optimizer state inside the file (pipeline ZeRO-0, DeepSpeed >= 0.15): its param_slice_mappings
+  // A BF16_Optimizer state inside the file (pipeline ZeRO-0, DeepSpeed >= 0.18.5): its param_slice_mappings
   // names per group (this DP rank's fragments), in flat order.
   std::vector<std::vector<std::string>> embedded_slice_names;
 };

@@ -316,7 +316,7 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
   return parts;
 }
 
-// DeepSpeed >= 0.15 saves a ZeRO-0 pipeline's BF16_Optimizer without param_shapes: the flat groups' params
+// DeepSpeed >= 0.18.5 saves a ZeRO-0 pipeline's BF16_Optimizer without param_shapes: the flat groups' params
 // are the names of the optimizer files' param_slice_mappings (every DP rank's, in order), shaped as the
 // layer files hold them.
 std::vector<std::vector<NamedShape>> shapes_from_slice_mappings(const std::vector<OptimStates>& optim,
@@ -428,7 +428,7 @@ std::shared_ptr<const UniversalPlan> universal_plan(TagParts& parts, const std::
 }
 
 // The params a model-state copy without param_shapes names: its embedded BF16_Optimizer state's
-// param_slice_mappings (pipeline ZeRO-0, DeepSpeed >= 0.15).
+// param_slice_mappings (pipeline ZeRO-0, DeepSpeed >= 0.18.5).
 std::vector<std::string> slice_names_of(const ModelStates& ms) {
   if (ms.embedded_slice_names.empty())
     throw FormatError(fmt::format("{}: has no param_shapes, which a universal checkpoint needs", ms.path.string()));

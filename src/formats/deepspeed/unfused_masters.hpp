@@ -1,4 +1,4 @@
-// ZeRO-0 with DeepSpeed's FP16_UnfusedOptimizer (bf16 without ZeRO since DeepSpeed 0.15; fp16 with
+// ZeRO-0 with DeepSpeed's FP16_UnfusedOptimizer (bf16 without ZeRO or pipeline since DeepSpeed 0.17.6; fp16 with
 // unfused optimizers): no optimizer files, and the fp32 masters sit unnamed in the model-state file's
 // optimizer['fp32_groups'] (docs/formats/deepspeed.md: ZeRO-0 with FP16_UnfusedOptimizer).
 #pragma once
