@@ -202,3 +202,17 @@ def test_unfused_masters_out_of_module_order(ckptfs_bin, case_copy, tmp_path):
         sd["optimizer"]["fp32_groups"][0].reverse()
     victim = rewrite_unfused_model_states(case_copy("z0_bf16_unfused_dp2"), reverse_group)
     H.assert_one_line_error(export(ckptfs_bin, victim.parent.parent, tmp_path), H.EXIT_INVALID, [victim.name])
+
+
+def test_tensor_parallel_universal_file_of_the_wrong_shape(ckptfs_bin, tmp_path):
+    """A TP universal tree (DeepSpeed's own, AutoTP) whose fp32.pt does not hold the param merged over the
+    TP ranks (here one rank's slice) is an error naming that file, not a mis-shaped master."""
+    from conftest import REAL_019_DIR
+    src = tmp_path / "checkpoint"
+    shutil.copytree(os.path.join(REAL_019_DIR, "autotp2_z1_bf16_ws2", "checkpoint"), src)
+    victim = src / f"{TAG}_universal" / "zero" / "model.layers.0.self_attn.q_proj.weight" / "fp32.pt"
+    victim.chmod(0o644)
+    obj = torch.load(victim, map_location="cpu", weights_only=True)
+    torch.save({"cat_dim": 0, "param": obj["param"][: obj["param"].shape[0] // 2].clone()}, victim)
+    proc = H.run([ckptfs_bin, "export", src, tmp_path / "out", "--tag", f"{TAG}_universal"])
+    H.assert_one_line_error(proc, H.EXIT_INVALID, ["q_proj.weight/fp32.pt"])
