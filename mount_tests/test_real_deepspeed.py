@@ -14,6 +14,8 @@ pipeline checkpoints.  So golden tensors are compared with ``ours.to(golden dtyp
 import contextlib
 import json
 import os
+import pickletools
+import zipfile
 
 import pytest
 import torch
@@ -245,6 +247,45 @@ def test_pipeline_model_is_layer_files(export_cache, case):
     # frozen pos and buffer mix come from layer_00, as fp32
     for k in ("tied_modules.embed.pos", "tied_modules.embed.mix"):
         H.assert_tensor_equal(k, ours[k], expected[k].float())
+
+
+def pickle_ops(path):
+    """The opcodes of a torch.save zip's data.pkl, and its member names."""
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        data = z.read(next(n for n in names if n.endswith("/data.pkl")))
+    return [(op.name, arg) for op, arg, _ in pickletools.genops(data)], names
+
+
+# (case, topology ckptfs reports: ZeRO stage from the optimizer files' ZeroStageEnum where they have one)
+V019_TOPOLOGY = {"z0_bf16_ws2": (0, 2, 1, 1), "pp2_bf16_ws2": (0, 1, 1, 2), "autotp2_z1_bf16_ws2": (1, 1, 2, 1),
+                 "z3_bf16_pg2_ws2": (3, 2, 1, 1)}
+
+
+@pytest.mark.parametrize("name", sorted(V019_TOPOLOGY))
+def test_deepspeed_019_file_features(ckptfs_bin, name):
+    """What the 0.19.5 files carry that 0.14.5's do not, and that ckptfs reads them: torch 2.14 zip records,
+    ds_version 0.19.5 and checkpoint_parallel_dimensions in every model-state file, Python 3.14's
+    ZeroStageEnum pickled by value (GLOBAL, the int, REDUCE), which gives the ZeRO stage ckptfs reports."""
+    case = f"deepspeed-0.19-real/{name}"
+    tag_dir = case_path(case, "checkpoint", TAG)
+    for f in sorted(os.listdir(tag_dir)):
+        ops, names = pickle_ops(os.path.join(tag_dir, f))
+        for record in (".format_version", ".storage_alignment", "byteorder", ".data/serialization_id"):
+            assert any(n.endswith("/" + record) for n in names), f"{f}: no {record} record"
+        strings = [a for op, a in ops if op in ("SHORT_BINUNICODE", "BINUNICODE")]
+        if "model_states" in f and not f.startswith("layer_"):
+            assert "checkpoint_parallel_dimensions" in strings and "0.19.5" in strings, f
+        enums = [i for i, (op, a) in enumerate(ops) if op == "GLOBAL" and a.endswith(" ZeroStageEnum")]
+        for i in enums:
+            assert [op for op, _ in ops[i + 1:i + 6] if op in ("TUPLE1", "REDUCE")] == ["TUPLE1", "REDUCE"], \
+                f"{f}: ZeroStageEnum not pickled by value"
+        if "optim_states" in f and name in ("autotp2_z1_bf16_ws2", "z3_bf16_pg2_ws2"):
+            assert enums, f"{f}: no ZeroStageEnum"
+    proc = H.run([ckptfs_bin, "inspect", case_path(case, "checkpoint"), "--json"])
+    H.assert_ok(proc)
+    topo = next(t for t in json.loads(proc.stdout)["tags"] if t["name"] == TAG)["topology"]
+    assert (topo["zero_stage"], topo["dp"], topo["tp"], topo["pp"]) == V019_TOPOLOGY[name], topo
 
 
 @pytest.mark.parametrize("case", REAL_CASES)
