@@ -541,9 +541,9 @@ RankTag read_rank(io::FileSet& files, const TagFiles& tf, const fs::path& dir, c
   return {std::move(tag), std::move(parts.buffers)};
 }
 
-// The universal checkpoint of a tensor-parallel run (DeepSpeed >= 0.16 writes it for AutoTP): every TP
-// rank's model-state copy holds its slices of the weights, merged here as for the tag; zero/<param>/fp32.pt
-// holds each master merged already.
+// The universal checkpoint of a tensor-parallel run (ds_to_universal's output for an AutoTP tag, which
+// DeepSpeed 0.19.5 saves with its universal_checkpoint_info): every TP rank's model-state copy holds its
+// slices of the weights, merged here as for the tag; zero/<param>/fp32.pt holds each master merged already.
 Tag read_tensor_parallel_universal(io::FileSet& files, const TagFiles& tf, const fs::path& dir, const std::string& name) {
   const UniversalInfo info = read_universal_info(files, tf.model_states.begin()->second);
   std::vector<RankTag> ranks;
@@ -574,7 +574,7 @@ Tag read_tensor_parallel_universal(io::FileSet& files, const TagFiles& tf, const
   parts.aliases = first->shared_params;
   parts.trainable = read_universal_masters(files, dir, *first->param_shapes, static_cast<int>(tf.model_states.size()));
   add_master_files(tag, parts);
-  auto model = tag.catalog("model");
+  CatalogPtr model = tag.catalog("model");  // the merge's only catalog: finish_tag adds it back with fp32
   tag.catalogs.clear();
   auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, model->tensors, tag.notes));
   finish_tag(tag, parts, fp32, model, false);
