@@ -236,6 +236,8 @@ def reference_merge(src, tag=None):
         model[k] = v.clone()
     if not optim and "fp32_groups" in (m0["optimizer"] or {}):
         return _reference_unfused(m0), model
+    if not optim and "fp32_groups_flat" in (m0["optimizer"] or {}):
+        return _reference_fused(m0), model
     if not optim:  # ZeRO-0 without BF16_Optimizer: serve module
         for k, v in module.items():
             fp32[k] = v.float() if v.is_floating_point() else v.clone()
@@ -265,10 +267,9 @@ def reference_merge(src, tag=None):
     return fp32, model
 
 
-def _reference_unfused(m0):
-    """ZeRO-0 FP16_UnfusedOptimizer: optimizer['fp32_groups'][g] holds the masters of group g's trainable
-    params in module order; each group takes, by shape, the first params (not buffers, not tied repeats of
-    an earlier entry's storage, not taken by an earlier group) in module order."""
+def _module_params(m0):
+    """(module, buffer names, param names in module order, {alias: owner}): an entry that is the same
+    tensor (storage, offset, shape) as an earlier one is a tied alias."""
     module, bn = m0["module"], set(m0["buffer_names"])
     aliases, seen, params = {}, {}, []
     for k, v in module.items():
@@ -280,6 +281,41 @@ def _reference_unfused(m0):
         else:
             seen[key] = k
             params.append(k)
+    return module, bn, params, aliases
+
+
+def _zero0_fp32(module, bn, params, masters, aliases):
+    """zero_to_fp32's order: buffers, frozen (params without a master), masters, aliases."""
+    fp32 = {k: (v.float() if v.is_floating_point() else v.clone()) for k, v in module.items() if k in bn}
+    fp32.update({k: module[k].float() for k in params if k not in masters})
+    fp32.update(masters)
+    fp32.update({a: masters[o].clone() for a, o in aliases.items()})
+    return fp32
+
+
+def _reference_fused(m0):
+    """ZeRO-0 FP16_Optimizer: optimizer['fp32_groups_flat'][g] is group g's trainable params flattened; the
+    module's params are views into the 16-bit flat buffer of that size, at their offset in the group."""
+    module, bn, params, aliases = _module_params(m0)
+    by_storage = {}
+    for k in params:
+        v = module[k]
+        by_storage.setdefault(v.storage().data_ptr(), []).append(k)
+    masters = {}
+    for flat in m0["optimizer"]["fp32_groups_flat"]:
+        owners = [ks for ks in by_storage.values() if module[ks[0]].storage().size() == flat.numel()]
+        assert len(owners) == 1, f"{len(owners)} storages of {flat.numel()} elements"
+        for k in sorted(owners[0], key=lambda k: module[k].storage_offset()):
+            v = module[k]
+            masters[k] = flat[v.storage_offset(): v.storage_offset() + v.numel()].view(v.shape).clone()
+    return _zero0_fp32(module, bn, params, masters, aliases)
+
+
+def _reference_unfused(m0):
+    """ZeRO-0 FP16_UnfusedOptimizer: optimizer['fp32_groups'][g] holds the masters of group g's trainable
+    params in module order; each group takes, by shape, the first params (not buffers, not tied repeats of
+    an earlier entry's storage, not taken by an earlier group) in module order."""
+    module, bn, params, aliases = _module_params(m0)
     masters, taken = {}, set()
     for group in m0["optimizer"]["fp32_groups"]:
         i = 0
@@ -289,11 +325,7 @@ def _reference_unfused(m0):
             masters[params[i]] = t.clone()
             taken.add(params[i])
             i += 1
-    fp32 = {k: (v.float() if v.is_floating_point() else v.clone()) for k, v in module.items() if k in bn}
-    fp32.update({k: module[k].float() for k in params if k not in masters})
-    fp32.update(masters)
-    fp32.update({a: masters[o].clone() for a, o in aliases.items()})
-    return fp32
+    return _zero0_fp32(module, bn, params, masters, aliases)
 
 
 def _reference_pipeline(d, files, layer_files, optim):

@@ -171,9 +171,9 @@ def test_output_inside_source_is_refused(ckptfs_bin, case_copy):
     assert sorted(p.name for p in src.rglob("*")) == before
 
 
-def rewrite_unfused_model_states(src, edit):
-    """Loads the FP16_UnfusedOptimizer model-state file of ``src`` (the generator's: it holds a set, which
-    torch 1.13's weights_only refuses), applies ``edit`` to it and saves it back (storage sharing kept)."""
+def rewrite_model_states(src, edit):
+    """Loads the ZeRO-0 model-state file of ``src`` (the generator's: it holds a set, which torch 1.13's
+    weights_only refuses), applies ``edit`` to it and saves it back (storage sharing kept)."""
     path = src / TAG / "mp_rank_00_model_states.pt"
     sd = torch.load(path, map_location="cpu", weights_only=False)
     edit(sd)
@@ -191,7 +191,7 @@ def test_unfused_masters_ambiguous_with_a_frozen_twin(ckptfs_bin, case_copy, tmp
         items.insert(i, ("blocks.0.ln.frozen_scale", items[i][1].clone()))
         module.clear()
         module.update(items)
-    victim = rewrite_unfused_model_states(case_copy("z0_bf16_unfused_dp2"), add_twin)
+    victim = rewrite_model_states(case_copy("z0_bf16_unfused_dp2"), add_twin)
     H.assert_one_line_error(export(ckptfs_bin, victim.parent.parent, tmp_path), H.EXIT_UNSUPPORTED, [victim.name])
 
 
@@ -200,7 +200,7 @@ def test_unfused_masters_out_of_module_order(ckptfs_bin, case_copy, tmp_path):
     the file, not fp32 tensors under the wrong names."""
     def reverse_group(sd):
         sd["optimizer"]["fp32_groups"][0].reverse()
-    victim = rewrite_unfused_model_states(case_copy("z0_bf16_unfused_dp2"), reverse_group)
+    victim = rewrite_model_states(case_copy("z0_bf16_unfused_dp2"), reverse_group)
     H.assert_one_line_error(export(ckptfs_bin, victim.parent.parent, tmp_path), H.EXIT_INVALID, [victim.name])
 
 
@@ -216,3 +216,13 @@ def test_tensor_parallel_universal_file_of_the_wrong_shape(ckptfs_bin, tmp_path)
     torch.save({"cat_dim": 0, "param": obj["param"][: obj["param"].shape[0] // 2].clone()}, victim)
     proc = H.run([ckptfs_bin, "export", src, tmp_path / "out", "--tag", f"{TAG}_universal"])
     H.assert_one_line_error(proc, H.EXIT_INVALID, ["q_proj.weight/fp32.pt"])
+
+
+def test_fused_masters_without_flat_buffer_views(ckptfs_bin, case_copy, tmp_path):
+    """FP16_Optimizer's masters are placed by the module params' offsets in their flat 16-bit buffer: params
+    that own their storage (not DeepSpeed's layout) are an error naming the file, not guessed offsets."""
+    def own_storage(sd):
+        for k, v in sd["module"].items():
+            sd["module"][k] = v.clone()
+    victim = rewrite_model_states(case_copy("z0_fp16_dp2"), own_storage)
+    H.assert_one_line_error(export(ckptfs_bin, victim.parent.parent, tmp_path), H.EXIT_INVALID, [victim.name])

@@ -14,7 +14,7 @@
 #include "formats/deepspeed/rank_files.hpp"
 #include "formats/deepspeed/tag_files.hpp"
 #include "formats/deepspeed/tensor_parallel_merge.hpp"
-#include "formats/deepspeed/unfused_masters.hpp"
+#include "formats/deepspeed/model_state_masters.hpp"
 #include "formats/deepspeed/universal_input.hpp"
 #include "formats/deepspeed/universal_state.hpp"
 
@@ -284,16 +284,19 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
   if (!tf.optim_states.count(mp)) {
     topo.zero_stage = 0;
     topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
-    if (ms.unfused_fp32_groups) {
-      UnfusedMasters masters = name_unfused_masters(ms);
+    if (ms.unfused_fp32_groups || ms.fused_fp32_groups_flat) {
+      const bool unfused = ms.unfused_fp32_groups.has_value();
+      ModelStateMasters masters = unfused ? name_unfused_masters(ms) : slice_fused_masters(ms);
       parts.trainable = std::move(masters.trainable);
       parts.aliases = std::move(masters.aliases);
-      topo.optimizer = "FP16_UnfusedOptimizer (fp32 masters in optimizer['fp32_groups'])";
-      parts.no_universal = "FP16_UnfusedOptimizer state (no optimizer files; ds_to_universal cannot convert it)";
+      const std::string optimizer = unfused ? "FP16_UnfusedOptimizer" : "FP16_Optimizer";
+      topo.optimizer = fmt::format("{} (fp32 masters in optimizer['{}'])", optimizer,
+                                   unfused ? "fp32_groups" : "fp32_groups_flat");
+      parts.no_universal = optimizer + " state (no optimizer files; ds_to_universal cannot convert it)";
       return parts;
     }
-    // ZeRO-0 with a torch / FP16_Optimizer state inside the model-state file: its flat fp32 groups carry no
-    // names, so the fp32 view is the module upcast.
+    // ZeRO-0 with a torch optimizer (fp32: the module is the master) or no optimizer state: the fp32 view is
+    // the module upcast.
     parts.masters_known = false;
     topo.optimizer = "none (optimizer state inside model states)";
     notes.push_back("no partitioned optimizer state: fp32/ holds the module weights upcast to fp32");
