@@ -1,6 +1,6 @@
 // ZeRO-0 with DeepSpeed's FP16_Optimizer or FP16_UnfusedOptimizer (fp16; bf16 without ZeRO or pipeline since
 // DeepSpeed 0.17.6): no optimizer files, and the fp32 masters sit unnamed in the model-state file's
-// `optimizer` (docs/formats/deepspeed.md: ZeRO-0 with the optimizer in the model states).
+// `optimizer` (docs/formats/deepspeed.md: "ZeRO-0 with FP16_UnfusedOptimizer", "ZeRO-0 with FP16_Optimizer").
 #pragma once
 
 #include <string>
