@@ -20,7 +20,8 @@ struct Master {
 };
 
 // Two state-dict entries are one parameter when torch.save wrote them as one view of one storage.
-using StorageKey = std::tuple<const void*, uint64_t, int64_t, std::vector<int64_t>, std::vector<int64_t>, DType>;
+using StorageKey =
+    std::tuple<const void*, uint64_t, int64_t, std::vector<int64_t>, std::vector<int64_t>, DType>;
 
 StorageKey storage_key(const torch::SourceTensor& t) {
   return {t.storage.file.get(), t.storage.offset, t.storage_offset, t.shape, t.strides, t.dtype};
@@ -28,8 +29,9 @@ StorageKey storage_key(const torch::SourceTensor& t) {
 
 // For each master of one group, the first (`forward`) or last candidate not `taken` it can take with every
 // master keeping its order; empty when there is none.
-std::vector<size_t> greedy_match(const std::vector<const NamedTensor*>& params, const std::vector<bool>& taken,
-                                 const std::vector<Master>& masters, bool forward) {
+std::vector<size_t> greedy_match(const std::vector<const NamedTensor*>& params,
+                                 const std::vector<bool>& taken, const std::vector<Master>& masters,
+                                 bool forward) {
   std::vector<size_t> at(masters.size());
   const size_t n = params.size(), m = masters.size();
   size_t p = 0;
@@ -88,7 +90,8 @@ ModelStateMasters name_unfused_masters(const ModelStates& ms) {
   for (size_t g = 0; g < ms.unfused_fp32_groups->size(); ++g) {
     std::vector<Master> masters;
     for (size_t i = 0; i < (*ms.unfused_fp32_groups)[g].size(); ++i)
-      masters.push_back({&(*ms.unfused_fp32_groups)[g][i], fmt::format("optimizer.fp32_groups[{}][{}]", g, i)});
+      masters.push_back(
+          {&(*ms.unfused_fp32_groups)[g][i], fmt::format("optimizer.fp32_groups[{}][{}]", g, i)});
     const auto earliest = greedy_match(params, taken, masters, true);
     if (earliest.empty() && !masters.empty())
       throw FormatError(fmt::format(
@@ -106,7 +109,8 @@ ModelStateMasters name_unfused_masters(const ModelStates& ms) {
       const torch::SourceTensor& t = *masters[k].tensor;
       require_floating(ms, t, masters[k].where);
       taken[earliest[k]] = true;
-      out.trainable.push_back(catalog::whole_tensor(params[earliest[k]]->name, t, DType::F32, masters[k].where));
+      out.trainable.push_back(
+          catalog::whole_tensor(params[earliest[k]]->name, t, DType::F32, masters[k].where));
     }
   }
   return out;
@@ -128,7 +132,8 @@ std::vector<const NamedTensor*> tiling(std::vector<const NamedTensor*> views, ui
 }
 
 // Elements [offset, offset + numel of `shape`) of the 1-D contiguous `flat`, as a tensor of `shape`.
-torch::SourceTensor slice_as(const torch::SourceTensor& flat, uint64_t offset, const std::vector<int64_t>& shape) {
+torch::SourceTensor slice_as(const torch::SourceTensor& flat, uint64_t offset,
+                             const std::vector<int64_t>& shape) {
   torch::SourceTensor t = flat;
   t.shape = shape;
   t.strides.assign(shape.size(), 1);
@@ -144,7 +149,8 @@ ModelStateMasters slice_fused_masters(const ModelStates& ms) {
   ModelStateMasters out;
   out.aliases = std::move(candidates.aliases);
   std::map<std::pair<const void*, uint64_t>, std::vector<const NamedTensor*>> by_storage;
-  for (const auto* p : candidates.params) by_storage[{p->tensor.storage.file.get(), p->tensor.storage.offset}].push_back(p);
+  for (const auto* p : candidates.params)
+    by_storage[{p->tensor.storage.file.get(), p->tensor.storage.offset}].push_back(p);
   struct Buffer {
     uint64_t elements;
     std::vector<const NamedTensor*> params;
@@ -154,7 +160,8 @@ ModelStateMasters slice_fused_masters(const ModelStates& ms) {
   for (auto& [storage, views] : by_storage) {
     const auto& t = views.front()->tensor;
     const uint64_t elements = t.storage.nbytes / dtype_size(t.dtype);
-    if (auto params = tiling(views, elements); !params.empty()) buffers.push_back({elements, std::move(params)});
+    if (auto params = tiling(views, elements); !params.empty())
+      buffers.push_back({elements, std::move(params)});
   }
   for (size_t g = 0; g < ms.fused_fp32_groups_flat->size(); ++g) {
     const torch::SourceTensor& flat = (*ms.fused_fp32_groups_flat)[g];
@@ -167,19 +174,22 @@ ModelStateMasters slice_fused_masters(const ModelStates& ms) {
     for (auto& b : buffers)
       if (!b.used && b.elements == flat.numel()) fits.push_back(&b);
     if (fits.empty())
-      throw FormatError(fmt::format("{}: no 16-bit buffer of 'module' holds the {} elements of {} (its params are "
-                                    "not views into one flat buffer)",
-                                    ms.path.string(), flat.numel(), where));
+      throw FormatError(
+          fmt::format("{}: no 16-bit buffer of 'module' holds the {} elements of {} (its params are "
+                      "not views into one flat buffer)",
+                      ms.path.string(), flat.numel(), where));
     if (fits.size() > 1)
-      throw UnsupportedError(fmt::format("{}: {} and {} both have the {} elements of {}: cannot tell which one is "
-                                         "its group",
-                                         ms.path.string(), fits[0]->params.front()->name, fits[1]->params.front()->name,
-                                         flat.numel(), where));
+      throw UnsupportedError(
+          fmt::format("{}: {} and {} both have the {} elements of {}: cannot tell which one is "
+                      "its group",
+                      ms.path.string(), fits[0]->params.front()->name, fits[1]->params.front()->name,
+                      flat.numel(), where));
     fits.front()->used = true;
     for (const auto* p : fits.front()->params) {
       const auto offset = static_cast<uint64_t>(p->tensor.storage_offset);
-      out.trainable.push_back(catalog::whole_tensor(p->name, slice_as(flat, offset, p->tensor.shape), DType::F32,
-                                                    fmt::format("{} [{}, {})", where, offset, offset + p->tensor.numel())));
+      out.trainable.push_back(
+          catalog::whole_tensor(p->name, slice_as(flat, offset, p->tensor.shape), DType::F32,
+                                fmt::format("{} [{}, {})", where, offset, offset + p->tensor.numel())));
     }
   }
   return out;

@@ -60,9 +60,9 @@ class UnfusedMastersTest : public ::testing::Test {
 };
 
 TEST_F(UnfusedMastersTest, SkipsBuffersFrozenParamsAndTiedRepeats) {
-  ModelStates ms = states({{"pos", {7, 4}}, {"bias", {5}}, {"mix", {4}}, {"embed", {5, 4}}, {"ln", {4}},
-                           {"head=embed", {}}},
-                          {{{5}, {5, 4}, {4}}});
+  ModelStates ms = states(
+      {{"pos", {7, 4}}, {"bias", {5}}, {"mix", {4}}, {"embed", {5, 4}}, {"ln", {4}}, {"head=embed", {}}},
+      {{{5}, {5, 4}, {4}}});
   ms.buffer_names = {"mix"};
   const ModelStateMasters m = name_unfused_masters(ms);
   EXPECT_EQ(names(m), (std::vector<std::string>{"bias", "embed", "ln"}));
@@ -74,8 +74,8 @@ TEST_F(UnfusedMastersTest, SkipsBuffersFrozenParamsAndTiedRepeats) {
 
 TEST_F(UnfusedMastersTest, InterleavedGroupsMatchedOneAfterAnother) {
   // decay group: the matrices; no-decay group: the vectors (HF Trainer)
-  ModelStates ms = states({{"a.w", {3, 4}}, {"a.b", {3}}, {"b.w", {4, 3}}, {"b.b", {4}}},
-                          {{{3, 4}, {4, 3}}, {{3}, {4}}});
+  ModelStates ms =
+      states({{"a.w", {3, 4}}, {"a.b", {3}}, {"b.w", {4, 3}}, {"b.b", {4}}}, {{{3, 4}, {4, 3}}, {{3}, {4}}});
   EXPECT_EQ(names(name_unfused_masters(ms)), (std::vector<std::string>{"a.w", "b.w", "a.b", "b.b"}));
 }
 
@@ -120,8 +120,10 @@ TEST_F(FusedMastersTest, EachParamTakesItsOffsetInItsGroupsBuffer) {
   ms.path = "mp_rank_00_model_states.pt";
   // group 0 buffer (at byte 0, 14 elements): w [2, 4] at 0, v [3, 2] at 8; group 1 buffer (byte 64, 3): b;
   // frozen f owns 5 elements at byte 128; t repeats w
-  ms.module = std::vector<NamedTensor>{{"b", view(64, 3, {3}, 0)},        {"f", view(128, 5, {5}, 0)},
-                                       {"w", view(0, 14, {2, 4}, 0)},    {"v", view(0, 14, {3, 2}, 8)},
+  ms.module = std::vector<NamedTensor>{{"b", view(64, 3, {3}, 0)},
+                                       {"f", view(128, 5, {5}, 0)},
+                                       {"w", view(0, 14, {2, 4}, 0)},
+                                       {"v", view(0, 14, {3, 2}, 8)},
                                        {"t", view(0, 14, {2, 4}, 0)}};
   ms.fused_fp32_groups_flat = std::vector<torch::SourceTensor>{flat(14, 100), flat(3, 200)};
   const ModelStateMasters m = slice_fused_masters(ms);

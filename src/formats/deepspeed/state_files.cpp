@@ -111,7 +111,8 @@ ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& p
   if (auto version = root["ds_version"]; version.present() && version.value().is(pickle::Kind::String))
     ms.ds_version = version.as_string();
   if (Field mappings = root["optimizer"]["param_slice_mappings"]; mappings.is_list())
-    for (size_t g = 0; g < mappings.size(); ++g) ms.embedded_slice_names.push_back(names_by_start(mappings.at(g)));
+    for (size_t g = 0; g < mappings.size(); ++g)
+      ms.embedded_slice_names.push_back(names_by_start(mappings.at(g)));
   if (auto groups = root["optimizer"]["fp32_groups_flat"]; groups.present()) {
     ms.fused_fp32_groups_flat.emplace();
     for (size_t g = 0; g < groups.size(); ++g) ms.fused_fp32_groups_flat->push_back(groups.at(g).as_tensor());

@@ -10,11 +10,11 @@
 
 #include "ckptfs/deepspeed.hpp"
 #include "ckptfs/error.hpp"
+#include "formats/deepspeed/model_state_masters.hpp"
 #include "formats/deepspeed/partition_assembly.hpp"
 #include "formats/deepspeed/rank_files.hpp"
 #include "formats/deepspeed/tag_files.hpp"
 #include "formats/deepspeed/tensor_parallel_merge.hpp"
-#include "formats/deepspeed/model_state_masters.hpp"
 #include "formats/deepspeed/universal_input.hpp"
 #include "formats/deepspeed/universal_state.hpp"
 
@@ -192,7 +192,8 @@ std::string optimizer_name(const OptimStates& rank0) {
 
 // Adds the trainable fp32 masters and optimizer state of one MP rank (a pipeline stage) of a ZeRO-1/2 or
 // BF16_Optimizer checkpoint to `parts`; a name an earlier stage added (a tied weight) is kept from there.
-void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim, Topology& topo, TagParts& parts) {
+void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim, Topology& topo,
+                    TagParts& parts) {
   if (optim.front().zero_stage && *optim.front().zero_stage == 3)
     throw FormatError(fmt::format("{}: ZeRO-3 optimizer state next to a ZeRO-0/1/2 model-state file {}",
                                   optim.front().path.string(), ms.path.filename().string()));
@@ -329,8 +330,8 @@ std::vector<std::vector<NamedShape>> shapes_from_slice_mappings(const std::vecto
   std::vector<std::vector<NamedShape>> groups(optim.front().slice_names.size());
   for (const auto& rank : optim) {
     if (rank.slice_names.size() != groups.size())
-      throw FormatError(fmt::format("{}: param_slice_mappings lists {} groups, DP rank 0's file {}", rank.path.string(),
-                                    rank.slice_names.size(), groups.size()));
+      throw FormatError(fmt::format("{}: param_slice_mappings lists {} groups, DP rank 0's file {}",
+                                    rank.path.string(), rank.slice_names.size(), groups.size()));
     for (size_t g = 0; g < groups.size(); ++g) {
       for (const auto& name : rank.slice_names[g]) {
         if (!groups[g].empty() && groups[g].back().name == name) continue;  // a param split across ranks
@@ -434,7 +435,8 @@ std::shared_ptr<const UniversalPlan> universal_plan(TagParts& parts, const std::
 // param_slice_mappings (pipeline ZeRO-0, DeepSpeed >= 0.18.5).
 std::vector<std::string> slice_names_of(const ModelStates& ms) {
   if (ms.embedded_slice_names.empty())
-    throw FormatError(fmt::format("{}: has no param_shapes, which a universal checkpoint needs", ms.path.string()));
+    throw FormatError(
+        fmt::format("{}: has no param_shapes, which a universal checkpoint needs", ms.path.string()));
   std::vector<std::string> names;
   for (const auto& group : ms.embedded_slice_names) names.insert(names.end(), group.begin(), group.end());
   return names;
@@ -491,9 +493,10 @@ TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& 
   if (named_by_slices)
     for (const auto& name : universal_param_dirs(dir))
       if (!seen.contains(name))
-        throw FormatError(fmt::format("{}: no model-state copy names this parameter (they have no param_shapes and "
-                                      "their param_slice_mappings cover only DP rank 0's fragments)",
-                                      (dir / "zero" / name).string()));
+        throw FormatError(
+            fmt::format("{}: no model-state copy names this parameter (they have no param_shapes and "
+                        "their param_slice_mappings cover only DP rank 0's fragments)",
+                        (dir / "zero" / name).string()));
   return parts;
 }
 
@@ -547,13 +550,16 @@ RankTag read_rank(io::FileSet& files, const TagFiles& tf, const fs::path& dir, c
 // The universal checkpoint of a tensor-parallel run (ds_to_universal's output for an AutoTP tag, which
 // DeepSpeed 0.19.5 saves with its universal_checkpoint_info): every TP rank's model-state copy holds its
 // slices of the weights, merged here as for the tag; zero/<param>/fp32.pt holds each master merged already.
-Tag read_tensor_parallel_universal(io::FileSet& files, const TagFiles& tf, const fs::path& dir, const std::string& name) {
+Tag read_tensor_parallel_universal(io::FileSet& files, const TagFiles& tf, const fs::path& dir,
+                                   const std::string& name) {
   const UniversalInfo info = read_universal_info(files, tf.model_states.begin()->second);
   std::vector<RankTag> ranks;
   std::optional<ModelStates> first;
   for (const auto& [mp, path] : tf.model_states) {
     ModelStates ms = read_model_states(files, path);
-    if (!ms.module) throw FormatError(fmt::format("{}: 'module' is None in a tensor-parallel universal checkpoint", path.string()));
+    if (!ms.module)
+      throw FormatError(
+          fmt::format("{}: 'module' is None in a tensor-parallel universal checkpoint", path.string()));
     TagParts rank;
     rank.module = *ms.module;
     RankTag& r = ranks.emplace_back();
@@ -563,7 +569,8 @@ Tag read_tensor_parallel_universal(io::FileSet& files, const TagFiles& tf, const
     if (!first) first = std::move(ms);
   }
   if (!first->param_shapes)
-    throw FormatError(fmt::format("{}: has no param_shapes, which a universal checkpoint needs", first->path.string()));
+    throw FormatError(
+        fmt::format("{}: has no param_shapes, which a universal checkpoint needs", first->path.string()));
   Tag tag = merge_tensor_parallel_ranks(std::move(ranks), info);
   tag.name = name;
   tag.format = "DeepSpeed universal checkpoint (ds_to_universal output)";
@@ -575,7 +582,8 @@ Tag read_tensor_parallel_universal(io::FileSet& files, const TagFiles& tf, const
   parts.no_universal = "the source is a universal checkpoint";
   parts.buffers.insert(first->buffer_names.begin(), first->buffer_names.end());
   parts.aliases = first->shared_params;
-  parts.trainable = read_universal_masters(files, dir, *first->param_shapes, static_cast<int>(tf.model_states.size()));
+  parts.trainable =
+      read_universal_masters(files, dir, *first->param_shapes, static_cast<int>(tf.model_states.size()));
   add_master_files(tag, parts);
   CatalogPtr model = tag.catalog("model");  // the merge's only catalog: finish_tag adds it back with fp32
   tag.catalogs.clear();
@@ -618,7 +626,8 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
     throw UnsupportedError(fmt::format("{}: Mixture-of-Experts checkpoints are not supported yet",
                                        tf.expert_files.front().string()));
   // Several model-state copies in a universal dir: pipeline stages (`module` None) or TP ranks.
-  if (is_universal_dir(dir) && tf.model_states.size() > 1 && read_model_states(files, tf.model_states.begin()->second).module)
+  if (is_universal_dir(dir) && tf.model_states.size() > 1 &&
+      read_model_states(files, tf.model_states.begin()->second).module)
     return read_tensor_parallel_universal(files, tf, dir, name);
   const bool plain = tf.zero3_model_states.empty() && !is_universal_dir(dir);
   // Pipeline layers saved per tensor-parallel rank (layer_XX-model_YY: Megatron-DeepSpeed's GPTModelPipe).

@@ -47,10 +47,11 @@ void require_merged_shape(const fs::path& path, const pickle::Value* root, const
     fits = fits && (!cat_dim || (*cat_dim >= 0 && *cat_dim < static_cast<int64_t>(t.shape.size())));
   }
   if (!fits)
-    throw FormatError(fmt::format("{}: holds a tensor of shape {} ({}), which is not {} merged over {} tensor-parallel "
-                                  "ranks of shape {}",
-                                  path.string(), t.shape, cat_dim ? fmt::format("cat_dim {}", *cat_dim) : "replicated",
-                                  param.name, tp, param.shape));
+    throw FormatError(
+        fmt::format("{}: holds a tensor of shape {} ({}), which is not {} merged over {} tensor-parallel "
+                    "ranks of shape {}",
+                    path.string(), t.shape, cat_dim ? fmt::format("cat_dim {}", *cat_dim) : "replicated",
+                    param.name, tp, param.shape));
 }
 
 }  // namespace
@@ -74,25 +75,30 @@ UniversalMaster open_master(io::FileSet& files, const fs::path& dir, const std::
   fs::path path = dir / "zero" / name / "fp32.pt";
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
-    throw FormatError(fmt::format("{}: missing: the universal checkpoint has no fp32 masters of {}", path.string(), name));
+    throw FormatError(
+        fmt::format("{}: missing: the universal checkpoint has no fp32 masters of {}", path.string(), name));
   auto archive = torch::TorchArchive::open(files.open(path));
   const pickle::Value* root = archive.root().get();
-  const torch::SourceTensor* t = root->is(pickle::Kind::Dict) ? torch::as_tensor(root->find("param")) : torch::as_tensor(root);
-  if (t == nullptr) throw FormatError(fmt::format("{}: holds neither a tensor nor a dict with 'param'", path.string()));
+  const torch::SourceTensor* t =
+      root->is(pickle::Kind::Dict) ? torch::as_tensor(root->find("param")) : torch::as_tensor(root);
+  if (t == nullptr)
+    throw FormatError(fmt::format("{}: holds neither a tensor nor a dict with 'param'", path.string()));
   return {std::move(path), std::move(archive), root, t};
 }
 
 }  // namespace
 
 std::vector<catalog::LogicalTensor> read_universal_masters(io::FileSet& files, const fs::path& dir,
-                                                           const std::vector<std::vector<NamedShape>>& groups, int tp) {
+                                                           const std::vector<std::vector<NamedShape>>& groups,
+                                                           int tp) {
   std::vector<catalog::LogicalTensor> out;
   for (const auto& group : groups) {
     for (const auto& param : group) {
       const UniversalMaster m = open_master(files, dir, param.name);
       if (tp > 1) {
         require_merged_shape(m.path, m.root, *m.tensor, param, tp);
-        out.push_back(whole_tensor(param.name, *m.tensor, DType::F32, "universal fp32.pt (merged over TP ranks)"));
+        out.push_back(
+            whole_tensor(param.name, *m.tensor, DType::F32, "universal fp32.pt (merged over TP ranks)"));
         continue;
       }
       if (m.tensor->numel() != param.numel)

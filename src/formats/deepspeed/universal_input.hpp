@@ -20,12 +20,14 @@ bool is_universal_dir(const std::filesystem::path& dir);
 // Of a run over `tp` > 1 tensor-parallel ranks, param_shapes gives one rank's slice and the file the
 // merged tensor ({'param', 'cat_dim'} or, replicated, {'param'}): the master keeps the file's shape.
 // Throws FormatError naming the file when one is missing or does not hold the param's elements.
-std::vector<catalog::LogicalTensor> read_universal_masters(io::FileSet& files, const std::filesystem::path& dir,
+std::vector<catalog::LogicalTensor> read_universal_masters(io::FileSet& files,
+                                                           const std::filesystem::path& dir,
                                                            const std::vector<std::vector<NamedShape>>& groups,
                                                            int tp = 1);
 
 // The fp32 masters of `names` in the shapes their files hold (model-state copies without param_shapes).
-std::vector<catalog::LogicalTensor> read_named_universal_masters(io::FileSet& files, const std::filesystem::path& dir,
+std::vector<catalog::LogicalTensor> read_named_universal_masters(io::FileSet& files,
+                                                                 const std::filesystem::path& dir,
                                                                  const std::vector<std::string>& names);
 
 // The names of the parameter folders under <dir>/zero, sorted.
