@@ -18,7 +18,8 @@ import helpers as H  # noqa: E402
 
 REPO = H.REPO
 GENERATOR = os.path.join(HERE, "gen", "generate.py")
-REAL_DIR = os.path.join(HERE, "fixtures", "deepspeed-real")
+REAL_DIR = os.path.join(HERE, "fixtures", "deepspeed-real")          # DeepSpeed 0.14.5
+REAL_019_DIR = os.path.join(HERE, "fixtures", "deepspeed-0.19-real")  # DeepSpeed 0.19.5
 GEN_TIMEOUT = 900
 
 
@@ -60,15 +61,16 @@ def case_info(fixtures_dir, name):
 
 @pytest.fixture(scope="session")
 def export_cache(tmp_path_factory, ckptfs_bin):
-    """export(src, tag=None) -> (proc, out_dir); each distinct export runs once per session."""
+    """export(src, tag=None, universal=False) -> (proc, out_dir); each distinct export runs once per session."""
     cache = {}
     base = tmp_path_factory.mktemp("exports")
 
-    def export(src, tag=None):
-        key = (str(src), tag)
+    def export(src, tag=None, universal=False):
+        key = (str(src), tag, universal)
         if key not in cache:
             out = base / f"e{len(cache)}"
-            args = [ckptfs_bin, "export", src, out] + (["--tag", tag] if tag else [])
+            args = [ckptfs_bin, "export", src, out] + (["--tag", tag] if tag else []) + \
+                (["--universal"] if universal else [])
             cache[key] = (H.run(args), out)
         return cache[key]
 

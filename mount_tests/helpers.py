@@ -234,6 +234,10 @@ def reference_merge(src, tag=None):
     module = m0["module"]
     for k, v in module.items():
         model[k] = v.clone()
+    if not optim and "fp32_groups" in (m0["optimizer"] or {}):
+        return _reference_unfused(m0), model
+    if not optim and "fp32_groups_flat" in (m0["optimizer"] or {}):
+        return _reference_fused(m0), model
     if not optim:  # ZeRO-0 without BF16_Optimizer: serve module
         for k, v in module.items():
             fp32[k] = v.float() if v.is_floating_point() else v.clone()
@@ -263,6 +267,67 @@ def reference_merge(src, tag=None):
     return fp32, model
 
 
+def _module_params(m0):
+    """(module, buffer names, param names in module order, {alias: owner}): an entry that is the same
+    tensor (storage, offset, shape) as an earlier one is a tied alias."""
+    module, bn = m0["module"], set(m0["buffer_names"])
+    aliases, seen, params = {}, {}, []
+    for k, v in module.items():
+        if k in bn:
+            continue
+        key = (v.data_ptr(), tuple(v.shape), v.dtype)
+        if key in seen:
+            aliases[k] = seen[key]
+        else:
+            seen[key] = k
+            params.append(k)
+    return module, bn, params, aliases
+
+
+def _zero0_fp32(module, bn, params, masters, aliases):
+    """zero_to_fp32's order: buffers, frozen (params without a master), masters, aliases."""
+    fp32 = {k: (v.float() if v.is_floating_point() else v.clone()) for k, v in module.items() if k in bn}
+    fp32.update({k: module[k].float() for k in params if k not in masters})
+    fp32.update(masters)
+    fp32.update({a: masters[o].clone() for a, o in aliases.items()})
+    return fp32
+
+
+def _reference_fused(m0):
+    """ZeRO-0 FP16_Optimizer: optimizer['fp32_groups_flat'][g] is group g's trainable params flattened; the
+    module's params are views into the 16-bit flat buffer of that size, at their offset in the group."""
+    module, bn, params, aliases = _module_params(m0)
+    by_storage = {}
+    for k in params:
+        v = module[k]
+        by_storage.setdefault(v.storage().data_ptr(), []).append(k)
+    masters = {}
+    for flat in m0["optimizer"]["fp32_groups_flat"]:
+        owners = [ks for ks in by_storage.values() if module[ks[0]].storage().size() == flat.numel()]
+        assert len(owners) == 1, f"{len(owners)} storages of {flat.numel()} elements"
+        for k in sorted(owners[0], key=lambda k: module[k].storage_offset()):
+            v = module[k]
+            masters[k] = flat[v.storage_offset(): v.storage_offset() + v.numel()].view(v.shape).clone()
+    return _zero0_fp32(module, bn, params, masters, aliases)
+
+
+def _reference_unfused(m0):
+    """ZeRO-0 FP16_UnfusedOptimizer: optimizer['fp32_groups'][g] holds the masters of group g's trainable
+    params in module order; each group takes, by shape, the first params (not buffers, not tied repeats of
+    an earlier entry's storage, not taken by an earlier group) in module order."""
+    module, bn, params, aliases = _module_params(m0)
+    masters, taken = {}, set()
+    for group in m0["optimizer"]["fp32_groups"]:
+        i = 0
+        for t in group:
+            while params[i] in taken or tuple(module[params[i]].shape) != tuple(t.shape):
+                i += 1
+            masters[params[i]] = t.clone()
+            taken.add(params[i])
+            i += 1
+    return _zero0_fp32(module, bn, params, masters, aliases)
+
+
 def _reference_pipeline(d, files, layer_files, optim):
     mp_files = [f for f in files if re.fullmatch(r"mp_rank_\d+_model_states\.pt", f)]
     model = {}
@@ -273,7 +338,10 @@ def _reference_pipeline(d, files, layer_files, optim):
         li = int(f.split("_")[1].split("-")[0])
         layers[li] = _load(os.path.join(d, f))
     # tied layer naming: a layer whose keys appear as tied_modules.<key>.* in param_shapes/buffer_names
-    all_names = set(bn) | {n for m in mps for g in m["param_shapes"] for n in g}
+    import universal_loader  # noqa: E402 (its DeepSpeed stand-ins unpickle fragment_address)
+    # DeepSpeed >= 0.18.5 saves a ZeRO-0 BF16_Optimizer pipeline without param_shapes
+    shapes_of = [m["param_shapes"] or universal_loader.slice_mapping_shapes(d, f) for m, f in zip(mps, mp_files)]
+    all_names = set(bn) | {n for groups in shapes_of for g in groups for n in g}
     tied_prefix = {}
     for n in all_names:
         mt = re.match(r"(tied_modules\.[^.]+\.)(.*)", n)
@@ -293,10 +361,10 @@ def _reference_pipeline(d, files, layer_files, optim):
     for k, v in model.items():
         if k not in bn and k not in trainable:
             fp32[k] = v.float()
-    for s, m in enumerate(mps):
+    for s in range(len(mps)):
         ranks = sorted([f for f in optim if f.endswith(f"_mp_rank_{s:02d}_optim_states.pt")], key=_natural_key)
         os_ = [_load(os.path.join(d, f))["optimizer_state_dict"] for f in ranks]
-        for g, shapes in enumerate(m["param_shapes"]):
+        for g, shapes in enumerate(shapes_of[s]):
             flat = torch.cat([o["single_partition_of_fp32_groups"][g] for o in os_])
             off = 0
             for name, shape in shapes.items():

@@ -169,3 +169,60 @@ def test_output_inside_source_is_refused(ckptfs_bin, case_copy):
     before = sorted(p.name for p in src.rglob("*"))
     H.assert_one_line_error(H.run([ckptfs_bin, "export", src, src / "merged"]), H.EXIT_USAGE, ["merged"])
     assert sorted(p.name for p in src.rglob("*")) == before
+
+
+def rewrite_model_states(src, edit):
+    """Loads the ZeRO-0 model-state file of ``src`` (the generator's: it holds a set, which torch 1.13's
+    weights_only refuses), applies ``edit`` to it and saves it back (storage sharing kept)."""
+    path = src / TAG / "mp_rank_00_model_states.pt"
+    sd = torch.load(path, map_location="cpu", weights_only=False)
+    edit(sd)
+    torch.save(sd, path)
+    return path
+
+
+def test_unfused_masters_ambiguous_with_a_frozen_twin(ckptfs_bin, case_copy, tmp_path):
+    """ZeRO-0 FP16_UnfusedOptimizer names no master: a frozen param right before a trainable one of the same
+    shape could own either master, so ckptfs refuses rather than guess."""
+    def add_twin(sd):
+        module = sd["module"]
+        items = list(module.items())
+        i = next(j for j, (k, _) in enumerate(items) if k == "blocks.0.ln.weight")
+        items.insert(i, ("blocks.0.ln.frozen_scale", items[i][1].clone()))
+        module.clear()
+        module.update(items)
+    victim = rewrite_model_states(case_copy("z0_bf16_unfused_dp2"), add_twin)
+    H.assert_one_line_error(export(ckptfs_bin, victim.parent.parent, tmp_path), H.EXIT_UNSUPPORTED, [victim.name])
+
+
+def test_unfused_masters_out_of_module_order(ckptfs_bin, case_copy, tmp_path):
+    """Param groups whose params are not in module order cannot be matched to their masters: an error naming
+    the file, not fp32 tensors under the wrong names."""
+    def reverse_group(sd):
+        sd["optimizer"]["fp32_groups"][0].reverse()
+    victim = rewrite_model_states(case_copy("z0_bf16_unfused_dp2"), reverse_group)
+    H.assert_one_line_error(export(ckptfs_bin, victim.parent.parent, tmp_path), H.EXIT_INVALID, [victim.name])
+
+
+def test_tensor_parallel_universal_file_of_the_wrong_shape(ckptfs_bin, tmp_path):
+    """A TP universal tree (DeepSpeed's own, AutoTP) whose fp32.pt does not hold the param merged over the
+    TP ranks (here one rank's slice) is an error naming that file, not a mis-shaped master."""
+    from conftest import REAL_019_DIR
+    src = tmp_path / "checkpoint"
+    shutil.copytree(os.path.join(REAL_019_DIR, "autotp2_z1_bf16_ws2", "checkpoint"), src)
+    victim = src / f"{TAG}_universal" / "zero" / "model.layers.0.self_attn.q_proj.weight" / "fp32.pt"
+    victim.chmod(0o644)
+    obj = torch.load(victim, map_location="cpu", weights_only=True)
+    torch.save({"cat_dim": 0, "param": obj["param"][: obj["param"].shape[0] // 2].clone()}, victim)
+    proc = H.run([ckptfs_bin, "export", src, tmp_path / "out", "--tag", f"{TAG}_universal"])
+    H.assert_one_line_error(proc, H.EXIT_INVALID, ["q_proj.weight/fp32.pt"])
+
+
+def test_fused_masters_without_flat_buffer_views(ckptfs_bin, case_copy, tmp_path):
+    """FP16_Optimizer's masters are placed by the module params' offsets in their flat 16-bit buffer: params
+    that own their storage (not DeepSpeed's layout) are an error naming the file, not guessed offsets."""
+    def own_storage(sd):
+        for k, v in sd["module"].items():
+            sd["module"][k] = v.clone()
+    victim = rewrite_model_states(case_copy("z0_fp16_dp2"), own_storage)
+    H.assert_one_line_error(export(ckptfs_bin, victim.parent.parent, tmp_path), H.EXIT_INVALID, [victim.name])

@@ -203,7 +203,7 @@ def test_side_files(mounted_case):
         with open(os.path.join(src, n), "rb") as a, open(os.path.join(mnt, n), "rb") as b:
             assert a.read() == b.read(), n
     # universal/ wherever the optimizer state is partitioned (not ZeRO-0 with a torch or FP16 optimizer)
-    universal = ["universal"] if case["optimizer"] not in ("torch", "fp16_optimizer") else []
+    universal = ["universal"] if generate.has_universal(case) else []
     expected_root = {"model.safetensors", "fp32", "tags", "ckptfs.json", *names, *universal}
     assert set(os.listdir(mnt)) == expected_root
 

@@ -80,10 +80,48 @@ def model_layout(directory):
     stages = []
     for f in mp:
         ps = _load(os.path.join(directory, f))["param_shapes"]
+        if ps is None:
+            ps = slice_mapping_shapes(directory, f)
         if isinstance(ps, dict):
             ps = [ps]
         stages.append([collections.OrderedDict(g) for g in ps])
     return Layout("012", stages, mp)
+
+
+def layer_file_tensors(tag_dir):
+    """A pipeline tag's layer files' tensors, named as PipelineModule names them (layer 0: the tied embed)."""
+    out = {}
+    for f in sorted(os.listdir(tag_dir), key=_natural_key):
+        if re.fullmatch(r"layer_\d+-model_states\.pt", f):
+            li = int(f[len("layer_"):].split("-")[0])
+            prefix = "tied_modules.embed." if li == 0 else f"{li}."
+            for k, v in _load(os.path.join(tag_dir, f), weights_only=True).items():
+                out[prefix + k] = v
+    return out
+
+
+def slice_mapping_shapes(directory, model_file):
+    """param_shapes of a pipeline + ZeRO-0 BF16_Optimizer stage saved without them (DeepSpeed >= 0.18.5): per
+    group the names of param_slice_mappings ordered by start (every DP rank's optimizer file in a tag dir;
+    in a universal dir the model-state copy's own state, DP rank 0's), shaped by the layer files (tag dir)
+    or by zero/<name>/fp32.pt (universal dir)."""
+    optim = sorted((f for f in os.listdir(directory)
+                    if re.fullmatch(r"bf16_zero_pp_rank_\d+_" + model_file.replace("model_states", "optim_states"), f)),
+                   key=_natural_key)
+    states = [_load(os.path.join(directory, f))["optimizer_state_dict"] for f in optim] or \
+        [_load(os.path.join(directory, model_file))["optimizer"]]
+    layers = layer_file_tensors(directory)
+    groups = []
+    for g in range(len(states[0]["param_slice_mappings"])):
+        names = []
+        for st in states:
+            for n, _ in sorted(st["param_slice_mappings"][g].items(), key=lambda kv: kv[1].start):
+                if n not in names:
+                    names.append(n)
+        groups.append(collections.OrderedDict(
+            (n, layers[n].shape if n in layers else
+             _load(os.path.join(directory, "zero", n, "fp32.pt"), weights_only=True)["param"].shape) for n in names))
+    return groups
 
 
 # ----------------------------------------------------------------------------------------------------

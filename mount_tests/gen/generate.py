@@ -41,7 +41,7 @@ from case_cache import case_is_current  # noqa: E402
 DS = deepspeed_classes.install()
 OD = collections.OrderedDict
 DS_VERSION = "0.14.5"
-GEN_VERSION = 6  # bump to invalidate cached fixtures
+GEN_VERSION = 7  # bump to invalidate cached fixtures
 
 VOCAB, HIDDEN, FFN, SEQ = 101, 37, 53, 7
 MANY_PARAMS = 20480  # trainable params of many_params_z2_dp2
@@ -96,6 +96,18 @@ def tiny_lm():
     return E
 
 
+def tiny_lm_unfused():
+    """tiny_lm with its frozen parameter of block 1 moved from ln.bias (a twin of the trainable ln.weight: a
+    ZeRO-0 FP16_UnfusedOptimizer file, naming no master, cannot tell them apart) to fc1.bias."""
+    E = tiny_lm()
+    for e in E:
+        if e.name == "blocks.1.ln.bias":
+            e.kind, e.group, e.subgroup = "train", 1, 2
+        elif e.name == "blocks.1.fc1.bias":
+            e.kind, e.group, e.subgroup = "frozen", None, None
+    return E
+
+
 # Llama-shaped case: a tiny LlamaForCausalLM with Hugging Face's parameter names, so that
 # transformers.AutoModelForCausalLM.from_pretrained can load the mount (mount_tests/device/).
 LLAMA = {"vocab_size": 128, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -140,12 +152,15 @@ def many_params_entries(n_train=MANY_PARAMS):
 def entries_of(case):
     if case.get("model") == "many_params":
         return many_params_entries(case.get("n_train", MANY_PARAMS))
+    if case.get("model") == "tiny_lm_unfused":
+        return tiny_lm_unfused()
     return llama_entries() if case.get("model") == "llama" else tiny_lm()
 
 
 def has_universal(case):
     """ckptfs serves universal/ for partitioned optimizer state: ZeRO-1/2/3, BF16_Optimizer (ZeRO-0 too),
-    pipeline; not for ZeRO-0 with a torch optimizer or FP16_Optimizer (state inside the model file)."""
+    pipeline; not for ZeRO-0 with a torch optimizer, FP16_Optimizer or FP16_UnfusedOptimizer (state inside the
+    model file)."""
     return case["pipeline"] or case["stage"] == 3 or case["optimizer"] in ("zero", "bf16_optimizer")
 
 
@@ -269,7 +284,8 @@ def model_state_dict(case, module, buffer_names, optimizer, param_shapes, frozen
           "lr_scheduler": {"last_batch_iteration": 2}, "data_sampler": None, "random_ltd": None,
           "sparse_tensor_module_names": set(), "skipped_steps": 0, "global_steps": case["global_steps"],
           "global_samples": 4 * dp * case["global_steps"], "dp_world_size": dp, "mp_world_size": mp,
-          "ds_config": case["ds_config"], "ds_version": DS_VERSION,
+          **({"checkpoint_parallel_dimensions": case["parallel_dimensions"]} if "parallel_dimensions" in case else {}),
+          "ds_config": case["ds_config"], "ds_version": case.get("ds_version", DS_VERSION),
           # client state, as the real fixtures pass it
           "fixture_case": case["name"], "my_epoch": 1, "my_float": 0.125, "my_list": [1, 2, 3],
           "my_tensor": torch.arange(5)}
@@ -398,6 +414,22 @@ def moment_flats(entries, values, A, rng):
     return out
 
 
+def unfused_optimizer_state(groups, values):
+    """FP16_UnfusedOptimizer.state_dict() (DeepSpeed >= 0.17.6 for bf16 without ZeRO): the torch optimizer's
+    state per param and fp32_groups, per group the fp32 masters of its trainable params in group order."""
+    state, pgs, idx = {}, [], 0
+    for gi, g in enumerate(groups):
+        for e in g:
+            state[idx] = adam_state(values.rng, e.numel)
+            state[idx]["exp_avg"] = state[idx]["exp_avg"].view(e.shape)
+            state[idx]["exp_avg_sq"] = state[idx]["exp_avg_sq"].view(e.shape)
+            idx += 1
+        pgs.append(param_group_dict(gi, list(range(idx - len(g), idx)), 0.01 if gi == 0 else 0.0))
+    return {"dynamic_loss_scale": False, "cur_scale": 1.0, "cur_iter": 3,
+            "optimizer_state_dict": {"state": state, "param_groups": pgs},
+            "fp32_groups": [[values.master[e.name].clone() for e in g] for g in groups]}
+
+
 def write_zero012(case, tagdir, entries, values, uni=None, mp=0, client=None):
     """ZeRO-0 (all three flavours), ZeRO-1/2 and BF16_Optimizer.  Returns the stored ``module``.  With
     partitioned optimizer state (ZeRO-1/2, BF16_Optimizer) fills ``uni`` (a Universal) when given.
@@ -419,7 +451,7 @@ def write_zero012(case, tagdir, entries, values, uni=None, mp=0, client=None):
     trainable = [e for e in entries if e.kind == "train"]
 
     views = {}
-    if opt_kind == "torch":  # fp32 ZeRO-0: every param owns its storage
+    if opt_kind in ("torch", "fp16_unfused"):  # every param owns its storage
         for e in trainable:
             views[e.name] = values.bit16(e.name, dtype).clone()
     else:
@@ -429,6 +461,10 @@ def write_zero012(case, tagdir, entries, values, uni=None, mp=0, client=None):
             views.update(v)
     module = build_module(entries, values, dtype, views)
 
+    if opt_kind == "fp16_unfused":
+        save(model_state_dict(case, module, buffer_names, unfused_optimizer_state(groups, values), None, None, None,
+                              None, dp), os.path.join(tagdir, model_file))
+        return module
     if opt_kind in ("torch", "fp16_optimizer"):
         idx = 0
         state, pgs = {}, []
@@ -605,7 +641,7 @@ def expected_outputs(case, entries, values, module):
     """(fp32 dict, model dict) in ckptfs's documented order."""
     stage, dtype = case["stage"], DTYPES[case["dtype"]]
     fp32, model = {}, {}
-    if case["optimizer"] in ("torch", "fp16_optimizer"):
+    if case["optimizer"] == "torch":  # fp32: the module is the master
         for k, v in module.items():
             fp32[k] = v.float().clone() if v.is_floating_point() else v.clone()
             model[k] = v.clone()
@@ -688,6 +724,9 @@ def write_pipeline(case, tagdir, seed, uni=None):
     # perturb it so that a reader taking the tied master from the wrong stage is caught.
     stage1_tied_master = master[tied] + 1e-3
     buffer_names = [n for n, (k, _) in stored.items() if k.startswith("buffer")]
+    # ZeRO-0 BF16_Optimizer (DeepSpeed >= 0.18.5): no param_shapes / shared_params, and each stage's
+    # model-state file holds its DP rank 0's BF16_Optimizer state too
+    bf16opt = case["optimizer"] == "bf16_optimizer"
     per_stage_names = []
     for s, lids in enumerate(stages):
         names = [tied] if s == 1 else []
@@ -696,8 +735,6 @@ def write_pipeline(case, tagdir, seed, uni=None):
                 names += [pre + k for k, kind, _ in keys if kind == "train"]
         per_stage_names.append(names)
         shapes = OD((n, torch.Size(master[n].shape)) for n in names)
-        msd = model_state_dict(case, None, buffer_names, None, [shapes], None, {}, None, dp, mp=2)
-        save(msd, os.path.join(tagdir, f"mp_rank_{s:02d}_model_states.pt"))
         vals = [stage1_tied_master if (s == 1 and n == tied) else master[n] for n in names]
         S = sum(v.numel() for v in vals)
         A = 2 * dp * math.ceil(S / (2 * dp))
@@ -710,20 +747,30 @@ def write_pipeline(case, tagdir, seed, uni=None):
                 self.name, self.numel = n, v.numel()
         ents = [_E(n, v) for n, v in zip(names, vals)]
         stage_states = []
+        version = case.get("ds_version", DS_VERSION)
         for r in range(dp):
             part = mflat[r * Q: (r + 1) * Q].clone()
             pad = (A - S) if r == dp - 1 else 0
             st0 = adam_state(rng, Q)
             stage_states.append(st0)
-            osd = {"loss_scaler": loss_scaler(dtn), "dynamic_loss_scale": dtn == "fp16", "overflow": False,
-                   "clip_grad": 1.0,
-                   "base_optimizer_state": {"state": {0: st0},
-                                            "param_groups": [param_group_dict(0, [0], 0.0)]},
-                   "single_partition_of_fp32_groups": [part[: Q - pad]], "zero_stage": DS.ZeroStageEnum(1),
-                   "group_paddings": [pad], "partition_count": [dp], "ds_version": DS_VERSION,
-                   "param_slice_mappings": [slice_mappings(ents, r, Q)]}
+            base = {"state": {0: st0}, "param_groups": [param_group_dict(0, [0], 0.0)]}
+            mappings = [slice_mappings(ents, r, Q)]
+            if bf16opt:  # keeps the padding, no loss scaler or zero_stage
+                osd = {"clip_grad": 1.0, "base_optimizer_state": base, "single_partition_of_fp32_groups": [part],
+                       "group_paddings": [pad], "partition_count": [dp], "ds_version": version,
+                       "param_slice_mappings": mappings}
+            else:
+                osd = {"loss_scaler": loss_scaler(dtn), "dynamic_loss_scale": dtn == "fp16", "overflow": False,
+                       "clip_grad": 1.0, "base_optimizer_state": base,
+                       "single_partition_of_fp32_groups": [part[: Q - pad]], "zero_stage": DS.ZeroStageEnum(1),
+                       "group_paddings": [pad], "partition_count": [dp], "ds_version": version,
+                       "param_slice_mappings": mappings}
+            if r == 0:
+                msd = model_state_dict(case, None, buffer_names, osd if bf16opt else None,
+                                       None if bf16opt else [shapes], None, None if bf16opt else {}, None, dp, mp=2)
+                save(msd, os.path.join(tagdir, f"mp_rank_{s:02d}_model_states.pt"))
             prefix = "bf16_" if dtn == "bf16" else ""
-            save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": DS_VERSION},
+            save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": version},
                  os.path.join(tagdir, f"{prefix}zero_pp_rank_{r}_mp_rank_{s:02d}_optim_states.pt"))
             if s == 0 and r == 0 and uni is not None:
                 uni.optimizer_state = universal_osd_012(osd)  # from (pp 0, dp 0)
@@ -1161,6 +1208,14 @@ def make_cases():
     add("bf16opt_z1_dp1", 1, "bf16", 1, "bf16_optimizer")
     add("bf16opt_z1_dp4", 1, "bf16", 4, "bf16_optimizer")
     add("pp2_z1_fp16_dp2", 1, "fp16", 2, "zero", pipeline=True, side_files=True)
+    # DeepSpeed 0.19.5 layouts (like mount_tests/fixtures/deepspeed-0.19-real): ZeRO-0 + bf16 trains with
+    # FP16_UnfusedOptimizer (masters in the model file's optimizer['fp32_groups'], two param groups); a
+    # pipeline's ZeRO-0 BF16_Optimizer saves no param_shapes and its state in the model files as well
+    v019 = {"ds_version": "0.19.5"}
+    add("z0_bf16_unfused_dp2", 0, "bf16", 2, "fp16_unfused", model="tiny_lm_unfused",
+        parallel_dimensions={"pp_degree": 1, "tp_degree": 1}, **v019)
+    add("pp2_bf16opt_z0_dp1", 0, "bf16", 1, "bf16_optimizer", pipeline=True,
+        parallel_dimensions={"pp_degree": 2, "tp_degree": 1}, **v019)
     add("twotags_z2_bf16_dp2", 2, "bf16", 2, "zero", tags=["global_step2", "global_step4"])
     # round_robin_gradients: params flattened (and param_shapes listed) in round-robin order, while the
     # param_slice_mappings DeepSpeed writes describe the original order (ds_to_universal mislabels them)

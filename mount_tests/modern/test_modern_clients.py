@@ -27,7 +27,8 @@ CHROOT = os.environ.get("CKPTFS_CHROOT", "build/trixie")
 CHROOT = os.path.abspath(CHROOT if os.path.isabs(CHROOT) else os.path.join(H.REPO, CHROOT))
 STAMP = os.path.join(CHROOT, ".ckptfs-chroot-complete")
 CLIENT_TIMEOUT = 300  # one chroot python: imports torch, reads every view of a small case
-CASES = ["z3_bf16_dp4", "z2_fp16_dp2", "z1_bf16_dp8", "z0_fp32_dp2", "pp2_z1_fp16_dp2", "llama_z3_bf16_dp2"]
+CASES = ["z3_bf16_dp4", "z2_fp16_dp2", "z1_bf16_dp8", "z0_fp32_dp2", "pp2_z1_fp16_dp2", "llama_z3_bf16_dp2",
+         "z0_bf16_unfused_dp2", "pp2_bf16opt_z0_dp1"]
 LLAMA = "llama_z3_bf16_dp2"
 
 

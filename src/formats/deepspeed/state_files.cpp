@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "formats/pickle_access.hpp"
 
 namespace ckptfs::deepspeed {
@@ -57,6 +59,17 @@ void read_group_state(const Field& state, std::map<int64_t, std::vector<NamedTen
   }
 }
 
+// {name: fragment_address(numel, start)} -> the names ordered by start.
+std::vector<std::string> names_by_start(const Field& mapping) {
+  std::vector<std::pair<int64_t, std::string>> by_start;
+  for (const auto& [name, address] : mapping.items()) by_start.emplace_back(address["start"].as_int(), name);
+  std::stable_sort(by_start.begin(), by_start.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> names;
+  for (auto& [start, name] : by_start) names.push_back(std::move(name));
+  return names;
+}
+
 }  // namespace
 
 ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& path) {
@@ -97,6 +110,20 @@ ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& p
     ms.dp_world_size = dp.as_int();
   if (auto version = root["ds_version"]; version.present() && version.value().is(pickle::Kind::String))
     ms.ds_version = version.as_string();
+  if (Field mappings = root["optimizer"]["param_slice_mappings"]; mappings.is_list())
+    for (size_t g = 0; g < mappings.size(); ++g)
+      ms.embedded_slice_names.push_back(names_by_start(mappings.at(g)));
+  if (auto groups = root["optimizer"]["fp32_groups_flat"]; groups.present()) {
+    ms.fused_fp32_groups_flat.emplace();
+    for (size_t g = 0; g < groups.size(); ++g) ms.fused_fp32_groups_flat->push_back(groups.at(g).as_tensor());
+  }
+  if (auto groups = root["optimizer"]["fp32_groups"]; groups.present()) {
+    ms.unfused_fp32_groups.emplace();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      auto& group = ms.unfused_fp32_groups->emplace_back();
+      for (size_t i = 0; i < groups.at(g).size(); ++i) group.push_back(groups.at(g).at(i).as_tensor());
+    }
+  }
   return ms;
 }
 
@@ -129,6 +156,8 @@ OptimStates read_optim_states(io::FileSet& files, const std::filesystem::path& p
                    os.group_state);
   for (const auto& [key, value] : archive.root()->entries)
     if (key->is(pickle::Kind::String) && key->text == "optimizer_state_dict") os.inner = value;
+  if (Field mappings = osd["param_slice_mappings"]; mappings.is_list())
+    for (size_t g = 0; g < mappings.size(); ++g) os.slice_names.push_back(names_by_start(mappings.at(g)));
   if (!zero3 && os.partition_count.size() != os.fp32_groups.size())
     count.fail(fmt::format("lists {} groups but the file holds {} fp32 partitions", os.partition_count.size(),
                            os.fp32_groups.size()));

@@ -39,6 +39,13 @@ struct ModelStates {
   DType config_dtype = DType::F32;  // ds_config: BF16 / F16 when bf16 / fp16 is enabled
   std::optional<int64_t> dp_world_size;
   std::string ds_version;
+  // ZeRO-0 FP16_UnfusedOptimizer: optimizer['fp32_groups'], the unnamed fp32 masters per param group;
+  // FP16_Optimizer (fused): optimizer['fp32_groups_flat'], each group's masters flattened.
+  std::optional<std::vector<std::vector<torch::SourceTensor>>> unfused_fp32_groups;
+  std::optional<std::vector<torch::SourceTensor>> fused_fp32_groups_flat;
+  // A BF16_Optimizer state inside the file (pipeline ZeRO-0, DeepSpeed >= 0.18.5): its param_slice_mappings
+  // names per group (this DP rank's fragments), in flat order.
+  std::vector<std::vector<std::string>> embedded_slice_names;
 };
 
 struct OptimStates {
@@ -50,6 +57,9 @@ struct OptimStates {
   // order (Adam: step, exp_avg, exp_avg_sq), each moment a flat partition laid out like fp32_groups.
   std::map<int64_t, std::vector<NamedTensor>> group_state;
   pickle::ValuePtr inner;  // optimizer_state_dict as unpickled (universal/ rebuilds optimizer_state.pt)
+  // param_slice_mappings (ZeRO-1/2, BF16_Optimizer): per group, the names of the params this rank holds a
+  // fragment of, in flat-buffer order.
+  std::vector<std::vector<std::string>> slice_names;
 };
 
 ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& path);

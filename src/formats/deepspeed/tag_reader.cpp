@@ -10,6 +10,7 @@
 
 #include "ckptfs/deepspeed.hpp"
 #include "ckptfs/error.hpp"
+#include "formats/deepspeed/model_state_masters.hpp"
 #include "formats/deepspeed/partition_assembly.hpp"
 #include "formats/deepspeed/rank_files.hpp"
 #include "formats/deepspeed/tag_files.hpp"
@@ -82,26 +83,38 @@ void add_aliases(std::vector<LogicalTensor>& out,
   }
 }
 
-// fp32 master weights in zero_to_fp32's order: buffers, frozen, trainable, tied aliases.
-Catalog build_fp32_catalog(const TagParts& parts, std::vector<std::string>& notes) {
+// `module` as logical tensors in the dtype it was saved in.
+std::vector<LogicalTensor> module_tensors(const TagParts& parts) {
+  std::vector<LogicalTensor> out;
+  for (const auto& e : parts.module) out.push_back(whole_tensor(e.name, e.tensor, e.tensor.dtype, "module"));
+  return out;
+}
+
+LogicalTensor in_fp32_view(LogicalTensor t, std::string origin) {
+  t.dtype = fp32_view_dtype(t.dtype);
+  t.origin = std::move(origin);
+  return t;
+}
+
+// fp32 master weights in zero_to_fp32's order: buffers, frozen, trainable, tied aliases. `module` holds
+// the model's weights (the module entries, or those merged over tensor-parallel ranks).
+Catalog build_fp32_catalog(const TagParts& parts, const std::vector<LogicalTensor>& module,
+                           std::vector<std::string>& notes) {
   Catalog c;
   std::set<std::string> trainable_names, alias_names;
   for (const auto& t : parts.trainable) trainable_names.insert(t.name);
   for (const auto& [alias, owner] : parts.aliases) alias_names.insert(alias);
 
   if (!parts.masters_known) {
-    for (const auto& e : parts.module)
-      c.tensors.push_back(whole_tensor(e.name, e.tensor, fp32_view_dtype(e.tensor.dtype), "module, upcast"));
+    for (const auto& t : module) c.tensors.push_back(in_fp32_view(t, "module, upcast"));
     return c;
   }
-  for (const auto& e : parts.module)
-    if (parts.buffers.count(e.name))
-      c.tensors.push_back(whole_tensor(e.name, e.tensor, fp32_view_dtype(e.tensor.dtype), "buffer"));
+  for (const auto& t : module)
+    if (parts.buffers.count(t.name)) c.tensors.push_back(in_fp32_view(t, "buffer"));
   if (parts.frozen_from_module) {
-    for (const auto& e : parts.module)
-      if (!parts.buffers.count(e.name) && !trainable_names.count(e.name) && !alias_names.count(e.name))
-        c.tensors.push_back(
-            whole_tensor(e.name, e.tensor, fp32_view_dtype(e.tensor.dtype), "frozen, from module"));
+    for (const auto& t : module)
+      if (!parts.buffers.count(t.name) && !trainable_names.count(t.name) && !alias_names.count(t.name))
+        c.tensors.push_back(in_fp32_view(t, "frozen, from module"));
   } else {
     for (const auto& t : parts.frozen) c.tensors.push_back(with_dtype(t, fp32_view_dtype(t.dtype)));
   }
@@ -120,8 +133,7 @@ Catalog build_model_catalog(const TagParts& parts, bool zero3, std::vector<std::
     return c;
   }
   if (!zero3) {
-    for (const auto& e : parts.module)
-      c.tensors.push_back(whole_tensor(e.name, e.tensor, e.tensor.dtype, "module"));
+    c.tensors = module_tensors(parts);
     return c;
   }
   std::map<std::string, std::string> owner_of(parts.aliases.begin(), parts.aliases.end());
@@ -180,9 +192,8 @@ std::string optimizer_name(const OptimStates& rank0) {
 
 // Adds the trainable fp32 masters and optimizer state of one MP rank (a pipeline stage) of a ZeRO-1/2 or
 // BF16_Optimizer checkpoint to `parts`; a name an earlier stage added (a tied weight) is kept from there.
-void add_flat_stage(io::FileSet& files, const TagFiles& tf, int mp, const ModelStates& ms, Topology& topo,
+void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim, Topology& topo,
                     TagParts& parts) {
-  auto optim = read_optim_ranks(files, tf, mp);
   if (optim.front().zero_stage && *optim.front().zero_stage == 3)
     throw FormatError(fmt::format("{}: ZeRO-3 optimizer state next to a ZeRO-0/1/2 model-state file {}",
                                   optim.front().path.string(), ms.path.filename().string()));
@@ -272,16 +283,27 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
   parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
   parts.aliases = ms.shared_params;
   if (!tf.optim_states.count(mp)) {
-    // ZeRO-0 with a torch / FP16_Optimizer state inside the model-state file: its flat fp32 groups carry no
-    // names, so the fp32 view is the module upcast.
-    parts.masters_known = false;
     topo.zero_stage = 0;
     topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
+    if (ms.unfused_fp32_groups || ms.fused_fp32_groups_flat) {
+      const bool unfused = ms.unfused_fp32_groups.has_value();
+      ModelStateMasters masters = unfused ? name_unfused_masters(ms) : slice_fused_masters(ms);
+      parts.trainable = std::move(masters.trainable);
+      parts.aliases = std::move(masters.aliases);
+      const std::string optimizer = unfused ? "FP16_UnfusedOptimizer" : "FP16_Optimizer";
+      topo.optimizer = fmt::format("{} (fp32 masters in optimizer['{}'])", optimizer,
+                                   unfused ? "fp32_groups" : "fp32_groups_flat");
+      parts.no_universal = optimizer + " state (no optimizer files; ds_to_universal cannot convert it)";
+      return parts;
+    }
+    // ZeRO-0 with a torch optimizer (fp32: the module is the master) or no optimizer state: the fp32 view is
+    // the module upcast.
+    parts.masters_known = false;
     topo.optimizer = "none (optimizer state inside model states)";
     notes.push_back("no partitioned optimizer state: fp32/ holds the module weights upcast to fp32");
     return parts;
   }
-  add_flat_stage(files, tf, mp, ms, topo, parts);
+  add_flat_stage(ms, read_optim_ranks(files, tf, mp), topo, parts);
   if (ms.frozen_param_fragments && ms.frozen_param_shapes) {
     parts.frozen_from_module = false;
     const NamedIndex fragments = index_named(ms.frozen_param_fragments);
@@ -298,6 +320,33 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
   return parts;
 }
 
+// DeepSpeed >= 0.18.5 saves a ZeRO-0 pipeline's BF16_Optimizer without param_shapes: the flat groups' params
+// are the names of the optimizer files' param_slice_mappings (every DP rank's, in order), shaped as the
+// layer files hold them.
+std::vector<std::vector<NamedShape>> shapes_from_slice_mappings(const std::vector<OptimStates>& optim,
+                                                                const std::vector<NamedTensor>& module) {
+  std::unordered_map<std::string_view, const NamedTensor*> by_name;
+  for (const auto& e : module) by_name.emplace(e.name, &e);
+  std::vector<std::vector<NamedShape>> groups(optim.front().slice_names.size());
+  for (const auto& rank : optim) {
+    if (rank.slice_names.size() != groups.size())
+      throw FormatError(fmt::format("{}: param_slice_mappings lists {} groups, DP rank 0's file {}",
+                                    rank.path.string(), rank.slice_names.size(), groups.size()));
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (const auto& name : rank.slice_names[g]) {
+        if (!groups[g].empty() && groups[g].back().name == name) continue;  // a param split across ranks
+        auto it = by_name.find(name);
+        if (it == by_name.end())
+          throw FormatError(fmt::format("{}: param_slice_mappings names {}, which no layer file holds",
+                                        rank.path.string(), name));
+        const auto& shape = it->second->tensor.shape;
+        groups[g].push_back({name, shape, it->second->tensor.numel()});
+      }
+    }
+  }
+  return groups;
+}
+
 // Pipeline engines: `module` is None and weights sit in layer_XX files, one per layer (docs/formats/deepspeed.md).
 TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo,
                        std::vector<std::string>& notes) {
@@ -308,28 +357,36 @@ TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo,
   TagParts parts;
   // Without partitioned optimizer state (ZeRO-0 with a torch optimizer) the fp32 view is the upcast weights.
   parts.masters_known = !tf.optim_states.empty();
-  std::set<std::string> known;
+  std::vector<std::pair<ModelStates, std::vector<OptimStates>>> stages;
+  std::set<std::string> known;  // param and buffer names: they tell tied layers' prefixes
   for (const auto& [mp, path] : tf.model_states) {
-    ModelStates ms = read_model_states(files, path);
-    if (parts.masters_known) {
-      add_flat_stage(files, tf, mp, ms, topo, parts);
-    } else {
-      topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
-      topo.optimizer = "none (optimizer state inside model states)";
-    }
+    auto& [ms, optim] = stages.emplace_back(read_model_states(files, path), std::vector<OptimStates>{});
+    if (parts.masters_known) optim = read_optim_ranks(files, tf, mp);
     parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
     if (ms.param_shapes)
       for (const auto& group : *ms.param_shapes)
         for (const auto& p : group) known.insert(p.name);
+    for (const auto& rank : optim)
+      for (const auto& group : rank.slice_names) known.insert(group.begin(), group.end());
     if (mp == tf.model_states.begin()->first) parts.aliases = ms.shared_params;
   }
   known.insert(parts.buffers.begin(), parts.buffers.end());
-  topo.pp = static_cast<int>(tf.model_states.size());
   for (const auto& [layer, tps] : tf.layer_states) {
     auto entries = read_state_dict(files, tps.begin()->second);
     const std::string prefix = layer_prefix(layer, entries, known);
     for (auto& e : entries) parts.module.push_back({prefix + e.name, std::move(e.tensor)});
   }
+  for (auto& [ms, optim] : stages) {
+    if (!parts.masters_known) {
+      topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
+      topo.optimizer = "none (optimizer state inside model states)";
+      continue;
+    }
+    if (!ms.param_shapes && !optim.front().slice_names.empty())
+      ms.param_shapes = shapes_from_slice_mappings(optim, parts.module);
+    add_flat_stage(ms, optim, topo, parts);
+  }
+  topo.pp = static_cast<int>(tf.model_states.size());
   notes.push_back(
       "pipeline layers are named as PipelineModule names them ({layer}.{key}, tied_modules.{key}.{key})");
   return parts;
@@ -374,6 +431,17 @@ std::shared_ptr<const UniversalPlan> universal_plan(TagParts& parts, const std::
   return plan;
 }
 
+// The params a model-state copy without param_shapes names: its embedded BF16_Optimizer state's
+// param_slice_mappings (pipeline ZeRO-0, DeepSpeed >= 0.18.5).
+std::vector<std::string> slice_names_of(const ModelStates& ms) {
+  if (ms.embedded_slice_names.empty())
+    throw FormatError(
+        fmt::format("{}: has no param_shapes, which a universal checkpoint needs", ms.path.string()));
+  std::vector<std::string> names;
+  for (const auto& group : ms.embedded_slice_names) names.insert(names.end(), group.begin(), group.end());
+  return names;
+}
+
 // A universal checkpoint (<tag>_universal/): the model-state copies give module, buffers, frozen params
 // and param_shapes, and zero/<param>/fp32.pt the fp32 masters in place of the optimizer files.
 TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& dir, Topology& topo,
@@ -401,11 +469,12 @@ TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& 
     return parts;
   }
   std::set<std::string> seen;
+  bool named_by_slices = false;
   for (const auto& [mp, path] : tf.model_states) {
     ModelStates ms = read_model_states(files, path);
-    if (!ms.param_shapes)
-      throw FormatError(fmt::format("{}: has no param_shapes, which a universal checkpoint needs", path.string()));
-    for (auto& t : read_universal_masters(files, dir, *ms.param_shapes))
+    named_by_slices = named_by_slices || !ms.param_shapes;
+    for (auto& t : ms.param_shapes ? read_universal_masters(files, dir, *ms.param_shapes)
+                                   : read_named_universal_masters(files, dir, slice_names_of(ms)))
       if (seen.insert(t.name).second) parts.trainable.push_back(std::move(t));
     parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
     topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
@@ -421,7 +490,40 @@ TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& 
     }
   }
   topo.pp = parts.model_from_masters ? static_cast<int>(tf.model_states.size()) : 1;
+  if (named_by_slices)
+    for (const auto& name : universal_param_dirs(dir))
+      if (!seen.contains(name))
+        throw FormatError(
+            fmt::format("{}: no model-state copy names this parameter (they have no param_shapes and "
+                        "their param_slice_mappings cover only DP rank 0's fragments)",
+                        (dir / "zero" / name).string()));
   return parts;
+}
+
+// A universal checkpoint's zero/<param>/fp32.pt files are files of the tag.
+void add_master_files(Tag& tag, const TagParts& parts) {
+  for (const auto& t : parts.trainable)
+    if (!t.pieces.empty()) tag.files.push_back(t.pieces.front().file->path());
+}
+
+// Checks the catalogs of a tag and adds them with its universal plan.
+void finish_tag(Tag& tag, TagParts& parts, std::shared_ptr<Catalog> fp32, CatalogPtr model, bool zero3) {
+  const fs::path& dir = tag.dir;
+  require_unique_names(*fp32, dir, "fp32");
+  require_unique_names(*model, dir, "model");
+  for (const catalog::Catalog* c : {static_cast<const catalog::Catalog*>(fp32.get()), model.get()}) {
+    for (const auto& t : c->tensors) {
+      try {
+        catalog::validate(t);
+      } catch (const FormatError& e) {
+        throw FormatError(fmt::format("{}: {}", source_of(t, dir).string(), e.what()));
+      }
+    }
+  }
+  tag.topology.train_dtype = training_dtype(*model, parts.trainable);
+  tag.universal = universal_plan(parts, fp32, zero3, tag);
+  tag.catalogs.emplace("fp32", std::move(fp32));
+  tag.catalogs.emplace("model", std::move(model));
 }
 
 // The tag as one MP rank sees it: every rank of a data-parallel or pipeline tag, or tensor-parallel rank
@@ -438,27 +540,56 @@ RankTag read_rank(io::FileSet& files, const TagFiles& tf, const fs::path& dir, c
                    : zero3                    ? read_zero3(files, tf, tag.topology)
                    : !tf.layer_states.empty() ? read_pipeline(files, tf, tag.topology, tag.notes)
                                               : read_data_parallel(files, tf, mp, tag.topology, tag.notes);
-  if (universal)
-    for (const auto& t : parts.trainable)
-      if (!t.pieces.empty()) tag.files.push_back(t.pieces.front().file->path());
-  auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, tag.notes));
+  if (universal) add_master_files(tag, parts);
   auto model = std::make_shared<Catalog>(build_model_catalog(parts, zero3, tag.notes));
-  require_unique_names(*fp32, dir, "fp32");
-  require_unique_names(*model, dir, "model");
-  for (const auto* c : {fp32.get(), model.get()}) {
-    for (const auto& t : c->tensors) {
-      try {
-        catalog::validate(t);
-      } catch (const FormatError& e) {
-        throw FormatError(fmt::format("{}: {}", source_of(t, dir).string(), e.what()));
-      }
-    }
-  }
-  tag.topology.train_dtype = training_dtype(*model, parts.trainable);
-  tag.universal = universal_plan(parts, fp32, zero3, tag);
-  tag.catalogs.emplace("fp32", std::move(fp32));
-  tag.catalogs.emplace("model", std::move(model));
+  auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, module_tensors(parts), tag.notes));
+  finish_tag(tag, parts, fp32, model, zero3);
   return {std::move(tag), std::move(parts.buffers)};
+}
+
+// The universal checkpoint of a tensor-parallel run (ds_to_universal's output for an AutoTP tag, which
+// DeepSpeed 0.19.5 saves with its universal_checkpoint_info): every TP rank's model-state copy holds its
+// slices of the weights, merged here as for the tag; zero/<param>/fp32.pt holds each master merged already.
+Tag read_tensor_parallel_universal(io::FileSet& files, const TagFiles& tf, const fs::path& dir,
+                                   const std::string& name) {
+  const UniversalInfo info = read_universal_info(files, tf.model_states.begin()->second);
+  std::vector<RankTag> ranks;
+  std::optional<ModelStates> first;
+  for (const auto& [mp, path] : tf.model_states) {
+    ModelStates ms = read_model_states(files, path);
+    if (!ms.module)
+      throw FormatError(
+          fmt::format("{}: 'module' is None in a tensor-parallel universal checkpoint", path.string()));
+    TagParts rank;
+    rank.module = *ms.module;
+    RankTag& r = ranks.emplace_back();
+    r.tag.dir = dir;
+    r.tag.catalogs.emplace("model", std::make_shared<Catalog>(build_model_catalog(rank, false, r.tag.notes)));
+    r.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
+    if (!first) first = std::move(ms);
+  }
+  if (!first->param_shapes)
+    throw FormatError(
+        fmt::format("{}: has no param_shapes, which a universal checkpoint needs", first->path.string()));
+  Tag tag = merge_tensor_parallel_ranks(std::move(ranks), info);
+  tag.name = name;
+  tag.format = "DeepSpeed universal checkpoint (ds_to_universal output)";
+  tag.files = tf.all();
+  tag.topology.zero_stage = static_cast<int>(first->config_zero_stage.value_or(0));
+  tag.topology.dp = static_cast<int>(first->dp_world_size.value_or(1));
+  tag.topology.optimizer = "none (universal checkpoint: fp32 masters from zero/<param>/fp32.pt)";
+  TagParts parts;
+  parts.no_universal = "the source is a universal checkpoint";
+  parts.buffers.insert(first->buffer_names.begin(), first->buffer_names.end());
+  parts.aliases = first->shared_params;
+  parts.trainable =
+      read_universal_masters(files, dir, *first->param_shapes, static_cast<int>(tf.model_states.size()));
+  add_master_files(tag, parts);
+  CatalogPtr model = tag.catalog("model");  // the merge's only catalog: finish_tag adds it back with fp32
+  tag.catalogs.clear();
+  auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, model->tensors, tag.notes));
+  finish_tag(tag, parts, fp32, model, false);
+  return tag;
 }
 
 // The files tensor-parallel rank `tp` of a pipeline tag reads: its stages' model-states and optimizer
@@ -494,6 +625,10 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
   if (!tf.expert_files.empty())
     throw UnsupportedError(fmt::format("{}: Mixture-of-Experts checkpoints are not supported yet",
                                        tf.expert_files.front().string()));
+  // Several model-state copies in a universal dir: pipeline stages (`module` None) or TP ranks.
+  if (is_universal_dir(dir) && tf.model_states.size() > 1 &&
+      read_model_states(files, tf.model_states.begin()->second).module)
+    return read_tensor_parallel_universal(files, tf, dir, name);
   const bool plain = tf.zero3_model_states.empty() && !is_universal_dir(dir);
   // Pipeline layers saved per tensor-parallel rank (layer_XX-model_YY: Megatron-DeepSpeed's GPTModelPipe).
   const int pipeline_tp = tf.layer_states.empty() ? 1 : static_cast<int>(tf.layer_states.begin()->second.size());

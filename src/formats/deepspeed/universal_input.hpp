@@ -17,8 +17,20 @@ bool is_universal_dir(const std::filesystem::path& dir);
 
 // The fp32 masters of the params of `groups` (param_shapes of a model-state file, in order), each read
 // from <dir>/zero/<name>/fp32.pt ({'param': T, ...} or a bare tensor) and shaped as param_shapes says.
-// Throws FormatError naming the file when one is missing or does not hold the param's element count.
-std::vector<catalog::LogicalTensor> read_universal_masters(io::FileSet& files, const std::filesystem::path& dir,
-                                                           const std::vector<std::vector<NamedShape>>& groups);
+// Of a run over `tp` > 1 tensor-parallel ranks, param_shapes gives one rank's slice and the file the
+// merged tensor ({'param', 'cat_dim'} or, replicated, {'param'}): the master keeps the file's shape.
+// Throws FormatError naming the file when one is missing or does not hold the param's elements.
+std::vector<catalog::LogicalTensor> read_universal_masters(io::FileSet& files,
+                                                           const std::filesystem::path& dir,
+                                                           const std::vector<std::vector<NamedShape>>& groups,
+                                                           int tp = 1);
+
+// The fp32 masters of `names` in the shapes their files hold (model-state copies without param_shapes).
+std::vector<catalog::LogicalTensor> read_named_universal_masters(io::FileSet& files,
+                                                                 const std::filesystem::path& dir,
+                                                                 const std::vector<std::string>& names);
+
+// The names of the parameter folders under <dir>/zero, sorted.
+std::vector<std::string> universal_param_dirs(const std::filesystem::path& dir);
 
 }  // namespace ckptfs::deepspeed
