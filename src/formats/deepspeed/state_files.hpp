@@ -39,6 +39,10 @@ struct ModelStates {
   DType config_dtype = DType::F32;  // ds_config: BF16 / F16 when bf16 / fp16 is enabled
   std::optional<int64_t> dp_world_size;
   std::string ds_version;
+  // MoE: experts per MoE layer (`num_experts`) and ds_config's use_data_before_expert_parallel_ (D + E
+  // rank layout instead of E + D).
+  std::vector<int64_t> num_experts;
+  bool data_before_expert_parallel = false;
 };
 
 struct OptimStates {
@@ -50,6 +54,7 @@ struct OptimStates {
   // order (Adam: step, exp_avg, exp_avg_sq), each moment a flat partition laid out like fp32_groups.
   std::map<int64_t, std::vector<NamedTensor>> group_state;
   pickle::ValuePtr inner;  // optimizer_state_dict as unpickled (universal/ rebuilds optimizer_state.pt)
+  std::vector<bool> expert_groups;  // ZeRO-1/2: per group, `moe` of its param group (partitioned over EDP)
 };
 
 ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& path);
