@@ -190,10 +190,16 @@ std::vector<MoeLayer> read_moe_layers(io::FileSet& files, const TagFiles& tf, co
                                       path.filename().string()));
       paths.push_back(path);
     }
-    if (ms.num_experts.size() > layers.size() &&
-        ms.num_experts[layers.size()] != static_cast<int64_t>(paths.size()))
-      throw FormatError(fmt::format("{}: num_experts gives MoE layer {} {} experts, but the tag holds {} files",
-                                    ms.path.string(), id, ms.num_experts[layers.size()], paths.size()));
+    if (ms.num_experts.size() > layers.size()) {
+      const int64_t expected = ms.num_experts[layers.size()];
+      if (expected > static_cast<int64_t>(paths.size()))
+        throw FormatError(fmt::format("{}: missing ({} gives MoE layer {} {} experts)",
+                                      (dir / expert_file_name(id, static_cast<int>(paths.size()))).string(),
+                                      ms.path.filename().string(), id, expected));
+      if (expected < static_cast<int64_t>(paths.size()))
+        throw FormatError(fmt::format("{}: does not belong ({} gives MoE layer {} {} experts)",
+                                      paths.back().string(), ms.path.filename().string(), id, expected));
+    }
     MoeLayer layer;
     layer.id = id;
     layer.experts = formats::read_all(paths, [&](const fs::path& p) { return read_state_dict(files, p); });
