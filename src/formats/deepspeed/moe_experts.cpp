@@ -11,6 +11,7 @@
 #include "ckptfs/error.hpp"
 #include "formats/deepspeed/partition_assembly.hpp"
 #include "formats/parallel_reads.hpp"
+#include "formats/pickle_access.hpp"
 
 namespace ckptfs::deepspeed {
 
@@ -149,6 +150,30 @@ void check_against_expert_files(const std::vector<LogicalTensor>& masters, const
                                     "expert file",
                                     shapes_file.string(), m.name));
   }
+}
+
+// The EP size the expert param groups of a non-ZeRO optimizer state_dict are named for (moe/utils.py
+// split_params_into_different_moe_groups_for_optimizer: 'name': 'ep_size_<N>'); FP16 optimizers wrap the
+// torch state_dict in optimizer_state_dict.
+std::optional<int> named_ep_size(io::FileSet& files, const fs::path& path) {
+  auto archive = torch::TorchArchive::open(files.open(path));
+  const formats::Field optimizer = formats::root_field(archive)["optimizer"];
+  formats::Field groups = optimizer["param_groups"];
+  if (!groups.is_list()) groups = optimizer["optimizer_state_dict"]["param_groups"];
+  if (!groups.is_list()) return std::nullopt;
+  std::optional<int> out;
+  constexpr std::string_view kName = "ep_size_";
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const formats::Field name = groups.at(g)["name"];
+    if (!name.present() || !name.value().is(pickle::Kind::String) || !name.value().text.starts_with(kName)) continue;
+    int ep = 0;
+    const std::string& text = name.value().text;
+    auto [end, ec] = std::from_chars(text.data() + kName.size(), text.data() + text.size(), ep);
+    if (ec != std::errc{} || end != text.data() + text.size() || ep < 1 || ep > (1 << 20))
+      name.fail(fmt::format("expert group name '{}' is not ep_size_<N>", text));
+    out = std::max(out.value_or(1), ep);
+  }
+  return out;
 }
 
 }  // namespace
@@ -290,19 +315,21 @@ MoeMasters assemble_moe_masters(const ModelStates& ms, const std::vector<OptimSt
   return out;
 }
 
-int expert_parallel_size_without_zero(const TagFiles& tf, const ModelStates& ms, const std::vector<MoeLayer>& layers) {
+int expert_parallel_size_without_zero(io::FileSet& files, const TagFiles& tf, const ModelStates& ms,
+                                      const std::vector<MoeLayer>& layers) {
   const fs::path dir = ms.path.parent_path();
-  int ep_size = 0;
-  for (const auto& [ep, path] : tf.expert_optim_states) {
-    if (ep != ep_size) break;
-    ++ep_size;
-  }
-  if (ep_size == 0 || ep_size != static_cast<int>(tf.expert_optim_states.size()))
-    throw FormatError(fmt::format(
-        "{}: missing (without ZeRO every expert-parallel rank saves one; found {})",
-        (dir / fmt::format("expp_rank_{}_mp_rank_00_optim_states.pt", ep_size)).string(),
-        tf.expert_optim_states.empty() ? std::string("none")
-                                       : tf.expert_optim_states.rbegin()->second.filename().string()));
+  const auto name_of = [](int ep) { return fmt::format("expp_rank_{}_mp_rank_00_optim_states.pt", ep); };
+  if (!tf.expert_optim_states.count(0))
+    throw FormatError(fmt::format("{}: missing (without ZeRO every expert-parallel rank saves one)",
+                                  (dir / name_of(0)).string()));
+  const int ep_size = named_ep_size(files, tf.expert_optim_states.at(0))
+                          .value_or(static_cast<int>(tf.expert_optim_states.rbegin()->first) + 1);
+  for (int ep = 0; ep < ep_size; ++ep)
+    if (!tf.expert_optim_states.count(ep))
+      throw FormatError(fmt::format("{}: missing (expert-parallel size {})", (dir / name_of(ep)).string(), ep_size));
+  if (static_cast<int>(tf.expert_optim_states.size()) != ep_size)
+    throw FormatError(fmt::format("{}: does not belong (expert-parallel size {})",
+                                  tf.expert_optim_states.rbegin()->second.string(), ep_size));
   for (const auto& l : layers)
     if (l.experts.size() % static_cast<size_t>(ep_size) != 0)
       throw FormatError(fmt::format("{}: MoE layer {} has {} experts, which {} expert-parallel ranks cannot share",

@@ -42,7 +42,9 @@ struct MoeMasters {
 MoeMasters assemble_moe_masters(const ModelStates& ms, const std::vector<OptimStates>& optim,
                                 const std::vector<MoeLayer>& layers, const std::vector<NamedTensor>& module);
 
-// Without ZeRO: the EP size is the number of expp_rank_{ep}_mp_rank_00_optim_states.pt files (0..N-1).
-int expert_parallel_size_without_zero(const TagFiles& tf, const ModelStates& ms, const std::vector<MoeLayer>& layers);
+// Without ZeRO: the EP size the expert groups of expp_rank_0_mp_rank_00_optim_states.pt are named for (else
+// the number of expp_rank files), every EP rank's file present.
+int expert_parallel_size_without_zero(io::FileSet& files, const TagFiles& tf, const ModelStates& ms,
+                                      const std::vector<MoeLayer>& layers);
 
 }  // namespace ckptfs::deepspeed

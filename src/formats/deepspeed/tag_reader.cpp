@@ -306,7 +306,7 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
     topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
     topo.optimizer = "none (optimizer state inside model states)";
     notes.push_back("no partitioned optimizer state: fp32/ holds the module weights upcast to fp32");
-    if (!moe.empty()) topo.ep = expert_parallel_size_without_zero(tf, ms, moe);
+    if (!moe.empty()) topo.ep = expert_parallel_size_without_zero(files, tf, ms, moe);
     return parts;
   }
   if (moe.empty())
