@@ -306,7 +306,12 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
     topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
     topo.optimizer = "none (optimizer state inside model states)";
     notes.push_back("no partitioned optimizer state: fp32/ holds the module weights upcast to fp32");
-    if (!moe.empty()) topo.ep = expert_parallel_size_without_zero(files, tf, ms, moe);
+    if (!moe.empty()) {
+      topo.ep = expert_parallel_size_without_zero(files, tf, ms, moe);
+      if (ms.config_dtype != DType::F32)
+        notes.push_back("Mixture-of-Experts without ZeRO in 16 bits: the experts' fp32 masters in the "
+                        "expp_rank files are not read; fp32/ holds their weights upcast");
+    }
     return parts;
   }
   if (moe.empty())
