@@ -111,6 +111,15 @@ def test_inspect_shows_expert_parallelism(ckptfs_bin):
     assert "EP 2 (2 experts)" in text.stdout, text.stdout
 
 
+def test_mount_info_keeps_expert_parallelism(ckptfs_bin, tmp_path):
+    """ckptfs.json of the mount: the second mount is served from the index the first one cached."""
+    for i in range(2):
+        with mounted(ckptfs_bin, SRC, tmp_path / f"mnt{i}") as mnt:
+            with open(os.path.join(mnt, "ckptfs.json")) as f:
+                topo = json.load(f)["tags"][0]["topology"]
+            assert (topo["ep"], topo["experts"]) == (2, 2), f"mount {i}: {topo}"
+
+
 @pytest.mark.parametrize("missing", ["layer_0_expert_1_mp_rank_00_model_states.pt",
                                      "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"])
 def test_missing_rank_file_is_named(ckptfs_bin, tmp_path, missing):
