@@ -41,7 +41,7 @@ from case_cache import case_is_current  # noqa: E402
 DS = deepspeed_classes.install()
 OD = collections.OrderedDict
 DS_VERSION = "0.14.5"
-GEN_VERSION = 6  # bump to invalidate cached fixtures
+GEN_VERSION = 7  # bump to invalidate cached fixtures
 
 VOCAB, HIDDEN, FFN, SEQ = 101, 37, 53, 7
 MANY_PARAMS = 20480  # trainable params of many_params_z2_dp2
@@ -1176,7 +1176,9 @@ def moe_entries(case):
         E.append(Entry(f"{prefix}.deepspeed_moe.gate.wg.weight", "train", (n, HIDDEN), group=0))
         for x in range(n):
             for key, shape, g in mlp:
-                e = Entry(f"{prefix}{MOE_MARK}{x}.{key}", "train", shape, group=g)
+                # case "frozen_expert": the second layer's fc2.bias frozen in every expert
+                frozen = case.get("frozen_expert") and residual and key == "fc2.bias"
+                e = Entry(f"{prefix}{MOE_MARK}{x}.{key}", "frozen" if frozen else "train", shape, group=g)
                 e.expert = (layer, x)
                 E.append(e)
         if residual:
@@ -1243,9 +1245,10 @@ def write_moe(case, tagdir, seed):
     entries = moe_entries(case)
     values = Values(entries, dtype, case["stage"], seed)
     rng = values.rng
-    full = OD()  # the whole model as the ranks hold it: name -> bit16 (buffers as they are)
+    full = OD()  # the whole model as the ranks hold it: name -> bit16 (buffers and frozen params as they are)
     for e in entries:
-        full[e.name] = values.buffers[e.name].clone() if e.kind == "buffer" else values.bit16(e.name, dtype)
+        full[e.name] = values.buffers[e.name].clone() if e.kind == "buffer" else \
+            values.frozen[e.name].clone() if e.kind == "frozen" else values.bit16(e.name, dtype)
     for e in entries:
         if e.expert:
             layer, x = e.expert
@@ -1301,8 +1304,14 @@ def write_moe(case, tagdir, seed):
     dense_entries = [e for e in entries if e.expert is None]
     module = build_module(dense_entries, values, dtype, module_views)
     shapes = [shapes_od(named) for _, named in groups0]
-    sd = model_state_dict(case, module, buffer_names, None, shapes, OD() if case["stage"] == 2 else None, {},
-                          OD() if case["stage"] == 2 else None, W)
+    # ZeRO-2 saves the frozen params of rank 0's module (_get_zero_frozen_param_attributes): EP rank 0's
+    # experts, whose local ids are their global ids; the other EP ranks' frozen experts are only in expert files
+    frozen0 = [e for e in entries if e.kind == "frozen" and (e.expert is None or moe_local(e, 0, case))]
+    if case["stage"] == 2:
+        frozen_shapes, frozen_frags = shapes_od(frozen0), OD((e.name, full[e.name].clone()) for e in frozen0)
+    else:
+        frozen_shapes, frozen_frags = None, None
+    sd = model_state_dict(case, module, buffer_names, None, shapes, frozen_shapes, {}, frozen_frags, W)
     sd["num_experts"] = list(case["experts"])
     save(sd, os.path.join(tagdir, "mp_rank_00_model_states.pt"))
     prefix = "bf16_" if dtn == "bf16" else ""
@@ -1317,21 +1326,28 @@ def write_moe(case, tagdir, seed):
                "partition_count": [W, W, edp, edp], "ds_version": DS_VERSION, "param_slice_mappings": ordered(pr["maps"])}
         save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": DS_VERSION},
              os.path.join(tagdir, f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
-    # ckptfs's order: buffers, then every trainable master in module order (experts by global id)
+    # ckptfs's order: buffers, frozen params (ZeRO-2: those saved with rank 0 first, then the other experts'
+    # from their files; ZeRO-1: module order), then every trainable master in module order (experts by
+    # global id)
     fp32 = OD((e.name, values.buffers[e.name].float()) for e in entries if e.kind == "buffer")
+    frozen = [e for e in entries if e.kind == "frozen"]
+    if case["stage"] == 2:
+        frozen = frozen0 + [e for e in frozen if e not in frozen0]
+    fp32.update((e.name, full[e.name].float()) for e in frozen)
     fp32.update((e.name, values.master[e.name].clone()) for e in entries if e.kind == "train")
     return fp32, OD((k, v.clone()) for k, v in full.items())
 
 
 def moe_cases():
     """MoE (only with --only; test_deepspeed_moe.py): two MoE layers (4 and 2 experts, the second with a
-    residual MLP) over EP 2: ZeRO-2 bf16 on 4 ranks (expert groups partitioned over EDP 2, E + D),
+    residual MLP; with ``frozen_expert`` its experts' fc2.bias frozen) over EP 2: ZeRO-2 bf16 on 4 ranks (expert groups partitioned over EDP 2, E + D),
     ZeRO-1 fp16 on 4 ranks with use_data_before_expert_parallel_ (D + E), ZeRO-2 bf16 EP 4 = W (EDP 1,
     4 and 8 experts), and no ZeRO (fp32, torch Adam, expp_rank files) on 2 ranks."""
     base = {"pipeline": False, "tags": ["global_step3"], "src": "checkpoint", "side_files": False, "moe": True}
-    return [dict(base, name="moe_ep2_z2_bf16_dp4", stage=2, dtype="bf16", dp=4, ep=2, experts=[4, 2], optimizer="zero"),
+    return [dict(base, name="moe_ep2_z2_bf16_dp4", stage=2, dtype="bf16", dp=4, ep=2, experts=[4, 2], optimizer="zero",
+                 frozen_expert=True),
             dict(base, name="moe_ep2_z1_fp16_dp4_de", stage=1, dtype="fp16", dp=4, ep=2, experts=[4, 2],
-                 optimizer="zero", data_before_expert=True),
+                 optimizer="zero", data_before_expert=True, frozen_expert=True),
             dict(base, name="moe_ep4_z2_bf16_dp4", stage=2, dtype="bf16", dp=4, ep=4, experts=[4, 8], optimizer="zero"),
             dict(base, name="moe_ep2_z0_fp32_dp2", stage=0, dtype="fp32", dp=2, ep=2, experts=[4, 2], optimizer="torch")]
 

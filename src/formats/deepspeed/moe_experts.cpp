@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ckptfs/error.hpp"
 #include "formats/deepspeed/partition_assembly.hpp"
@@ -312,6 +313,19 @@ MoeMasters assemble_moe_masters(const ModelStates& ms, const std::vector<OptimSt
   for (auto& t : assemble_flat_groups(dense_shapes, dense_ranks)) out.masters.push_back(std::move(t));
   check_against_expert_files(out.masters, layers, ms.path);
   out.masters = in_module_order(std::move(out.masters), module);
+  return out;
+}
+
+std::vector<LogicalTensor> unlisted_frozen_experts(const std::vector<NamedTensor>& module,
+                                                   const std::vector<LogicalTensor>& masters,
+                                                   const std::vector<LogicalTensor>& frozen) {
+  std::unordered_set<std::string_view> listed;
+  for (const auto* list : {&masters, &frozen})
+    for (const auto& t : *list) listed.insert(t.name);
+  std::vector<LogicalTensor> out;
+  for (const auto& e : module)
+    if (split_expert_name(e.name) && !listed.count(e.name))
+      out.push_back(whole_tensor(e.name, e.tensor, e.tensor.dtype, "frozen expert, from its expert file"));
   return out;
 }
 

@@ -42,6 +42,12 @@ struct MoeMasters {
 MoeMasters assemble_moe_masters(const ModelStates& ms, const std::vector<OptimStates>& optim,
                                 const std::vector<MoeLayer>& layers, const std::vector<NamedTensor>& module);
 
+// ZeRO-2 lists frozen params as rank 0 holds them, so frozen experts of EP ranks > 0 only in their expert
+// files: those expert weights that are neither a master nor in `frozen`, in module order.
+std::vector<catalog::LogicalTensor> unlisted_frozen_experts(const std::vector<NamedTensor>& module,
+                                                            const std::vector<catalog::LogicalTensor>& masters,
+                                                            const std::vector<catalog::LogicalTensor>& frozen);
+
 // Without ZeRO: the EP size the expert groups of expp_rank_0_mp_rank_00_optim_states.pt are named for (else
 // the number of expp_rank files), every EP rank's file present.
 int expert_parallel_size_without_zero(io::FileSet& files, const TagFiles& tf, const ModelStates& ms,

@@ -328,6 +328,8 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
             fmt::format("{}: frozen_param_fragments has no entry for {}", path.string(), shape.name));
       parts.frozen.push_back(whole_tensor(shape.name, frag->tensor, frag->tensor.dtype, "frozen fragment"));
     }
+    for (auto& t : unlisted_frozen_experts(parts.module, parts.trainable, parts.frozen))
+      parts.frozen.push_back(std::move(t));
   } else if (topo.zero_stage <= 1) {
     notes.push_back("frozen parameters are taken from module (zero_to_fp32 drops them under ZeRO-1/BF16)");
   }
