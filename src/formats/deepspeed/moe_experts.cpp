@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <map>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
