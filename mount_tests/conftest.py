@@ -59,6 +59,19 @@ def case_info(fixtures_dir, name):
         return json.load(f)
 
 
+def generate_only(names):
+    """Generates (cached like the default ones) the ``--only`` cases ``names``; returns the fixtures folder."""
+    out = _abs(os.environ.get("CKPTFS_FIXTURES", "build/fixtures"))
+    proc = H.run([sys.executable, GENERATOR, out, "--only", *names], timeout=GEN_TIMEOUT)
+    assert proc.returncode == 0, H.describe(proc)
+    return out
+
+
+def case_source(fixtures_dir, name):
+    """What to give ckptfs for a generated case (case.json ``src``)."""
+    return os.path.join(fixtures_dir, name, case_info(fixtures_dir, name)["src"])
+
+
 @pytest.fixture(scope="session")
 def export_cache(tmp_path_factory, ckptfs_bin):
     """export(src, tag=None, universal=False) -> (proc, out_dir); each distinct export runs once per session."""

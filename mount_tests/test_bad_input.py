@@ -156,12 +156,20 @@ def test_tensor_parallel_ranks_without_split_rules_are_unsupported(ckptfs_bin, c
                             ["mp_rank_00_model_states.pt", "universal_checkpoint_info"])
 
 
-def test_moe_expert_files_are_unsupported(ckptfs_bin, case_copy, tmp_path):
+def test_moe_expert_file_without_expert_keys_is_invalid(ckptfs_bin, case_copy, tmp_path):
     src = case_copy("z2_fp16_dp2")
     shutil.copy(src / TAG / "mp_rank_00_model_states.pt",
                 src / TAG / "layer_0_expert_0_mp_rank_00_model_states.pt")
+    H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_INVALID,
+                            ["layer_0_expert_0_mp_rank_00_model_states.pt"])
+
+
+def test_legacy_moe_expert_files_are_unsupported(ckptfs_bin, case_copy, tmp_path):
+    """expert_<id>_mp_rank_00 files (no layer id: the old MoE layout DeepSpeed loads with old_moe_load) are not merged."""
+    src = case_copy("z2_fp16_dp2")
+    shutil.copy(src / TAG / "mp_rank_00_model_states.pt", src / TAG / "expert_0_mp_rank_00_model_states.pt")
     H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_UNSUPPORTED,
-                            ["layer_0_expert_0_mp_rank_00_model_states.pt", "not supported yet"])
+                            ["expert_0_mp_rank_00_model_states.pt", "not supported yet"])
 
 
 def test_output_inside_source_is_refused(ckptfs_bin, case_copy):

@@ -41,7 +41,7 @@ import torch
 
 import helpers as H
 import test_universal as TU
-from conftest import GENERATOR, GEN_TIMEOUT, _abs, case_info
+from conftest import case_info, case_source, generate_only
 from mounting import CMD_TIMEOUT, mounted, run_ckptfs, unmount
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen"))
@@ -77,14 +77,10 @@ def is_sub_params(kv):
 @pytest.fixture(scope="module")
 def tp_fixtures():
     """Generates the TP cases (cached like the default ones) and returns the fixtures folder."""
-    out = _abs(os.environ.get("CKPTFS_FIXTURES", "build/fixtures"))
-    proc = H.run([sys.executable, GENERATOR, out, "--only", *CASES], timeout=GEN_TIMEOUT)
-    assert proc.returncode == 0, H.describe(proc)
-    return out
+    return generate_only(CASES)
 
 
-def src_of(fixtures_dir, name):
-    return os.path.join(fixtures_dir, name, case_info(fixtures_dir, name)["src"])
+src_of = case_source
 
 
 def expected_dir(fixtures_dir, name):

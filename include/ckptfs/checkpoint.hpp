@@ -21,6 +21,8 @@ struct Topology {
   int tp = 1;
   int pp = 1;
   int zero_stage = 0;
+  int ep = 1;       // expert-parallel size (DeepSpeed MoE)
+  int experts = 0;  // experts of all MoE layers (0: no MoE)
   std::string optimizer;  // "DeepSpeedZeroOptimizer", "DeepSpeedZeroOptimizer_Stage3", "BF16_Optimizer", ...
   DType train_dtype = DType::F32;
 };

@@ -160,7 +160,9 @@ def entries_of(case):
 def has_universal(case):
     """ckptfs serves universal/ for partitioned optimizer state: ZeRO-1/2/3, BF16_Optimizer (ZeRO-0 too),
     pipeline; not for ZeRO-0 with a torch optimizer, FP16_Optimizer or FP16_UnfusedOptimizer (state inside the
-    model file)."""
+    model file), nor for Mixture-of-Experts tags (docs/formats/deepspeed.md, Mixture of Experts)."""
+    if case.get("moe"):
+        return False
     return case["pipeline"] or case["stage"] == 3 or case["optimizer"] in ("zero", "bf16_optimizer")
 
 
@@ -1185,6 +1187,217 @@ def write_pipeline_tensor_parallel(case, tagdir, seed, uni):
 # ----------------------------------------------------------------------------------------------------
 # cases
 
+# ----------------------------------------------------------------------------------------------------
+# Mixture of Experts (deepspeed.moe.layer.MoE, expert parallelism), as DeepSpeed's engine saves it
+# (engine._save_moe_checkpoint, v0.19.5 cf443004; same layout since the layer_{L}_expert_{E} names): `module`
+# without experts; one layer_{moe layer}_expert_{global id}_mp_rank_00_model_states.pt per expert holding
+# {global key: bit16 tensor}; the optimizer param groups of moe/utils.py
+# split_params_into_different_moe_groups_for_optimizer (the original groups less their expert params, then
+# per original group one {'moe': True, 'name': 'ep_size_<ep>'} group of the rank's LOCAL experts, local ids
+# in their names).  ZeRO-1/2 (stage_1_and_2.py _configure_moe_settings): dense groups partitioned over all W
+# ranks, expert groups over the rank's expert data-parallel group (utils/groups.py
+# _create_expert_and_data_parallel: E + D puts EP rank e on ranks e, e + ep, ...; D + E,
+# use_data_before_expert_parallel_, on e * edp .. e * edp + edp - 1); param_shapes (rank 0 = EP rank 0) lists
+# the local names.  Without ZeRO: expp_rank_{ep}_mp_rank_00_optim_states.pt = {'optimizer': that EP rank's
+# optimizer.state_dict()}.
+
+MOE_MARK = ".deepspeed_moe.experts.deepspeed_experts."
+
+
+def moe_layers(case):
+    """[(module prefix, experts, residual)]: blocks.1.moe plain, blocks.2.moe with use_residual (its mlp and
+    coefficient follow the experts in module order)."""
+    return [("blocks.1.moe", case["experts"][0], False), ("blocks.2.moe", case["experts"][1], True)]
+
+
+def moe_entries(case):
+    """The full model's state_dict (module order, experts under global ids); e.expert = (layer, global id)."""
+    E = [Entry("logit_scale", "train", (3,), group=1), Entry("mix", "buffer", (HIDDEN,), btype="float"),
+         Entry("embed.weight", "train", (VOCAB, HIDDEN), group=0)]
+    E += [Entry("blocks.0.ln.weight", "train", (HIDDEN,), group=1), Entry("blocks.0.ln.bias", "train", (HIDDEN,), group=1),
+          Entry("blocks.0.fc1.weight", "train", (FFN, HIDDEN), group=0), Entry("blocks.0.fc1.bias", "train", (FFN,), group=1)]
+    mlp = [("fc1.weight", (FFN, HIDDEN), 0), ("fc1.bias", (FFN,), 1), ("fc2.weight", (HIDDEN, FFN), 0),
+           ("fc2.bias", (HIDDEN,), 1)]
+    for layer, (prefix, n, residual) in enumerate(moe_layers(case)):
+        E.append(Entry(f"{prefix}.deepspeed_moe.gate.wg.weight", "train", (n, HIDDEN), group=0))
+        for x in range(n):
+            for key, shape, g in mlp:
+                # case "frozen_expert": the second layer's fc2.bias frozen in every expert
+                frozen = case.get("frozen_expert") and residual and key == "fc2.bias"
+                e = Entry(f"{prefix}{MOE_MARK}{x}.{key}", "frozen" if frozen else "train", shape, group=g)
+                e.expert = (layer, x)
+                E.append(e)
+        if residual:
+            E += [Entry(f"{prefix}.mlp.{k}", "train", s, group=g) for k, s, g in mlp]
+            E += [Entry(f"{prefix}.coefficient.weight", "train", (2, HIDDEN), group=0),
+                  Entry(f"{prefix}.coefficient.bias", "train", (2,), group=1)]
+    E += [Entry("ln_f.weight", "train", (HIDDEN,), group=1), Entry("ln_f.bias", "train", (HIDDEN,), group=1),
+          Entry("head.weight", "train", (VOCAB, HIDDEN), group=0)]
+    for e in E:
+        if not hasattr(e, "expert"):
+            e.expert = None
+        # rounding / overflow / subnormal values in a dense and in an expert parameter
+        e.special = e.name in ("ln_f.bias", f"blocks.1.moe{MOE_MARK}1.fc2.bias")
+    return E
+
+
+def moe_local(e, ep, case):
+    """Entry ``e`` of EP rank ``ep``'s local experts under its local name, else None."""
+    layer, x = e.expert
+    local = case["experts"][layer] // case["ep"]
+    if x // local != ep:
+        return None
+    head, rest = e.name.split(MOE_MARK)
+    out = Entry(f"{head}{MOE_MARK}{x % local}{rest[rest.index('.'):]}", "train", e.shape, group=e.group)
+    out.values_name = e.name
+    return out
+
+
+def moe_groups(case, entries, ep):
+    """EP rank ``ep``'s optimizer groups: [(entries for values (global names), entries as named there)] for
+    the dense decay / no-decay groups, then the expert decay / no-decay groups."""
+    dense = [[e for e in entries if e.kind == "train" and e.expert is None and e.group == g] for g in (0, 1)]
+    out = [(g, g) for g in dense]
+    for g in (0, 1):
+        local = [(e, moe_local(e, ep, case)) for e in entries if e.kind == "train" and e.expert and e.group == g]
+        local = [(e, l) for e, l in local if l is not None]
+        out.append(([e for e, _ in local], [l for _, l in local]))
+    return out
+
+
+def moe_param_groups(n_dense, n_moe, ids, ep_size):
+    pgs = [param_group_dict(g, ids[g], 0.01 if g == 0 else 0.0) for g in range(n_dense)]
+    for g in range(n_moe):
+        pg = param_group_dict(g, ids[n_dense + g], 0.01 if g == 0 else 0.0)
+        pgs.append({"name": f"ep_size_{ep_size}", "moe": True, **pg})
+    return pgs
+
+
+def moe_ranks(case, ep):
+    """Global ranks of EP rank ``ep``'s expert data-parallel group, in partition order."""
+    W, EP = case["dp"], case["ep"]
+    edp = W // EP
+    if case.get("data_before_expert"):
+        return [ep * edp + k for k in range(edp)]
+    return [ep + k * EP for k in range(edp)]
+
+
+def write_moe(case, tagdir, seed):
+    """Writes a MoE tag; returns (fp32, model) as ckptfs serves them."""
+    W, EP, dtn = case["dp"], case["ep"], case["dtype"]
+    dtype = DTYPES[dtn]
+    if case.get("data_before_expert"):
+        case["ds_config"]["use_data_before_expert_parallel_"] = True
+    entries = moe_entries(case)
+    values = Values(entries, dtype, case["stage"], seed)
+    rng = values.rng
+    full = OD()  # the whole model as the ranks hold it: name -> bit16 (buffers and frozen params as they are)
+    for e in entries:
+        full[e.name] = values.buffers[e.name].clone() if e.kind == "buffer" else \
+            values.frozen[e.name].clone() if e.kind == "frozen" else values.bit16(e.name, dtype)
+    for e in entries:
+        if e.expert:
+            layer, x = e.expert
+            path = os.path.join(tagdir, f"layer_{layer}_expert_{x}_mp_rank_00_model_states.pt")
+            sd = torch.load(path, weights_only=True) if os.path.exists(path) else {}
+            sd[e.name] = full[e.name].clone()  # _save_moe_checkpoint: clone().detach() of each expert tensor
+            save(sd, path)
+    buffer_names = [e.name for e in entries if e.kind == "buffer"]
+    groups0 = moe_groups(case, entries, 0)
+    if case["stage"] == 0:
+        # fp32, torch Adam: every param is its own master; expp_rank_{ep} = {'optimizer': EP rank ep's state_dict}
+        def state_dict(ep):
+            idx, state, ids = 0, {}, []
+            for vals, _ in moe_groups(case, entries, ep):
+                ids.append(list(range(idx, idx + len(vals))))
+                for e in vals:
+                    state[idx] = adam_state(rng, e.numel)
+                    idx += 1
+            return {"state": state, "param_groups": moe_param_groups(2, 2, ids, EP)}
+        module = OD((k, v.clone()) for k, v in full.items() if MOE_MARK not in k)
+        sd = model_state_dict(case, module, buffer_names, state_dict(0), None, None, None, None, W)
+        sd["num_experts"] = list(case["experts"])
+        save(sd, os.path.join(tagdir, "mp_rank_00_model_states.pt"))
+        for ep in range(EP):
+            save({"optimizer": state_dict(ep)}, os.path.join(tagdir, f"expp_rank_{ep}_mp_rank_00_optim_states.pt"))
+        fp32 = OD((k, v.float() if v.is_floating_point() else v.clone()) for k, v in full.items())
+        return fp32, OD((k, v.clone()) for k, v in full.items())
+
+    # ZeRO-1/2: per EP rank and group, the flat masters padded to 2 x (partition group size)
+    per_rank = {r: {"parts": [], "pad": [], "maps": [], "state": {}} for r in range(W)}
+    module_views = {}
+    for ep in range(EP):
+        for gi, (vals, named) in enumerate(moe_groups(case, entries, ep)):
+            expert = gi >= 2
+            if not expert and ep > 0:
+                continue  # dense groups: one flat buffer over all W ranks
+            ranks = moe_ranks(case, ep) if expert else list(range(W))
+            n = len(ranks)
+            S = sum(e.numel for e in vals)
+            A = 2 * n * math.ceil(S / (2 * n))
+            Q = A // n
+            mflat = master_flat(vals, values, A, rng)
+            if not expert:
+                _, views = flat_group(vals, values, dtype, 2 * n, rng)
+                module_views.update(views)
+            for k, r in enumerate(ranks):
+                pad = (A - S) if k == n - 1 else 0
+                part = mflat[k * Q: (k + 1) * Q].clone()
+                per_rank[r]["parts"].append((gi, part[: Q - pad]))
+                per_rank[r]["pad"].append((gi, pad))
+                per_rank[r]["maps"].append((gi, slice_mappings(named, k, Q)))
+                per_rank[r]["state"][gi] = adam_state(rng, Q)
+    dense_entries = [e for e in entries if e.expert is None]
+    module = build_module(dense_entries, values, dtype, module_views)
+    shapes = [shapes_od(named) for _, named in groups0]
+    # ZeRO-2 saves the frozen params of rank 0's module (_get_zero_frozen_param_attributes): EP rank 0's
+    # experts, whose local ids are their global ids; the other EP ranks' frozen experts are only in expert files
+    frozen0 = [e for e in entries if e.kind == "frozen" and (e.expert is None or moe_local(e, 0, case))]
+    if case["stage"] == 2:
+        frozen_shapes, frozen_frags = shapes_od(frozen0), OD((e.name, full[e.name].clone()) for e in frozen0)
+    else:
+        frozen_shapes, frozen_frags = None, None
+    sd = model_state_dict(case, module, buffer_names, None, shapes, frozen_shapes, {}, frozen_frags, W)
+    sd["num_experts"] = list(case["experts"])
+    save(sd, os.path.join(tagdir, "mp_rank_00_model_states.pt"))
+    prefix = "bf16_" if dtn == "bf16" else ""
+    edp = W // EP
+    for r in range(W):
+        pr = per_rank[r]
+        ordered = lambda items: [v for _, v in sorted(items, key=lambda t: t[0])]  # noqa: E731
+        base = {"state": pr["state"], "param_groups": moe_param_groups(2, 2, [[g] for g in range(4)], EP)}
+        osd = {"loss_scaler": loss_scaler(dtn), "dynamic_loss_scale": dtn == "fp16", "overflow": False,
+               "clip_grad": 1.0, "base_optimizer_state": base, "single_partition_of_fp32_groups": ordered(pr["parts"]),
+               "zero_stage": DS.ZeroStageEnum(case["stage"]), "group_paddings": ordered(pr["pad"]),
+               "partition_count": [W, W, edp, edp], "ds_version": DS_VERSION, "param_slice_mappings": ordered(pr["maps"])}
+        save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": DS_VERSION},
+             os.path.join(tagdir, f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+    # ckptfs's order: buffers, frozen params (ZeRO-2: those saved with rank 0 first, then the other experts'
+    # from their files; ZeRO-1: module order), then every trainable master in module order (experts by
+    # global id)
+    fp32 = OD((e.name, values.buffers[e.name].float()) for e in entries if e.kind == "buffer")
+    frozen = [e for e in entries if e.kind == "frozen"]
+    if case["stage"] == 2:
+        frozen = frozen0 + [e for e in frozen if e not in frozen0]
+    fp32.update((e.name, full[e.name].float()) for e in frozen)
+    fp32.update((e.name, values.master[e.name].clone()) for e in entries if e.kind == "train")
+    return fp32, OD((k, v.clone()) for k, v in full.items())
+
+
+def moe_cases():
+    """MoE (only with --only; test_deepspeed_moe.py): two MoE layers (4 and 2 experts, the second with a
+    residual MLP; with ``frozen_expert`` its experts' fc2.bias frozen) over EP 2: ZeRO-2 bf16 on 4 ranks (expert groups partitioned over EDP 2, E + D),
+    ZeRO-1 fp16 on 4 ranks with use_data_before_expert_parallel_ (D + E), ZeRO-2 bf16 EP 4 = W (EDP 1,
+    4 and 8 experts), and no ZeRO (fp32, torch Adam, expp_rank files) on 2 ranks."""
+    base = {"pipeline": False, "tags": ["global_step3"], "src": "checkpoint", "side_files": False, "moe": True}
+    return [dict(base, name="moe_ep2_z2_bf16_dp4", stage=2, dtype="bf16", dp=4, ep=2, experts=[4, 2], optimizer="zero",
+                 frozen_expert=True),
+            dict(base, name="moe_ep2_z1_fp16_dp4_de", stage=1, dtype="fp16", dp=4, ep=2, experts=[4, 2],
+                 optimizer="zero", data_before_expert=True, frozen_expert=True),
+            dict(base, name="moe_ep4_z2_bf16_dp4", stage=2, dtype="bf16", dp=4, ep=4, experts=[4, 8], optimizer="zero"),
+            dict(base, name="moe_ep2_z0_fp32_dp2", stage=0, dtype="fp32", dp=2, ep=2, experts=[4, 2], optimizer="torch")]
+
+
 def make_cases():
     cases = []
 
@@ -1330,7 +1543,9 @@ def generate_case(case, root):
         os.makedirs(tagdir)
         seed = case_seed(name, tag)
         uni = Universal() if has_universal(case) else None
-        if case["pipeline"] and case.get("tp", 1) > 1:
+        if case.get("moe"):
+            fp32, model = write_moe(case, tagdir, seed)
+        elif case["pipeline"] and case.get("tp", 1) > 1:
             fp32, model = write_pipeline_tensor_parallel(case, tagdir, seed, uni)
         elif case["pipeline"]:
             fp32, model = write_pipeline(case, tagdir, seed, uni)
@@ -1509,6 +1724,7 @@ def main(argv=None):
     by_name.update((c["name"], c) for c in scale_cases())
     by_name.update((c["name"], c) for c in many_params_cases())
     by_name.update((c["name"], c) for c in tp_cases())
+    by_name.update((c["name"], c) for c in moe_cases())
     if args.only:
         unknown = [n for n in args.only if n not in by_name]
         if unknown:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ckptfs/io.hpp"
+#include "ckptfs/torch.hpp"
 
 namespace ckptfs::testing {
 
@@ -42,6 +43,17 @@ class SourceFile {
   std::string path_;
   io::FilePtr file_;
 };
+
+// 1-D F32 tensor over elements [first, first + count) of a float source file (a view of its storage).
+inline torch::SourceTensor float_slice(const SourceFile& file, uint64_t first, uint64_t count) {
+  torch::SourceTensor t;
+  t.storage = {file.file(), 0, file.file()->size()};
+  t.dtype = DType::F32;
+  t.shape = {static_cast<int64_t>(count)};
+  t.strides = {1};
+  t.storage_offset = static_cast<int64_t>(first);
+  return t;
+}
 
 namespace reference {
 

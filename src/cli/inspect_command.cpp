@@ -38,7 +38,8 @@ void print_text(const Checkpoint& cp, bool tensors) {
     fmt::print("  format:     {}\n", tag.format);
     // ZeRO stages are DeepSpeed's; other frameworks partition (or not) their own way.
     const std::string zero = cp.framework == "deepspeed" ? fmt::format("ZeRO-{}, ", t.zero_stage) : "";
-    fmt::print("  topology:   {}DP {}, TP {}, PP {}\n", zero, t.dp, t.tp, t.pp);
+    const std::string moe = t.experts > 0 ? fmt::format(", EP {} ({} experts)", t.ep, t.experts) : "";
+    fmt::print("  topology:   {}DP {}, TP {}, PP {}{}\n", zero, t.dp, t.tp, t.pp, moe);
     fmt::print("  optimizer:  {}\n", t.optimizer);
     fmt::print("  dtypes:     training {}, master float32\n", dtype_torch_name(t.train_dtype));
     fmt::print("  tensors:   ");

@@ -289,6 +289,8 @@ class Encoder {
       out_->i64(t.tp);
       out_->i64(t.pp);
       out_->i64(t.zero_stage);
+      out_->i64(t.ep);
+      out_->i64(t.experts);
       out_->text(t.optimizer);
       out_->u64(static_cast<uint64_t>(t.train_dtype));
       out_->u64(tag.catalogs.size());
@@ -581,6 +583,8 @@ class Decoder {
       t.tp = static_cast<int>(in_.i64());
       t.pp = static_cast<int>(in_.i64());
       t.zero_stage = static_cast<int>(in_.i64());
+      t.ep = static_cast<int>(in_.i64());
+      t.experts = static_cast<int>(in_.i64());
       t.optimizer = in_.text();
       t.train_dtype = dtype();
       const uint64_t roles = in_.count(2);

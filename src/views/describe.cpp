@@ -40,6 +40,8 @@ nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
                       {"dp", t.dp},
                       {"tp", t.tp},
                       {"pp", t.pp},
+                      {"ep", t.ep},
+                      {"experts", t.experts},
                       {"optimizer", t.optimizer},
                       {"train_dtype", dtype_torch_name(t.train_dtype)}};
     jt["tensor_count"] = nlohmann::json::object();

@@ -27,6 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kFixtures = fs::path(CKPTFS_SOURCE_DIR) / "mount_tests/fixtures/deepspeed-real";
+const fs::path kFixtures019 = fs::path(CKPTFS_SOURCE_DIR) / "mount_tests/fixtures/deepspeed-0.19-real";
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -294,7 +295,10 @@ class Corrupter {
                                    "zero_pp_rank_2_mp_rank_00_model_states.pt",
                                    "layer_07-model_states.pt",
                                    "layer_99999999999-model_states.pt",
-                                   "mp_rank_00_model_states.pt"};
+                                   "mp_rank_00_model_states.pt",
+                                   "layer_0_expert_1_mp_rank_00_model_states.pt",
+                                   "layer_1_expert_0_mp_rank_00_model_states.pt",
+                                   "expp_rank_0_mp_rank_00_optim_states.pt"};
     const std::string name = kNames[pick(std::size(kNames))];
     if (fs::exists(work_ / name)) {
       write_file(work_ / name, s.bytes);
@@ -314,57 +318,87 @@ class Corrupter {
   std::vector<fs::path> extra_files_;
 };
 
-TEST(CorruptInput, RealCheckpointsFailCleanlyOrOpen) {
-  // tmpfs when there is one: rewriting a file on ext4 flushes it on close, which would dominate the runtime.
+// What the mutations of some checkpoints led to.
+struct Outcomes {
+  std::map<std::string, int> counts;
+  int total = 0;
+  int unchanged = 0;  // mutations that left every byte as it was (they test nothing)
+  double slowest = 0;
+  std::string slowest_what;
+};
+
+// `n` mutations of the tag dir `source` (each restored before the next), opened and read in `work`.
+void corrupt_and_open(const fs::path& source, const std::string& label, uint32_t seed, int n, const fs::path& work,
+                      Outcomes& out) {
+  const fs::path tag_dir = work / label / "global_step3";
+  Corrupter corrupter(source, tag_dir, seed);
+  ASSERT_NO_THROW(read_views(open_checkpoint(tag_dir))) << label << " unmodified";
+  for (int i = 0; i < n; ++i) {
+    const std::string what = label + " #" + std::to_string(i) + " " + corrupter.mutate();
+    if (!corrupter.changed()) ++out.unchanged;
+    ++out.total;
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      read_views(open_checkpoint(tag_dir));
+      ++out.counts["opened"];
+    } catch (const Error& e) {
+      ++out.counts["exit " + std::to_string(static_cast<int>(e.code()))];
+      EXPECT_TRUE(std::string_view(e.what()).starts_with(tag_dir.string()))
+          << what << "\n  message does not start with the file: " << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << "\n  not a ckptfs::Error (" << typeid(e).name() << "): " << e.what();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (seconds > out.slowest) out.slowest = seconds, out.slowest_what = what;
+    corrupter.restore();
+  }
+}
+
+// The test is only as strong as its inputs: nearly every mutation must change the checkpoint (a few
+// write a field's own value back, or copy a file over itself), and most of them must be caught (the
+// rest hit tensor bytes or fields a reader may legitimately ignore).
+void expect_strong(const Outcomes& out) {
+  for (const auto& [outcome, n] : out.counts) std::printf("  %-8s %d\n", outcome.c_str(), n);
+  std::printf("  unchanged %d\n", out.unchanged);
+  EXPECT_LE(out.unchanged, out.total / 20) << "mutations that changed nothing";
+  const auto count = [&](const char* k) { return out.counts.count(k) ? out.counts.at(k) : 0; };
+  EXPECT_GE(count("exit 4") + count("exit 5") + count("exit 3"), out.total / 2)
+      << "fewer than half of the mutated checkpoints were refused";
+  std::printf("  slowest: %.3f s (%s)\n", out.slowest, out.slowest_what.c_str());
+  EXPECT_LT(out.slowest, 5.0) << out.slowest_what;
+}
+
+// tmpfs when there is one: rewriting a file on ext4 flushes it on close, which would dominate the runtime.
+fs::path work_dir() {
   std::error_code ec;
   const fs::path tmp = fs::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0
                            ? fs::path("/dev/shm")
                            : fs::temp_directory_path();
   const fs::path work = tmp / ("ckptfs-corrupt-" + std::to_string(::getpid()));
   fs::remove_all(work);
+  return work;
+}
+
+TEST(CorruptInput, RealCheckpointsFailCleanlyOrOpen) {
+  const fs::path work = work_dir();
   const std::vector<std::string> fixtures = {"z0_bf16_ws2", "z1_fp32_ws4", "z2_bf16_ws2", "z3_fp16_ws2",
                                              "pp2_z1_fp32_ws4"};
-  constexpr int kPerFixture = 1500;
-  std::map<std::string, int> outcomes;
-  int unchanged = 0;  // mutations that left every byte as it was (they test nothing)
-  double slowest = 0;
-  std::string slowest_what;
-  for (size_t f = 0; f < fixtures.size(); ++f) {
-    const fs::path tag_dir = work / fixtures[f] / "global_step3";
-    Corrupter corrupter(kFixtures / fixtures[f] / "checkpoint/global_step3", tag_dir,
-                        1000 + static_cast<uint32_t>(f));
-    ASSERT_NO_THROW(read_views(open_checkpoint(tag_dir))) << fixtures[f] << " unmodified";
-    for (int i = 0; i < kPerFixture; ++i) {
-      const std::string what = fixtures[f] + " #" + std::to_string(i) + " " + corrupter.mutate();
-      if (!corrupter.changed()) ++unchanged;
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        read_views(open_checkpoint(tag_dir));
-        ++outcomes["opened"];
-      } catch (const Error& e) {
-        ++outcomes["exit " + std::to_string(static_cast<int>(e.code()))];
-        EXPECT_TRUE(std::string_view(e.what()).starts_with(tag_dir.string()))
-            << what << "\n  message does not start with the file: " << e.what();
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << what << "\n  not a ckptfs::Error (" << typeid(e).name() << "): " << e.what();
-      }
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (seconds > slowest) slowest = seconds, slowest_what = what;
-      corrupter.restore();
-    }
-  }
+  Outcomes out;
+  for (size_t f = 0; f < fixtures.size(); ++f)
+    corrupt_and_open(kFixtures / fixtures[f] / "checkpoint/global_step3", fixtures[f],
+                     1000 + static_cast<uint32_t>(f), 1500, work, out);
   fs::remove_all(work);
-  for (const auto& [outcome, n] : outcomes) std::printf("  %-8s %d\n", outcome.c_str(), n);
-  std::printf("  unchanged %d\n", unchanged);
-  // The test is only as strong as its inputs: nearly every mutation must change the checkpoint (a few
-  // write a field's own value back, or copy a file over itself), and most of them must be caught (the
-  // rest hit tensor bytes or fields a reader may legitimately ignore).
-  const int total = kPerFixture * static_cast<int>(fixtures.size());
-  EXPECT_LE(unchanged, total / 20) << "mutations that changed nothing";
-  EXPECT_GE(outcomes["exit 4"] + outcomes["exit 5"] + outcomes["exit 3"], total / 2)
-      << "fewer than half of the mutated checkpoints were refused";
-  std::printf("  slowest: %.3f s (%s)\n", slowest, slowest_what.c_str());
-  EXPECT_LT(slowest, 5.0) << slowest_what;
+  expect_strong(out);
+}
+
+// DeepSpeed 0.19.5 Mixture of Experts (expert files, expert groups partitioned over EP ranks).
+TEST(CorruptInput, RealMoeCheckpointFailsCleanlyOrOpens) {
+  const fs::path work = work_dir();
+  Outcomes out;
+  corrupt_and_open(kFixtures019 / "moe_ep2_z2_bf16_ws2/checkpoint/global_step3", "moe_ep2_z2_bf16_ws2", 2000, 1500,
+                   work, out);
+  fs::remove_all(work);
+  expect_strong(out);
 }
 
 }  // namespace

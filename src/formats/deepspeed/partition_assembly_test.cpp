@@ -12,16 +12,7 @@
 namespace ckptfs::deepspeed {
 namespace {
 
-// 1-D F32 tensor over elements [first, first + count) of a float source file (a view of its storage).
-torch::SourceTensor float_slice(const testing::SourceFile& file, uint64_t first, uint64_t count) {
-  torch::SourceTensor t;
-  t.storage = {file.file(), 0, file.file()->size()};
-  t.dtype = DType::F32;
-  t.shape = {static_cast<int64_t>(count)};
-  t.strides = {1};
-  t.storage_offset = static_cast<int64_t>(first);
-  return t;
-}
+using testing::float_slice;
 
 std::vector<float> read_all(const catalog::LogicalTensor& t) {
   std::vector<float> out(t.numel());

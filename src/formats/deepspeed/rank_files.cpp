@@ -38,15 +38,22 @@ void require_contiguous(const std::map<int, fs::path>& ranks, const fs::path& di
 
 // The world size the files agree on: the value that matches the number of files if any file says so,
 // else rank 0's. A file that disagrees names itself; a shortfall names the first missing file.
+// MoE expert groups are partitioned over the expert data-parallel group instead (moe_experts.cpp checks them).
 void check_world_size(const std::vector<OptimStates>& ranks, const fs::path& dir,
                       const std::function<std::string(int)>& name_of) {
   const int64_t n_files = static_cast<int64_t>(ranks.size());
+  const auto dense_counts = [](const OptimStates& r) {
+    std::vector<int64_t> out;
+    for (size_t g = 0; g < r.partition_count.size(); ++g)
+      if (g >= r.expert_groups.size() || !r.expert_groups[g]) out.push_back(r.partition_count[g]);
+    return out;
+  };
   int64_t reference = ranks.front().partition_count.front();
   for (const auto& r : ranks)
-    for (int64_t c : r.partition_count)
+    for (int64_t c : dense_counts(r))
       if (c == n_files) reference = n_files;
   for (const auto& r : ranks)
-    for (int64_t c : r.partition_count)
+    for (int64_t c : dense_counts(r))
       if (c != reference)
         throw FormatError(
             fmt::format("{}: partition_count is {} but the other rank files say {} (a file from another run "

@@ -124,6 +124,11 @@ ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& p
       for (size_t i = 0; i < groups.at(g).size(); ++i) group.push_back(groups.at(g).at(i).as_tensor());
     }
   }
+  if (auto experts = root["num_experts"]; experts.is_list())
+    for (size_t i = 0; i < experts.size(); ++i) ms.num_experts.push_back(experts.at(i).as_int());
+  if (auto d_e = root["ds_config"]["use_data_before_expert_parallel_"];
+      d_e.present() && d_e.value().is(pickle::Kind::Bool))
+    ms.data_before_expert_parallel = d_e.value().boolean;
   return ms;
 }
 
@@ -154,6 +159,11 @@ OptimStates read_optim_states(io::FileSet& files, const std::filesystem::path& p
   }
   read_group_state(zero3 ? osd["optimizer_state_dict"]["state"] : osd["base_optimizer_state"]["state"],
                    os.group_state);
+  if (auto param_groups = osd["base_optimizer_state"]["param_groups"]; !zero3 && param_groups.is_list())
+    for (size_t g = 0; g < param_groups.size(); ++g) {
+      Field moe = param_groups.at(g)["moe"];
+      os.expert_groups.push_back(moe.present() && moe.value().is(pickle::Kind::Bool) && moe.value().boolean);
+    }
   for (const auto& [key, value] : archive.root()->entries)
     if (key->is(pickle::Kind::String) && key->text == "optimizer_state_dict") os.inner = value;
   if (Field mappings = osd["param_slice_mappings"]; mappings.is_list())

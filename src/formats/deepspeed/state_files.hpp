@@ -46,6 +46,10 @@ struct ModelStates {
   // A BF16_Optimizer state inside the file (pipeline ZeRO-0, DeepSpeed >= 0.18.5): its param_slice_mappings
   // names per group (this DP rank's fragments), in flat order.
   std::vector<std::vector<std::string>> embedded_slice_names;
+  // MoE: experts per MoE layer (`num_experts`) and ds_config's use_data_before_expert_parallel_ (D + E
+  // rank layout instead of E + D).
+  std::vector<int64_t> num_experts;
+  bool data_before_expert_parallel = false;
 };
 
 struct OptimStates {
@@ -60,6 +64,7 @@ struct OptimStates {
   // param_slice_mappings (ZeRO-1/2, BF16_Optimizer): per group, the names of the params this rank holds a
   // fragment of, in flat-buffer order.
   std::vector<std::vector<std::string>> slice_names;
+  std::vector<bool> expert_groups;  // ZeRO-1/2: per group, `moe` of its param group (partitioned over EDP)
 };
 
 ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& path);

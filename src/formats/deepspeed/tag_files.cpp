@@ -17,8 +17,8 @@ const std::regex kModelStates(R"(mp_rank_(\d+)_model_states\.pt)");
 const std::regex kZero3ModelStates(R"(zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt)");
 const std::regex kOptimStates(R"((bf16_|fp16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_?optim_states\.pt)");
 const std::regex kLayerStates(R"(layer_(\d+)(-model_(\d+))?-model_states\.pt)");
-const std::regex kExpertStates(
-    R"((layer_\d+_)?expert_\d+_mp_rank_\d+_model_states\.pt|expp_rank_\d+_mp_rank_\d+_optim_states\.pt)");
+const std::regex kExpertStates(R"((layer_(\d+)_)?expert_(\d+)_mp_rank_(\d+)_model_states\.pt)");
+const std::regex kExpertOptimStates(R"(expp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt)");
 
 // A rank or layer number of a file name; absurdly large ones are a naming error, not a crash.
 int number(const std::ssub_match& m, const fs::path& path) {
@@ -51,6 +51,9 @@ std::vector<fs::path> TagFiles::all() const {
     for (const auto& [dp, p] : ranks) out.push_back(p);
   for (const auto& [layer, tps] : layer_states)
     for (const auto& [tp, p] : tps) out.push_back(p);
+  for (const auto& [layer, experts] : expert_states)
+    for (const auto& [expert, p] : experts) out.push_back(p);
+  for (const auto& [ep, p] : expert_optim_states) out.push_back(p);
   return out;
 }
 
@@ -65,7 +68,16 @@ TagFiles list_tag_files(const fs::path& dir) {
     std::smatch m;
     const auto num = [&](size_t group) { return number(m[group], entry.path()); };
     if (std::regex_match(name, m, kExpertStates)) {
-      files.expert_files.push_back(entry.path());
+      // Legacy expert_E files (no layer id) and tensor-parallel experts are not merged.
+      if (!m[1].matched || num(4) != 0)
+        files.unsupported_expert_files.push_back(entry.path());
+      else
+        insert_unique(files.expert_states[num(2)], num(3), entry.path());
+    } else if (std::regex_match(name, m, kExpertOptimStates)) {
+      if (num(2) != 0)
+        files.unsupported_expert_files.push_back(entry.path());
+      else
+        insert_unique(files.expert_optim_states, num(1), entry.path());
     } else if (std::regex_match(name, m, kZero3ModelStates)) {
       insert_unique(files.zero3_model_states[num(2)], num(1), entry.path());
     } else if (std::regex_match(name, m, kModelStates)) {

@@ -12,7 +12,11 @@ struct TagFiles {
   std::map<int, std::map<int, std::filesystem::path>> zero3_model_states;  // [mp][dp]
   std::map<int, std::map<int, std::filesystem::path>> optim_states;        // [mp][dp]
   std::map<int, std::map<int, std::filesystem::path>> layer_states;        // [layer][tp]
-  std::vector<std::filesystem::path> expert_files;                         // MoE: not merged yet
+  // Mixture-of-Experts (moe_experts.hpp): layer_{L}_expert_{E}_mp_rank_XX files by [moe layer][global expert]
+  // for mp rank 0, and without ZeRO the expp_rank_{ep}_mp_rank_XX optimizer files by EP rank.
+  std::map<int, std::map<int, std::filesystem::path>> expert_states;
+  std::map<int, std::filesystem::path> expert_optim_states;
+  std::vector<std::filesystem::path> unsupported_expert_files;  // legacy expert_E_* or mp rank > 0
   bool bf16_prefix = false;  // optimizer files are bf16_zero_pp_rank_*
 
   bool empty() const { return model_states.empty() && zero3_model_states.empty(); }

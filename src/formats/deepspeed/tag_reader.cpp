@@ -11,6 +11,7 @@
 #include "ckptfs/deepspeed.hpp"
 #include "ckptfs/error.hpp"
 #include "formats/deepspeed/model_state_masters.hpp"
+#include "formats/deepspeed/moe_experts.hpp"
 #include "formats/deepspeed/partition_assembly.hpp"
 #include "formats/deepspeed/rank_files.hpp"
 #include "formats/deepspeed/tag_files.hpp"
@@ -190,10 +191,8 @@ std::string optimizer_name(const OptimStates& rank0) {
   return *rank0.zero_stage == 3 ? "DeepSpeedZeroOptimizer_Stage3" : "DeepSpeedZeroOptimizer";
 }
 
-// Adds the trainable fp32 masters and optimizer state of one MP rank (a pipeline stage) of a ZeRO-1/2 or
-// BF16_Optimizer checkpoint to `parts`; a name an earlier stage added (a tied weight) is kept from there.
-void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim, Topology& topo,
-                    TagParts& parts) {
+// The data-parallel size, ZeRO stage and optimizer of a ZeRO-1/2 or BF16_Optimizer MP rank.
+void set_flat_topology(const std::vector<OptimStates>& optim, const ModelStates& ms, Topology& topo) {
   if (optim.front().zero_stage && *optim.front().zero_stage == 3)
     throw FormatError(fmt::format("{}: ZeRO-3 optimizer state next to a ZeRO-0/1/2 model-state file {}",
                                   optim.front().path.string(), ms.path.filename().string()));
@@ -204,6 +203,13 @@ void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim
   topo.optimizer = optimizer_name(optim.front());
   topo.zero_stage = optim.front().zero_stage ? static_cast<int>(*optim.front().zero_stage)
                                              : static_cast<int>(ms.config_zero_stage.value_or(0));
+}
+
+// Adds the trainable fp32 masters and optimizer state of one MP rank (a pipeline stage) of a ZeRO-1/2 or
+// BF16_Optimizer checkpoint to `parts`; a name an earlier stage added (a tied weight) is kept from there.
+void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim, Topology& topo,
+                    TagParts& parts) {
+  set_flat_topology(optim, ms, topo);
   auto masters = assemble_flat_groups(ms, optim);
   const bool first_stage = !parts.optimizer_state;
   std::string why_not;
@@ -232,6 +238,21 @@ void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim
   if (parts.optimizer && state)
     for (auto& c : state->keep_alive) parts.optimizer->keep_alive.push_back(std::move(c));
   parts.model_state_copies.push_back(ms.path);
+}
+
+// The fp32 masters of a Mixture-of-Experts ZeRO-1/2 tag, dense and expert ones in module order.
+void add_moe_stage(io::FileSet& files, const TagFiles& tf, int mp, const ModelStates& ms,
+                   const std::vector<MoeLayer>& moe, Topology& topo, TagParts& parts) {
+  auto optim = read_optim_ranks(files, tf, mp);
+  set_flat_topology(optim, ms, topo);
+  MoeMasters m = assemble_moe_masters(ms, optim, moe, parts.module);
+  topo.ep = m.ep_size;
+  parts.trainable = std::move(m.masters);
+  // DeepSpeed's universal loader looks each parameter up by the name it has on its rank, and every EP rank
+  // names its experts by local id: a tree under global names would not load (docs/formats/deepspeed.md).
+  parts.no_universal =
+      "Mixture-of-Experts: DeepSpeed's universal loader finds expert parameters by their local expert id, "
+      "the same on every expert-parallel rank (ds_to_universal refuses these checkpoints too)";
 }
 
 TagParts read_zero3(io::FileSet& files, const TagFiles& tf, Topology& topo) {
@@ -282,9 +303,16 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
   parts.module = *ms.module;
   parts.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
   parts.aliases = ms.shared_params;
+  std::vector<MoeLayer> moe;  // DeepSpeed saves `module` without the experts of its MoE layers
+  if (!tf.expert_states.empty()) {
+    moe = read_moe_layers(files, tf, ms);
+    parts.module = splice_experts(parts.module, moe);
+    topo.experts = expert_count(moe);
+  }
   if (!tf.optim_states.count(mp)) {
     topo.zero_stage = 0;
     topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
+    if (!moe.empty()) topo.ep = expert_parallel_size_without_zero(files, tf, ms, moe);
     if (ms.unfused_fp32_groups || ms.fused_fp32_groups_flat) {
       const bool unfused = ms.unfused_fp32_groups.has_value();
       ModelStateMasters masters = unfused ? name_unfused_masters(ms) : slice_fused_masters(ms);
@@ -301,9 +329,15 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
     parts.masters_known = false;
     topo.optimizer = "none (optimizer state inside model states)";
     notes.push_back("no partitioned optimizer state: fp32/ holds the module weights upcast to fp32");
+    if (!moe.empty() && ms.config_dtype != DType::F32)
+      notes.push_back("Mixture-of-Experts without ZeRO in 16 bits: the experts' fp32 masters in the "
+                      "expp_rank files are not read; fp32/ holds their weights upcast");
     return parts;
   }
-  add_flat_stage(ms, read_optim_ranks(files, tf, mp), topo, parts);
+  if (moe.empty())
+    add_flat_stage(ms, read_optim_ranks(files, tf, mp), topo, parts);
+  else
+    add_moe_stage(files, tf, mp, ms, moe, topo, parts);
   if (ms.frozen_param_fragments && ms.frozen_param_shapes) {
     parts.frozen_from_module = false;
     const NamedIndex fragments = index_named(ms.frozen_param_fragments);
@@ -314,6 +348,8 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
             fmt::format("{}: frozen_param_fragments has no entry for {}", path.string(), shape.name));
       parts.frozen.push_back(whole_tensor(shape.name, frag->tensor, frag->tensor.dtype, "frozen fragment"));
     }
+    for (auto& t : unlisted_frozen_experts(parts.module, parts.trainable, parts.frozen))
+      parts.frozen.push_back(std::move(t));
   } else if (topo.zero_stage <= 1) {
     notes.push_back("frozen parameters are taken from module (zero_to_fp32 drops them under ZeRO-1/BF16)");
   }
@@ -622,9 +658,7 @@ TagFiles pipeline_rank_files(const TagFiles& tf, int tp, int tp_size, const fs::
 Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
   TagFiles tf = list_tag_files(dir);
   if (tf.empty()) throw SourceError(fmt::format("{}: no DeepSpeed model-state files", dir.string()));
-  if (!tf.expert_files.empty())
-    throw UnsupportedError(fmt::format("{}: Mixture-of-Experts checkpoints are not supported yet",
-                                       tf.expert_files.front().string()));
+  require_supported_moe(tf, is_universal_dir(dir));
   // Several model-state copies in a universal dir: pipeline stages (`module` None) or TP ranks.
   if (is_universal_dir(dir) && tf.model_states.size() > 1 &&
       read_model_states(files, tf.model_states.begin()->second).module)
