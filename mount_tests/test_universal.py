@@ -48,6 +48,8 @@ PIPELINE_CASES = [c["name"] for c in ALL_CASES if c["pipeline"]]
 REAL_SETS = {**{n: REAL_DIR for n in ("z1_fp32_ws4", "z2_bf16_ws2", "z3_fp16_ws2", "z0_bf16_ws2", "pp2_z1_fp32_ws4")},
              "z3_bf16_pg2_ws2": REAL_019_DIR}
 REAL_CASES = list(REAL_SETS)
+# 0.19.5 AutoTP (TP 2): its tree is compared file by file only
+TP_REAL_SETS = {"autotp2_z1_bf16_ws2": REAL_019_DIR}
 REAL_TAG = "global_step3"
 MANY = "many_params_z2_dp2"
 KEYS = ("fp32", "exp_avg", "exp_avg_sq")
@@ -55,7 +57,7 @@ SLOW_TIMEOUT = 300
 
 
 def real_path(name, *parts):
-    return os.path.join(REAL_SETS[name], name, "checkpoint", *parts)
+    return os.path.join({**REAL_SETS, **TP_REAL_SETS}[name], name, "checkpoint", *parts)
 
 
 def no_universal_dir(mnt, where="universal"):
@@ -394,6 +396,15 @@ def test_real_tree_equals_deepspeed(real_mount):
     assert REAL_TAG in os.listdir(os.path.join(mnt, "tags"))
     compare_with_deepspeed(os.path.join(mnt, "universal"), name)
     compare_with_deepspeed(os.path.join(mnt, "tags", REAL_TAG, "universal"), name)
+
+
+@pytest.mark.parametrize("name", list(TP_REAL_SETS))
+def test_real_tensor_parallel_tree_equals_deepspeed(ckptfs_bin, tmp_path, name):
+    """AutoTP: our universal/ is DeepSpeed's global_step3_universal/ file by file (model-state copies of both
+    TP ranks byte for byte, the same objects, storages and zip members), from the save dir as it is."""
+    with mounted(ckptfs_bin, real_path(name), tmp_path / "mnt") as mnt:
+        compare_with_deepspeed(os.path.join(mnt, "universal"), name)
+        compare_with_deepspeed(os.path.join(mnt, "tags", REAL_TAG, "universal"), name)
 
 
 def test_real_round_trip(real_mount):
