@@ -31,7 +31,7 @@ import torch
 
 import helpers as H
 import universal_loader as UL
-from conftest import GENERATOR, GEN_TIMEOUT, REAL_DIR, case_info
+from conftest import GENERATOR, GEN_TIMEOUT, REAL_019_DIR, REAL_DIR, case_info
 from mounting import CMD_TIMEOUT, mounted
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gen"))
@@ -43,7 +43,13 @@ NO_UNI_CASES = [c["name"] for c in ALL_CASES if not generate.has_universal(c)]
 # universal tree as input: a pipeline tree carries no layer files, so its frozen params and buffers (which
 # live only there) cannot be served: the expectation is the trainable part of the original tag's views
 PIPELINE_CASES = [c["name"] for c in ALL_CASES if c["pipeline"]]
-REAL_CASES = ["z1_fp32_ws4", "z2_bf16_ws2", "z3_fp16_ws2", "z0_bf16_ws2", "pp2_z1_fp32_ws4"]
+# real fixtures with DeepSpeed's own universal tree: DeepSpeed 0.14.5's, and 0.19.5's ZeRO-3 with two param
+# groups (the 0.19.5 AutoTP tree: test_real_deepspeed.py, universal_loader does not model TP)
+REAL_SETS = {**{n: REAL_DIR for n in ("z1_fp32_ws4", "z2_bf16_ws2", "z3_fp16_ws2", "z0_bf16_ws2", "pp2_z1_fp32_ws4")},
+             "z3_bf16_pg2_ws2": REAL_019_DIR}
+REAL_CASES = list(REAL_SETS)
+# 0.19.5 AutoTP (TP 2): its tree is compared file by file only
+TP_REAL_SETS = {"autotp2_z1_bf16_ws2": REAL_019_DIR}
 REAL_TAG = "global_step3"
 MANY = "many_params_z2_dp2"
 KEYS = ("fp32", "exp_avg", "exp_avg_sq")
@@ -51,7 +57,7 @@ SLOW_TIMEOUT = 300
 
 
 def real_path(name, *parts):
-    return os.path.join(REAL_DIR, name, "checkpoint", *parts)
+    return os.path.join({**REAL_SETS, **TP_REAL_SETS}[name], name, "checkpoint", *parts)
 
 
 def no_universal_dir(mnt, where="universal"):
@@ -392,6 +398,15 @@ def test_real_tree_equals_deepspeed(real_mount):
     compare_with_deepspeed(os.path.join(mnt, "tags", REAL_TAG, "universal"), name)
 
 
+@pytest.mark.parametrize("name", list(TP_REAL_SETS))
+def test_real_tensor_parallel_tree_equals_deepspeed(ckptfs_bin, tmp_path, name):
+    """AutoTP: our universal/ is DeepSpeed's global_step3_universal/ file by file (model-state copies of both
+    TP ranks byte for byte, the same objects, storages and zip members), from the save dir as it is."""
+    with mounted(ckptfs_bin, real_path(name), tmp_path / "mnt") as mnt:
+        compare_with_deepspeed(os.path.join(mnt, "universal"), name)
+        compare_with_deepspeed(os.path.join(mnt, "tags", REAL_TAG, "universal"), name)
+
+
 def test_real_round_trip(real_mount):
     name, variant, mnt = real_mount
     udir = os.path.join(mnt, "universal", f"{REAL_TAG}_universal")
@@ -575,9 +590,9 @@ def test_real_deepspeed_universal_as_input(ckptfs_bin, tmp_path, name):
     for n, shape in layout.names().items():
         obj = load_pt(os.path.join(udir, "zero", n, "fp32.pt"))
         ref[n] = (obj["param"] if form == "dict" else obj).detach().reshape(shape)
-    golden_path = os.path.join(REAL_DIR, name, "golden_fp32.pt")
+    golden_path = os.path.join(REAL_SETS[name], name, "golden_fp32.pt")
     golden = load_pt(golden_path) if os.path.isfile(golden_path) else None
-    m16 = os.path.join(REAL_DIR, name, "model_16bit", "pytorch_model.manifest.json")
+    m16 = os.path.join(REAL_SETS[name], name, "model_16bit", "pytorch_model.manifest.json")
     save = tmp_path / "save"
     save.mkdir()
     shutil.copytree(udir, save / f"{REAL_TAG}_universal")
