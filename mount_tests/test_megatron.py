@@ -54,6 +54,8 @@ DIST_DISTOPT = "dist_distopt_tp2_pp2"  # torch_dist with the distributed optimiz
 TORCH_DIST = {c["name"] for c in ALL if MC.is_torch_dist(c)}
 OLD_DISTOPT = {c["name"]: c["distopt_layout"] for c in ALL if c["dist_opt"] and c["distopt_layout"] != "coalesced"}
 COMMON_IN_DCP = [c["name"] for c in ALL if MC.is_torch_dist(c) and c["common"] == "dcp"]
+DIST_DP = [c["name"] for c in ALL if MC.is_torch_dist(c) and c["dp"] > 1]  # torch_dist with DP replicas
+DIST_DP2 = "dist_distopt_tp2_dp2"  # the real TP2 x DP2 save's shape: .metadata's key order is not the model's
 SKIP_MODERN = os.environ.get("CKPTFS_SKIP_MODERN") == "1"
 GEN_TIMEOUT = 600
 
@@ -573,3 +575,63 @@ def test_moe_distrib_optim_broken(what, ckptfs_bin, megatron_copy, tmp_path):
     rank_dir, change = MOE_DISTOPT_BROKEN[what]
     rewrite(rank_file(src, info["latest"], rank_dir, "distrib_optim.pt"), change)
     assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["distrib_optim.pt"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# torch_dist at data parallel > 1: the replicas share the writing
+
+def _global_rank(info, t, d, p):
+    """Megatron's default rank order tp-cp-ep-dp-pp."""
+    return t + info["tp"] * (d + info["dp"] * p)
+
+
+@pytest.mark.parametrize("name", DIST_DP)
+def test_torch_dist_dp_fixture_layout(name, megatron_fixtures):
+    """The DP > 1 torch_dist cases hold what they claim (so that the export/mount tests above read masters and
+    weights pieced together from every replica's file): one .distcp per rank of TP x DP x PP; model tensors
+    written by DP ranks other than 0 too; every dp_reshardable bucket tensor of a domain split over exactly that
+    domain's DP replicas' files (each DP rank writes its own slice); in the TP2 x DP2 case .metadata lists
+    output_layer.weight before the embedding, which is not the model's order."""
+    info = info_of(megatron_fixtures, name)
+    tp, dp, pp = info["tp"], info["dp"], info["pp"]
+    assert info["dcp_files"] == sorted([".metadata", "common.pt", "metadata.json"] +
+                                       [f"__{r}_0.distcp" for r in range(tp * dp * pp)])
+    files = info["dcp_chunk_files"]
+    replica_files = {f"__{_global_rank(info, t, d, p)}_0.distcp" for t in range(tp) for d in range(1, dp)
+                     for p in range(pp)}
+    assert any(set(f) & replica_files for k, f in files.items() if not k.startswith("optimizer.")), files
+    buckets = [k for k in files if k.startswith("optimizer.distributed.") and k.endswith(".param")]
+    assert bool(buckets) == (info["dist_opt"] and info["dist_optim_sharding"] == "dp_reshardable")
+    for key in buckets:
+        i = int(key.split(".")[2][len("dp_group_idx_"):])
+        p, t = divmod(i, tp)
+        assert files[key] == sorted(f"__{_global_rank(info, t, d, p)}_0.distcp" for d in range(dp)), (key, files[key])
+    if name == DIST_DP2:
+        order = info["dcp_tensor_order"]
+        assert order.index("output_layer.weight") < order.index("embedding.word_embeddings.weight"), order
+
+
+# (tracker text, exit code, what the root serves); two_iters_tp2 holds iter_0000002 and iter_0000005
+TRACKERS = {
+    "leading zeros": ("0000000000000000000005\n", 0, "iter_0000005"),
+    "oversized number": ("9" * 40, H.EXIT_INVALID, None),
+    "not a number": ("iter_5", H.EXIT_INVALID, None),
+    "empty": (" \n", H.EXIT_INVALID, None),
+}
+
+
+@pytest.mark.parametrize("what", sorted(TRACKERS))
+def test_tracker_text(what, ckptfs_bin, megatron_copy, tmp_path):
+    """latest_checkpointed_iteration.txt as Megatron reads it (int() of the stripped text, dir iter_%07d): leading
+    zeros are fine; a number too long for any integer type names a dir that is missing (exit 4, like any other
+    missing target), as does text that is no number."""
+    text, code, root = TRACKERS[what]
+    _, src = megatron_copy("two_iters_tp2")
+    with open(os.path.join(src, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(text)
+    if code:
+        assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["latest_checkpointed_iteration.txt"], code)
+        return
+    proc = H.run([ckptfs_bin, "inspect", str(src), "--json"])
+    H.assert_ok(proc)
+    assert json.loads(proc.stdout)["latest"] == root

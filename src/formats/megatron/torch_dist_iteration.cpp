@@ -11,6 +11,7 @@
 #include "formats/megatron/bucketed_masters.hpp"
 #include "formats/megatron/iteration.hpp"
 #include "formats/megatron/model_assembly.hpp"
+#include "formats/megatron/module_order.hpp"
 #include "formats/megatron/state_names.hpp"
 
 namespace ckptfs::megatron {
@@ -68,7 +69,8 @@ LogicalTensor index_of(const LogicalTensor& stacked, int64_t index, std::string 
 }
 
 // Model-space tensors keyed by parameter name, unstacked into TP=1 PP=1 names, in Megatron's state-dict
-// order: what precedes the layers, then layer by layer, then what follows.
+// order (module_order.hpp; for modules it does not know, .metadata's order: what precedes the layers, then
+// layer by layer, then what follows).
 class Unstacker {
  public:
   Unstacker(const ModelArgs& args, const fs::path& metadata) : args_(args), metadata_(metadata) {}
@@ -100,6 +102,7 @@ class Unstacker {
         layer.clear();
       }
     for (auto& t : after_) push(std::move(t));
+    sort_into_module_order(out->tensors);
     return out;
   }
 
