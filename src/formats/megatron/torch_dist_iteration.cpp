@@ -1,8 +1,11 @@
 // The torch_dist layout (Megatron's default since core 0.9): a DCP dir whose keys are global parameter
 // names with the layers stacked into a leading dimension, plus metadata.json and common.pt.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
+#include <map>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -127,6 +130,22 @@ class Unstacker {
   std::vector<std::pair<std::string, LogicalTensor>> stacked_;
 };
 
+// Why the masters saved under model keys are not in the model's shapes, or nullopt: the distributed
+// optimizer's fully_sharded_model_space (core 0.8-0.14 with fully parallel saving) keeps each DP rank's
+// flattened piece of a parameter ([X/x, Y/y, x*y] for a [X, Y] tensor of local shape [x, y]).
+std::optional<std::string> off_model_shape(const catalog::Catalog& masters, const catalog::Catalog& model) {
+  std::map<std::string_view, const LogicalTensor*> shapes;
+  for (const auto& t : model.tensors) shapes.emplace(t.name, &t);
+  for (const auto& t : masters.tensors) {
+    const auto it = shapes.find(t.name);
+    if (it == shapes.end() || it->second->shape != t.shape)
+      return fmt::format("the master of {} is saved as [{}], not in the model's shape (a flattened "
+                         "fully_sharded_model_space layout is not mapped yet)",
+                         t.name, fmt::join(t.shape, ", "));
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool is_torch_dist_iteration(const fs::path& dir) {
@@ -184,7 +203,11 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
   if (args.params_dtype == DType::F32) {
     it.tag.catalogs.emplace("fp32", it.tag.catalogs.at("model"));
   } else if (has_masters) {
-    it.tag.catalogs.emplace("fp32", masters.finish(DType::F32, true));
+    auto fp32 = masters.finish(DType::F32, true);
+    if (const auto why = off_model_shape(*fp32, *it.tag.catalogs.at("model")))
+      it.tag.notes.push_back(fmt::format("no fp32 master weights: {}, so no fp32/ views", *why));
+    else
+      it.tag.catalogs.emplace("fp32", std::move(fp32));
   } else if (bucketed) {
     try {
       it.tag.catalogs.emplace("fp32", masters_from_buckets(md, reader, *it.tag.catalogs.at("model"), args));
