@@ -397,6 +397,46 @@ def _single_bucket_total(params, align):
     return end
 
 
+def _gaps_of_single_bucket(params, align=64):
+    """Bool mask of a one-bucket coalesced buffer's alignment gaps (params packed in reverse order, 64-aligned)."""
+    mask = torch.ones(_single_bucket_total(params, align), dtype=torch.bool)
+    end = 0
+    for t in reversed(params):
+        start = -(-end // align) * align
+        mask[start:start + t.numel()] = False
+        end = start + t.numel()
+    return mask
+
+
+@pytest.mark.parametrize("fill", ["zeros", "other garbage"])
+def test_distrib_optim_gaps_are_never_read(fill, ckptfs_bin, megatron_fixtures, megatron_copy, tmp_path):
+    """Legacy DP 2 with the distributed optimizer: the alignment gaps of each distrib_optim.pt buffer hold
+    whatever the save left there (the generator: random bit patterns; Megatron's own gather zero-fills them,
+    other saves differ), so refilling them changes nothing in the views."""
+    info, src = megatron_copy(DISTOPT)
+    assert info["dp"] == 2 and not info["overlap_grad_reduce"]
+    changed = 0
+    for rank_dir in info["rank_dirs"]:
+        model = torch.load(rank_file(src, info["latest"], rank_dir), map_location="cpu")["model"]
+        mask = _gaps_of_single_bucket([t for k, t in model.items() if not k.endswith("_extra_state")])
+        assert mask.any(), rank_dir
+
+        def refill(sd):
+            nonlocal changed
+            ((_, _, world),) = _buffers(sd)
+            for k in ("param", "exp_avg", "exp_avg_sq"):
+                assert world[k].numel() == mask.numel(), (k, world[k].numel(), mask.numel())
+                new = torch.zeros(int(mask.sum())) if fill == "zeros" else \
+                    torch.randint(-2 ** 31, 2 ** 31 - 1, (int(mask.sum()),), dtype=torch.int32).view(torch.float32)
+                changed += int((world[k][mask].view(torch.int32) != new.view(torch.int32)).sum())
+                world[k][mask] = new
+        rewrite(rank_file(src, info["latest"], rank_dir, "distrib_optim.pt"), refill)
+    assert changed > 0
+    proc = H.run([ckptfs_bin, "export", str(src), str(tmp_path / "out")])
+    H.assert_ok(proc)
+    check_views(str(tmp_path / "out"), megatron_fixtures, info, info["latest"], f"gaps refilled ({fill}): ")
+
+
 def test_overlap_buckets_fixture_layout(megatron_fixtures):
     """The overlap_grad_reduce case holds what it claims (so that the export/mount tests above exercise the
     bucketed layout): args with overlap_grad_reduce and 5000-element buckets, PP 1 without VP (Megatron keeps

@@ -274,6 +274,10 @@ CASES += [
     # cut into four DP slices
     dict(name="dist_distopt_pp2_dp4_buckets", ckpt_format="torch_dist", pp=2, dp=4, spec="te", dist_opt=True,
          overlap_grad_reduce=True, ddp_bucket_size=3000, stale=True, **GPT),
+    # TP2 x DP4, overlap_grad_reduce with 4000-element buckets, GQA, hidden 72 (norms leave alignment gaps, weight
+    # shards no multiple of 64): bucket edges, parameter edges and gaps fall inside every DP rank's slice
+    dict(name="dist_distopt_tp2_dp4_buckets", ckpt_format="torch_dist", tp=2, dp=4, hidden=72, heads=6, groups=2,
+         ffn=100, dist_opt=True, overlap_grad_reduce=True, ddp_bucket_size=4000, stale=True),
     # TP2 x PP2 x DP2, dp_zero_gather_scatter (param_state of DP rank 0), the model spread over both replicas
     dict(name="dist_distopt_gather_tp2_pp2_dp2", ckpt_format="torch_dist", tp=2, pp=2, dp=2, dist_opt=True,
          dist_optim_sharding="dp_zero_gather_scatter", stale=True, hidden=80, ffn=112),
