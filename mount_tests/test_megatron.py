@@ -518,17 +518,20 @@ def test_fp32_masters_missing_a_tensor(what, ckptfs_bin, megatron_copy, tmp_path
 
 
 DIST_BROKEN = {
-    # DCP data file -> what happens to it
-    "__1_0.distcp": os.remove,
-    "__2_0.distcp": lambda path: os.truncate(path, os.path.getsize(path) // 2),
+    # (case, DCP data file) -> what happens to it; in the DP 2 case __2_0 is TP rank 0's DP rank 1, which holds
+    # its replica's share of the model and its slices of the optimizer's buckets
+    (DIST_BASE, "__1_0.distcp"): os.remove,
+    (DIST_BASE, "__2_0.distcp"): lambda path: os.truncate(path, os.path.getsize(path) // 2),
+    (DIST_DP2, "__2_0.distcp"): os.remove,
+    (DIST_DP2, "__3_0.distcp"): lambda path: os.truncate(path, os.path.getsize(path) // 4),
 }
 
 
-@pytest.mark.parametrize("victim", sorted(DIST_BROKEN))
-def test_torch_dist_broken_data_file(victim, ckptfs_bin, megatron_copy, tmp_path):
-    """torch_dist with a .distcp file gone (__1_0) or cut in half (__2_0)."""
-    info, src = megatron_copy(DIST_BASE)
-    DIST_BROKEN[victim](os.path.join(src, info["latest"], victim))
+@pytest.mark.parametrize("name,victim", sorted(DIST_BROKEN))
+def test_torch_dist_broken_data_file(name, victim, ckptfs_bin, megatron_copy, tmp_path):
+    """torch_dist with a .distcp file gone or cut in half."""
+    info, src = megatron_copy(name)
+    DIST_BROKEN[(name, victim)](os.path.join(src, info["latest"], victim))
     assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, [victim])
 
 
