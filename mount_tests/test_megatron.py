@@ -7,7 +7,8 @@ dirs mp_rank_TT[_PPP]_EEE, ChainedOptimizer; with the distributed optimizer dist
 the Debian 13 chroot at DP 1, 2 and 4 (the replicas sharing the writing as Megatron's fully parallel save does,
 each DP rank writing its own slice of the optimizer's buckets): stacked layers, TP chunks, SwiGLU 2*TP fc1 chunks, optimizer.state.fp32_param, the common
 state in common.pt or (core 0.19+) in the DCP item common_state/shard_0_1, the distributed optimizer's
-dp_reshardable per-bucket tensors and dp_zero_gather_scatter param_state objects; distrib_optim.pt of core 0.7+ (coalesced; also several gradient buckets
+dp_reshardable per-bucket tensors, dp_zero_gather_scatter param_state objects and fully_sharded_model_space's
+flattened per-DP-rank ranges; distrib_optim.pt of core 0.7+ (coalesced; also several gradient buckets
 with overlap_grad_reduce), core 0.4-0.6 (a list of buckets, one or several per buffer) and 2023-05 (one
 padded buffer)) compared
 byte for byte with the generator's expectations:

@@ -281,6 +281,12 @@ CASES += [
     # TP2 x PP2 x DP2, dp_zero_gather_scatter (param_state of DP rank 0), the model spread over both replicas
     dict(name="dist_distopt_gather_tp2_pp2_dp2", ckpt_format="torch_dist", tp=2, pp=2, dp=2, dist_opt=True,
          dist_optim_sharding="dp_zero_gather_scatter", stale=True, hidden=80, ffn=112),
+    # fully_sharded_model_space (core 0.8-0.14's default with fully parallel saving): per DP rank its range of
+    # each parameter, flattened, under optimizer.state.fp32_param.<key> (megatron_dist.declare_flattened_masters);
+    # TP2 x DP2, SwiGLU (fc1 ranges cut at the gate/up half), overlap_grad_reduce 3000-element buckets, stale
+    dict(name="dist_distopt_fs_model_space_tp2_dp2", ckpt_format="torch_dist", tp=2, dp=2, hidden=48, heads=6,
+         groups=2, ffn=112, dist_opt=True, dist_optim_sharding="fully_sharded_model_space", overlap_grad_reduce=True,
+         ddp_bucket_size=3000, stale=True),
     # TP2 x DP2, non-distributed optimizer: optimizer.state.fp32_param.* spread over the replicas too
     dict(name="dist_llama_tp2_dp2", ckpt_format="torch_dist", tp=2, dp=2, hidden=80, ffn=112),
 ]

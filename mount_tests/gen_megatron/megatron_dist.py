@@ -140,6 +140,8 @@ def write_plans(case, vals, iteration, iter_dir, seed, gen):
         declare(key, g, stage, rule_of(case, src), gen.to_torch(vals.model[src], dt))
     if with_optim and case["dist_opt"] and case["dist_optim_sharding"] == "dp_reshardable":
         declare_buckets(case, vals, keys, shards, domain_objects, gen)
+    elif with_optim and case["dist_opt"] and case["dist_optim_sharding"] == "fully_sharded_model_space":
+        declare_flattened_masters(case, vals, tensors, keys, shards, gen)
     elif with_optim and case["dist_opt"]:
         assert case["dist_optim_sharding"] == "dp_zero_gather_scatter", case["dist_optim_sharding"]
         declare_param_state(case, vals, domain_objects, gen)
@@ -269,6 +271,98 @@ def declare_buckets(case, vals, keys, shards, domain_objects, gen):
                                    (f"{prefix}.per_bucket_numel_unpadded/shard_0_1", [unpadded]),
                                    (f"{prefix}.optimizer/shard_0_1",
                                     [{"param_groups": [gen.param_group(g == 0) for g in range(2)]}])]
+
+
+def declare_flattened_masters(case, vals, tensors, keys, shards, gen):
+    """The distributed optimizer's fully_sharded_model_space state (core 0.8-0.14 with fully parallel saving, the
+    default there: DistributedOptimizer.sharded_param_state_fs_model_space): each DP rank saves, per parameter,
+    the range of the parameter's flattened TP-local shard that falls into its slice of the parameter's bucket
+    (param_range of _build_model_gbuf_param_range_map), under ``optimizer.state.{fp32_param,exp_avg,exp_avg_sq}
+    .<model key>``; such N-D flattened ShardedTensors are stored reformulated (core 0.9's
+    sharded_tensor_to_torch_sharded_tensor, resharding.nd_flattened_tensor_reformulated_global_shape): global
+    shape [fragments per dimension..., numel of a local shard], the chunk (fragment index..., range start), 1-D
+    tensors as they are at global offset + range start.  SwiGLU fc1's [gate_r; up_r] range is cut at the half
+    (apply_swiglu_sharded_factory): gate part to fragment r, up part to fragment TP + r."""
+    tp, pp, dp = case["tp"], case["pp"], case["dp"]
+    assert not case["tied"], "fully_sharded_model_space cases: untied (the tied copy's state is not saved)"
+    where = {src: (key, g, rule_of(case, src)) for key, g, src, _ in tensors}
+    for p, t in [(p, t) for p in range(pp) for t in range(tp)]:
+        for v, chunk in enumerate(gen.rank_params(case, vals, t, p)):
+            moments = [gen.adam_moments(vals.rng, m.shape) for _, m, _ in chunk]
+            _, offsets, _, buckets = pack_buffer([(m, s) for _, m, s in chunk], lambda n: gen.garbage(vals.rng, n),
+                                                 bucket_size=bucket_size(case, p, v))
+            starts = list(itertools.accumulate([0] + buckets[:-1]))
+            for (e, master, _), (ea, eas), off in zip(chunk, moments, offsets):
+                b = max(i for i, st in enumerate(starts) if st <= off)
+                S = bucket_padded_size(buckets[b], dp) // dp
+                lo_in_bucket = off - starts[b]
+                key, g, rule = where[e.src]
+                full = vals.master[e.src]
+                for kind, a in (("fp32_param", master), ("exp_avg", ea), ("exp_avg_sq", eas)):
+                    for d in range(dp):
+                        lo = max(lo_in_bucket, d * S) - lo_in_bucket
+                        hi = min(lo_in_bucket + master.size, (d + 1) * S) - lo_in_bucket
+                        for piece_key, offset, piece in _flattened_pieces(f"optimizer.state.{kind}.{key}", g, rule,
+                                                                          full.shape, a, t, tp, lo, hi, case):
+                            shards[(p, t)].append((piece_key, offset, piece, d))
+                    keys.append(_flattened_key(f"optimizer.state.{kind}.{key}", g, rule, full.shape, tp, case))
+
+
+def _local_pieces(rule, local, t, tp, full_shape):
+    """[(global offsets of the piece in the full TP=1 tensor, the piece's local shape, first flat index of the
+    piece in the rank's local tensor)]: one piece, or SwiGLU's gate and up halves."""
+    if rule == "glu":
+        half = local.shape[0] // 2
+        shape = (half,) + local.shape[1:]
+        return [((t * half,) + (0,) * (local.ndim - 1), shape, 0),
+                ((full_shape[0] // 2 + t * half,) + (0,) * (local.ndim - 1), shape, half * math.prod(local.shape[1:]))]
+    if rule == "rep":
+        return [((0,) * local.ndim, local.shape, 0)]
+    if rule == "row":
+        return [((0, t * local.shape[1]) + (0,) * (local.ndim - 2), local.shape, 0)]
+    return [((t * local.shape[0],) + (0,) * (local.ndim - 1), local.shape, 0)]
+
+
+def _flattened_key(key, g, rule, full_shape, tp, case):
+    """(key, reformulated global shape) of a flattened master."""
+    local = _fragment_shape(rule, full_shape, tp)
+    fragments = tuple(f // l for f, l in zip(full_shape, local))
+    if g is None and len(full_shape) == 1:
+        return key, tuple(full_shape)
+    return key, ((case["layers"],) if g is not None else ()) + fragments + (math.prod(local),)
+
+
+def _fragment_shape(rule, full_shape, tp):
+    """The local shape of one fragment of a full tensor split by ``rule`` over TP ranks."""
+    if rule == "rep" or tp == 1 and rule != "glu":
+        return tuple(full_shape)
+    if rule == "row":
+        return (full_shape[0], full_shape[1] // tp) + tuple(full_shape[2:])
+    if rule == "glu":
+        return (full_shape[0] // (2 * tp),) + tuple(full_shape[1:])
+    return (full_shape[0] // tp,) + tuple(full_shape[1:])
+
+
+def _flattened_pieces(key, g, rule, full_shape, local_values, t, tp, lo, hi, case):
+    """[(key, chunk offsets, chunk)] of range [lo, hi) of a rank's flattened local tensor ``local_values``."""
+    if lo >= hi or (rule == "rep" and t > 0):
+        return []
+    flat = torch.from_numpy(local_values.reshape(-1).copy())
+    local = _fragment_shape(rule, full_shape, tp)
+    out = []
+    for offsets, shape, first in _local_pieces(rule, local_values, t, tp, full_shape):
+        n = math.prod(shape)
+        a, b = max(lo, first) - first, min(hi, first + n) - first
+        if a >= b:
+            continue
+        fragment = tuple(o // s for o, s in zip(offsets, local))
+        data = flat[first + a:first + b].clone()
+        if g is None and len(full_shape) == 1:
+            out.append((key, (offsets[0] + a,), data))
+        else:
+            idx = ((g,) if g is not None else ()) + fragment
+            out.append((key, idx + (a,), data.view((1,) * len(idx) + (b - a,))))
+    return out
 
 
 def declare_param_state(case, vals, domain_objects, gen):
@@ -401,7 +495,8 @@ def reference_merge(iter_dir, dump):
             assert all(int(f.split("_")[2]) % tp == 0 for _, _, f in chunks), (key, chunks)
     model = {k: v for k, v in dump["tensors"].items() if not k.startswith("optimizer.")}
     pre = "optimizer.state.fp32_param."
-    fp32 = {k[len(pre):]: v for k, v in dump["tensors"].items() if k.startswith(pre)}
+    fp32 = {k[len(pre):]: _unflatten(v, model[k[len(pre):]].shape) for k, v in dump["tensors"].items()
+            if k.startswith(pre)}
     if any(k.startswith("optimizer.distributed.") for k in [*dump["tensors"], *dump["bytes"]]):
         # dp_reshardable / dp_zero_gather_scatter: the masters live in per-bucket tensors or per-domain objects
         # (finish checks them against the plans)
@@ -419,6 +514,19 @@ def reference_merge(iter_dir, dump):
         obj = torch.load(io.BytesIO(raw), map_location="cpu")
         assert isinstance(obj, list) and len(obj) == 1, (key, type(obj))
     return args, _unstack(args, model), _unstack(args, fp32)
+
+
+def _unflatten(stored, shape):
+    """A fully_sharded_model_space master as the model holds it: stored [fragments..., local numel] (one more
+    dimension than the model tensor), each fragment's row its local shard flattened; other tensors as they are."""
+    if stored.ndim != len(shape) + 1:
+        return stored
+    fragments = stored.shape[:-1]
+    local = [n // f for n, f in zip(shape, fragments)]
+    out = torch.empty(shape, dtype=stored.dtype)
+    for idx in itertools.product(*map(range, fragments)):
+        out[tuple(slice(i * l, (i + 1) * l) for i, l in zip(idx, local))] = stored[idx].reshape(local)
+    return out
 
 
 def check_optimizer_domains(plan_dir, dump):

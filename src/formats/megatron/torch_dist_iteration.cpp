@@ -15,6 +15,7 @@
 #include "formats/megatron/iteration.hpp"
 #include "formats/megatron/model_assembly.hpp"
 #include "formats/megatron/module_order.hpp"
+#include "formats/megatron/stacked_tensors.hpp"
 #include "formats/megatron/state_names.hpp"
 
 namespace ckptfs::megatron {
@@ -25,8 +26,8 @@ using catalog::LogicalTensor;
 namespace {
 
 constexpr std::string_view kStackedPrefix = "decoder.layers.";
-// Where the non-distributed optimizer (and the fully reshardable distributed one) keep fp32 masters in
-// the model's geometry.
+// Where the non-distributed optimizer (and the distributed one's fully reshardable and, flattened,
+// fully_sharded_model_space layouts) keep fp32 masters under the model's keys.
 constexpr std::string_view kMasterPrefixes[] = {"optimizer.state.fp32_param.", "optimizer.state.param."};
 
 bool is_stacked(std::string_view key) {
@@ -54,21 +55,6 @@ ModelArgs read_args(const fs::path& dir, const dcp::Metadata& md, const dcp::Ite
       return read_model_args(formats::root_field(archive).at(0)["args"]);
     }
   throw FormatError(fmt::format("{}: no common.pt and no common_state item: the saved args are missing", dir.string()));
-}
-
-// Entry `index` of a stacked tensor (a layer, an expert): its boxes cut at that index of dimension 0,
-// which is then dropped.
-LogicalTensor index_of(const LogicalTensor& stacked, int64_t index, std::string name) {
-  std::vector<catalog::Box> boxes;
-  catalog::append_slice(boxes, stacked, 0, index, index + 1, 0);
-  for (auto& b : boxes) {
-    b.offsets.erase(b.offsets.begin());
-    b.sizes.erase(b.sizes.begin());
-    b.source.shape.erase(b.source.shape.begin());
-    b.source.strides.erase(b.source.strides.begin());
-  }
-  std::vector<int64_t> shape(stacked.shape.begin() + 1, stacked.shape.end());
-  return catalog::assembled_tensor(std::move(name), stacked.dtype, std::move(shape), std::move(boxes), stacked.origin);
 }
 
 // Model-space tensors keyed by parameter name, unstacked into TP=1 PP=1 names, in Megatron's state-dict
@@ -100,7 +86,7 @@ class Unstacker {
     for (int64_t l = 0; l < args_.num_layers; ++l)
       for (const auto& [key, t] : stacked_) {
         const std::string name = fmt::format("{}{}.{}", kStackedPrefix, l, key.substr(kStackedPrefix.size()));
-        split_experts(name, index_of(t, l, name), layer);
+        split_experts(name, stacked_entry(t, l, name), layer);
         for (auto& x : layer) push(std::move(x));
         layer.clear();
       }
@@ -121,7 +107,7 @@ class Unstacker {
     if (t.shape.empty() || t.shape[0] != args_.num_experts)
       throw FormatError(fmt::format("{}: {} stacks {} experts, the saved args say num_experts {}", metadata_.string(),
                                     name, t.shape.empty() ? 0 : t.shape[0], args_.num_experts));
-    for (int64_t e = 0; e < args_.num_experts; ++e) out.push_back(index_of(t, e, expert_name(name, e, args_.moe_grouped_gemm)));
+    for (int64_t e = 0; e < args_.num_experts; ++e) out.push_back(stacked_entry(t, e, expert_name(name, e, args_.moe_grouped_gemm)));
   }
 
   const ModelArgs& args_;
@@ -130,18 +116,15 @@ class Unstacker {
   std::vector<std::pair<std::string, LogicalTensor>> stacked_;
 };
 
-// Why the masters saved under model keys are not in the model's shapes, or nullopt: the distributed
-// optimizer's fully_sharded_model_space (core 0.8-0.14 with fully parallel saving) keeps each DP rank's
-// flattened piece of a parameter ([X/x, Y/y, x*y] for a [X, Y] tensor of local shape [x, y]).
+// Why the masters saved under model keys are not in the model's shapes (after unflatten_fragments), or nullopt.
 std::optional<std::string> off_model_shape(const catalog::Catalog& masters, const catalog::Catalog& model) {
   std::map<std::string_view, const LogicalTensor*> shapes;
   for (const auto& t : model.tensors) shapes.emplace(t.name, &t);
   for (const auto& t : masters.tensors) {
     const auto it = shapes.find(t.name);
     if (it == shapes.end() || it->second->shape != t.shape)
-      return fmt::format("the master of {} is saved as [{}], not in the model's shape (a flattened "
-                         "fully_sharded_model_space layout is not mapped yet)",
-                         t.name, fmt::join(t.shape, ", "));
+      return fmt::format("the master of {} is saved as [{}], not in the model's shape", t.name,
+                         fmt::join(t.shape, ", "));
   }
   return std::nullopt;
 }
@@ -183,6 +166,8 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
   // model-parallel domain (bucket tensors, pickled objects), not in the model's geometry.
   const bool bucketed = has_bucketed_masters(md);
   std::set<fs::path> data_files;
+  std::map<std::string_view, const dcp::Item*> items_by_key;
+  for (const auto& item : md.items) items_by_key.emplace(item.fqn, &item);
   for (const auto& item : md.items) {
     if (!item.is_tensor) continue;
     std::string_view key = item.fqn;
@@ -194,6 +179,8 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
       }
     if (!master && !is_model_key(key)) continue;
     LogicalTensor t = reader.tensor(item);
+    if (const auto model_item = items_by_key.find(key); master && model_item != items_by_key.end())
+      if (auto unflattened = unflatten_fragments(t, model_item->second->size)) t = std::move(*unflattened);
     for (const auto& f : t.files()) data_files.insert(f->path());
     (master ? masters : model).add(std::string(key), std::move(t));
     has_masters = has_masters || master;
