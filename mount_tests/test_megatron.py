@@ -4,9 +4,11 @@ tied and untied, core local/TE spec and legacy nested names, non-distributed and
 bf16/fp16/fp32, release and multi-iteration save dirs, MoE with EP 1/2 (SequentialMLP / TEGroupedMLP, rank
 dirs mp_rank_TT[_PPP]_EEE, ChainedOptimizer; with the distributed optimizer distrib_optim.pt is the list
 [dense state, expert state], the dense entry None in the EP rank > 0 dirs); ``torch_dist`` dirs written by torch.distributed.checkpoint in
-the Debian 13 chroot: stacked layers, TP chunks, SwiGLU 2*TP fc1 chunks, optimizer.state.fp32_param, the common
+the Debian 13 chroot at DP 1, 2 and 4 (the replicas sharing the writing as Megatron's fully parallel save does,
+each DP rank writing its own slice of the optimizer's buckets): stacked layers, TP chunks, SwiGLU 2*TP fc1 chunks, optimizer.state.fp32_param, the common
 state in common.pt or (core 0.19+) in the DCP item common_state/shard_0_1, the distributed optimizer's
-dp_reshardable per-bucket tensors and dp_zero_gather_scatter param_state objects; distrib_optim.pt of core 0.7+ (coalesced; also several gradient buckets
+dp_reshardable per-bucket tensors, dp_zero_gather_scatter param_state objects and fully_sharded_model_space's
+flattened per-DP-rank ranges; distrib_optim.pt of core 0.7+ (coalesced; also several gradient buckets
 with overlap_grad_reduce), core 0.4-0.6 (a list of buckets, one or several per buffer) and 2023-05 (one
 padded buffer)) compared
 byte for byte with the generator's expectations:
@@ -54,6 +56,8 @@ DIST_DISTOPT = "dist_distopt_tp2_pp2"  # torch_dist with the distributed optimiz
 TORCH_DIST = {c["name"] for c in ALL if MC.is_torch_dist(c)}
 OLD_DISTOPT = {c["name"]: c["distopt_layout"] for c in ALL if c["dist_opt"] and c["distopt_layout"] != "coalesced"}
 COMMON_IN_DCP = [c["name"] for c in ALL if MC.is_torch_dist(c) and c["common"] == "dcp"]
+DIST_DP = [c["name"] for c in ALL if MC.is_torch_dist(c) and c["dp"] > 1]  # torch_dist with DP replicas
+DIST_DP2 = "dist_distopt_tp2_dp2"  # the real TP2 x DP2 save's shape: .metadata's key order is not the model's
 SKIP_MODERN = os.environ.get("CKPTFS_SKIP_MODERN") == "1"
 GEN_TIMEOUT = 600
 
@@ -394,6 +398,46 @@ def _single_bucket_total(params, align):
     return end
 
 
+def _gaps_of_single_bucket(params, align=64):
+    """Bool mask of a one-bucket coalesced buffer's alignment gaps (params packed in reverse order, 64-aligned)."""
+    mask = torch.ones(_single_bucket_total(params, align), dtype=torch.bool)
+    end = 0
+    for t in reversed(params):
+        start = -(-end // align) * align
+        mask[start:start + t.numel()] = False
+        end = start + t.numel()
+    return mask
+
+
+@pytest.mark.parametrize("fill", ["zeros", "other garbage"])
+def test_distrib_optim_gaps_are_never_read(fill, ckptfs_bin, megatron_fixtures, megatron_copy, tmp_path):
+    """Legacy DP 2 with the distributed optimizer: the alignment gaps of each distrib_optim.pt buffer hold
+    whatever the save left there (the generator: random bit patterns; Megatron's own gather zero-fills them,
+    other saves differ), so refilling them changes nothing in the views."""
+    info, src = megatron_copy(DISTOPT)
+    assert info["dp"] == 2 and not info["overlap_grad_reduce"]
+    changed = 0
+    for rank_dir in info["rank_dirs"]:
+        model = torch.load(rank_file(src, info["latest"], rank_dir), map_location="cpu")["model"]
+        mask = _gaps_of_single_bucket([t for k, t in model.items() if not k.endswith("_extra_state")])
+        assert mask.any(), rank_dir
+
+        def refill(sd):
+            nonlocal changed
+            ((_, _, world),) = _buffers(sd)
+            for k in ("param", "exp_avg", "exp_avg_sq"):
+                assert world[k].numel() == mask.numel(), (k, world[k].numel(), mask.numel())
+                new = torch.zeros(int(mask.sum())) if fill == "zeros" else \
+                    torch.randint(-2 ** 31, 2 ** 31 - 1, (int(mask.sum()),), dtype=torch.int32).view(torch.float32)
+                changed += int((world[k][mask].view(torch.int32) != new.view(torch.int32)).sum())
+                world[k][mask] = new
+        rewrite(rank_file(src, info["latest"], rank_dir, "distrib_optim.pt"), refill)
+    assert changed > 0
+    proc = H.run([ckptfs_bin, "export", str(src), str(tmp_path / "out")])
+    H.assert_ok(proc)
+    check_views(str(tmp_path / "out"), megatron_fixtures, info, info["latest"], f"gaps refilled ({fill}): ")
+
+
 def test_overlap_buckets_fixture_layout(megatron_fixtures):
     """The overlap_grad_reduce case holds what it claims (so that the export/mount tests above exercise the
     bucketed layout): args with overlap_grad_reduce and 5000-element buckets, PP 1 without VP (Megatron keeps
@@ -475,17 +519,20 @@ def test_fp32_masters_missing_a_tensor(what, ckptfs_bin, megatron_copy, tmp_path
 
 
 DIST_BROKEN = {
-    # DCP data file -> what happens to it
-    "__1_0.distcp": os.remove,
-    "__2_0.distcp": lambda path: os.truncate(path, os.path.getsize(path) // 2),
+    # (case, DCP data file) -> what happens to it; in the DP 2 case __2_0 is TP rank 0's DP rank 1, which holds
+    # its replica's share of the model and its slices of the optimizer's buckets
+    (DIST_BASE, "__1_0.distcp"): os.remove,
+    (DIST_BASE, "__2_0.distcp"): lambda path: os.truncate(path, os.path.getsize(path) // 2),
+    (DIST_DP2, "__2_0.distcp"): os.remove,
+    (DIST_DP2, "__3_0.distcp"): lambda path: os.truncate(path, os.path.getsize(path) // 4),
 }
 
 
-@pytest.mark.parametrize("victim", sorted(DIST_BROKEN))
-def test_torch_dist_broken_data_file(victim, ckptfs_bin, megatron_copy, tmp_path):
-    """torch_dist with a .distcp file gone (__1_0) or cut in half (__2_0)."""
-    info, src = megatron_copy(DIST_BASE)
-    DIST_BROKEN[victim](os.path.join(src, info["latest"], victim))
+@pytest.mark.parametrize("name,victim", sorted(DIST_BROKEN))
+def test_torch_dist_broken_data_file(name, victim, ckptfs_bin, megatron_copy, tmp_path):
+    """torch_dist with a .distcp file gone or cut in half."""
+    info, src = megatron_copy(name)
+    DIST_BROKEN[(name, victim)](os.path.join(src, info["latest"], victim))
     assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, [victim])
 
 
@@ -573,3 +620,63 @@ def test_moe_distrib_optim_broken(what, ckptfs_bin, megatron_copy, tmp_path):
     rank_dir, change = MOE_DISTOPT_BROKEN[what]
     rewrite(rank_file(src, info["latest"], rank_dir, "distrib_optim.pt"), change)
     assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["distrib_optim.pt"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# torch_dist at data parallel > 1: the replicas share the writing
+
+def _global_rank(info, t, d, p):
+    """Megatron's default rank order tp-cp-ep-dp-pp."""
+    return t + info["tp"] * (d + info["dp"] * p)
+
+
+@pytest.mark.parametrize("name", DIST_DP)
+def test_torch_dist_dp_fixture_layout(name, megatron_fixtures):
+    """The DP > 1 torch_dist cases hold what they claim (so that the export/mount tests above read masters and
+    weights pieced together from every replica's file): one .distcp per rank of TP x DP x PP; model tensors
+    written by DP ranks other than 0 too; every dp_reshardable bucket tensor of a domain split over exactly that
+    domain's DP replicas' files (each DP rank writes its own slice); in the TP2 x DP2 case .metadata lists
+    output_layer.weight before the embedding, which is not the model's order."""
+    info = info_of(megatron_fixtures, name)
+    tp, dp, pp = info["tp"], info["dp"], info["pp"]
+    assert info["dcp_files"] == sorted([".metadata", "common.pt", "metadata.json"] +
+                                       [f"__{r}_0.distcp" for r in range(tp * dp * pp)])
+    files = info["dcp_chunk_files"]
+    replica_files = {f"__{_global_rank(info, t, d, p)}_0.distcp" for t in range(tp) for d in range(1, dp)
+                     for p in range(pp)}
+    assert any(set(f) & replica_files for k, f in files.items() if not k.startswith("optimizer.")), files
+    buckets = [k for k in files if k.startswith("optimizer.distributed.") and k.endswith(".param")]
+    assert bool(buckets) == (info["dist_opt"] and info["dist_optim_sharding"] == "dp_reshardable")
+    for key in buckets:
+        i = int(key.split(".")[2][len("dp_group_idx_"):])
+        p, t = divmod(i, tp)
+        assert files[key] == sorted(f"__{_global_rank(info, t, d, p)}_0.distcp" for d in range(dp)), (key, files[key])
+    if name == DIST_DP2:
+        order = info["dcp_tensor_order"]
+        assert order.index("output_layer.weight") < order.index("embedding.word_embeddings.weight"), order
+
+
+# (tracker text, exit code, what the root serves); two_iters_tp2 holds iter_0000002 and iter_0000005
+TRACKERS = {
+    "leading zeros": ("0000000000000000000005\n", 0, "iter_0000005"),
+    "oversized number": ("9" * 40, H.EXIT_INVALID, None),
+    "not a number": ("iter_5", H.EXIT_INVALID, None),
+    "empty": (" \n", H.EXIT_INVALID, None),
+}
+
+
+@pytest.mark.parametrize("what", sorted(TRACKERS))
+def test_tracker_text(what, ckptfs_bin, megatron_copy, tmp_path):
+    """latest_checkpointed_iteration.txt as Megatron reads it (int() of the stripped text, dir iter_%07d): leading
+    zeros are fine; a number too long for any integer type names a dir that is missing (exit 4, like any other
+    missing target), as does text that is no number."""
+    text, code, root = TRACKERS[what]
+    _, src = megatron_copy("two_iters_tp2")
+    with open(os.path.join(src, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(text)
+    if code:
+        assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["latest_checkpointed_iteration.txt"], code)
+        return
+    proc = H.run([ckptfs_bin, "inspect", str(src), "--json"])
+    H.assert_ok(proc)
+    assert json.loads(proc.stdout)["latest"] == root

@@ -66,7 +66,7 @@ def worker(rank, world, port, jobs):
 
 def read_back(job):
     """JOB/full.pt: {'tensors': {key: global tensor}, 'bytes': {key: raw bytes}, 'chunks': {key: [(offsets,
-    sizes, file)]}} as torch.distributed.checkpoint reads the DCP dir."""
+    sizes, file)]}, 'order': [key in .metadata's order]} as torch.distributed.checkpoint reads the DCP dir."""
     import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
@@ -89,7 +89,8 @@ def read_back(job):
             chunks[k] = [(tuple(c.offsets), tuple(c.sizes), md.storage_data[_index(md, k, c.offsets)].relative_path)
                          for c in v.chunks]
     assert md.planner_data is None
-    torch.save({"tensors": tensors, "bytes": raw, "chunks": chunks}, os.path.join(job, "full.pt"))
+    torch.save({"tensors": tensors, "bytes": raw, "chunks": chunks, "order": list(md.state_dict_metadata)},
+               os.path.join(job, "full.pt"))
 
 
 def _index(md, fqn, offsets):

@@ -259,3 +259,34 @@ CASES += [
     dict(name="moe_distopt_ep2_tp2", tp=2, ep=2, dp=2, dist_opt=True, stale=True, hidden=80, heads=8, groups=2,
          **dict(MOE, moe_ffn=36)),
 ]
+
+# torch_dist at data parallel > 1 (appended): world TP x DP x PP, global rank tp + TP * (dp + DP * pp).  Megatron's
+# fully parallel save spreads the model's shards over the DP replicas' files (megatron_dist.saving_dp_ranks), so
+# .metadata's key order is not the state dict's; with the distributed optimizer each DP rank writes its own
+# slice of every dp_reshardable bucket (megatron_dist.dp_slices), so a domain's buckets are pieced together from
+# several files; dp_zero_gather_scatter's param_state is gathered on, and written by, DP rank 0.
+CASES += [
+    # the shape of the real TP2 x DP2 save (hidden 48) that showed .metadata's order is not the model's: local
+    # spec, untied, dp_reshardable, stale; .metadata lists the layers, then output_layer, then the embedding
+    dict(name="dist_distopt_tp2_dp2", ckpt_format="torch_dist", tp=2, dp=2, hidden=48, heads=6, groups=2, ffn=112,
+         dist_opt=True, stale=True),
+    # PP2 x DP4 (TP1), TE spec, GPT-2-like, overlap_grad_reduce with 3000-element buckets on stage 0: every bucket
+    # cut into four DP slices
+    dict(name="dist_distopt_pp2_dp4_buckets", ckpt_format="torch_dist", pp=2, dp=4, spec="te", dist_opt=True,
+         overlap_grad_reduce=True, ddp_bucket_size=3000, stale=True, **GPT),
+    # TP2 x DP4, overlap_grad_reduce with 4000-element buckets, GQA, hidden 72 (norms leave alignment gaps, weight
+    # shards no multiple of 64): bucket edges, parameter edges and gaps fall inside every DP rank's slice
+    dict(name="dist_distopt_tp2_dp4_buckets", ckpt_format="torch_dist", tp=2, dp=4, hidden=72, heads=6, groups=2,
+         ffn=100, dist_opt=True, overlap_grad_reduce=True, ddp_bucket_size=4000, stale=True),
+    # TP2 x PP2 x DP2, dp_zero_gather_scatter (param_state of DP rank 0), the model spread over both replicas
+    dict(name="dist_distopt_gather_tp2_pp2_dp2", ckpt_format="torch_dist", tp=2, pp=2, dp=2, dist_opt=True,
+         dist_optim_sharding="dp_zero_gather_scatter", stale=True, hidden=80, ffn=112),
+    # fully_sharded_model_space (core 0.8-0.14's default with fully parallel saving): per DP rank its range of
+    # each parameter, flattened, under optimizer.state.fp32_param.<key> (megatron_dist.declare_flattened_masters);
+    # TP2 x DP2, SwiGLU (fc1 ranges cut at the gate/up half), overlap_grad_reduce 3000-element buckets, stale
+    dict(name="dist_distopt_fs_model_space_tp2_dp2", ckpt_format="torch_dist", tp=2, dp=2, hidden=48, heads=6,
+         groups=2, ffn=112, dist_opt=True, dist_optim_sharding="fully_sharded_model_space", overlap_grad_reduce=True,
+         ddp_bucket_size=3000, stale=True),
+    # TP2 x DP2, non-distributed optimizer: optimizer.state.fp32_param.* spread over the replicas too
+    dict(name="dist_llama_tp2_dp2", ckpt_format="torch_dist", tp=2, dp=2, hidden=80, ffn=112),
+]

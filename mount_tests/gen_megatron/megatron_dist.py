@@ -3,7 +3,8 @@ geometry, the per-rank plans the chroot writer turns into a real DCP dir, the ho
 writer in the Debian 13 chroot (torch 2.6), and the self-check of what it wrote
 (Megatron-LM's dist-checkpointing conventions).
 
-Geometry (DP 1, world = TP x PP, rank = pp * TP + tp, one gloo process per rank in the chroot):
+Geometry (world = TP x DP x PP, global rank = tp + TP * (dp + DP * pp), one gloo process per rank in the chroot;
+each shard is written by one DP replica of its model-parallel domain, see saving_dp_ranks):
 - layers are STACKED: ``decoder.layers.<rest>`` of global shape [L, ...]; a chunk is one layer of one TP
   rank: [1, rows/TP, H] (column, vocab), [1, H, cols/TP] (row), [1, ...] replicated (norms, row biases,
   saved by TP rank 0 only: replica dedup); gated fc1 (SwiGLU) as 2*TP chunks per layer, rank r writing its
@@ -16,7 +17,8 @@ Geometry (DP 1, world = TP x PP, rank = pp * TP + tp, one gloo process per rank 
 - non-distributed optimizer (bf16/fp16): ``optimizer.state.{fp32_param,exp_avg,exp_avg_sq}.<key>`` with the
   model key's geometry;
 - bytes items (ShardedObjects, torch.save([obj])): ``decoder.layers.<module>._extra_state/shard_{l}_{L}``
-  (TP rank 0 of the layer's stage) and ``rng_state/shard_{pp}.{tp}_{PP}.{TP}`` (every rank);
+  (TP rank 0, DP rank 0 of the layer's stage) and ``rng_state/shard_{pp}.{tp}_{PP}.{TP}`` (DP rank 0 of every
+  model-parallel domain);
 - ``common.pt`` (args, checkpoint_version, iteration, optimizer param_groups, scheduler ...),
   ``metadata.json`` and the tracker, written here on the host; or (``common`` 'dcp', core 0.19+) that common
   state as the bytes item ``common_state/shard_0_1`` (torch.save([state]), rank 0), no common.pt, and
@@ -26,6 +28,7 @@ import collections
 import io
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -102,53 +105,63 @@ def layout(case):
     return tensors, objects
 
 
+def global_rank(case, t, d, p):
+    """The global rank of TP rank t, DP rank d, PP rank p in Megatron's default order 'tp-cp-ep-dp-pp'
+    (parallel_state.RankGenerator: TP varies fastest, then DP, then PP); it names the rank's __<rank>_0.distcp."""
+    return t + case["tp"] * (d + case["dp"] * p)
+
+
 def write_plans(case, vals, iteration, iter_dir, seed, gen):
     """Writes common.pt, metadata.json and the per-rank plans (``.plans/<tag>/rank<r>.pt``: {'keys': [(key,
     global shape)] every rank declares, 'tensors': {key: [(offsets, chunk)]}, 'objects': [(key, [obj])]},
     a bytes item being torch.save of its value, as Megatron's ShardedObjects are saved)
-    of one iteration.  ``gen``: the generate module (values, rng and optimizer helpers)."""
-    tp, pp, dt = case["tp"], case["pp"], case["dtype"]
+    of one iteration, for world = TP x DP x PP ranks.  Which DP replica writes each shard follows Megatron's
+    fully parallel save (``saving_dp_ranks``); ShardedObjects are written by DP rank 0 of their domain.
+    ``gen``: the generate module (values, rng and optimizer helpers)."""
+    tp, pp, dp, dt = case["tp"], case["pp"], case["dp"], case["dtype"]
     with_optim = case["optimizer"] and dt != "fp32"
     assert case["optimizer"] is False or dt != "fp32", "torch_dist fp32 cases: no optimizer"
     tensors, objects = layout(case)
-    plans = {r: {"keys": [], "tensors": collections.defaultdict(list), "objects": []} for r in range(tp * pp)}
+    keys = []  # [(key, global shape)] in state-dict order, declared by every rank
+    shards = collections.defaultdict(list)  # (pp, tp) -> [(key, offsets, chunk, DP rank holding it or None: all)]
+    domain_objects = collections.defaultdict(list)  # (pp, tp) -> [(key, [obj])], written by DP rank 0
+    for key, kind, g, stage in objects:  # _extra_state: TP rank 0 of the layer's stage
+        domain_objects[(stage, 0)].append((key, [torch.empty(0, dtype=torch.uint8) if kind == EXTRA_TE else None]))
 
     def declare(key, g, stage, rule, full):
-        shape = tuple(full.shape) if g is None else (case["layers"],) + tuple(full.shape)
-        for r, plan in plans.items():
-            plan["keys"].append((key, shape))
-            p, t = divmod(r, tp)
-            if p != stage:
-                continue
+        keys.append((key, tuple(full.shape) if g is None else (case["layers"],) + tuple(full.shape)))
+        for t in range(tp):
             for off, piece in tp_pieces(rule, full, t, tp):
                 if g is not None:
                     off, piece = (g,) + off, piece.unsqueeze(0)
-                plan["tensors"][key].append((off, piece.contiguous().clone()))
+                shards[(stage, t)].append((key, off, piece.contiguous().clone(), None))
 
     for key, g, src, stage in tensors:
         declare(key, g, stage, rule_of(case, src), gen.to_torch(vals.model[src], dt))
     if with_optim and case["dist_opt"] and case["dist_optim_sharding"] == "dp_reshardable":
-        declare_buckets(case, vals, plans, gen)
+        declare_buckets(case, vals, keys, shards, domain_objects, gen)
+    elif with_optim and case["dist_opt"] and case["dist_optim_sharding"] == "fully_sharded_model_space":
+        declare_flattened_masters(case, vals, tensors, keys, shards, gen)
     elif with_optim and case["dist_opt"]:
         assert case["dist_optim_sharding"] == "dp_zero_gather_scatter", case["dist_optim_sharding"]
-        declare_param_state(case, vals, plans, gen)
+        declare_param_state(case, vals, domain_objects, gen)
     elif with_optim:
         for key, g, src, stage in tensors:
             master = vals.master[src]
             ea, eas = gen.adam_moments(vals.rng, master.shape)
             for kind, a in (("fp32_param", master), ("exp_avg", ea), ("exp_avg_sq", eas)):
                 declare(f"optimizer.state.{kind}.{key}", g, stage, rule_of(case, src), torch.from_numpy(a.copy()))
-    # a stacked key comes once per layer: declare it once
-    for plan in plans.values():
-        seen = set()
-        plan["keys"] = [k for k in plan["keys"] if not (k[0] in seen or seen.add(k[0]))]
-    for key, kind, g, stage in objects:
-        value = torch.empty(0, dtype=torch.uint8) if kind == EXTRA_TE else None
-        plans[stage * tp]["objects"].append((key, [value]))
+    seen = set()  # a stacked key comes once per layer: declare it once
+    keys = [k for k in keys if not (k[0] in seen or seen.add(k[0]))]
+    plans = {r: {"keys": keys, "tensors": collections.defaultdict(list), "objects": []} for r in range(tp * dp * pp)}
+    for (p, t), domain in shards.items():
+        for (key, off, piece, _), d in zip(domain, saving_dp_ranks(domain, dp)):
+            plans[global_rank(case, t, d, p)]["tensors"][key].append((off, piece))
     if case["optimizer"]:
-        for r, plan in plans.items():
-            p, t = divmod(r, tp)
-            plan["objects"].append((f"rng_state/shard_{p}.{t}_{pp}.{tp}", [gen.rng_state(seed + 1 + r)]))
+        for p, t in itertools.product(range(pp), range(tp)):
+            domain_objects[(p, t)].append((f"rng_state/shard_{p}.{t}_{pp}.{tp}", [gen.rng_state(seed + 1 + p * tp + t)]))
+    for (p, t), objs in sorted(domain_objects.items()):
+        plans[global_rank(case, t, 0, p)]["objects"] += objs
     common = common_state(case, iteration, with_optim, gen)
     if case["common"] == "dcp":
         plans[0]["objects"].append((COMMON_STATE, [common]))  # replica_id = rank: rank 0's is saved
@@ -167,19 +180,75 @@ def write_plans(case, vals, iteration, iter_dir, seed, gen):
         json.dump(METADATA_JSON if case["common"] == "file" else METADATA_JSON_019, f)
 
 
-def declare_buckets(case, vals, plans, gen):
+def saving_dp_ranks(shards, dp):
+    """The DP rank that writes each shard of one model-parallel domain ([(key, offsets, chunk, holder)], holder None:
+    every DP replica holds it), as megatron-core's fully parallel save decides (``--ckpt-fully-parallel-save``, the
+    default: FullyParallelSaveStrategyWrapper over the DP group; dist_checkpointing/exchange_utils.py,
+    determine_main_replica_uniform_distribution + distribute_shards_to_ranks): shards held by fewer ranks first
+    (a DP rank's own optimizer slices go to that rank), then the larger (bytes) first, then by shard id (key,
+    global offset); each to the least loaded rank holding it (ties: the lower rank).  So with DP > 1 each
+    replica writes some of the model's tensors, and the key order of .metadata (rank 0's plan first) is no
+    longer the state dict's."""
+    load = [0] * dp
+    out = [None] * len(shards)
+
+    def holders(shard):
+        return range(dp) if shard[3] is None else (shard[3],)
+
+    def nbytes(shard):
+        return shard[2].numel() * shard[2].element_size()
+
+    for i in sorted(range(len(shards)), key=lambda i: (len(holders(shards[i])), -nbytes(shards[i]), shards[i][0],
+                                                        tuple(shards[i][1]))):
+        _, rank = min((load[r], r) for r in holders(shards[i]))
+        out[i] = rank
+        load[rank] += nbytes(shards[i])
+    return out
+
+
+def bucket_padded_size(unpadded, dp):
+    """A gradient bucket's size in the grad buffer: its end padded to a multiple of lcm(DP, 128) (core >= 0.7;
+    megatron/core/optimizer/param_layout.py pad_bucket_end, without pad_buckets_for_high_nccl_busbw)."""
+    m = math.lcm(dp, 128)
+    return -(-unpadded // m) * m
+
+
+def dp_slices(extents, unpadded, dp):
+    """[(DP rank, start, end)]: the DCP chunks of one dp_reshardable bucket tensor (global shape (unpadded,)), as
+    DistributedOptimizer.sharded_param_state_dp_reshardable (core 0.18.2) declares them on each DP rank: rank r owns
+    [r*S, (r+1)*S) of the padded bucket (S = padded / DP, _build_model_gbuf_range) and saves, at global offset
+    r*S + local start, the part of each parameter (``extents``: [(start, end)] in the bucket) inside it
+    (gbuf_local) and each gap between those parts; the gaps before the first and after the last part only when
+    they start before the bucket's unpadded end."""
+    S = bucket_padded_size(unpadded, dp) // dp
+    out = []
+    for r in range(dp):
+        parts = [(max(lo, r * S) - r * S, min(hi, (r + 1) * S) - r * S) for lo, hi in sorted(extents)
+                 if min(hi, (r + 1) * S) > max(lo, r * S)]
+        assert parts, f"DP rank {r} owns no parameter of a bucket ([{r * S}, {(r + 1) * S}) of {unpadded}): " \
+                      f"Megatron asserts 'empty bucket encountered'"
+        gaps = [(end, start) for end, start in zip([0] + [e for _, e in parts], [s for s, _ in parts] + [S])
+                if start != end and r * S + end < unpadded]
+        for lo, hi in sorted(parts + gaps):
+            # Megatron declares a trailing gap up to the shard's end; past `unpadded` DCP refuses the save
+            assert r * S + hi <= unpadded, f"DP rank {r}: chunk [{r * S + lo}, {r * S + hi}) past {unpadded}"
+            out.append((r, r * S + lo, r * S + hi))
+    return out
+
+
+def declare_buckets(case, vals, keys, shards, domain_objects, gen):
     """The distributed optimizer's dp_reshardable state (core >= 0.15), as each rank's DistributedOptimizer
-    saves it: per model-parallel domain i = pp * TP + tp (DP 1: one rank per domain), model chunk (gbuf_idx)
-    and gradient bucket, the 1-D tensors ``optimizer.distributed.dp_group_idx_{i}.gbuf_idx_{v}.dtype_{(param,
-    grad)}.bucket_idx_{b}.{param,exp_avg,exp_avg_sq}`` of the bucket's unpadded size, the compact buffer layout
-    (pack_buffer, 64-element aligned), written as one chunk per parameter and one per alignment gap; and the
-    ShardedObjects ``per_bucket_numel``, ``per_bucket_numel_unpadded`` and ``optimizer`` of each domain."""
-    tp, pp = case["tp"], case["pp"]
+    saves it: per model-parallel domain i = pp * TP + tp, model chunk (gbuf_idx) and gradient bucket, the 1-D
+    tensors ``optimizer.distributed.dp_group_idx_{i}.gbuf_idx_{v}.dtype_{(param, grad)}.bucket_idx_{b}.{param,
+    exp_avg,exp_avg_sq}`` of the bucket's unpadded size, the compact buffer layout (pack_buffer, 64-element
+    aligned), each DP rank writing its own slice of every bucket, one chunk per parameter part and per gap
+    (``dp_slices``); and the ShardedObjects ``per_bucket_numel``, ``per_bucket_numel_unpadded`` and ``optimizer`` of
+    each domain (DP rank 0)."""
+    tp, pp, dp = case["tp"], case["pp"], case["dp"]
     pair = (gen.DTYPE[case["dtype"]], torch.float32)
     dtype_key = f"({pair[0]}, {pair[1]})"  # Python's str() of the tuple, as Megatron formats it
     for p, t in [(p, t) for p in range(pp) for t in range(tp)]:
-        i = p * tp + t
-        prefix = f"optimizer.distributed.dp_group_idx_{i}"
+        prefix = f"optimizer.distributed.dp_group_idx_{p * tp + t}"
         numel, unpadded = [], []
         for v, chunk in enumerate(gen.rank_params(case, vals, t, p)):
             moments = [gen.adam_moments(vals.rng, m.shape) for _, m, _ in chunk]
@@ -188,38 +257,126 @@ def declare_buckets(case, vals, plans, gen):
                 flat, offsets, _, buckets = pack_buffer([(a, s) for a, (_, _, s) in zip(arrays, chunk)],
                                                         lambda n: gen.garbage(vals.rng, n).copy(),
                                                         bucket_size=bucket_size(case, p, v))
-                # chunk boundaries: every parameter's start and end, and the bucket edges
-                edges = sorted({0, *offsets, *(o + a.size for o, a in zip(offsets, arrays)),
-                                *itertools.accumulate(buckets)})
                 start = 0
                 for b, size in enumerate(buckets):
                     key = f"{prefix}.gbuf_idx_{v}.dtype_{dtype_key}.bucket_idx_{b}.{kind}"
-                    for plan in plans.values():
-                        plan["keys"].append((key, (size,)))
-                    cuts = [e for e in edges if start <= e <= start + size]
-                    plans[i]["tensors"][key] = [((lo - start,), torch.from_numpy(flat[lo:hi].copy()))
-                                                for lo, hi in zip(cuts, cuts[1:])]
+                    keys.append((key, (size,)))
+                    extents = [(o - start, o - start + a.size) for o, a in zip(offsets, arrays) if start <= o < start + size]
+                    for d, lo, hi in dp_slices(extents, size, dp):
+                        shards[(p, t)].append((key, (lo,), torch.from_numpy(flat[start + lo:start + hi].copy()), d))
                     start += size
-            numel.append({pair: [-(-u // 128) * 128 for u in buckets]})  # buckets padded to lcm(DP, 128)
+            numel.append({pair: [bucket_padded_size(u, dp) for u in buckets]})
             unpadded.append({pair: buckets})
-        plans[i]["objects"] += [(f"{prefix}.per_bucket_numel/shard_0_1", [numel]),
-                                (f"{prefix}.per_bucket_numel_unpadded/shard_0_1", [unpadded]),
-                                (f"{prefix}.optimizer/shard_0_1",
-                                 [{"param_groups": [gen.param_group(g == 0) for g in range(2)]}])]
+        domain_objects[(p, t)] += [(f"{prefix}.per_bucket_numel/shard_0_1", [numel]),
+                                   (f"{prefix}.per_bucket_numel_unpadded/shard_0_1", [unpadded]),
+                                   (f"{prefix}.optimizer/shard_0_1",
+                                    [{"param_groups": [gen.param_group(g == 0) for g in range(2)]}])]
 
 
-def declare_param_state(case, vals, plans, gen):
+def declare_flattened_masters(case, vals, tensors, keys, shards, gen):
+    """The distributed optimizer's fully_sharded_model_space state (core 0.8-0.14 with fully parallel saving, the
+    default there: DistributedOptimizer.sharded_param_state_fs_model_space): each DP rank saves, per parameter,
+    the range of the parameter's flattened TP-local shard that falls into its slice of the parameter's bucket
+    (param_range of _build_model_gbuf_param_range_map), under ``optimizer.state.{fp32_param,exp_avg,exp_avg_sq}
+    .<model key>``; such N-D flattened ShardedTensors are stored reformulated (core 0.9's
+    sharded_tensor_to_torch_sharded_tensor, resharding.nd_flattened_tensor_reformulated_global_shape): global
+    shape [fragments per dimension..., numel of a local shard], the chunk (fragment index..., range start), 1-D
+    tensors as they are at global offset + range start.  SwiGLU fc1's [gate_r; up_r] range is cut at the half
+    (apply_swiglu_sharded_factory): gate part to fragment r, up part to fragment TP + r."""
+    tp, pp, dp = case["tp"], case["pp"], case["dp"]
+    assert not case["tied"], "fully_sharded_model_space cases: untied (the tied copy's state is not saved)"
+    where = {src: (key, g, rule_of(case, src)) for key, g, src, _ in tensors}
+    for p, t in [(p, t) for p in range(pp) for t in range(tp)]:
+        for v, chunk in enumerate(gen.rank_params(case, vals, t, p)):
+            moments = [gen.adam_moments(vals.rng, m.shape) for _, m, _ in chunk]
+            _, offsets, _, buckets = pack_buffer([(m, s) for _, m, s in chunk], lambda n: gen.garbage(vals.rng, n),
+                                                 bucket_size=bucket_size(case, p, v))
+            starts = list(itertools.accumulate([0] + buckets[:-1]))
+            for (e, master, _), (ea, eas), off in zip(chunk, moments, offsets):
+                b = max(i for i, st in enumerate(starts) if st <= off)
+                S = bucket_padded_size(buckets[b], dp) // dp
+                lo_in_bucket = off - starts[b]
+                key, g, rule = where[e.src]
+                full = vals.master[e.src]
+                for kind, a in (("fp32_param", master), ("exp_avg", ea), ("exp_avg_sq", eas)):
+                    for d in range(dp):
+                        lo = max(lo_in_bucket, d * S) - lo_in_bucket
+                        hi = min(lo_in_bucket + master.size, (d + 1) * S) - lo_in_bucket
+                        for piece_key, offset, piece in _flattened_pieces(f"optimizer.state.{kind}.{key}", g, rule,
+                                                                          full.shape, a, t, tp, lo, hi, case):
+                            shards[(p, t)].append((piece_key, offset, piece, d))
+                    keys.append(_flattened_key(f"optimizer.state.{kind}.{key}", g, rule, full.shape, tp, case))
+
+
+def _local_pieces(rule, local, t, tp, full_shape):
+    """[(global offsets of the piece in the full TP=1 tensor, the piece's local shape, first flat index of the
+    piece in the rank's local tensor)]: one piece, or SwiGLU's gate and up halves."""
+    if rule == "glu":
+        half = local.shape[0] // 2
+        shape = (half,) + local.shape[1:]
+        return [((t * half,) + (0,) * (local.ndim - 1), shape, 0),
+                ((full_shape[0] // 2 + t * half,) + (0,) * (local.ndim - 1), shape, half * math.prod(local.shape[1:]))]
+    if rule == "rep":
+        return [((0,) * local.ndim, local.shape, 0)]
+    if rule == "row":
+        return [((0, t * local.shape[1]) + (0,) * (local.ndim - 2), local.shape, 0)]
+    return [((t * local.shape[0],) + (0,) * (local.ndim - 1), local.shape, 0)]
+
+
+def _flattened_key(key, g, rule, full_shape, tp, case):
+    """(key, reformulated global shape) of a flattened master."""
+    local = _fragment_shape(rule, full_shape, tp)
+    fragments = tuple(f // l for f, l in zip(full_shape, local))
+    if g is None and len(full_shape) == 1:
+        return key, tuple(full_shape)
+    return key, ((case["layers"],) if g is not None else ()) + fragments + (math.prod(local),)
+
+
+def _fragment_shape(rule, full_shape, tp):
+    """The local shape of one fragment of a full tensor split by ``rule`` over TP ranks."""
+    if rule == "rep" or tp == 1 and rule != "glu":
+        return tuple(full_shape)
+    if rule == "row":
+        return (full_shape[0], full_shape[1] // tp) + tuple(full_shape[2:])
+    if rule == "glu":
+        return (full_shape[0] // (2 * tp),) + tuple(full_shape[1:])
+    return (full_shape[0] // tp,) + tuple(full_shape[1:])
+
+
+def _flattened_pieces(key, g, rule, full_shape, local_values, t, tp, lo, hi, case):
+    """[(key, chunk offsets, chunk)] of range [lo, hi) of a rank's flattened local tensor ``local_values``."""
+    if lo >= hi or (rule == "rep" and t > 0):
+        return []
+    flat = torch.from_numpy(local_values.reshape(-1).copy())
+    local = _fragment_shape(rule, full_shape, tp)
+    out = []
+    for offsets, shape, first in _local_pieces(rule, local_values, t, tp, full_shape):
+        n = math.prod(shape)
+        a, b = max(lo, first) - first, min(hi, first + n) - first
+        if a >= b:
+            continue
+        fragment = tuple(o // s for o, s in zip(offsets, local))
+        data = flat[first + a:first + b].clone()
+        if g is None and len(full_shape) == 1:
+            out.append((key, (offsets[0] + a,), data))
+        else:
+            idx = ((g,) if g is not None else ()) + fragment
+            out.append((key, idx + (a,), data.view((1,) * len(idx) + (b - a,))))
+    return out
+
+
+def declare_param_state(case, vals, domain_objects, gen):
     """The distributed optimizer's dp_zero_gather_scatter state (core 0.7-0.14 without fully parallel saving):
     per model-parallel domain i = pp * TP + tp the ShardedObject ``optimizer.distributed.dp_group_idx_{i}
-    .param_state``, the same coalesced dict as that rank's distrib_optim.pt (gathered on DP rank 0), and
-    ``...optimizer``."""
+    .param_state``, the same coalesced dict as that rank's distrib_optim.pt (gathered on DP rank 0, which writes
+    it), and ``...optimizer``."""
     tp, pp = case["tp"], case["pp"]
     for p, t in [(p, t) for p in range(pp) for t in range(tp)]:
         prefix = f"optimizer.distributed.dp_group_idx_{p * tp + t}"
         state = gen.distrib_optim_state(case, gen.rank_params(case, vals, t, p), vals.rng, p)
-        plans[p * tp + t]["objects"] += [(f"{prefix}.param_state/shard_0_1", [state]),
-                                         (f"{prefix}.optimizer/shard_0_1",
-                                          [{"param_groups": [gen.param_group(g == 0) for g in range(2)]}])]
+        domain_objects[(p, t)] += [(f"{prefix}.param_state/shard_0_1", [state]),
+                                   (f"{prefix}.optimizer/shard_0_1",
+                                    [{"param_groups": [gen.param_group(g == 0) for g in range(2)]}])]
 
 
 def common_state(case, iteration, with_optim, gen):
@@ -268,7 +425,7 @@ def write_dcp(case_dirs, chroot, timeout=TIMEOUT):
             for it_tag in info["tags"]:
                 job = os.path.join("jobs", f"{n}-{it_tag}")
                 shutil.copytree(os.path.join(d, PLANS, it_tag), os.path.join(host, job))
-                groups[info["tp"] * info["pp"]].append(f"/tmp/{tag}/{job}")
+                groups[info["tp"] * info["dp"] * info["pp"]].append(f"/tmp/{tag}/{job}")
         cmd = RG.in_chroot_cmd(chroot, "python3", f"/tmp/{tag}/chroot_megatron_dist.py",
                                json.dumps(sorted(groups.items())), tmpdir=f"/tmp/{tag}/tmp")
         try:
@@ -330,14 +487,16 @@ def reference_merge(iter_dir, dump):
     assert args.ckpt_format == "torch_dist" and common["checkpoint_version"] == 3.0
     tp = args.tensor_model_parallel_size
     files = sorted(f for f in os.listdir(iter_dir) if f.endswith(".distcp"))
-    assert files == [f"__{r}_0.distcp" for r in range(tp * args.pipeline_model_parallel_size)], files
+    world = tp * args.data_parallel_size * args.pipeline_model_parallel_size
+    assert files == [f"__{r}_0.distcp" for r in range(world)], files
     for key, chunks in dump["chunks"].items():
         # replicated tensors (1-D per layer, or norms) come from TP rank 0 only: rank % TP == 0
         if key.endswith(("layernorm.weight", "layer_norm_weight", "layer_norm_bias", "layernorm.bias")):
             assert all(int(f.split("_")[2]) % tp == 0 for _, _, f in chunks), (key, chunks)
     model = {k: v for k, v in dump["tensors"].items() if not k.startswith("optimizer.")}
     pre = "optimizer.state.fp32_param."
-    fp32 = {k[len(pre):]: v for k, v in dump["tensors"].items() if k.startswith(pre)}
+    fp32 = {k[len(pre):]: _unflatten(v, model[k[len(pre):]].shape) for k, v in dump["tensors"].items()
+            if k.startswith(pre)}
     if any(k.startswith("optimizer.distributed.") for k in [*dump["tensors"], *dump["bytes"]]):
         # dp_reshardable / dp_zero_gather_scatter: the masters live in per-bucket tensors or per-domain objects
         # (finish checks them against the plans)
@@ -355,6 +514,19 @@ def reference_merge(iter_dir, dump):
         obj = torch.load(io.BytesIO(raw), map_location="cpu")
         assert isinstance(obj, list) and len(obj) == 1, (key, type(obj))
     return args, _unstack(args, model), _unstack(args, fp32)
+
+
+def _unflatten(stored, shape):
+    """A fully_sharded_model_space master as the model holds it: stored [fragments..., local numel] (one more
+    dimension than the model tensor), each fragment's row its local shard flattened; other tensors as they are."""
+    if stored.ndim != len(shape) + 1:
+        return stored
+    fragments = stored.shape[:-1]
+    local = [n // f for n, f in zip(shape, fragments)]
+    out = torch.empty(shape, dtype=stored.dtype)
+    for idx in itertools.product(*map(range, fragments)):
+        out[tuple(slice(i * l, (i + 1) * l) for i, l in zip(idx, local))] = stored[idx].reshape(local)
+    return out
 
 
 def check_optimizer_domains(plan_dir, dump):
@@ -408,6 +580,9 @@ def finish(case_dir, check):
         iter_dir = os.path.join(case_dir, "checkpoint", tag)
         check_optimizer_domains(os.path.join(case_dir, PLANS, tag), dump)
         check(iter_dir, *reference_merge(iter_dir, dump), os.path.join(case_dir, info["expected"][tag]))
+        if tag == info["latest"]:  # where the DCP put things, for the tests' fixture-layout checks
+            info["dcp_tensor_order"] = [k for k in dump["order"] if k in dump["chunks"]]
+            info["dcp_chunk_files"] = {k: sorted({f for _, _, f in c}) for k, c in dump["chunks"].items()}
     shutil.rmtree(os.path.join(case_dir, PLANS))
     info["dcp_files"] = sorted(os.listdir(os.path.join(case_dir, "checkpoint", info["latest"])))
     with open(os.path.join(case_dir, "case.json"), "w") as f:

@@ -290,7 +290,9 @@ ALIGN = 64
 def bucket_size(case, pp_rank, vp_chunk):
     """Elements per gradient bucket of chunk (pp_rank, vp_chunk)'s buffer, None: one bucket.  Only with
     overlap_grad_reduce (--ddp-bucket-size, default max(40e6, 1e6 x DP)), and never on a PP rank > 0 or a
-    VP chunk > 0 (Megatron forces a single bucket there)."""
+    VP chunk > 0 (Megatron forces a single bucket there: megatron/training/training.py get_model's
+    per_chunk_bucket_sizes in core 0.18.2, DistributedDataParallel.__init__'s disable_bucketing / pp_rank > 0
+    before)."""
     if not case["overlap_grad_reduce"] or pp_rank > 0 or vp_chunk > 0:
         return None
     return case["ddp_bucket_size"] or max(40_000_000, 1_000_000 * case["dp"])
@@ -301,7 +303,13 @@ def pack_buffer(params, fill, align=ALIGN, bucket_size=None):
     1-D array ``fill(total)`` (garbage) holding the values, the compact 'param' tensor of distrib_optim.pt, and
     the size of each gradient bucket in it.  ``align`` 1: the unaligned starts before core 0.8.
     ``bucket_size``: a bucket closes right after the param that brings it to >= bucket_size elements; the next
-    one starts where that param ended (the bucket's end padding is not saved)."""
+    one starts where that param ended (the bucket's end padding is not saved).
+    Megatron's rules: megatron/core/optimizer/distrib_optimizer.py DistributedOptimizer
+    ._compute_per_buffer_param_layout (core 0.18.2; _ParamAndGradBuffer.__init__ of param_and_grad_buffer.py in
+    core 0.8-0.17): params in reverse order, each start padded to 64 elements (pad_param_start), a shared
+    embedding closing the bucket before it (whose unpadded size then ends at the aligned start) and its own,
+    and each bucket's end padded to lcm(DP, 128) in the grad buffer (pad_bucket_end), so that every bucket starts
+    128-aligned and the 64-element alignment is the same relative to the bucket's start as to the buffer's."""
     base, cur, offsets, buckets = 0, 0, [None] * len(params), []
     for i in reversed(range(len(params))):
         a, shared = params[i]

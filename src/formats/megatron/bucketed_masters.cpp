@@ -10,6 +10,7 @@
 
 #include "ckptfs/error.hpp"
 #include "formats/megatron/fp32_masters.hpp"
+#include "formats/megatron/module_order.hpp"
 #include "formats/megatron/split_rules.hpp"
 #include "formats/megatron/state_names.hpp"
 #include "formats/pickle_access.hpp"
@@ -297,6 +298,11 @@ std::shared_ptr<catalog::Catalog> masters_from_buckets(const dcp::Metadata& md, 
   const std::string file = reader.metadata_path().string();
   if (args.num_experts > 0)
     throw UnsupportedError("the distributed optimizer's state of a MoE model (a chained optimizer) is not mapped yet");
+  // The buffers pack the parameters in reverse named_parameters order. With DP > 1 .metadata's key order is
+  // not the model's (the replicas share the writing), so only a model in the known module order will do.
+  if (args.dp > 1 && !module_order_known(model.tensors))
+    throw UnsupportedError("the model has modules whose parameter order ckptfs does not know, and .metadata's order "
+                           "is not the model's at data parallel > 1");
   const auto domains = read_domains(md, reader);
   const int64_t world = int64_t{args.tp} * args.pp;
   if (static_cast<int64_t>(domains.size()) != world || domains.rbegin()->first != world - 1)

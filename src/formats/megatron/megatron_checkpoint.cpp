@@ -55,7 +55,10 @@ std::optional<std::string> tracked_iteration(const fs::path& root) {
   if (!std::regex_match(text, kNumber))
     throw FormatError(fmt::format("{}: holds '{}', expected an iteration number or 'release'",
                                   (root / kTracker).string(), text.substr(0, 40)));
-  return fmt::format("iter_{:07}", std::stoll(text));
+  // Megatron formats int(text) with %07d: digits as they are, leading zeros dropped, padded to 7 (no integer
+  // conversion, so an absurdly long number names a dir that is missing rather than overflowing).
+  text.erase(0, std::min(text.find_first_not_of('0'), text.size() - 1));
+  return "iter_" + std::string(text.size() < 7 ? 7 - text.size() : 0, '0') + text;
 }
 
 // Regular files that are not checkpoint data, sorted (tokenizer files, configs beside the checkpoint).

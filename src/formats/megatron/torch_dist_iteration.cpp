@@ -1,8 +1,11 @@
 // The torch_dist layout (Megatron's default since core 0.9): a DCP dir whose keys are global parameter
 // names with the layers stacked into a leading dimension, plus metadata.json and common.pt.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
+#include <map>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +14,8 @@
 #include "formats/megatron/bucketed_masters.hpp"
 #include "formats/megatron/iteration.hpp"
 #include "formats/megatron/model_assembly.hpp"
+#include "formats/megatron/module_order.hpp"
+#include "formats/megatron/stacked_tensors.hpp"
 #include "formats/megatron/state_names.hpp"
 
 namespace ckptfs::megatron {
@@ -21,8 +26,8 @@ using catalog::LogicalTensor;
 namespace {
 
 constexpr std::string_view kStackedPrefix = "decoder.layers.";
-// Where the non-distributed optimizer (and the fully reshardable distributed one) keep fp32 masters in
-// the model's geometry.
+// Where the non-distributed optimizer (and the distributed one's fully reshardable and, flattened,
+// fully_sharded_model_space layouts) keep fp32 masters under the model's keys.
 constexpr std::string_view kMasterPrefixes[] = {"optimizer.state.fp32_param.", "optimizer.state.param."};
 
 bool is_stacked(std::string_view key) {
@@ -52,23 +57,9 @@ ModelArgs read_args(const fs::path& dir, const dcp::Metadata& md, const dcp::Ite
   throw FormatError(fmt::format("{}: no common.pt and no common_state item: the saved args are missing", dir.string()));
 }
 
-// Entry `index` of a stacked tensor (a layer, an expert): its boxes cut at that index of dimension 0,
-// which is then dropped.
-LogicalTensor index_of(const LogicalTensor& stacked, int64_t index, std::string name) {
-  std::vector<catalog::Box> boxes;
-  catalog::append_slice(boxes, stacked, 0, index, index + 1, 0);
-  for (auto& b : boxes) {
-    b.offsets.erase(b.offsets.begin());
-    b.sizes.erase(b.sizes.begin());
-    b.source.shape.erase(b.source.shape.begin());
-    b.source.strides.erase(b.source.strides.begin());
-  }
-  std::vector<int64_t> shape(stacked.shape.begin() + 1, stacked.shape.end());
-  return catalog::assembled_tensor(std::move(name), stacked.dtype, std::move(shape), std::move(boxes), stacked.origin);
-}
-
 // Model-space tensors keyed by parameter name, unstacked into TP=1 PP=1 names, in Megatron's state-dict
-// order: what precedes the layers, then layer by layer, then what follows.
+// order (module_order.hpp; for modules it does not know, .metadata's order: what precedes the layers, then
+// layer by layer, then what follows).
 class Unstacker {
  public:
   Unstacker(const ModelArgs& args, const fs::path& metadata) : args_(args), metadata_(metadata) {}
@@ -95,11 +86,12 @@ class Unstacker {
     for (int64_t l = 0; l < args_.num_layers; ++l)
       for (const auto& [key, t] : stacked_) {
         const std::string name = fmt::format("{}{}.{}", kStackedPrefix, l, key.substr(kStackedPrefix.size()));
-        split_experts(name, index_of(t, l, name), layer);
+        split_experts(name, stacked_entry(t, l, name), layer);
         for (auto& x : layer) push(std::move(x));
         layer.clear();
       }
     for (auto& t : after_) push(std::move(t));
+    sort_into_module_order(out->tensors);
     return out;
   }
 
@@ -115,7 +107,7 @@ class Unstacker {
     if (t.shape.empty() || t.shape[0] != args_.num_experts)
       throw FormatError(fmt::format("{}: {} stacks {} experts, the saved args say num_experts {}", metadata_.string(),
                                     name, t.shape.empty() ? 0 : t.shape[0], args_.num_experts));
-    for (int64_t e = 0; e < args_.num_experts; ++e) out.push_back(index_of(t, e, expert_name(name, e, args_.moe_grouped_gemm)));
+    for (int64_t e = 0; e < args_.num_experts; ++e) out.push_back(stacked_entry(t, e, expert_name(name, e, args_.moe_grouped_gemm)));
   }
 
   const ModelArgs& args_;
@@ -123,6 +115,19 @@ class Unstacker {
   std::vector<LogicalTensor> before_, after_;
   std::vector<std::pair<std::string, LogicalTensor>> stacked_;
 };
+
+// Why the masters saved under model keys are not in the model's shapes (after unflatten_fragments), or nullopt.
+std::optional<std::string> off_model_shape(const catalog::Catalog& masters, const catalog::Catalog& model) {
+  std::map<std::string_view, const LogicalTensor*> shapes;
+  for (const auto& t : model.tensors) shapes.emplace(t.name, &t);
+  for (const auto& t : masters.tensors) {
+    const auto it = shapes.find(t.name);
+    if (it == shapes.end() || it->second->shape != t.shape)
+      return fmt::format("the master of {} is saved as [{}], not in the model's shape", t.name,
+                         fmt::join(t.shape, ", "));
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -161,6 +166,8 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
   // model-parallel domain (bucket tensors, pickled objects), not in the model's geometry.
   const bool bucketed = has_bucketed_masters(md);
   std::set<fs::path> data_files;
+  std::map<std::string_view, const dcp::Item*> items_by_key;
+  for (const auto& item : md.items) items_by_key.emplace(item.fqn, &item);
   for (const auto& item : md.items) {
     if (!item.is_tensor) continue;
     std::string_view key = item.fqn;
@@ -172,6 +179,8 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
       }
     if (!master && !is_model_key(key)) continue;
     LogicalTensor t = reader.tensor(item);
+    if (const auto model_item = items_by_key.find(key); master && model_item != items_by_key.end())
+      if (auto unflattened = unflatten_fragments(t, model_item->second->size)) t = std::move(*unflattened);
     for (const auto& f : t.files()) data_files.insert(f->path());
     (master ? masters : model).add(std::string(key), std::move(t));
     has_masters = has_masters || master;
@@ -181,7 +190,11 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
   if (args.params_dtype == DType::F32) {
     it.tag.catalogs.emplace("fp32", it.tag.catalogs.at("model"));
   } else if (has_masters) {
-    it.tag.catalogs.emplace("fp32", masters.finish(DType::F32, true));
+    auto fp32 = masters.finish(DType::F32, true);
+    if (const auto why = off_model_shape(*fp32, *it.tag.catalogs.at("model")))
+      it.tag.notes.push_back(fmt::format("no fp32 master weights: {}, so no fp32/ views", *why));
+    else
+      it.tag.catalogs.emplace("fp32", std::move(fp32));
   } else if (bucketed) {
     try {
       it.tag.catalogs.emplace("fp32", masters_from_buckets(md, reader, *it.tag.catalogs.at("model"), args));
