@@ -231,10 +231,15 @@ void add_flat_stage(io::FileSet& files, const TagFiles& tf, int mp, const ModelS
 
 // The fp32 masters of a Mixture-of-Experts ZeRO-1/2 tag, dense and expert ones in module order.
 void add_moe_stage(io::FileSet& files, const TagFiles& tf, int mp, const ModelStates& ms,
-                   const std::vector<MoeLayer>& moe, Topology& topo, TagParts& parts) {
+                   const std::vector<MoeLayer>& moe, Topology& topo, TagParts& parts, std::vector<std::string>& notes) {
   auto optim = read_optim_ranks(files, tf, mp);
-  set_flat_topology(optim, ms, topo);
-  MoeMasters m = assemble_moe_masters(ms, optim, moe, parts.module);
+  const ModelStates shaped = ms.param_shapes ? ms : with_shapes_from_slice_mappings(files, ms, optim, parts.module);
+  if (!ms.param_shapes)
+    notes.push_back("MoE model states without param_shapes or buffer_names (DeepSpeed <= 0.19.2): the masters are "
+                    "named by the optimizer files' param_slice_mappings, and buffers are listed with the frozen "
+                    "parameters");
+  set_flat_topology(optim, shaped, topo);
+  MoeMasters m = assemble_moe_masters(shaped, optim, moe, parts.module);
   topo.ep = m.ep_size;
   parts.trainable = std::move(m.masters);
   // DeepSpeed's universal loader looks each parameter up by the name it has on its rank, and every EP rank
@@ -317,7 +322,7 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
   if (moe.empty())
     add_flat_stage(files, tf, mp, ms, topo, parts);
   else
-    add_moe_stage(files, tf, mp, ms, moe, topo, parts);
+    add_moe_stage(files, tf, mp, ms, moe, topo, parts, notes);
   if (ms.frozen_param_fragments && ms.frozen_param_shapes) {
     parts.frozen_from_module = false;
     const NamedIndex fragments = index_named(ms.frozen_param_fragments);
