@@ -160,3 +160,16 @@ def test_missing_file_is_named(moe_fixtures, ckptfs_bin, tmp_path, name, missing
     os.unlink(src / TAG / missing)
     H.assert_one_line_error(H.run([ckptfs_bin, "export", str(src), str(tmp_path / "out")]), H.EXIT_INVALID,
                             [missing])
+
+
+def test_legacy_states_with_round_robin_gradients_are_unsupported(moe_fixtures, ckptfs_bin, tmp_path):
+    """Without param_shapes the flat order comes from param_slice_mappings, which round_robin_gradients
+    leaves in the original order: refused (exit 5) rather than mislabelled."""
+    src = tmp_path / "checkpoint"
+    shutil.copytree(src_of(moe_fixtures, "moe_ep2_z2_bf16_dp4_legacy"), src)
+    rank0 = src / TAG / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    sd = torch.load(rank0, map_location="cpu", weights_only=False)
+    sd["ds_config"]["zero_optimization"]["round_robin_gradients"] = True
+    torch.save(sd, rank0)
+    H.assert_one_line_error(H.run([ckptfs_bin, "export", str(src), str(tmp_path / "out")]), H.EXIT_UNSUPPORTED,
+                            ["mp_rank_00_model_states.pt"])

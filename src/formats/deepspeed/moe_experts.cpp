@@ -181,7 +181,12 @@ std::optional<int> named_ep_size(io::FileSet& files, const fs::path& path) {
 struct SliceNames {
   std::vector<std::vector<std::string>> groups;
   bool data_before_expert = false;
+  bool round_robin = false;  // zero_optimization.round_robin_gradients: the mappings miss the flat order
 };
+
+bool config_flag(const formats::Field& flag) {
+  return flag.present() && flag.value().is(pickle::Kind::Bool) && flag.value().boolean;
+}
 
 SliceNames read_slice_names(io::FileSet& files, const fs::path& path) {
   auto archive = torch::TorchArchive::open(files.open(path));
@@ -197,8 +202,8 @@ SliceNames read_slice_names(io::FileSet& files, const fs::path& path) {
     auto& names = out.groups.emplace_back();
     for (auto& [start, name] : by_start) names.push_back(std::move(name));
   }
-  const formats::Field d_e = root["ds_config"]["use_data_before_expert_parallel_"];
-  out.data_before_expert = d_e.present() && d_e.value().is(pickle::Kind::Bool) && d_e.value().boolean;
+  out.data_before_expert = config_flag(root["ds_config"]["use_data_before_expert_parallel_"]);
+  out.round_robin = config_flag(root["ds_config"]["zero_optimization"]["round_robin_gradients"]);
   return out;
 }
 
@@ -212,6 +217,11 @@ ModelStates with_shapes_from_slice_mappings(io::FileSet& files, const ModelState
   const auto names = formats::read_all(paths, [&](const fs::path& p) { return read_slice_names(files, p); });
   std::unordered_map<std::string_view, const NamedTensor*> by_name;
   for (const auto& e : module) by_name.emplace(e.name, &e);
+  // param_slice_mappings keep the params' original order, the flat buffers a round-robin one.
+  if (names.front().round_robin)
+    throw UnsupportedError(fmt::format("{}: no param_shapes, and with round_robin_gradients the optimizer files' "
+                                       "param_slice_mappings do not give the flat order",
+                                       ms.path.string()));
   ModelStates out = ms;
   out.data_before_expert_parallel = names.front().data_before_expert;
   out.param_shapes.emplace();
