@@ -3,8 +3,12 @@
 MLP after its experts), experts saved one per layer_{L}_expert_{global id}_mp_rank_00 file under global
 names, ``module`` without them.  ZeRO-2 bf16 and ZeRO-1 fp16 on 4 ranks with EP 2 (expert groups partitioned
 over expert data-parallel groups of 2; E + D, and D + E with use_data_before_expert_parallel_), ZeRO-2 with
-EP 4 = W, and no ZeRO (fp32, torch Adam, expp_rank_{ep} optimizer files).  The expectations are the
+EP 4 = W, the model states of DeepSpeed <= 0.19.2 (no param_shapes, buffer_names or ds_config: params named
+by the optimizer files' param_slice_mappings), and no ZeRO (fp32, torch Adam, expp_rank_{ep} optimizer files).  The expectations are the
 generator's own values (masters, bit16 copies) in ckptfs's order, never ckptfs output:
+
+- without ckptfs: the expert files hold each expert under its global id, and a merge of the ZeRO files by
+  DeepSpeed's partition rules (reference_masters) gives the expected masters;
 
 - export and the mount (root and tags/<tag>/): model.safetensors, fp32/pytorch_model.bin (ordered: buffers,
   then every param in module order, experts in global id order after their gate) and fp32/model.safetensors
@@ -14,6 +18,7 @@ generator's own values (masters, bit16 copies) in ckptfs's order, never ckptfs o
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -71,6 +76,49 @@ def test_expert_files_hold_global_ids(moe_fixtures, name):
                          what=f"{name} expert files")
 
 
+def reference_masters(tag):
+    """The fp32 masters merged from the ZeRO-1/2 files alone, by DeepSpeed's rules (stage_1_and_2.py: a dense
+    group over all W files, an expert group over each EP rank's expert data-parallel group, ranks from
+    utils/groups.py; param_shapes names EP rank 0's local experts): name -> tensor.  Never ckptfs's code."""
+    ms = torch.load(os.path.join(tag, "mp_rank_00_model_states.pt"), map_location="cpu", weights_only=False)
+    files = sorted((f for f in os.listdir(tag) if "zero_pp_rank_" in f),
+                   key=lambda f: int(re.search(r"zero_pp_rank_(\d+)_", f).group(1)))
+    osds = [torch.load(os.path.join(tag, f), map_location="cpu", weights_only=False)["optimizer_state_dict"]
+            for f in files]
+    W = len(osds)
+    d_e = ms["ds_config"].get("use_data_before_expert_parallel_", False)
+    out = {}
+    for g, shapes in enumerate(ms["param_shapes"]):
+        edp = osds[0]["partition_count"][g]
+        expert = osds[0]["base_optimizer_state"]["param_groups"][g].get("moe", False)
+        ep_size = W // edp if expert else 1
+        for ep in range(ep_size):
+            ranks = [ep * edp + k if d_e else ep + k * ep_size for k in range(edp)] if expert else range(W)
+            flat = torch.cat([osds[r]["single_partition_of_fp32_groups"][g] for r in ranks])
+            off = 0
+            for name, shape in shapes.items():
+                n = shape.numel()
+                if expert:
+                    head, rest = name.split(generate.MOE_MARK)
+                    layer = 0 if head == "blocks.1.moe" else 1
+                    local = ms["num_experts"][layer] // ep_size
+                    lid, tail = rest.split(".", 1)
+                    name = f"{head}{generate.MOE_MARK}{ep * local + int(lid)}.{tail}"
+                out[name] = flat[off: off + n].view(shape)
+                off += n
+    return out
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c["stage"] > 0 and not c.get("legacy_states")])
+def test_generated_partitions_merge_to_the_expected_masters(moe_fixtures, name):
+    """The generator's expected fp32 masters are what DeepSpeed's partition rules read from its files."""
+    ref = reference_masters(os.path.join(src_of(moe_fixtures, name), TAG))
+    exp = expected(moe_fixtures, name, "fp32/pytorch_model.bin")
+    masters = {k: v for k, v in exp.items() if k in ref}
+    assert len(masters) == len(ref), f"reference-only {sorted(set(ref) - set(exp))}"
+    H.assert_state_equal(masters, ref, ordered=False, what=f"{name} expected masters vs reference merge")
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_export_and_mount(moe_fixtures, export_cache, ckptfs_bin, tmp_path, name):
     src = src_of(moe_fixtures, name)
@@ -104,6 +152,7 @@ def test_inspect_shows_experts(moe_fixtures, ckptfs_bin, name):
     ("moe_ep2_z0_fp32_dp2", "expp_rank_1_mp_rank_00_optim_states.pt"),
     ("moe_ep2_z2_bf16_dp4", "layer_1_expert_0_mp_rank_00_model_states.pt"),
     ("moe_ep2_z2_bf16_dp4", "bf16_zero_pp_rank_3_mp_rank_00_optim_states.pt"),
+    ("moe_ep2_z2_bf16_dp4_legacy", "bf16_zero_pp_rank_2_mp_rank_00_optim_states.pt"),
 ])
 def test_missing_file_is_named(moe_fixtures, ckptfs_bin, tmp_path, name, missing):
     src = tmp_path / "checkpoint"
@@ -111,3 +160,16 @@ def test_missing_file_is_named(moe_fixtures, ckptfs_bin, tmp_path, name, missing
     os.unlink(src / TAG / missing)
     H.assert_one_line_error(H.run([ckptfs_bin, "export", str(src), str(tmp_path / "out")]), H.EXIT_INVALID,
                             [missing])
+
+
+def test_legacy_states_with_round_robin_gradients_are_unsupported(moe_fixtures, ckptfs_bin, tmp_path):
+    """Without param_shapes the flat order comes from param_slice_mappings, which round_robin_gradients
+    leaves in the original order: refused (exit 5) rather than mislabelled."""
+    src = tmp_path / "checkpoint"
+    shutil.copytree(src_of(moe_fixtures, "moe_ep2_z2_bf16_dp4_legacy"), src)
+    rank0 = src / TAG / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    sd = torch.load(rank0, map_location="cpu", weights_only=False)
+    sd["ds_config"]["zero_optimization"]["round_robin_gradients"] = True
+    torch.save(sd, rank0)
+    H.assert_one_line_error(H.run([ckptfs_bin, "export", str(src), str(tmp_path / "out")]), H.EXIT_UNSUPPORTED,
+                            ["mp_rank_00_model_states.pt"])

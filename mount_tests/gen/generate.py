@@ -41,7 +41,7 @@ from case_cache import case_is_current  # noqa: E402
 DS = deepspeed_classes.install()
 OD = collections.OrderedDict
 DS_VERSION = "0.14.5"
-GEN_VERSION = 7  # bump to invalidate cached fixtures
+GEN_VERSION = 8  # bump to invalidate cached fixtures
 
 VOCAB, HIDDEN, FFN, SEQ = 101, 37, 53, 7
 MANY_PARAMS = 20480  # trainable params of many_params_z2_dp2
@@ -1359,6 +1359,15 @@ def write_moe(case, tagdir, seed):
         frozen_shapes, frozen_frags = None, None
     sd = model_state_dict(case, module, buffer_names, None, shapes, frozen_shapes, {}, frozen_frags, W)
     sd["num_experts"] = list(case["experts"])
+    if case.get("legacy_states"):
+        # DeepSpeed <= 0.19.2 (_save_moe_checkpoint's own dict): no buffer_names, param_shapes, frozen params,
+        # ds_config; every EP rank's expert-DP writer saves expp_rank_<ep> with optimizer None under ZeRO
+        keep = ("module", "lr_scheduler", "data_sampler", "random_ltd", "sparse_tensor_module_names",
+                "skipped_steps", "global_steps", "global_samples", "dp_world_size", "mp_world_size", "num_experts")
+        client = ("fixture_case", "my_epoch", "my_float", "my_list", "my_tensor")
+        sd = {**{k: sd[k] for k in keep}, "ds_autoep_layers": None, **{k: sd[k] for k in client}}
+        for ep in range(EP):
+            save({"optimizer": None}, os.path.join(tagdir, f"expp_rank_{ep}_mp_rank_00_optim_states.pt"))
     save(sd, os.path.join(tagdir, "mp_rank_00_model_states.pt"))
     prefix = "bf16_" if dtn == "bf16" else ""
     edp = W // EP
@@ -1377,7 +1386,10 @@ def write_moe(case, tagdir, seed):
     # global id)
     fp32 = OD((e.name, values.buffers[e.name].float()) for e in entries if e.kind == "buffer")
     frozen = [e for e in entries if e.kind == "frozen"]
-    if case["stage"] == 2:
+    if case.get("legacy_states"):  # no buffer_names: buffers and frozen params alike, in module order
+        fp32 = OD()
+        frozen = [e for e in entries if e.kind != "train"]
+    elif case["stage"] == 2:
         frozen = frozen0 + [e for e in frozen if e not in frozen0]
     fp32.update((e.name, full[e.name].float()) for e in frozen)
     fp32.update((e.name, values.master[e.name].clone()) for e in entries if e.kind == "train")
@@ -1388,13 +1400,17 @@ def moe_cases():
     """MoE (only with --only; test_deepspeed_moe.py): two MoE layers (4 and 2 experts, the second with a
     residual MLP; with ``frozen_expert`` its experts' fc2.bias frozen) over EP 2: ZeRO-2 bf16 on 4 ranks (expert groups partitioned over EDP 2, E + D),
     ZeRO-1 fp16 on 4 ranks with use_data_before_expert_parallel_ (D + E), ZeRO-2 bf16 EP 4 = W (EDP 1,
-    4 and 8 experts), and no ZeRO (fp32, torch Adam, expp_rank files) on 2 ranks."""
+    4 and 8 experts), ZeRO-2 with the model states of DeepSpeed <= 0.19.2 (``legacy_states``: no
+    param_shapes / buffer_names / ds_config, expp_rank files holding optimizer None), and no ZeRO (fp32,
+    torch Adam, expp_rank files) on 2 ranks."""
     base = {"pipeline": False, "tags": ["global_step3"], "src": "checkpoint", "side_files": False, "moe": True}
     return [dict(base, name="moe_ep2_z2_bf16_dp4", stage=2, dtype="bf16", dp=4, ep=2, experts=[4, 2], optimizer="zero",
                  frozen_expert=True),
             dict(base, name="moe_ep2_z1_fp16_dp4_de", stage=1, dtype="fp16", dp=4, ep=2, experts=[4, 2],
                  optimizer="zero", data_before_expert=True, frozen_expert=True),
             dict(base, name="moe_ep4_z2_bf16_dp4", stage=2, dtype="bf16", dp=4, ep=4, experts=[4, 8], optimizer="zero"),
+            dict(base, name="moe_ep2_z2_bf16_dp4_legacy", stage=2, dtype="bf16", dp=4, ep=2, experts=[4, 2],
+                 optimizer="zero", frozen_expert=True, legacy_states=True),
             dict(base, name="moe_ep2_z0_fp32_dp2", stage=0, dtype="fp32", dp=2, ep=2, experts=[4, 2], optimizer="torch")]
 
 

@@ -176,7 +176,87 @@ std::optional<int> named_ep_size(io::FileSet& files, const fs::path& path) {
   return out;
 }
 
+// One optimizer file's param_slice_mappings: per group, the names of the params it holds a fragment of, in
+// flat order (by fragment start); and its ds_config's use_data_before_expert_parallel_.
+struct SliceNames {
+  std::vector<std::vector<std::string>> groups;
+  bool data_before_expert = false;
+  bool round_robin = false;  // zero_optimization.round_robin_gradients: the mappings miss the flat order
+};
+
+bool config_flag(const formats::Field& flag) {
+  return flag.present() && flag.value().is(pickle::Kind::Bool) && flag.value().boolean;
+}
+
+SliceNames read_slice_names(io::FileSet& files, const fs::path& path) {
+  auto archive = torch::TorchArchive::open(files.open(path));
+  const formats::Field root = formats::root_field(archive);
+  const formats::Field mappings = root["optimizer_state_dict"]["param_slice_mappings"];
+  if (!mappings.is_list())
+    root.fail("has no optimizer_state_dict.param_slice_mappings, and the model states have no param_shapes");
+  SliceNames out;
+  for (size_t g = 0; g < mappings.size(); ++g) {
+    std::vector<std::pair<int64_t, std::string>> by_start;
+    for (const auto& [name, address] : mappings.at(g).items()) by_start.emplace_back(address["start"].as_int(), name);
+    std::stable_sort(by_start.begin(), by_start.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    auto& names = out.groups.emplace_back();
+    for (auto& [start, name] : by_start) names.push_back(std::move(name));
+  }
+  out.data_before_expert = config_flag(root["ds_config"]["use_data_before_expert_parallel_"]);
+  out.round_robin = config_flag(root["ds_config"]["zero_optimization"]["round_robin_gradients"]);
+  return out;
+}
+
 }  // namespace
+
+ModelStates with_shapes_from_slice_mappings(io::FileSet& files, const ModelStates& ms,
+                                            const std::vector<OptimStates>& optim,
+                                            const std::vector<NamedTensor>& module) {
+  std::vector<fs::path> paths;
+  for (const auto& r : optim) paths.push_back(r.path);
+  const auto names = formats::read_all(paths, [&](const fs::path& p) { return read_slice_names(files, p); });
+  std::unordered_map<std::string_view, const NamedTensor*> by_name;
+  for (const auto& e : module) by_name.emplace(e.name, &e);
+  // param_slice_mappings keep the params' original order, the flat buffers a round-robin one.
+  if (names.front().round_robin)
+    throw UnsupportedError(fmt::format("{}: no param_shapes, and with round_robin_gradients the optimizer files' "
+                                       "param_slice_mappings do not give the flat order",
+                                       ms.path.string()));
+  ModelStates out = ms;
+  out.data_before_expert_parallel = names.front().data_before_expert;
+  out.param_shapes.emplace();
+  const OptimStates& first = optim.front();
+  const int world = static_cast<int>(optim.size());
+  for (size_t g = 0; g < first.fp32_groups.size(); ++g) {
+    // The ranks whose partitions, in order, make up the group's flat buffer (EP rank 0's for an expert group).
+    std::vector<size_t> ranks;
+    const bool expert = g < first.expert_groups.size() && first.expert_groups[g];
+    if (expert) {
+      const int64_t edp = first.partition_count[g];
+      if (edp < 1 || world % edp != 0)
+        throw FormatError(fmt::format("{}: expert group {} is partitioned over {} ranks, which does not divide the {} "
+                                      "data-parallel ranks", first.path.string(), g, edp, world));
+      ranks = expert_data_parallel_ranks(0, world / static_cast<int>(edp), static_cast<int>(edp),
+                                         out.data_before_expert_parallel);
+    } else {
+      for (int r = 0; r < world; ++r) ranks.push_back(static_cast<size_t>(r));
+    }
+    auto& shapes = out.param_shapes->emplace_back();
+    for (size_t r : ranks) {
+      if (names[r].groups.size() <= g)
+        throw FormatError(fmt::format("{}: param_slice_mappings has no group {}", optim[r].path.string(), g));
+      for (const auto& name : names[r].groups[g]) {
+        if (!shapes.empty() && shapes.back().name == name) continue;  // a param spanning two partitions
+        auto it = by_name.find(name);
+        if (it == by_name.end())
+          throw FormatError(fmt::format("{}: param_slice_mappings names {}, which neither module nor an expert file "
+                                        "holds", optim[r].path.string(), name));
+        shapes.push_back({name, it->second->tensor.shape, it->second->tensor.numel()});
+      }
+    }
+  }
+  return out;
+}
 
 void require_supported_moe(const TagFiles& tf, bool universal_dir) {
   if (!tf.unsupported_expert_files.empty())

@@ -42,6 +42,14 @@ struct MoeMasters {
 MoeMasters assemble_moe_masters(const ModelStates& ms, const std::vector<OptimStates>& optim,
                                 const std::vector<MoeLayer>& layers, const std::vector<NamedTensor>& module);
 
+// DeepSpeed <= 0.19.2 saves MoE model states without param_shapes, buffer_names or ds_config: `ms` with
+// param_shapes rebuilt from the optimizer files' param_slice_mappings (each group's names in flat order,
+// EP rank 0's for expert groups), shaped by `module` (experts spliced in), and
+// use_data_before_expert_parallel_ from the optimizer files' ds_config.
+ModelStates with_shapes_from_slice_mappings(io::FileSet& files, const ModelStates& ms,
+                                            const std::vector<OptimStates>& optim,
+                                            const std::vector<NamedTensor>& module);
+
 // ZeRO-2 lists frozen params as rank 0 holds them, so frozen experts of EP ranks > 0 only in their expert
 // files: those expert weights that are neither a master nor in `frozen`, in module order.
 std::vector<catalog::LogicalTensor> unlisted_frozen_experts(const std::vector<NamedTensor>& module,

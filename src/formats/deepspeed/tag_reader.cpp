@@ -242,10 +242,15 @@ void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim
 
 // The fp32 masters of a Mixture-of-Experts ZeRO-1/2 tag, dense and expert ones in module order.
 void add_moe_stage(io::FileSet& files, const TagFiles& tf, int mp, const ModelStates& ms,
-                   const std::vector<MoeLayer>& moe, Topology& topo, TagParts& parts) {
+                   const std::vector<MoeLayer>& moe, Topology& topo, TagParts& parts, std::vector<std::string>& notes) {
   auto optim = read_optim_ranks(files, tf, mp);
-  set_flat_topology(optim, ms, topo);
-  MoeMasters m = assemble_moe_masters(ms, optim, moe, parts.module);
+  const ModelStates shaped = ms.param_shapes ? ms : with_shapes_from_slice_mappings(files, ms, optim, parts.module);
+  if (!ms.param_shapes)
+    notes.push_back("MoE model states without param_shapes or buffer_names (DeepSpeed <= 0.19.2): the masters are "
+                    "named by the optimizer files' param_slice_mappings, and buffers are listed with the frozen "
+                    "parameters");
+  set_flat_topology(optim, shaped, topo);
+  MoeMasters m = assemble_moe_masters(shaped, optim, moe, parts.module);
   topo.ep = m.ep_size;
   parts.trainable = std::move(m.masters);
   // DeepSpeed's universal loader looks each parameter up by the name it has on its rank, and every EP rank
@@ -313,7 +318,9 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
     topo.zero_stage = 0;
     topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
     if (!moe.empty()) topo.ep = expert_parallel_size_without_zero(files, tf, ms, moe);
-    if (ms.unfused_fp32_groups || ms.fused_fp32_groups_flat) {
+    // (MoE: mp_rank_00 holds only EP rank 0's expert masters, under local names, while module now holds
+    // every expert: its groups do not line up with module, so MoE tags take the upcast below.)
+    if (moe.empty() && (ms.unfused_fp32_groups || ms.fused_fp32_groups_flat)) {
       const bool unfused = ms.unfused_fp32_groups.has_value();
       ModelStateMasters masters = unfused ? name_unfused_masters(ms) : slice_fused_masters(ms);
       parts.trainable = std::move(masters.trainable);
@@ -337,7 +344,7 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
   if (moe.empty())
     add_flat_stage(ms, read_optim_ranks(files, tf, mp), topo, parts);
   else
-    add_moe_stage(files, tf, mp, ms, moe, topo, parts);
+    add_moe_stage(files, tf, mp, ms, moe, topo, parts, notes);
   if (ms.frozen_param_fragments && ms.frozen_param_shapes) {
     parts.frozen_from_module = false;
     const NamedIndex fragments = index_named(ms.frozen_param_fragments);
