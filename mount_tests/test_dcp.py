@@ -16,6 +16,7 @@ cases need it, so with CKPTFS_SKIP_MODERN=1 they are skipped (the real fixtures 
 host), and without it they fail saying how to make it.  Mounts live under CHROOT/mnt/ so the chroot's
 clients see them; ckptfs itself runs on the host.
 """
+import hashlib
 import json
 import os
 import shutil
@@ -560,3 +561,42 @@ def test_broken_older_step_fails_the_whole_folder(dcp_fixtures, ckptfs_bin, tmp_
     ck = _copy(os.path.join(out, "torchtitan_like_ws2", "checkpoint"), tmp_path)
     (ck / "step-10" / "__1_0.distcp").unlink()
     assert_fails(export(ckptfs_bin, ck, _out(tmp_path, "x")), (4,), ["__1_0.distcp", "step-10"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# how the source is spelled
+
+def tree_digest(root):
+    """{relative path: sha256} of every file under `root` (ckptfs.json included: it names the source)."""
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            rel = os.path.relpath(os.path.join(dirpath, f), root)
+            with open(os.path.join(dirpath, f), "rb") as fh:
+                out[rel] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize("name", REAL_CASES)
+def test_source_spellings_give_the_same_mount(real_sources, ckptfs_bin, tmp_path, monkeypatch, name):
+    """DIR/, ./ (from inside DIR) and a symlink to DIR name the same tag and serve the same tree; DIR/ used
+    to make the tag '' and fail with "invalid path in the virtual tree: 'tags//model.safetensors'"."""
+    src, tag, sides = real_sources[name]
+    exp = real_expect(name)
+    exp.side_files = sides
+    link = tmp_path / "link-to-src"
+    link.symlink_to(src, target_is_directory=True)
+    monkeypatch.chdir(src)
+    trees = {}
+    for spelling in (src, src + "/", "./", str(link), str(link) + "/"):
+        proc = H.run([ckptfs_bin, "inspect", spelling, "--json"])
+        H.assert_ok(proc)
+        j = json.loads(proc.stdout)
+        assert [t["name"] for t in j["tags"]] == [tag] and j["latest"] == tag, (spelling, j["latest"])
+        with mounted(ckptfs_bin, spelling, tmp_path / "mnt") as mnt:
+            assert os.listdir(os.path.join(mnt, "tags")) == [tag], spelling
+            check_dir(mnt, exp, f"{name} mounted as {spelling!r}")
+            trees[spelling] = tree_digest(mnt)
+    first = trees[src]
+    for spelling, tree in trees.items():
+        assert tree == first, f"mount of {spelling!r} differs from the mount of {src!r}"

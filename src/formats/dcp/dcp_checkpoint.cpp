@@ -64,6 +64,16 @@ std::vector<fs::path> side_files_of(const fs::path& dir) {
   return out;
 }
 
+// The source as a tag name can be taken from: `dir/`, `./` and a symlink to a DCP dir name the dir
+// itself (fs::path("dir/").filename() is empty, which made the tag '' and its views 'tags//...').
+fs::path normalised(const fs::path& source) {
+  std::error_code ec;
+  fs::path p = fs::canonical(source, ec);
+  if (ec) p = fs::absolute(source, ec).lexically_normal();
+  if (p.has_relative_path() && p.filename().empty()) p = p.parent_path();
+  return p;
+}
+
 }  // namespace
 
 bool is_dcp_source(const fs::path& source) {
@@ -73,7 +83,8 @@ bool is_dcp_source(const fs::path& source) {
   return false;
 }
 
-Checkpoint open(const fs::path& source, const OpenOptions& options) {
+Checkpoint open(const fs::path& given, const OpenOptions& options) {
+  const fs::path source = normalised(given);
   Checkpoint cp;
   cp.framework = "dcp";
   cp.root = source;
