@@ -24,15 +24,19 @@ bool safetensors_header_at(const io::File& file, uint64_t offset) {
 
 }  // namespace
 
+const fs::path& ItemReader::metadata_of(const Item& item) const {
+  return item.metadata_file.empty() ? metadata_path_ : item.metadata_file;
+}
+
 void ItemReader::fail(const Item& item, const std::string& what) const {
-  throw FormatError(fmt::format("{}: item {}: {}", metadata_path_.string(), item.fqn, what));
+  throw FormatError(fmt::format("{}: item {}: {}", metadata_of(item).string(), item.fqn, what));
 }
 
 torch::TorchArchive ItemReader::archive(const Item& item, const ItemLocation& loc) const {
   if (!loc.transforms.empty())
     throw UnsupportedError(fmt::format("{}: item {} is stored through transform '{}' (compression), which "
                                        "ckptfs does not read",
-                                       metadata_path_.string(), item.fqn, loc.transforms.front()));
+                                       metadata_of(item).string(), item.fqn, loc.transforms.front()));
   const fs::path path = dir_ / loc.relative_path;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) fail(item, fmt::format("its data file {} is missing", path.string()));
@@ -44,7 +48,7 @@ torch::TorchArchive ItemReader::archive(const Item& item, const ItemLocation& lo
   if (!starts_with_zip(range) && safetensors_header_at(*file, loc.offset))
     throw UnsupportedError(fmt::format("{}: item {} is stored in {} in DCP's SAFETENSORS serialization "
                                        "format, which ckptfs does not read yet",
-                                       metadata_path_.string(), item.fqn, path.string()));
+                                       metadata_of(item).string(), item.fqn, path.string()));
   return torch::TorchArchive::open(range);
 }
 
@@ -64,7 +68,7 @@ catalog::LogicalTensor ItemReader::tensor(const Item& item) const {
     return catalog::assembled_tensor(item.fqn, item.dtype, item.size, std::move(boxes),
                                      fmt::format("{} chunks", item.chunks.size()));
   } catch (const FormatError& e) {
-    throw FormatError(fmt::format("{}: {}", metadata_path_.string(), e.what()));
+    throw FormatError(fmt::format("{}: {}", metadata_of(item).string(), e.what()));
   }
 }
 

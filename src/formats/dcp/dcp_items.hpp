@@ -15,7 +15,10 @@ namespace ckptfs::dcp {
 class ItemReader {
  public:
   ItemReader(io::FileSet& files, std::filesystem::path dir)
-      : files_(files), dir_(std::move(dir)), metadata_path_(dir_ / ".metadata") {}
+      : ItemReader(files, dir, dir / ".metadata") {}
+  // `metadata_path`: the dir's main metadata file (its .metadata, or __0.metadata of a rank-local save).
+  ItemReader(io::FileSet& files, std::filesystem::path dir, std::filesystem::path metadata_path)
+      : files_(files), dir_(std::move(dir)), metadata_path_(std::move(metadata_path)) {}
 
   const std::filesystem::path& metadata_path() const { return metadata_path_; }
 
@@ -30,6 +33,8 @@ class ItemReader {
   [[noreturn]] void fail(const Item& item, const std::string& what) const;
 
  private:
+  const std::filesystem::path& metadata_of(const Item& item) const;
+
   io::FileSet& files_;
   std::filesystem::path dir_;
   std::filesystem::path metadata_path_;

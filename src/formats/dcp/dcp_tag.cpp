@@ -81,8 +81,8 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
       break;
     }
   for (const auto& d : dcp_dirs) {
-    ItemReader reader(files, d);
-    const Metadata md = read_metadata(reader.metadata_path());
+    const Metadata md = read_dir_metadata(d);
+    ItemReader reader(files, d, md.files.front());
     auto state = std::make_shared<Catalog>();   // every tensor item
     std::vector<CatalogPtr> keep_alive = {state};  // and one catalog per bytes item holding tensors
     for (const auto& item : md.items)
@@ -108,7 +108,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
     const std::string state_path =
         dcp_dirs.size() == 1 ? "full_state.pt" : fmt::format("full_state/{}.pt", d.filename().string());
     tag.state_files.push_back({state_path, nested.root(), std::move(keep_alive)});
-    tag.files.push_back(reader.metadata_path());
+    tag.files.insert(tag.files.end(), md.files.begin(), md.files.end());
     std::set<fs::path> data_files;
     for (const auto& t : state->tensors)
       for (const auto& f : t.files()) data_files.insert(f->path());
