@@ -38,6 +38,7 @@ import dcp_compare as CMP  # noqa: E402
 import run_generator as RG  # noqa: E402
 
 CHROOT = RG.default_chroot()
+SID_CHROOT = RG.default_chroot("CKPTFS_SID_CHROOT", "build/sid")
 SKIP_MODERN = os.environ.get("CKPTFS_SKIP_MODERN") == "1"
 REAL_DIR = os.path.join(HERE, "fixtures", "dcp-real")
 CLIENT = os.path.join(HERE, "gen_dcp", "chroot_dcp_clients.py")
@@ -196,20 +197,21 @@ def check_walk(mnt, tags, latest, out_dir):
 # ---------------------------------------------------------------------------------------------------
 # chroot clients
 
-def in_chroot(*args, timeout=CLIENT_TIMEOUT):
+def in_chroot(*args, timeout=CLIENT_TIMEOUT, chroot=CHROOT):
     env = ["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8", "OMP_NUM_THREADS=2",
            "PYTHONDONTWRITEBYTECODE=1"]
-    return H.run(["chroot", CHROOT, *env, *args], timeout=timeout)
+    return H.run(["chroot", chroot, *env, *args], timeout=timeout)
 
 
 class Staging:
     """CHROOT/tmp/<tag>/ holding the client (with dcp_compare.py and modern/chroot_clients.py, which it imports)
-    and expectations, CHROOT/mnt/<tag>/ for the mount."""
+    and expectations, CHROOT/mnt/<tag>/ for the mount (`chroot`: the Debian 13 one unless told)."""
 
-    def __init__(self, name):
+    def __init__(self, name, chroot=CHROOT):
+        self.chroot = chroot
         self.tag = f"ckptfs-dcp-test-{os.getpid()}-{name}"
-        self.host = os.path.join(CHROOT, "tmp", self.tag)
-        self.mnt = os.path.join(CHROOT, "mnt", self.tag)
+        self.host = os.path.join(chroot, "tmp", self.tag)
+        self.mnt = os.path.join(chroot, "mnt", self.tag)
         shutil.rmtree(self.host, ignore_errors=True)
         os.makedirs(self.host)
         for f in ("chroot_dcp_clients.py", "dcp_compare.py"):
@@ -218,7 +220,7 @@ class Staging:
         self.n = 0
 
     def inside(self, host_path):
-        return "/" + os.path.relpath(host_path, CHROOT)
+        return "/" + os.path.relpath(host_path, self.chroot)
 
     def put(self, path):
         self.n += 1
@@ -236,7 +238,8 @@ class Staging:
         spec = os.path.join(self.host, "spec.json")
         with open(spec, "w") as f:
             json.dump({"checks": checks}, f, indent=1)
-        return in_chroot("python3", f"{self.inside(self.host)}/chroot_dcp_clients.py", self.inside(spec))
+        return in_chroot("python3", f"{self.inside(self.host)}/chroot_dcp_clients.py", self.inside(spec),
+                         chroot=self.chroot)
 
     def cleanup(self):
         shutil.rmtree(self.host, ignore_errors=True)
@@ -250,9 +253,15 @@ def run_chroot_clients(staging, mnt, tags_files):
     for label, rel, model_pt, fp32_pt, full in tags_files:
         checks.append({"label": label, "dir": staging.inside(os.path.join(mnt, rel)), "model": model_pt,
                        "fp32": fp32_pt, "full_state": [[v, p] for v, p in full]})
+    run_client_checks(staging, checks)
+
+
+def run_client_checks(staging, checks):
+    """Runs chroot_dcp_clients.py on `checks` (its SPEC entries) and requires every check it makes to pass."""
     proc = staging.run(checks)
     assert proc.returncode == 0 and "FAIL" not in proc.stdout, H.describe(proc)
-    n = sum(3 + len(c["full_state"]) for c in checks)
+    n = sum(3 + 2 * bool(c.get("save_file")) + len(c["full_state"]) * (1 + bool(c.get("weights_only")))
+            for c in checks)
     assert proc.stdout.count("PASS ") == n, H.describe(proc)
 
 
@@ -451,6 +460,110 @@ def test_real_fixture_folder_itself_as_source(export_cache):
     proc, out = export_cache(folder)
     H.assert_ok(proc)
     check_dir(str(out), exp, "accelerate_like_ws2/ export")
+
+
+# ---------------------------------------------------------------------------------------------------
+# real checkpoints written by torch 2.14 (mount_tests/fixtures/dcp-2.14-real): rank-local metadata,
+# float8, zstd. The host's torch 1.13 cannot hold float8, so the host checks the model view's bytes
+# against the golden manifest and the torch 2.6 and 2.14 clients in the chroots check every view.
+
+REAL214_DIR = os.path.join(HERE, "fixtures", "dcp-2.14-real")
+REAL214_CASES = ["no_collectives_ws2", "float8_ws2", "zstd_ws2"]
+CLIENT_CHROOTS = {"torch 2.6": CHROOT, "torch 2.14": SID_CHROOT}
+# torch dtype -> safetensors name, from safetensors' own tables (bindings/python/py_src/safetensors/torch.py)
+ST_NAMES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
+            "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL", "uint16": "U16",
+            "uint32": "U32", "uint64": "U64", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+            "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ"}
+
+
+def raw_safetensors(path):
+    """{name: (dtype name, shape, bytes)} of a safetensors file, without torch."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
+def check_model_view_against_manifest(path, manifest, prefix="model."):
+    """model.safetensors holds exactly the golden's model tensors: dtype, shape and sha256 of the bytes."""
+    got = raw_safetensors(path)
+    want = {k[len(prefix):]: m for k, m in manifest.items() if k.startswith(prefix) and m["kind"] == "tensor"}
+    assert set(got) == set(want), f"{path}: tensors {sorted(got)}, the golden has {sorted(want)}"
+    for k, (dtype, shape, data) in got.items():
+        m = want[k]
+        assert (dtype, shape) == (ST_NAMES[m["dtype"]], m["shape"]), f"{path}: {k}: {dtype} {shape} vs {m}"
+        assert hashlib.sha256(data).hexdigest() == m["sha256"], f"{path}: {k}: bytes differ from the golden"
+
+
+def test_real214_fixtures_present():
+    for name in REAL214_CASES:
+        assert os.path.isfile(os.path.join(REAL214_DIR, name, "case.json")), f"missing real DCP fixture {name}"
+
+
+@pytest.mark.parametrize("name", REAL214_CASES)
+def test_real214_export_and_mount(export_cache, ckptfs_bin, name):
+    src = os.path.join(REAL214_DIR, name, "checkpoint")
+    manifest = json.load(open(os.path.join(REAL214_DIR, name, "golden.manifest.json")))
+    golden = os.path.join(REAL214_DIR, name, "golden.pt")
+    proc, out = export_cache(src)
+    H.assert_ok(proc)
+    got = {os.path.relpath(os.path.join(dp, f), out) for dp, _, fs in os.walk(out) for f in fs}
+    assert got == {*VIEWS, "full_state.pt"}, got
+    check_model_view_against_manifest(os.path.join(out, "model.safetensors"), manifest)
+    missing = []
+    for label, chroot in CLIENT_CHROOTS.items():
+        if SKIP_MODERN or not RG.chroot_ready(chroot):
+            missing.append(f"{label} ({chroot})")
+            continue
+        staging = Staging(f"real214-{name}", chroot)
+        try:
+            with mounted(ckptfs_bin, src, staging.mnt) as mnt:
+                check_model_view_against_manifest(os.path.join(mnt, "model.safetensors"), manifest)
+                check_walk(mnt, ["checkpoint"], "checkpoint", str(out))
+                g = staging.put(golden)
+                run_client_checks(staging, [{"label": f"{name} ({label})", "dir": staging.inside(mnt), "golden": g,
+                                             "full_state": [["full_state.pt", g]], "weights_only": True,
+                                             "save_file": True}])
+        finally:
+            staging.cleanup()
+    if missing and not SKIP_MODERN:
+        pytest.fail(f"no chroot for the clients {missing} (the host-side checks passed)", pytrace=False)
+
+
+def test_float8_upcast_matches_torch(ckptfs_bin, tmp_path):
+    """fp32/ widens every one of the 256 patterns of each float8 kind as torch 2.14's own `.float()` does
+    (NaNs and infinities included), from a file safetensors itself wrote."""
+    if SKIP_MODERN or not RG.chroot_ready(SID_CHROOT):
+        pytest.skip("needs the Debian unstable chroot (torch 2.14)") if SKIP_MODERN else pytest.fail(
+            f"the Debian unstable chroot is not set up ({SID_CHROOT})", pytrace=False)
+    staging = Staging("float8-table", SID_CHROOT)
+    kinds = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"]
+    src = os.path.join(staging.host, "f8.safetensors")
+    try:
+        script = ("import sys, torch\nfrom safetensors.torch import save_file\n"
+                  "save_file({k: torch.arange(256, dtype=torch.uint8).view(getattr(torch, k)) for k in sys.argv[2:]}, "
+                  "sys.argv[1])\n")
+        proc = in_chroot("python3", "-c", script, staging.inside(src), *kinds, chroot=SID_CHROOT)
+        H.assert_ok(proc)
+        with mounted(ckptfs_bin, src, staging.mnt) as mnt:
+            check = ("import sys, torch\nfrom safetensors.torch import load_file\n"
+                     "src, ours = load_file(sys.argv[1]), load_file(sys.argv[2])\n"
+                     "for k, v in src.items():\n"
+                     "    w, g = v.float().view(torch.int32), ours[k].view(torch.int32)\n"
+                     "    bad = (w != g).nonzero().flatten().tolist()\n"
+                     "    print(('PASS' if not bad and ours[k].dtype == torch.float32 else 'FAIL'), k,\n"
+                     "          [(i, hex(w[i].item() & 0xFFFFFFFF), hex(g[i].item() & 0xFFFFFFFF)) for i in bad[:5]])\n")
+            for view in ("fp32/model.safetensors",):
+                proc = in_chroot("python3", "-c", check, staging.inside(src),
+                                 staging.inside(os.path.join(mnt, view)), chroot=SID_CHROOT)
+                H.assert_ok(proc)
+                assert proc.stdout.count("PASS") == len(kinds) and "FAIL" not in proc.stdout, H.describe(proc)
+    finally:
+        staging.cleanup()
 
 
 # ---------------------------------------------------------------------------------------------------

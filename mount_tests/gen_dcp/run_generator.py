@@ -29,8 +29,8 @@ SOURCES = (os.path.join(HERE, "dcp_cases.py"), os.path.join(HERE, "generate_dcp.
            os.path.join(TESTS, "case_cache.py"))  # copied side by side into the chroot
 
 
-def default_chroot():
-    c = os.environ.get("CKPTFS_CHROOT", "build/trixie")
+def default_chroot(variable="CKPTFS_CHROOT", default="build/trixie"):
+    c = os.environ.get(variable, default)
     return os.path.abspath(c if os.path.isabs(c) else os.path.join(REPO, c))
 
 

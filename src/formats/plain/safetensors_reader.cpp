@@ -14,7 +14,8 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference reader's limit
 
 std::optional<DType> dtype_of(std::string_view name) {
-  for (DType d : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::F8_E5M2, DType::F8_E4M3FN, DType::I64,
+  for (DType d : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::F8_E5M2, DType::F8_E4M3FN, DType::F8_E5M2FNUZ,
+                  DType::F8_E4M3FNUZ, DType::I64,
                   DType::I32, DType::I16, DType::I8, DType::U8, DType::U16, DType::U32, DType::U64, DType::Bool})
     if (dtype_safetensors_name(d) == name) return d;
   return std::nullopt;
