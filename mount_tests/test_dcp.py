@@ -713,3 +713,47 @@ def test_source_spellings_give_the_same_mount(real_sources, ckptfs_bin, tmp_path
     first = trees[src]
     for spelling, tree in trees.items():
         assert tree == first, f"mount of {spelling!r} differs from the mount of {src!r}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# zstd items (DCP's ZStandard extension): the decoded-item cache and broken frames
+
+ZSTD_SRC = os.path.join(REAL214_DIR, "zstd_ws2", "checkpoint")
+
+
+@pytest.mark.parametrize("cache_mb", ["0", "1"])
+def test_zstd_reads_through_a_small_decoded_cache(export_cache, ckptfs_bin, tmp_path, cache_mb):
+    """decoded_cache_mb=0 streams every item to the range each read asks for, 1 keeps a few whole; both
+    serve the bytes the export (default cache) wrote, in reads of every size and order."""
+    proc, out = export_cache(ZSTD_SRC)
+    H.assert_ok(proc)
+    with mounted(ckptfs_bin, ZSTD_SRC, tmp_path / "mnt", "-o", f"decoded_cache_mb={cache_mb}") as mnt:
+        for rel in (*VIEWS, "full_state.pt"):
+            with open(os.path.join(out, rel), "rb") as f:
+                want = f.read()
+            with open(os.path.join(mnt, rel), "rb") as f:
+                assert f.read() == want, rel
+                for at in (len(want) - 1, 0, len(want) // 3, 7):  # backwards and forwards, small reads
+                    f.seek(at)
+                    assert f.read(4099) == want[at:at + 4099], (rel, at)
+
+
+def test_decoded_cache_option_must_be_a_number(ckptfs_bin, tmp_path):
+    (tmp_path / "mnt").mkdir()
+    proc = run_ckptfs(ckptfs_bin, ZSTD_SRC, tmp_path / "mnt", "-o", "decoded_cache_mb=lots")
+    assert_fails(proc, (2,), ["decoded_cache_mb"])
+
+
+def test_zstd_frame_without_its_magic_fails_naming_the_file(ckptfs_bin, tmp_path):
+    ck = _copy(ZSTD_SRC, tmp_path)
+    with open(ck / "__0_0.distcp", "r+b") as f:  # the first item starts the file
+        f.write(b"\0\0\0\0")
+    assert_fails(export(ckptfs_bin, ck, tmp_path / "x"), (4,), ["__0_0.distcp", ".metadata"])
+
+
+def test_truncated_zstd_frame_fails_naming_the_file(ckptfs_bin, tmp_path):
+    ck = _copy(ZSTD_SRC, tmp_path)
+    victim = ck / "__1_0.distcp"
+    with open(victim, "r+b") as f:
+        f.truncate(victim.stat().st_size - 5)  # the last item's frame loses its end
+    assert_fails(export(ckptfs_bin, ck, tmp_path / "x"), (4,), ["__1_0.distcp"])

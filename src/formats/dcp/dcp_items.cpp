@@ -1,8 +1,10 @@
 #include "formats/dcp/dcp_items.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "ckptfs/error.hpp"
+#include "io/decoded_item.hpp"
 
 namespace ckptfs::dcp {
 
@@ -33,10 +35,6 @@ void ItemReader::fail(const Item& item, const std::string& what) const {
 }
 
 torch::TorchArchive ItemReader::archive(const Item& item, const ItemLocation& loc) const {
-  if (!loc.transforms.empty())
-    throw UnsupportedError(fmt::format("{}: item {} is stored through transform '{}' (compression), which "
-                                       "ckptfs does not read",
-                                       metadata_of(item).string(), item.fqn, loc.transforms.front()));
   const fs::path path = dir_ / loc.relative_path;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) fail(item, fmt::format("its data file {} is missing", path.string()));
@@ -44,12 +42,28 @@ torch::TorchArchive ItemReader::archive(const Item& item, const ItemLocation& lo
   if (loc.offset > file->size() || loc.length > file->size() - loc.offset)
     fail(item, fmt::format("bytes {}..{} lie outside {} ({} bytes)", loc.offset, loc.offset + loc.length,
                            path.string(), file->size()));
+  if (!loc.transforms.empty()) return torch::TorchArchive::open(decoded(item, loc, file));
   const io::FileRange range(file, loc.offset, loc.length);
   if (!starts_with_zip(range) && safetensors_header_at(*file, loc.offset))
     throw UnsupportedError(fmt::format("{}: item {} is stored in {} in DCP's SAFETENSORS serialization "
                                        "format, which ckptfs does not read yet",
                                        metadata_of(item).string(), item.fqn, path.string()));
   return torch::TorchArchive::open(range);
+}
+
+// An item saved through DCP's ZStandard extension (transform 'stream.zstd/1'): one zstd frame of the
+// usual torch.save archive, read through an io::DecodedItem.
+io::FileRange ItemReader::decoded(const Item& item, const ItemLocation& loc, const io::FilePtr& file) const {
+  if (loc.transforms != std::vector<std::string>{std::string(kZstdTransform)})
+    throw UnsupportedError(fmt::format("{}: item {} is stored through transforms '{}', which ckptfs does not "
+                                       "read (it reads '{}')",
+                                       metadata_of(item).string(), item.fqn, fmt::join(loc.transforms, "', '"),
+                                       kZstdTransform));
+  try {
+    return io::FileRange(io::File::decoded(io::DecodedItem::zstd(file, loc.offset, loc.length)));
+  } catch (const FormatError& e) {
+    fail(item, e.what());
+  }
 }
 
 catalog::LogicalTensor ItemReader::tensor(const Item& item) const {

@@ -12,6 +12,8 @@
 
 namespace ckptfs::dcp {
 
+inline constexpr std::string_view kZstdTransform = "stream.zstd/1";  // torch's ZStandard extension, version 1
+
 class ItemReader {
  public:
   ItemReader(io::FileSet& files, std::filesystem::path dir)
@@ -22,9 +24,10 @@ class ItemReader {
 
   const std::filesystem::path& metadata_path() const { return metadata_path_; }
 
-  // The torch.save archive at `loc` (a bytes item, or one chunk of a tensor item). Throws FormatError
-  // naming the metadata file and the item when the bytes lie outside the data file;
-  // UnsupportedError for compressed items and DCP's safetensors serialization.
+  // The torch.save archive at `loc` (a bytes item, or one chunk of a tensor item), decoded first when
+  // it was saved through the ZStandard extension. Throws FormatError naming the metadata file and the
+  // item when the bytes lie outside the data file or are not a zstd frame; UnsupportedError for other
+  // transforms and DCP's safetensors serialization.
   torch::TorchArchive archive(const Item& item, const ItemLocation& loc) const;
 
   // A tensor item: one box per chunk, served in the item's dtype.
@@ -34,6 +37,7 @@ class ItemReader {
 
  private:
   const std::filesystem::path& metadata_of(const Item& item) const;
+  io::FileRange decoded(const Item& item, const ItemLocation& loc, const io::FilePtr& file) const;
 
   io::FileSet& files_;
   std::filesystem::path dir_;

@@ -66,6 +66,24 @@ int rank_count(const fs::path& dir) {
   return std::max<int>(1, static_cast<int>(ranks.size()));
 }
 
+// How a DCP dir stores its items, for `inspect`: compression, rank-local metadata.
+std::string storage_notes(const Metadata& md) {
+  size_t stored = 0, compressed = 0;
+  const auto count = [&](const ItemLocation& loc) {
+    ++stored;
+    if (!loc.transforms.empty()) ++compressed;
+  };
+  for (const auto& item : md.items) {
+    if (!item.is_tensor) count(item.location);
+    for (const auto& c : item.chunks) count(c.location);
+  }
+  std::string out;
+  if (compressed > 0) out += fmt::format("; {} of {} stored items zstd-compressed (ZStandard extension)", compressed, stored);
+  if (md.files.size() > 1 || (md.files.size() == 1 && md.files.front().filename() != ".metadata"))
+    out += fmt::format("; rank-local metadata (use_collectives=False): {} __<rank>.metadata files merged", md.files.size());
+  return out;
+}
+
 }  // namespace
 
 Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, const std::vector<fs::path>& dcp_dirs) {
@@ -83,6 +101,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
   for (const auto& d : dcp_dirs) {
     const Metadata md = read_dir_metadata(d);
     ItemReader reader(files, d, md.files.front());
+    tag.format += storage_notes(md);
     auto state = std::make_shared<Catalog>();   // every tensor item
     std::vector<CatalogPtr> keep_alive = {state};  // and one catalog per bytes item holding tensors
     for (const auto& item : md.items)
