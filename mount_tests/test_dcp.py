@@ -5,7 +5,13 @@ Two sources of checkpoints:
 - generated: mount_tests/gen_dcp/generate_dcp.py runs torch.distributed.checkpoint for real (torch 2.6,
   gloo on CPU, 2 or 4 ranks) in the Debian 13 chroot and records dcp_to_torch_save's output plus the
   model/fp32 dicts of docs/formats/dcp.md (cached in ${CKPTFS_DCP_FIXTURES:-build/fixtures-dcp});
-- real: mount_tests/fixtures/dcp-real (shard1_ws2, accelerate_like_ws2) with their golden files.
+- generated with torch 2.14: gen_dcp/generate_dcp214.py in the Debian unstable chroot
+  (${CKPTFS_SID_CHROOT:-build/sid}): the SAFETENSORS serialization format, float8/uint16-64 through zstd
+  with rank-local metadata, with the saved state (full tensors) as the expected result
+  (${CKPTFS_DCP214_FIXTURES:-build/fixtures-dcp214});
+- real: mount_tests/fixtures/dcp-real (shard1_ws2, accelerate_like_ws2; torch 2.6) and
+  mount_tests/fixtures/dcp-2.14-real (no_collectives_ws2, float8_ws2, zstd_ws2; torch 2.14) with their
+  golden files, read by torch 2.6 and 2.14 clients.
 
 For every case: `ckptfs export` (and `--tag T` for each tag), the mount (root, tags/<tag>/, side files,
 ls -lR, du, ckptfs.json) and, inside the chroot, safe_open / torch.load(mmap=True) on the mounted files;
@@ -757,3 +763,69 @@ def test_truncated_zstd_frame_fails_naming_the_file(ckptfs_bin, tmp_path):
     with open(victim, "r+b") as f:
         f.truncate(victim.stat().st_size - 5)  # the last item's frame loses its end
     assert_fails(export(ckptfs_bin, ck, tmp_path / "x"), (4,), ["__1_0.distcp"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# generated torch 2.14 layouts (gen_dcp/generate_dcp214.py in the Debian unstable chroot): the SAFETENSORS
+# serialization format, and float8/uint16-64 through zstd with rank-local metadata
+
+@pytest.fixture(scope="session")
+def dcp214_fixtures():
+    if SKIP_MODERN:
+        pytest.skip("CKPTFS_SKIP_MODERN=1: the torch 2.14 DCP cases are generated in the Debian unstable chroot")
+    if not RG.chroot_ready(SID_CHROOT):
+        return Missing(f"the Debian unstable chroot (torch 2.14) is not set up ({SID_CHROOT}); point "
+                       f"CKPTFS_SID_CHROOT at it")
+    out = _abs(os.environ.get("CKPTFS_DCP214_FIXTURES", "build/fixtures-dcp214"))
+    try:
+        RG.generate(out, SID_CHROOT, torch_version="2.14")
+    except RuntimeError as e:
+        return Missing(f"torch 2.14 DCP fixture generator failed: {e}")
+    return out
+
+
+@pytest.mark.parametrize("name", DC.CASES_214)
+def test_generated214_export_and_mount(dcp214_fixtures, export_cache, ckptfs_bin, name):
+    out = need(dcp214_fixtures)
+    case_dir = os.path.join(out, name)
+    info = case_info(out, name)
+    assert info["generator_version"] == DC.GEN_VERSION_214 and info["torch_version"].startswith("2.14")
+    src = os.path.join(case_dir, info["src"])
+    proc, exported = export_cache(src)
+    H.assert_ok(proc)
+    got = {os.path.relpath(os.path.join(dp, f), exported) for dp, _, fs in os.walk(exported) for f in fs}
+    assert got == {*VIEWS, "full_state.pt"}, got
+    chroots = {"torch 2.14": SID_CHROOT}
+    if info["trixie_clients"]:
+        chroots["torch 2.6"] = CHROOT
+    for label, chroot in chroots.items():
+        staging = Staging(f"gen214-{name}", chroot)
+        try:
+            with mounted(ckptfs_bin, src, staging.mnt) as mnt:
+                check_walk(mnt, ["checkpoint"], "checkpoint", str(exported))
+                exp = staging.put(os.path.join(case_dir, info["expected"]))
+                # (torch 2.6's safetensors 0.4.5 reads uint16-64 but its save_file cannot write them)
+                run_client_checks(staging, [{"label": f"{name} ({label})", "dir": staging.inside(mnt), "golden": exp,
+                                             "full_state": [["full_state.pt", exp]], "weights_only": True,
+                                             "save_file": chroot == SID_CHROOT}])
+        finally:
+            staging.cleanup()
+
+
+def test_safetensors_format_inspect_says_so(dcp214_fixtures, ckptfs_bin):
+    out = need(dcp214_fixtures)
+    proc = H.run([ckptfs_bin, "inspect", os.path.join(out, "safetensors_format_ws2", "checkpoint")])
+    H.assert_ok(proc)
+    assert "serialization_format=SAFETENSORS" in proc.stdout, proc.stdout
+
+
+def test_safetensors_format_chunk_missing_from_its_blob(dcp214_fixtures, ckptfs_bin, tmp_path):
+    """A tensor the .metadata places in a data file whose safetensors blob does not hold it: exit 4 naming
+    the file and the item."""
+    out = need(dcp214_fixtures)
+    ck = _copy(os.path.join(out, "safetensors_format_ws2", "checkpoint"), tmp_path)
+    victim = ck / "__0_0.distcp"
+    raw = victim.read_bytes()
+    at = raw.index(b'"model.embed.weight"')
+    victim.write_bytes(raw[:at] + b'"model.embed.weighX"' + raw[at + 20:])
+    assert_fails(export(ckptfs_bin, ck, tmp_path / "x"), (4,), ["__0_0.distcp", "model.embed.weight"])

@@ -106,6 +106,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
     std::vector<CatalogPtr> keep_alive = {state};  // and one catalog per bytes item holding tensors
     for (const auto& item : md.items)
       if (item.is_tensor) state->tensors.push_back(reader.tensor(item));
+    if (reader.read_safetensors_blobs()) tag.format += "; tensors in safetensors blobs (serialization_format=SAFETENSORS)";
     NestedState nested;
     size_t next_tensor = 0;
     for (const auto& item : md.items) {
