@@ -22,6 +22,7 @@ cases need it, so with CKPTFS_SKIP_MODERN=1 they are skipped (the real fixtures 
 host), and without it they fail saying how to make it.  Mounts live under CHROOT/mnt/ so the chroot's
 clients see them; ckptfs itself runs on the host.
 """
+import errno
 import hashlib
 import json
 import os
@@ -37,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "gen_dcp"))
 import helpers as H  # noqa: E402
 from mount_walk import walk_sizes  # noqa: E402
-from mounting import CMD_TIMEOUT, is_mounted, mounted, run_ckptfs  # noqa: E402
+from mounting import CMD_TIMEOUT, foreground, is_mounted, mounted, run_ckptfs  # noqa: E402
 
 import dcp_cases as DC  # noqa: E402
 import dcp_compare as CMP  # noqa: E402
@@ -755,6 +756,32 @@ def test_zstd_frame_without_its_magic_fails_naming_the_file(ckptfs_bin, tmp_path
     with open(ck / "__0_0.distcp", "r+b") as f:  # the first item starts the file
         f.write(b"\0\0\0\0")
     assert_fails(export(ckptfs_bin, ck, tmp_path / "x"), (4,), ["__0_0.distcp", ".metadata"])
+
+
+def test_zstd_frame_corrupted_after_mounting_fails_that_read_only(ckptfs_bin, tmp_path):
+    """A frame that stops decoding while the mount is up (the source damaged in place under an open file):
+    the read that needs it gets EIO and the server logs the file; the mount keeps serving the rest."""
+    ck = _copy(ZSTD_SRC, tmp_path)
+    mnt = tmp_path / "mnt"
+    with foreground(ckptfs_bin, ck, mnt, "-o", "decoded_cache_mb=0", "-o", "index_cache=off") as proc:
+        view = open(mnt / "model.safetensors", "rb", buffering=0)  # opened while the sources are intact
+        try:
+            assert len(view.read(8)) == 8
+            victim = ck / "__1_0.distcp"
+            raw = victim.read_bytes()
+            assert raw.count(b"\x28\xb5\x2f\xfd") > 1
+            victim.write_bytes(raw.replace(b"\x28\xb5\x2f\xfd", b"\0\0\0\0"))  # every frame's magic, same size
+            os.posix_fadvise(view.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # the view's pages read so far
+            with pytest.raises(OSError) as err:
+                view.seek(0)
+                view.read()
+            assert err.value.errno == errno.EIO, err.value
+        finally:
+            view.close()
+        assert json.loads((mnt / "ckptfs.json").read_text())["framework"] == "dcp"
+        assert sorted(os.listdir(mnt / "tags")) == ["ckpt"]
+    log = proc.stderr.read()
+    assert "__1_0.distcp" in log and "zstd item" in log, log
 
 
 def test_truncated_zstd_frame_fails_naming_the_file(ckptfs_bin, tmp_path):
