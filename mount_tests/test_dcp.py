@@ -856,3 +856,24 @@ def test_safetensors_format_chunk_missing_from_its_blob(dcp214_fixtures, ckptfs_
     at = raw.index(b'"model.embed.weight"')
     victim.write_bytes(raw[:at] + b'"model.embed.weighX"' + raw[at + 20:])
     assert_fails(export(ckptfs_bin, ck, tmp_path / "x"), (4,), ["__0_0.distcp", "model.embed.weight"])
+
+
+def test_rank_metadata_files_that_disagree_fail_naming_both(ckptfs_bin, tmp_path):
+    """use_collectives=False: __1.metadata edited (with pickle, by torch 2.14) to give model.0.weight
+    another size than __0.metadata does: exit 4 naming both files and the item."""
+    if SKIP_MODERN or not RG.chroot_ready(SID_CHROOT):
+        pytest.skip("needs the Debian unstable chroot (torch 2.14)") if SKIP_MODERN else pytest.fail(
+            f"the Debian unstable chroot is not set up ({SID_CHROOT})", pytrace=False)
+    staging = Staging("rank-metadata", SID_CHROOT)
+    try:
+        ck = os.path.join(staging.host, "ckpt")
+        shutil.copytree(os.path.join(REAL214_DIR, "no_collectives_ws2", "checkpoint"), ck)
+        script = ("import pickle, sys, torch\n"
+                  "p = sys.argv[1]\nmd = pickle.load(open(p, 'rb'))\n"
+                  "md.state_dict_metadata['model.0.weight'].size = torch.Size([54, 37])\n"
+                  "pickle.dump(md, open(p, 'wb'))\n")
+        H.assert_ok(in_chroot("python3", "-c", script, staging.inside(os.path.join(ck, "__1.metadata")),
+                              chroot=SID_CHROOT))
+        assert_fails(export(ckptfs_bin, ck, tmp_path), (4,), ["__1.metadata", "__0.metadata", "model.0.weight"])
+    finally:
+        staging.cleanup()
