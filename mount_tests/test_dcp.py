@@ -877,3 +877,19 @@ def test_rank_metadata_files_that_disagree_fail_naming_both(ckptfs_bin, tmp_path
         assert_fails(export(ckptfs_bin, ck, tmp_path), (4,), ["__1.metadata", "__0.metadata", "model.0.weight"])
     finally:
         staging.cleanup()
+
+
+def test_zstd_index_cache_keeps_the_decoded_items(export_cache, ckptfs_bin, tmp_path):
+    """`ckptfs index` of a zstd checkpoint writes its decoded items (file, range, size) into the index; a
+    mount that loads it serves the bytes the export wrote."""
+    proc, out = export_cache(ZSTD_SRC)
+    H.assert_ok(proc)
+    cache = tmp_path / "cache"
+    r = run_ckptfs(ckptfs_bin, "index", ZSTD_SRC, "--cache", cache)
+    H.assert_ok(r)
+    with foreground(ckptfs_bin, ZSTD_SRC, tmp_path / "mnt", "-o", f"index_cache={cache}") as p:
+        assert p.stderr.readline().startswith(f"ckptfs: index loaded from {r.stdout.strip()}")
+        for rel in (*VIEWS, "full_state.pt"):
+            r2 = subprocess.run(["cmp", tmp_path / "mnt" / rel, out / rel], capture_output=True, text=True,
+                                timeout=CMD_TIMEOUT)
+            assert r2.returncode == 0, f"{rel}: {r2.stdout}{r2.stderr}"
