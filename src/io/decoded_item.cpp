@@ -136,13 +136,23 @@ std::shared_ptr<const DecodedItem> DecodedItem::zstd(FilePtr backing, uint64_t o
   const unsigned long long declared = ZSTD_getFrameContentSize(header.data(), header.size());
   if (declared == ZSTD_CONTENTSIZE_ERROR)
     throw FormatError(fmt::format("{}: not a zstd frame (its magic number is missing)", where(*backing, offset, length)));
-  // Without a declared size (python-zstandard's stream_writer, which DCP's ZStandard uses, records none),
-  // one pass learns it and checks the frame whole; with one, reads check it.
-  const uint64_t size = declared != ZSTD_CONTENTSIZE_UNKNOWN
-                            ? declared
-                            : decode_stream<FormatError>(*backing, offset, length,
-                                                         [](std::span<const std::byte>, uint64_t) { return true; });
-  return std::make_shared<const DecodedItem>(std::move(backing), offset, length, size);
+  if (declared != ZSTD_CONTENTSIZE_UNKNOWN)  // reads check it
+    return std::make_shared<const DecodedItem>(std::move(backing), offset, length, declared);
+  // No declared size (python-zstandard's stream_writer, which DCP's ZStandard uses, records none): one
+  // pass learns it and checks the frame whole, and keeps the bytes in the cache when they fit, for the
+  // reads of the archive's directory and pickle that follow.
+  const uint64_t capacity = cache().capacity();
+  auto bytes = std::make_shared<std::vector<std::byte>>();
+  const uint64_t size = decode_stream<FormatError>(*backing, offset, length, [&](auto chunk, uint64_t at) {
+    if (bytes && at + chunk.size() <= capacity)
+      bytes->insert(bytes->end(), chunk.begin(), chunk.end());
+    else
+      bytes.reset();
+    return true;
+  });
+  auto item = std::make_shared<const DecodedItem>(std::move(backing), offset, length, size);
+  if (bytes) cache().insert(item->id_, std::move(bytes));
+  return item;
 }
 
 void DecodedItem::read(uint64_t offset, std::span<std::byte> dst) const {
