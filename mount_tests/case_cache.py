@@ -3,6 +3,7 @@ Standard library only: used by gen/generate.py (host) and by gen_dcp/run_generat
 gen_dcp/generate_dcp.py (in the chroot, where run_generator.py copies this file beside it)."""
 import json
 import os
+import shutil
 
 
 def case_is_current(path, version):
@@ -11,3 +12,10 @@ def case_is_current(path, version):
             return json.load(f).get("generator_version") == version
     except (OSError, ValueError):
         return False
+
+
+def install_case(case_dir, out_dir, name):
+    """Moves a finished case folder to out_dir/name (same file system), replacing an older one."""
+    final = os.path.join(out_dir, name)
+    shutil.rmtree(final, ignore_errors=True)
+    os.rename(case_dir, final)

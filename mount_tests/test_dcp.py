@@ -5,7 +5,13 @@ Two sources of checkpoints:
 - generated: mount_tests/gen_dcp/generate_dcp.py runs torch.distributed.checkpoint for real (torch 2.6,
   gloo on CPU, 2 or 4 ranks) in the Debian 13 chroot and records dcp_to_torch_save's output plus the
   model/fp32 dicts of docs/formats/dcp.md (cached in ${CKPTFS_DCP_FIXTURES:-build/fixtures-dcp});
-- real: mount_tests/fixtures/dcp-real (shard1_ws2, accelerate_like_ws2) with their golden files.
+- generated with torch 2.14: gen_dcp/generate_dcp214.py in the Debian unstable chroot
+  (${CKPTFS_SID_CHROOT:-build/sid}): the SAFETENSORS serialization format, float8/uint16-64 through zstd
+  with rank-local metadata, with the saved state (full tensors) as the expected result
+  (${CKPTFS_DCP214_FIXTURES:-build/fixtures-dcp214});
+- real: mount_tests/fixtures/dcp-real (shard1_ws2, accelerate_like_ws2; torch 2.6) and
+  mount_tests/fixtures/dcp-2.14-real (no_collectives_ws2, float8_ws2, zstd_ws2; torch 2.14) with their
+  golden files, read by torch 2.6 and 2.14 clients.
 
 For every case: `ckptfs export` (and `--tag T` for each tag), the mount (root, tags/<tag>/, side files,
 ls -lR, du, ckptfs.json) and, inside the chroot, safe_open / torch.load(mmap=True) on the mounted files;
@@ -16,6 +22,8 @@ cases need it, so with CKPTFS_SKIP_MODERN=1 they are skipped (the real fixtures 
 host), and without it they fail saying how to make it.  Mounts live under CHROOT/mnt/ so the chroot's
 clients see them; ckptfs itself runs on the host.
 """
+import errno
+import hashlib
 import json
 import os
 import shutil
@@ -30,13 +38,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "gen_dcp"))
 import helpers as H  # noqa: E402
 from mount_walk import walk_sizes  # noqa: E402
-from mounting import CMD_TIMEOUT, is_mounted, mounted, run_ckptfs  # noqa: E402
+from mounting import CMD_TIMEOUT, foreground, is_mounted, mounted, run_ckptfs  # noqa: E402
 
 import dcp_cases as DC  # noqa: E402
 import dcp_compare as CMP  # noqa: E402
 import run_generator as RG  # noqa: E402
 
 CHROOT = RG.default_chroot()
+SID_CHROOT = RG.default_chroot("CKPTFS_SID_CHROOT", "build/sid")
 SKIP_MODERN = os.environ.get("CKPTFS_SKIP_MODERN") == "1"
 REAL_DIR = os.path.join(HERE, "fixtures", "dcp-real")
 CLIENT = os.path.join(HERE, "gen_dcp", "chroot_dcp_clients.py")
@@ -195,20 +204,21 @@ def check_walk(mnt, tags, latest, out_dir):
 # ---------------------------------------------------------------------------------------------------
 # chroot clients
 
-def in_chroot(*args, timeout=CLIENT_TIMEOUT):
+def in_chroot(*args, timeout=CLIENT_TIMEOUT, chroot=CHROOT):
     env = ["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8", "OMP_NUM_THREADS=2",
            "PYTHONDONTWRITEBYTECODE=1"]
-    return H.run(["chroot", CHROOT, *env, *args], timeout=timeout)
+    return H.run(["chroot", chroot, *env, *args], timeout=timeout)
 
 
 class Staging:
     """CHROOT/tmp/<tag>/ holding the client (with dcp_compare.py and modern/chroot_clients.py, which it imports)
-    and expectations, CHROOT/mnt/<tag>/ for the mount."""
+    and expectations, CHROOT/mnt/<tag>/ for the mount (`chroot`: the Debian 13 one unless told)."""
 
-    def __init__(self, name):
+    def __init__(self, name, chroot=CHROOT):
+        self.chroot = chroot
         self.tag = f"ckptfs-dcp-test-{os.getpid()}-{name}"
-        self.host = os.path.join(CHROOT, "tmp", self.tag)
-        self.mnt = os.path.join(CHROOT, "mnt", self.tag)
+        self.host = os.path.join(chroot, "tmp", self.tag)
+        self.mnt = os.path.join(chroot, "mnt", self.tag)
         shutil.rmtree(self.host, ignore_errors=True)
         os.makedirs(self.host)
         for f in ("chroot_dcp_clients.py", "dcp_compare.py"):
@@ -217,7 +227,7 @@ class Staging:
         self.n = 0
 
     def inside(self, host_path):
-        return "/" + os.path.relpath(host_path, CHROOT)
+        return "/" + os.path.relpath(host_path, self.chroot)
 
     def put(self, path):
         self.n += 1
@@ -235,7 +245,8 @@ class Staging:
         spec = os.path.join(self.host, "spec.json")
         with open(spec, "w") as f:
             json.dump({"checks": checks}, f, indent=1)
-        return in_chroot("python3", f"{self.inside(self.host)}/chroot_dcp_clients.py", self.inside(spec))
+        return in_chroot("python3", f"{self.inside(self.host)}/chroot_dcp_clients.py", self.inside(spec),
+                         chroot=self.chroot)
 
     def cleanup(self):
         shutil.rmtree(self.host, ignore_errors=True)
@@ -249,9 +260,15 @@ def run_chroot_clients(staging, mnt, tags_files):
     for label, rel, model_pt, fp32_pt, full in tags_files:
         checks.append({"label": label, "dir": staging.inside(os.path.join(mnt, rel)), "model": model_pt,
                        "fp32": fp32_pt, "full_state": [[v, p] for v, p in full]})
+    run_client_checks(staging, checks)
+
+
+def run_client_checks(staging, checks):
+    """Runs chroot_dcp_clients.py on `checks` (its SPEC entries) and requires every check it makes to pass."""
     proc = staging.run(checks)
     assert proc.returncode == 0 and "FAIL" not in proc.stdout, H.describe(proc)
-    n = sum(3 + len(c["full_state"]) for c in checks)
+    n = sum(3 + 2 * bool(c.get("save_file")) + len(c["full_state"]) * (1 + bool(c.get("weights_only")))
+            for c in checks)
     assert proc.stdout.count("PASS ") == n, H.describe(proc)
 
 
@@ -453,6 +470,110 @@ def test_real_fixture_folder_itself_as_source(export_cache):
 
 
 # ---------------------------------------------------------------------------------------------------
+# real checkpoints written by torch 2.14 (mount_tests/fixtures/dcp-2.14-real): rank-local metadata,
+# float8, zstd. The host's torch 1.13 cannot hold float8, so the host checks the model view's bytes
+# against the golden manifest and the torch 2.6 and 2.14 clients in the chroots check every view.
+
+REAL214_DIR = os.path.join(HERE, "fixtures", "dcp-2.14-real")
+REAL214_CASES = ["no_collectives_ws2", "float8_ws2", "zstd_ws2"]
+CLIENT_CHROOTS = {"torch 2.6": CHROOT, "torch 2.14": SID_CHROOT}
+# torch dtype -> safetensors name, from safetensors' own tables (bindings/python/py_src/safetensors/torch.py)
+ST_NAMES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64",
+            "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL", "uint16": "U16",
+            "uint32": "U32", "uint64": "U64", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+            "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ"}
+
+
+def raw_safetensors(path):
+    """{name: (dtype name, shape, bytes)} of a safetensors file, without torch."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
+def check_model_view_against_manifest(path, manifest, prefix="model."):
+    """model.safetensors holds exactly the golden's model tensors: dtype, shape and sha256 of the bytes."""
+    got = raw_safetensors(path)
+    want = {k[len(prefix):]: m for k, m in manifest.items() if k.startswith(prefix) and m["kind"] == "tensor"}
+    assert set(got) == set(want), f"{path}: tensors {sorted(got)}, the golden has {sorted(want)}"
+    for k, (dtype, shape, data) in got.items():
+        m = want[k]
+        assert (dtype, shape) == (ST_NAMES[m["dtype"]], m["shape"]), f"{path}: {k}: {dtype} {shape} vs {m}"
+        assert hashlib.sha256(data).hexdigest() == m["sha256"], f"{path}: {k}: bytes differ from the golden"
+
+
+def test_real214_fixtures_present():
+    for name in REAL214_CASES:
+        assert os.path.isfile(os.path.join(REAL214_DIR, name, "case.json")), f"missing real DCP fixture {name}"
+
+
+@pytest.mark.parametrize("name", REAL214_CASES)
+def test_real214_export_and_mount(export_cache, ckptfs_bin, name):
+    src = os.path.join(REAL214_DIR, name, "checkpoint")
+    manifest = json.load(open(os.path.join(REAL214_DIR, name, "golden.manifest.json")))
+    golden = os.path.join(REAL214_DIR, name, "golden.pt")
+    proc, out = export_cache(src)
+    H.assert_ok(proc)
+    got = {os.path.relpath(os.path.join(dp, f), out) for dp, _, fs in os.walk(out) for f in fs}
+    assert got == {*VIEWS, "full_state.pt"}, got
+    check_model_view_against_manifest(os.path.join(out, "model.safetensors"), manifest)
+    missing = []
+    for label, chroot in CLIENT_CHROOTS.items():
+        if SKIP_MODERN or not RG.chroot_ready(chroot):
+            missing.append(f"{label} ({chroot})")
+            continue
+        staging = Staging(f"real214-{name}", chroot)
+        try:
+            with mounted(ckptfs_bin, src, staging.mnt) as mnt:
+                check_model_view_against_manifest(os.path.join(mnt, "model.safetensors"), manifest)
+                check_walk(mnt, ["checkpoint"], "checkpoint", str(out))
+                g = staging.put(golden)
+                run_client_checks(staging, [{"label": f"{name} ({label})", "dir": staging.inside(mnt), "golden": g,
+                                             "full_state": [["full_state.pt", g]], "weights_only": True,
+                                             "save_file": True}])
+        finally:
+            staging.cleanup()
+    if missing and not SKIP_MODERN:
+        pytest.fail(f"no chroot for the clients {missing} (the host-side checks passed)", pytrace=False)
+
+
+def test_float8_upcast_matches_torch(ckptfs_bin, tmp_path):
+    """fp32/ widens every one of the 256 patterns of each float8 kind as torch 2.14's own `.float()` does
+    (NaNs and infinities included), from a file safetensors itself wrote."""
+    if SKIP_MODERN or not RG.chroot_ready(SID_CHROOT):
+        pytest.skip("needs the Debian unstable chroot (torch 2.14)") if SKIP_MODERN else pytest.fail(
+            f"the Debian unstable chroot is not set up ({SID_CHROOT})", pytrace=False)
+    staging = Staging("float8-table", SID_CHROOT)
+    kinds = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"]
+    src = os.path.join(staging.host, "f8.safetensors")
+    try:
+        script = ("import sys, torch\nfrom safetensors.torch import save_file\n"
+                  "save_file({k: torch.arange(256, dtype=torch.uint8).view(getattr(torch, k)) for k in sys.argv[2:]}, "
+                  "sys.argv[1])\n")
+        proc = in_chroot("python3", "-c", script, staging.inside(src), *kinds, chroot=SID_CHROOT)
+        H.assert_ok(proc)
+        with mounted(ckptfs_bin, src, staging.mnt) as mnt:
+            check = ("import sys, torch\nfrom safetensors.torch import load_file\n"
+                     "src, ours = load_file(sys.argv[1]), load_file(sys.argv[2])\n"
+                     "for k, v in src.items():\n"
+                     "    w, g = v.float().view(torch.int32), ours[k].view(torch.int32)\n"
+                     "    bad = (w != g).nonzero().flatten().tolist()\n"
+                     "    print(('PASS' if not bad and ours[k].dtype == torch.float32 else 'FAIL'), k,\n"
+                     "          [(i, hex(w[i].item() & 0xFFFFFFFF), hex(g[i].item() & 0xFFFFFFFF)) for i in bad[:5]])\n")
+            for view in ("fp32/model.safetensors",):
+                proc = in_chroot("python3", "-c", check, staging.inside(src),
+                                 staging.inside(os.path.join(mnt, view)), chroot=SID_CHROOT)
+                H.assert_ok(proc)
+                assert proc.stdout.count("PASS") == len(kinds) and "FAIL" not in proc.stdout, H.describe(proc)
+    finally:
+        staging.cleanup()
+
+
+# ---------------------------------------------------------------------------------------------------
 # broken checkpoints
 
 def assert_fails(proc, codes, names):
@@ -560,3 +681,215 @@ def test_broken_older_step_fails_the_whole_folder(dcp_fixtures, ckptfs_bin, tmp_
     ck = _copy(os.path.join(out, "torchtitan_like_ws2", "checkpoint"), tmp_path)
     (ck / "step-10" / "__1_0.distcp").unlink()
     assert_fails(export(ckptfs_bin, ck, _out(tmp_path, "x")), (4,), ["__1_0.distcp", "step-10"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# how the source is spelled
+
+def tree_digest(root):
+    """{relative path: sha256} of every file under `root` (ckptfs.json included: it names the source)."""
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            rel = os.path.relpath(os.path.join(dirpath, f), root)
+            with open(os.path.join(dirpath, f), "rb") as fh:
+                out[rel] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize("name", REAL_CASES)
+def test_source_spellings_give_the_same_mount(real_sources, ckptfs_bin, tmp_path, monkeypatch, name):
+    """DIR/, ./ (from inside DIR) and a symlink to DIR name the same tag and serve the same tree; DIR/ used
+    to make the tag '' and fail with "invalid path in the virtual tree: 'tags//model.safetensors'"."""
+    src, tag, sides = real_sources[name]
+    exp = real_expect(name)
+    exp.side_files = sides
+    link = tmp_path / "link-to-src"
+    link.symlink_to(src, target_is_directory=True)
+    monkeypatch.chdir(src)
+    trees = {}
+    for spelling in (src, src + "/", "./", str(link), str(link) + "/"):
+        proc = H.run([ckptfs_bin, "inspect", spelling, "--json"])
+        H.assert_ok(proc)
+        j = json.loads(proc.stdout)
+        assert [t["name"] for t in j["tags"]] == [tag] and j["latest"] == tag, (spelling, j["latest"])
+        with mounted(ckptfs_bin, spelling, tmp_path / "mnt") as mnt:
+            assert os.listdir(os.path.join(mnt, "tags")) == [tag], spelling
+            check_dir(mnt, exp, f"{name} mounted as {spelling!r}")
+            trees[spelling] = tree_digest(mnt)
+    first = trees[src]
+    for spelling, tree in trees.items():
+        assert tree == first, f"mount of {spelling!r} differs from the mount of {src!r}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# zstd items (DCP's ZStandard extension): the decoded-item cache and broken frames
+
+ZSTD_SRC = os.path.join(REAL214_DIR, "zstd_ws2", "checkpoint")
+
+
+@pytest.mark.parametrize("cache_mb", ["0", "1"])
+def test_zstd_reads_through_a_small_decoded_cache(export_cache, ckptfs_bin, tmp_path, cache_mb):
+    """decoded_cache_mb=0 streams every item to the range each read asks for, 1 keeps a few whole; both
+    serve the bytes the export (default cache) wrote, in reads of every size and order."""
+    proc, out = export_cache(ZSTD_SRC)
+    H.assert_ok(proc)
+    with mounted(ckptfs_bin, ZSTD_SRC, tmp_path / "mnt", "-o", f"decoded_cache_mb={cache_mb}") as mnt:
+        for rel in (*VIEWS, "full_state.pt"):
+            with open(os.path.join(out, rel), "rb") as f:
+                want = f.read()
+            with open(os.path.join(mnt, rel), "rb") as f:
+                assert f.read() == want, rel
+                for at in (len(want) - 1, 0, len(want) // 3, 7):  # backwards and forwards, small reads
+                    f.seek(at)
+                    assert f.read(4099) == want[at:at + 4099], (rel, at)
+
+
+def test_decoded_cache_option_must_be_a_number(ckptfs_bin, tmp_path):
+    (tmp_path / "mnt").mkdir()
+    proc = run_ckptfs(ckptfs_bin, ZSTD_SRC, tmp_path / "mnt", "-o", "decoded_cache_mb=lots")
+    assert_fails(proc, (2,), ["decoded_cache_mb"])
+
+
+def test_zstd_frame_without_its_magic_fails_naming_the_file(ckptfs_bin, tmp_path):
+    ck = _copy(ZSTD_SRC, tmp_path)
+    with open(ck / "__0_0.distcp", "r+b") as f:  # the first item starts the file
+        f.write(b"\0\0\0\0")
+    assert_fails(export(ckptfs_bin, ck, tmp_path / "x"), (4,), ["__0_0.distcp", ".metadata"])
+
+
+def test_zstd_frame_corrupted_after_mounting_fails_that_read_only(ckptfs_bin, tmp_path):
+    """A frame that stops decoding while the mount is up (the source damaged in place under an open file):
+    the read that needs it gets EIO and the server logs the file; the mount keeps serving the rest."""
+    ck = _copy(ZSTD_SRC, tmp_path)
+    mnt = tmp_path / "mnt"
+    with foreground(ckptfs_bin, ck, mnt, "-o", "decoded_cache_mb=0", "-o", "index_cache=off") as proc:
+        view = open(mnt / "model.safetensors", "rb", buffering=0)  # opened while the sources are intact
+        try:
+            assert len(view.read(8)) == 8
+            victim = ck / "__1_0.distcp"
+            raw = victim.read_bytes()
+            assert raw.count(b"\x28\xb5\x2f\xfd") > 1
+            victim.write_bytes(raw.replace(b"\x28\xb5\x2f\xfd", b"\0\0\0\0"))  # every frame's magic, same size
+            os.posix_fadvise(view.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # the view's pages read so far
+            with pytest.raises(OSError) as err:
+                view.seek(0)
+                view.read()
+            assert err.value.errno == errno.EIO, err.value
+        finally:
+            view.close()
+        assert json.loads((mnt / "ckptfs.json").read_text())["framework"] == "dcp"
+        assert sorted(os.listdir(mnt / "tags")) == ["ckpt"]
+    log = proc.stderr.read()
+    assert "__1_0.distcp" in log and "zstd item" in log, log
+
+
+def test_truncated_zstd_frame_fails_naming_the_file(ckptfs_bin, tmp_path):
+    ck = _copy(ZSTD_SRC, tmp_path)
+    victim = ck / "__1_0.distcp"
+    with open(victim, "r+b") as f:
+        f.truncate(victim.stat().st_size - 5)  # the last item's frame loses its end
+    assert_fails(export(ckptfs_bin, ck, tmp_path / "x"), (4,), ["__1_0.distcp"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# generated torch 2.14 layouts (gen_dcp/generate_dcp214.py in the Debian unstable chroot): the SAFETENSORS
+# serialization format, and float8/uint16-64 through zstd with rank-local metadata
+
+@pytest.fixture(scope="session")
+def dcp214_fixtures():
+    if SKIP_MODERN:
+        pytest.skip("CKPTFS_SKIP_MODERN=1: the torch 2.14 DCP cases are generated in the Debian unstable chroot")
+    if not RG.chroot_ready(SID_CHROOT):
+        return Missing(f"the Debian unstable chroot (torch 2.14) is not set up ({SID_CHROOT}); point "
+                       f"CKPTFS_SID_CHROOT at it")
+    out = _abs(os.environ.get("CKPTFS_DCP214_FIXTURES", "build/fixtures-dcp214"))
+    try:
+        RG.generate(out, SID_CHROOT, torch_version="2.14")
+    except RuntimeError as e:
+        return Missing(f"torch 2.14 DCP fixture generator failed: {e}")
+    return out
+
+
+@pytest.mark.parametrize("name", DC.CASES_214)
+def test_generated214_export_and_mount(dcp214_fixtures, export_cache, ckptfs_bin, name):
+    out = need(dcp214_fixtures)
+    case_dir = os.path.join(out, name)
+    info = case_info(out, name)
+    assert info["generator_version"] == DC.GEN_VERSION_214 and info["torch_version"].startswith("2.14")
+    src = os.path.join(case_dir, info["src"])
+    proc, exported = export_cache(src)
+    H.assert_ok(proc)
+    got = {os.path.relpath(os.path.join(dp, f), exported) for dp, _, fs in os.walk(exported) for f in fs}
+    assert got == {*VIEWS, "full_state.pt"}, got
+    chroots = {"torch 2.14": SID_CHROOT}
+    if info["trixie_clients"]:
+        chroots["torch 2.6"] = CHROOT
+    for label, chroot in chroots.items():
+        staging = Staging(f"gen214-{name}", chroot)
+        try:
+            with mounted(ckptfs_bin, src, staging.mnt) as mnt:
+                check_walk(mnt, ["checkpoint"], "checkpoint", str(exported))
+                exp = staging.put(os.path.join(case_dir, info["expected"]))
+                # (torch 2.6's safetensors 0.4.5 reads uint16-64 but its save_file cannot write them)
+                run_client_checks(staging, [{"label": f"{name} ({label})", "dir": staging.inside(mnt), "golden": exp,
+                                             "full_state": [["full_state.pt", exp]], "weights_only": True,
+                                             "save_file": chroot == SID_CHROOT}])
+        finally:
+            staging.cleanup()
+
+
+def test_safetensors_format_inspect_says_so(dcp214_fixtures, ckptfs_bin):
+    out = need(dcp214_fixtures)
+    proc = H.run([ckptfs_bin, "inspect", os.path.join(out, "safetensors_format_ws2", "checkpoint")])
+    H.assert_ok(proc)
+    assert "serialization_format=SAFETENSORS" in proc.stdout, proc.stdout
+
+
+def test_safetensors_format_chunk_missing_from_its_blob(dcp214_fixtures, ckptfs_bin, tmp_path):
+    """A tensor the .metadata places in a data file whose safetensors blob does not hold it: exit 4 naming
+    the file and the item."""
+    out = need(dcp214_fixtures)
+    ck = _copy(os.path.join(out, "safetensors_format_ws2", "checkpoint"), tmp_path)
+    victim = ck / "__0_0.distcp"
+    raw = victim.read_bytes()
+    at = raw.index(b'"model.embed.weight"')
+    victim.write_bytes(raw[:at] + b'"model.embed.weighX"' + raw[at + 20:])
+    assert_fails(export(ckptfs_bin, ck, tmp_path / "x"), (4,), ["__0_0.distcp", "model.embed.weight"])
+
+
+def test_rank_metadata_files_that_disagree_fail_naming_both(ckptfs_bin, tmp_path):
+    """use_collectives=False: __1.metadata edited (with pickle, by torch 2.14) to give model.0.weight
+    another size than __0.metadata does: exit 4 naming both files and the item."""
+    if SKIP_MODERN or not RG.chroot_ready(SID_CHROOT):
+        pytest.skip("needs the Debian unstable chroot (torch 2.14)") if SKIP_MODERN else pytest.fail(
+            f"the Debian unstable chroot is not set up ({SID_CHROOT})", pytrace=False)
+    staging = Staging("rank-metadata", SID_CHROOT)
+    try:
+        ck = os.path.join(staging.host, "ckpt")
+        shutil.copytree(os.path.join(REAL214_DIR, "no_collectives_ws2", "checkpoint"), ck)
+        script = ("import pickle, sys, torch\n"
+                  "p = sys.argv[1]\nmd = pickle.load(open(p, 'rb'))\n"
+                  "md.state_dict_metadata['model.0.weight'].size = torch.Size([54, 37])\n"
+                  "pickle.dump(md, open(p, 'wb'))\n")
+        H.assert_ok(in_chroot("python3", "-c", script, staging.inside(os.path.join(ck, "__1.metadata")),
+                              chroot=SID_CHROOT))
+        assert_fails(export(ckptfs_bin, ck, tmp_path), (4,), ["__1.metadata", "__0.metadata", "model.0.weight"])
+    finally:
+        staging.cleanup()
+
+
+def test_zstd_index_cache_keeps_the_decoded_items(export_cache, ckptfs_bin, tmp_path):
+    """`ckptfs index` of a zstd checkpoint writes its decoded items (file, range, size) into the index; a
+    mount that loads it serves the bytes the export wrote."""
+    proc, out = export_cache(ZSTD_SRC)
+    H.assert_ok(proc)
+    cache = tmp_path / "cache"
+    r = run_ckptfs(ckptfs_bin, "index", ZSTD_SRC, "--cache", cache)
+    H.assert_ok(r)
+    with foreground(ckptfs_bin, ZSTD_SRC, tmp_path / "mnt", "-o", f"index_cache={cache}") as p:
+        assert p.stderr.readline().startswith(f"ckptfs: index loaded from {r.stdout.strip()}")
+        for rel in (*VIEWS, "full_state.pt"):
+            r2 = subprocess.run(["cmp", tmp_path / "mnt" / rel, out / rel], capture_output=True, text=True,
+                                timeout=CMD_TIMEOUT)
+            assert r2.returncode == 0, f"{rel}: {r2.stdout}{r2.stderr}"

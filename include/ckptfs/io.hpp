@@ -45,11 +45,17 @@ class OpenFd {
 
 using OpenFdPtr = std::shared_ptr<const OpenFd>;
 
+class DecodedItem;  // src/io/decoded_item.hpp
+
 class File {
  public:
   // Opens `path` read-only and records its identity. Throws SourceError naming the path when it cannot
   // be opened or is not a regular file.
   static std::shared_ptr<File> open(const std::filesystem::path& path);
+  // The decoded bytes of a compressed item of another file, read as a file of their own: reads decode
+  // what they touch (through the bounded cache of decoded items), the path and identity are those of
+  // the file holding the item, and it is unchanged while that file is.
+  static std::shared_ptr<File> decoded(std::shared_ptr<const DecodedItem> item);
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -66,8 +72,11 @@ class File {
   std::vector<std::byte> read(uint64_t offset, uint64_t length) const;
 
   // The file's open descriptor, held open while the result lives (reopened and checked as read_exact
-  // does): for a reply spliced straight from the file. Throws SourceError like read_exact.
+  // does): for a reply spliced straight from the file. Throws SourceError like read_exact; only for
+  // files that have one (not decoded items).
   OpenFdPtr descriptor() const;
+  bool has_descriptor() const { return decoded_ == nullptr; }
+  const DecodedItem* decoded_item() const { return decoded_.get(); }
 
   // Asks the kernel to start reading [offset, offset + length) into the page cache and returns without
   // waiting (posix_fadvise WILLNEED, one call per readahead size of the file's device, since the kernel
@@ -81,6 +90,7 @@ class File {
   File(std::filesystem::path path, FileIdentity identity);
   std::filesystem::path path_;
   FileIdentity identity_;
+  std::shared_ptr<const DecodedItem> decoded_;  // set: the bytes are this item's, decoded
 };
 
 using FilePtr = std::shared_ptr<File>;
@@ -116,6 +126,14 @@ size_t max_open_files();
 // ranges a view needs, where the kernel, seeing each shard read in order, reads on past them into bytes no
 // view of the read needs (a 256-rank ZeRO-3 fp32 view, 1.07 GB of masters, pulled 3.05 GB from disk).
 void set_kernel_readahead(bool on);
+// Most decoded bytes the cache holds at once (default kDefaultDecodedCacheBytes; the mount's
+// -o decoded_cache_mb=N sets it).
+inline constexpr uint64_t kDefaultDecodedCacheBytes = uint64_t{256} << 20;
+void set_decoded_cache_bytes(uint64_t bytes);
+uint64_t decoded_cache_bytes();
+// Decoded bytes the cache holds now (for tests).
+uint64_t decoded_cache_used();
+
 // Descriptors the cache holds now (for tests and `inspect`).
 size_t open_file_count();
 

@@ -5,6 +5,12 @@ a ckptfs mount with modern clients and compares them with PyTorch's own results,
 
 SPEC: {"checks": [{"label": str, "dir": mounted tag root, "model": model.pt, "fp32": fp32.pt,
                    "full_state": [[view path relative to dir, expected .pt], ...]}, ...]}
+or, instead of "model"/"fp32", "golden": a state .pt whose "model" dict is the model view and whose fp32
+view this client derives with torch's own `.float()` (8- and 16-bit floats; other dtypes as they are),
+plus "weights_only": true to load each full_state view with weights_only=True as well, and
+"save_file": true to check model.safetensors and fp32/model.safetensors byte for byte against
+safetensors.torch.save_file of the expected tensors (torch 2.x clients can hold float8 and uint16-64,
+which the host's torch 1.13 cannot).
 Per tag root: safe_open of model.safetensors and fp32/model.safetensors (every tensor, get_slice of the
 first dims), torch.load(fp32/pytorch_model.bin, mmap=True, weights_only=True) in order, and
 torch.load(<full_state view>, mmap=True, weights_only=False) against dcp_to_torch_save's file loaded the
@@ -19,7 +25,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.append(os.path.join(os.path.dirname(HERE), "modern"))  # in the tree; staged: beside this file
-from chroot_clients import check_safe_open, print_versions, run_checks, summary  # noqa: E402
+from chroot_clients import check_safe_open, print_versions, run_checks, summary, written_by_save_file  # noqa: E402
 from dcp_compare import deep_diff, state_diff, tensor_diff  # noqa: E402
 
 
@@ -38,12 +44,26 @@ def check_bin(path, exp):
     return len(exp)
 
 
-def check_full(path, exp_path):
+def check_full(path, exp_path, weights_only=False):
     exp = torch.load(exp_path, map_location="cpu", weights_only=False, mmap=True)
-    ours = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    ours = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
     d = deep_diff(ours, exp)
     assert d is None, d
     return len(exp)
+
+
+def upcast(t):
+    """What the fp32/ views hold: 8- and 16-bit floats widened by torch itself, the rest as it is."""
+    return t.float() if t.is_floating_point() and t.element_size() < 4 else t
+
+
+def expected_views(c):
+    if "golden" in c:
+        golden = torch.load(c["golden"], map_location="cpu", weights_only=False)
+        model = {k: v.contiguous() for k, v in golden["model"].items()}
+        return model, {k: upcast(v) for k, v in model.items()}
+    return (torch.load(c["model"], map_location="cpu", weights_only=True),
+            torch.load(c["fp32"], map_location="cpu", weights_only=True))
 
 
 def main(argv):
@@ -52,8 +72,7 @@ def main(argv):
     print_versions()
     failed = total = 0
     for c in spec["checks"]:
-        exp_model = torch.load(c["model"], map_location="cpu", weights_only=True)
-        exp_fp32 = torch.load(c["fp32"], map_location="cpu", weights_only=True)
+        exp_model, exp_fp32 = expected_views(c)
         d = c["dir"]
         checks = [
             ("safe_open model.safetensors", lambda: check_st(os.path.join(d, "model.safetensors"), exp_model)),
@@ -62,9 +81,14 @@ def main(argv):
             ("torch.load fp32/pytorch_model.bin mmap=True",
              lambda: check_bin(os.path.join(d, "fp32", "pytorch_model.bin"), exp_fp32)),
         ]
+        if c.get("save_file"):
+            scratch = os.path.dirname(c["golden"])
+            checks += [(f"{v} is save_file's file", lambda v=v, e=e: written_by_save_file(os.path.join(d, v), e, scratch))
+                       for v, e in (("model.safetensors", exp_model), ("fp32/model.safetensors", exp_fp32))]
         for view, exp in c["full_state"]:
-            checks.append((f"torch.load {view} mmap=True weights_only=False",
-                           lambda view=view, exp=exp: check_full(os.path.join(d, view), exp)))
+            for weights_only in (False, True) if c.get("weights_only") else (False,):
+                checks.append((f"torch.load {view} mmap=True weights_only={weights_only}",
+                               lambda view=view, exp=exp, w=weights_only: check_full(os.path.join(d, view), exp, w)))
         total += len(checks)
         failed += run_checks(checks, prefix=f"{c['label']}: ", unit="entries")
     return summary(total, failed)

@@ -24,6 +24,11 @@ CASES = {
 
 GOOD_CASES = [n for n, (_, layout) in CASES.items() if layout != "bad"]
 
+# The torch 2.14 layouts, written by generate_dcp214.py in the Debian unstable chroot (2 ranks, each
+# checkpoint/ one DCP dir); their expected result is the state saved, each DTensor as its full tensor.
+GEN_VERSION_214 = 1
+CASES_214 = ["safetensors_format_ws2", "dtypes_zstd_nocoll_ws2"]
+
 # Broken variants written by the generator into bad_inputs_ws2/checkpoint/<variant>/ (each a whole DCP dir,
 # .metadata edited with pickle in the chroot): variant -> (allowed exit codes, names the one-line message
 # may cite).  4 = invalid checkpoint, 5 = unsupported (docs/exit-codes.md).

@@ -44,7 +44,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.append(os.path.dirname(HERE))  # in the tree; in the chroot, case_cache.py is copied beside this
-from case_cache import case_is_current  # noqa: E402
+from case_cache import case_is_current, install_case  # noqa: E402
 from dcp_cases import BAD_GOOD, BAD_VARIANTS, CASES, GEN_VERSION  # noqa: E402
 
 WORKER_TIMEOUT = 300
@@ -855,9 +855,7 @@ def main(argv=None):
             info["expect_seconds"] = round(time.time() - t1, 2)
             with open(os.path.join(case_dir, "case.json"), "w") as f:
                 json.dump(info, f, indent=1)
-            final = os.path.join(args.out_dir, n)
-            shutil.rmtree(final, ignore_errors=True)
-            os.rename(case_dir, final)
+            install_case(case_dir, args.out_dir, n)
             print(f"generate_dcp: {n} done", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -3,6 +3,7 @@
 real torch.distributed.checkpoint) and moves the finished cases to OUT_DIR.
 
     /usr/bin/python3 mount_tests/gen_dcp/run_generator.py OUT_DIR [--chroot DIR] [--only NAME ...] [--force]
+        [--torch 2.14]   (generate_dcp214.py in the Debian unstable chroot: the torch 2.14 layouts)
 
 The chroot is ${CKPTFS_CHROOT:-build/trixie} (made by mount_tests/modern/setup_chroot.sh; .ci/run uses
 /var/cache/ckptfs/trixie).  SOURCES are copied to CHROOT/tmp/ckptfs-gen-dcp-<pid>/, the cases are
@@ -22,15 +23,17 @@ REPO = os.path.dirname(TESTS)
 sys.path.insert(0, HERE)
 sys.path.append(TESTS)
 from case_cache import case_is_current  # noqa: E402
-from dcp_cases import CASES, GEN_VERSION  # noqa: E402
+from dcp_cases import CASES, CASES_214, GEN_VERSION, GEN_VERSION_214  # noqa: E402
 
 TIMEOUT = 900
 SOURCES = (os.path.join(HERE, "dcp_cases.py"), os.path.join(HERE, "generate_dcp.py"),
-           os.path.join(TESTS, "case_cache.py"))  # copied side by side into the chroot
+           os.path.join(HERE, "generate_dcp214.py"), os.path.join(TESTS, "case_cache.py"))  # copied side by side
+# The generators: the torch 2.6 cases in the Debian 13 chroot, the torch 2.14 layouts in Debian unstable's.
+GENERATORS = {"2.6": ("generate_dcp.py", CASES, GEN_VERSION), "2.14": ("generate_dcp214.py", CASES_214, GEN_VERSION_214)}
 
 
-def default_chroot():
-    c = os.environ.get("CKPTFS_CHROOT", "build/trixie")
+def default_chroot(variable="CKPTFS_CHROOT", default="build/trixie"):
+    c = os.environ.get(variable, default)
     return os.path.abspath(c if os.path.isabs(c) else os.path.join(REPO, c))
 
 
@@ -44,18 +47,21 @@ def in_chroot_cmd(chroot, *args, tmpdir="/tmp"):
     return ["chroot", chroot, *env, *args]
 
 
-def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT):
-    """Makes every case of `only` (default: all) current in out_dir.  Returns (generated names, seconds, log);
-    raises RuntimeError with the generator's output when it fails."""
+def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT, torch_version="2.6"):
+    """Makes every case of `only` (default: all of that generator) current in out_dir.  Returns (generated
+    names, seconds, log); raises RuntimeError with the generator's output when it fails.  torch_version
+    "2.14" runs generate_dcp214.py (pass the Debian unstable chroot)."""
+    script, cases, version = GENERATORS[torch_version]
     chroot = chroot or default_chroot()
     out_dir = os.path.abspath(out_dir)
-    names = list(only or CASES)
-    todo = [n for n in names if force or not case_is_current(os.path.join(out_dir, n), GEN_VERSION)]
+    names = list(only or cases)
+    todo = [n for n in names if force or not case_is_current(os.path.join(out_dir, n), version)]
     if not todo:
         return [], 0.0, "every case is current"
     if not chroot_ready(chroot):
-        raise RuntimeError(f"the Debian 13 chroot is not set up ({chroot}/.ckptfs-chroot-complete missing): run "
-                           f"`bash mount_tests/modern/setup_chroot.sh` (or point CKPTFS_CHROOT at it)")
+        raise RuntimeError(f"the chroot for torch {torch_version} is not set up ({chroot}/.ckptfs-chroot-complete "
+                           f"missing): run `bash mount_tests/modern/setup_chroot.sh` (or point CKPTFS_CHROOT / "
+                           f"CKPTFS_SID_CHROOT at it)")
     tag = f"ckptfs-gen-dcp-{os.getpid()}"
     host = os.path.join(chroot, "tmp", tag)
     shutil.rmtree(host, ignore_errors=True)
@@ -64,7 +70,7 @@ def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT):
     try:
         for f in SOURCES:
             shutil.copy(f, host)
-        cmd = in_chroot_cmd(chroot, "python3", f"/tmp/{tag}/generate_dcp.py", f"/tmp/{tag}/out", "--force",
+        cmd = in_chroot_cmd(chroot, "python3", f"/tmp/{tag}/{script}", f"/tmp/{tag}/out", "--force",
                             "--only", *todo, tmpdir=f"/tmp/{tag}/tmp")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -77,7 +83,7 @@ def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT):
         os.makedirs(out_dir, exist_ok=True)
         for n in todo:
             src = os.path.join(host, "out", n)
-            if not case_is_current(src, GEN_VERSION):
+            if not case_is_current(src, version):
                 raise RuntimeError(f"DCP generator wrote no current {n}/case.json\n{log[-6000:]}")
             tmp = os.path.join(out_dir, f".tmp-{n}-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
@@ -94,11 +100,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
     ap.add_argument("--chroot", default=None, help="default: ${CKPTFS_CHROOT:-build/trixie}")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=list(CASES))
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=list(CASES) + list(CASES_214))
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--torch", choices=list(GENERATORS), default="2.6",
+                    help="2.14: the torch 2.14 layouts (generate_dcp214.py; pass --chroot the unstable chroot)")
     args = ap.parse_args(argv)
     try:
-        done, secs, log = generate(args.out_dir, args.chroot, args.only, args.force)
+        done, secs, log = generate(args.out_dir, args.chroot, args.only, args.force, torch_version=args.torch)
     except RuntimeError as e:
         print(f"run_generator: {e}", file=sys.stderr)
         return 1

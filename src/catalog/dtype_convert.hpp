@@ -10,7 +10,7 @@
 
 namespace ckptfs::catalog {
 
-// Same dtype, F16/BF16 widened to F32, or F32 rounded to F16/BF16.
+// Same dtype, F16/BF16 and the float8 kinds widened to F32 (exact), or F32 rounded to F16/BF16.
 bool conversion_supported(DType from, DType to);
 
 // Converts src (elements of `from`) into dst (the same number of elements of `to`); the pair must be
@@ -21,5 +21,7 @@ float f16_to_f32(uint16_t h);
 float bf16_to_f32(uint16_t b);
 uint16_t f32_to_f16(float f);   // round to nearest even; overflow -> inf, NaN -> sign | 0x7E00
 uint16_t f32_to_bf16(float f);  // round to nearest even; NaN -> 0xFFFF (torch's vectorised path)
+bool is_float8(DType d);           // F8_E5M2, F8_E4M3FN and their FNUZ kinds
+float f8_to_f32(DType kind, uint8_t b);  // exact, NaNs as torch's `.float()` writes them
 
 }  // namespace ckptfs::catalog

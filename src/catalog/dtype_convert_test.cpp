@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
 #include <random>
 
 #include "catalog/test_sources.hpp"
@@ -107,6 +108,47 @@ TEST(Convert, BufferConversionAndSupportedPairs) {
   EXPECT_FALSE(conversion_supported(DType::F16, DType::BF16));
   EXPECT_FALSE(conversion_supported(DType::F64, DType::F32));
   EXPECT_FALSE(conversion_supported(DType::I32, DType::F32));
+  EXPECT_TRUE(conversion_supported(DType::F8_E4M3FNUZ, DType::F32));
+  EXPECT_FALSE(conversion_supported(DType::F32, DType::F8_E4M3FN));
+}
+
+// Float8 against the formats' definitions (OCP FP8 and the FNUZ papers): largest normals, smallest
+// subnormals, one, zeros, and the special patterns (torch's own `.float()` is compared with all 256
+// patterns of each kind by mount_tests/test_dcp.py::test_float8_upcast_matches_torch).
+TEST(Convert, Float8WidensToTheValuesTheFormatsDefine) {
+  struct Case {
+    DType kind;
+    uint8_t bits;
+    float value;
+  };
+  const Case cases[] = {
+      {DType::F8_E4M3FN, 0x38, 1.0f},          {DType::F8_E4M3FN, 0x7E, 448.0f},
+      {DType::F8_E4M3FN, 0x01, 0x1p-9f},       {DType::F8_E4M3FN, 0xFE, -448.0f},
+      {DType::F8_E5M2, 0x3C, 1.0f},            {DType::F8_E5M2, 0x7B, 57344.0f},
+      {DType::F8_E5M2, 0x01, 0x1p-16f},        {DType::F8_E4M3FNUZ, 0x40, 1.0f},
+      {DType::F8_E4M3FNUZ, 0x7F, 240.0f},      {DType::F8_E4M3FNUZ, 0x01, 0x1p-10f},
+      {DType::F8_E4M3FNUZ, 0xFF, -240.0f},     {DType::F8_E5M2FNUZ, 0x40, 1.0f},
+      {DType::F8_E5M2FNUZ, 0x7F, 57344.0f},    {DType::F8_E5M2FNUZ, 0x01, 0x1p-17f},
+  };
+  for (const auto& c : cases)
+    EXPECT_EQ(f8_to_f32(c.kind, c.bits), c.value) << dtype_torch_name(c.kind) << " 0x" << std::hex << int{c.bits};
+  EXPECT_EQ(bits(f8_to_f32(DType::F8_E4M3FN, 0x80)), 0x80000000u);  // -0 exists in the fn kinds
+  EXPECT_EQ(bits(f8_to_f32(DType::F8_E5M2, 0x7C)), bits(INFINITY));
+  EXPECT_EQ(bits(f8_to_f32(DType::F8_E5M2, 0xFC)), bits(-INFINITY));
+  EXPECT_TRUE(std::isnan(f8_to_f32(DType::F8_E5M2, 0x7D)));
+  EXPECT_EQ(bits(f8_to_f32(DType::F8_E4M3FN, 0x7F)), 0x7FF00000u);  // the only NaNs, no inf
+  EXPECT_EQ(bits(f8_to_f32(DType::F8_E4M3FN, 0xFF)), 0xFFF00000u);
+  EXPECT_EQ(f8_to_f32(DType::F8_E4M3FN, 0x78), 256.0f);  // exponent 15 is finite in e4m3fn
+  for (DType k : {DType::F8_E4M3FNUZ, DType::F8_E5M2FNUZ}) {
+    EXPECT_EQ(bits(f8_to_f32(k, 0x80)), 0x7F800001u);  // the one NaN: no -0, no inf
+    EXPECT_EQ(bits(f8_to_f32(k, 0x00)), 0u);
+  }
+  const std::vector<uint8_t> src = {0x38, 0x7F, 0x01};
+  std::vector<float> dst(3);
+  convert(DType::F8_E4M3FN, DType::F32, std::as_bytes(std::span(src)), std::as_writable_bytes(std::span(dst)));
+  EXPECT_EQ(dst[0], 1.0f);
+  EXPECT_TRUE(std::isnan(dst[1]));
+  EXPECT_EQ(dst[2], 0x1p-9f);
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, 
     }
     ++i;
     const auto dst = out.first(n * out_size);
-    if (p.src_dtype == tensor.dtype && deferred != nullptr && dst.size() >= kMinDeferredRun)
+    if (p.src_dtype == tensor.dtype && deferred != nullptr && dst.size() >= kMinDeferredRun && p.file->has_descriptor())
       deferred->push_back({p.file.get(), src_offset, dst.data(), dst.size()});
     else if (p.src_dtype == tensor.dtype)
       p.file->read_exact(src_offset, dst);

@@ -6,6 +6,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "catalog/dtype_convert.hpp"
 #include "ckptfs/error.hpp"
 
 namespace ckptfs::formats {
@@ -50,7 +51,7 @@ std::shared_ptr<catalog::Catalog> select_model(const std::vector<StateEntry>& en
 std::shared_ptr<catalog::Catalog> upcast_to_fp32(const catalog::Catalog& model) {
   auto out = std::make_shared<catalog::Catalog>(model);
   for (auto& t : out->tensors)
-    if (t.dtype == DType::F16 || t.dtype == DType::BF16) t.dtype = DType::F32;
+    if (t.dtype == DType::F16 || t.dtype == DType::BF16 || catalog::is_float8(t.dtype)) t.dtype = DType::F32;
   return out;
 }
 

@@ -24,7 +24,7 @@ struct StateEntry {
 std::shared_ptr<catalog::Catalog> select_model(const std::vector<StateEntry>& entries,
                                                const std::filesystem::path& where);
 
-// The same tensors with float16 and bfloat16 upcast to float32 (the fp32/ views).
+// The same tensors with float16, bfloat16 and the float8 kinds upcast to float32, exactly (the fp32/ views).
 std::shared_ptr<catalog::Catalog> upcast_to_fp32(const catalog::Catalog& model);
 
 }  // namespace ckptfs::formats

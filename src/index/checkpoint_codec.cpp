@@ -10,6 +10,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/torch.hpp"
+#include "io/decoded_item.hpp"
 #include "index/byte_stream.hpp"
 
 namespace ckptfs::index {
@@ -91,6 +92,15 @@ class Encoder {
       all.u64(id.size);
       all.i64(id.mtime_ns);
       all.i64(id.ctime_ns);
+      // A decoded item: the file holding it (listed before it) and where; its identity is that file's.
+      const io::DecodedItem* d = f->decoded_item();
+      all.boolean(d != nullptr);
+      if (d != nullptr) {
+        all.u64(file_id_.at(d->backing().get()));
+        all.u64(d->offset());
+        all.u64(d->length());
+        all.u64(d->size());
+      }
     }
     const auto watched = watched_of(cp);
     all.u64(watched.size());
@@ -128,6 +138,7 @@ class Encoder {
   }
 
   size_t file_id(const io::FilePtr& f) {
+    if (const io::DecodedItem* d = f->decoded_item()) file_id(d->backing());  // its file first
     auto [it, inserted] = file_id_.try_emplace(f.get(), files_.size());
     if (inserted) files_.push_back(f.get());
     return it->second;
@@ -365,6 +376,14 @@ class Decoder {
       id.size = in_.u64();
       id.mtime_ns = in_.i64();
       id.ctime_ns = in_.i64();
+      if (in_.boolean()) {
+        const uint64_t backing = in_.u64();
+        if (backing >= files_.size()) in_.fail("a decoded item's file is not listed before it");
+        const uint64_t offset = in_.u64(), length = in_.u64(), size = in_.u64();
+        files_.push_back(io::File::decoded(
+            std::make_shared<const io::DecodedItem>(files_[backing], offset, length, size)));
+        continue;
+      }
       io::FilePtr file;
       try {
         file = io::File::open(path);

@@ -6,9 +6,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
+#include "io/decoded_item.hpp"
 #include "io/fd_cache.hpp"
 #include "io/readahead_size.hpp"
 
@@ -28,6 +30,14 @@ std::shared_ptr<File> File::open(const std::filesystem::path& path) {
   return file;
 }
 
+std::shared_ptr<File> File::decoded(std::shared_ptr<const DecodedItem> item) {
+  FileIdentity identity = item->backing()->identity();
+  identity.size = item->size();
+  std::shared_ptr<File> file(new File(item->backing()->path(), identity));
+  file->decoded_ = std::move(item);
+  return file;
+}
+
 void File::read_exact(uint64_t offset, std::span<std::byte> dst) const {
   const uint64_t size = identity_.size;
   if (offset > size || dst.size() > size - offset) {
@@ -35,6 +45,7 @@ void File::read_exact(uint64_t offset, std::span<std::byte> dst) const {
                                   path_.string(), dst.size(), offset, size));
   }
   if (dst.empty()) return;
+  if (decoded_) return decoded_->read(offset, dst);
   const OpenFdPtr fd = fd_cache::acquire(*this);
   size_t done = 0;
   while (done < dst.size()) {
@@ -62,10 +73,14 @@ std::vector<std::byte> File::read(uint64_t offset, uint64_t length) const {
   return out;
 }
 
-OpenFdPtr File::descriptor() const { return fd_cache::acquire(*this); }
+OpenFdPtr File::descriptor() const {
+  if (decoded_) throw std::logic_error(path_.string() + ": a decoded item has no descriptor");
+  return fd_cache::acquire(*this);
+}
 
 void File::prefetch(uint64_t offset, uint64_t length) const {
   if (offset >= identity_.size || length == 0) return;
+  if (decoded_) return decoded_->prefetch();
   try {
     const OpenFdPtr fd = fd_cache::acquire(*this);
     // One call starts at most the device's readahead (128 KiB on FUSE or NFS): advise piece by piece.
@@ -80,6 +95,7 @@ void File::prefetch(uint64_t offset, uint64_t length) const {
 }
 
 bool File::unchanged() const {
+  if (decoded_) return decoded_->backing()->unchanged();
   struct stat st {};
   if (::stat(path_.c_str(), &st) != 0) return false;
   return identity_of(st) == identity_;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include "ckptfs/error.hpp"
@@ -159,6 +160,35 @@ TEST(TorchSave, ProjectReaderFindsEveryTensor) {
     EXPECT_EQ(archive.file()->read(t->storage.offset, t->storage.nbytes).size(), tc.bytes(i).size());
     const auto bytes = archive.file()->read(t->storage.offset, t->storage.nbytes);
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()), tc.bytes(i));
+  }
+}
+
+// Dtypes with no legacy storage class pickle as torch >= 2.1 does: _rebuild_tensor_v3 on
+// torch.storage.UntypedStorage (the module torch.save names, the one weights_only=True allows; the
+// global "torch UntypedStorage" is refused), then the dtype; our reader takes them back.
+TEST(TorchSave, Float8AndWideUnsignedPickleUntypedStorageAsTorchDoes) {
+  const std::vector<testing::TensorSpec> specs = {{"e4m3", DType::F8_E4M3FN, {3, 2}},
+                                                  {"fnuz", DType::F8_E5M2FNUZ, {4}},
+                                                  {"u16", DType::U16, {2}},
+                                                  {"u64", DType::U64, {}}};
+  const TestCatalog tc(specs);
+  const Materialized out(*make_torch_save(tc.catalog(), "archive"));
+  std::ifstream in(out.path(), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(bytes.find("ctorch._utils\n_rebuild_tensor_v3\n"), std::string::npos);
+  EXPECT_NE(bytes.find("ctorch.storage\nUntypedStorage\n"), std::string::npos);
+  EXPECT_EQ(bytes.find("ctorch\nUntypedStorage\n"), std::string::npos);
+  EXPECT_NE(bytes.find("ctorch\nfloat8_e5m2fnuz\n"), std::string::npos);
+  const auto archive = torch::TorchArchive::open(io::File::open(out.path()));
+  const auto& root = *archive.root();
+  ASSERT_EQ(root.entries.size(), specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const torch::SourceTensor* t = torch::as_tensor(*root.entries[i].second);
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->dtype, specs[i].dtype) << specs[i].name;
+    EXPECT_EQ(t->shape, specs[i].shape);
+    const auto b = archive.file()->read(t->storage.offset, t->storage.nbytes);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(b.data()), b.size()), tc.bytes(i));
   }
 }
 

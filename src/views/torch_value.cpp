@@ -195,7 +195,8 @@ class ValuePickler {
     w_.begin_tuple(n_args);
     w_.begin_tuple(5);
     w_.shared_string("storage");
-    w_.global("torch", v3 ? "UntypedStorage" : storage_class);
+    // torch.save pickles the class by its module: torch.storage.UntypedStorage (weights_only allows that).
+    w_.global(v3 ? "torch.storage" : "torch", v3 ? "UntypedStorage" : storage_class);
     w_.string(std::to_string(key));
     w_.shared_string("cpu");
     w_.integer(static_cast<int64_t>(v3 ? t.nbytes() : t.numel()));

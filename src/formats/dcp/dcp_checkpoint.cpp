@@ -8,6 +8,7 @@
 
 #include "ckptfs/dcp.hpp"
 #include "ckptfs/error.hpp"
+#include "formats/dcp/dcp_metadata.hpp"
 #include "formats/dcp/dcp_tag.hpp"
 #include "formats/natural_order.hpp"
 #include "formats/save_dir.hpp"
@@ -20,8 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 bool is_dcp_dir(const fs::path& dir) {
-  std::error_code ec;
-  return fs::is_regular_file(dir / ".metadata", ec);
+  return !metadata_files(dir).empty();
 }
 
 std::vector<fs::path> subdirs(const fs::path& dir) {
@@ -58,7 +58,8 @@ std::vector<fs::path> side_files_of(const fs::path& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (!entry.is_regular_file(ec) || name == ".metadata" || name.ends_with(".distcp")) continue;
+    if (!entry.is_regular_file(ec) || name == ".metadata" || is_rank_metadata_name(name) || name.ends_with(".distcp"))
+      continue;
     out.push_back(entry.path());
   }
   std::sort(out.begin(), out.end());
@@ -74,6 +75,7 @@ bool is_dcp_source(const fs::path& source) {
   return false;
 }
 
+// `source` is resolved (open_checkpoint): its filename is the dir's own name, never empty.
 Checkpoint open(const fs::path& source, const OpenOptions& options) {
   Checkpoint cp;
   cp.framework = "dcp";
@@ -92,7 +94,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     }
     cp.side_files = side_files_of(source);
   }
-  if (tags.empty()) throw SourceError(fmt::format("{}: no DCP checkpoint (.metadata) found", source.string()));
+  if (tags.empty()) throw SourceError(fmt::format("{}: no DCP checkpoint (.metadata or __<rank>.metadata) found", source.string()));
   cp.latest = tags.back().first;  // step dirs sort naturally: the highest step is the last
   if (options.tag) {
     auto it = std::find_if(tags.begin(), tags.end(), [&](const auto& t) { return t.first == *options.tag; });

@@ -111,6 +111,7 @@ Metadata read_metadata(const fs::path& file) {
   for (const auto& [fqn, entry] : items.items()) {
     Item item;
     item.fqn = fqn;
+    item.metadata_file = file;
     item.path = planner_path(planner_data, fqn);
     const pickle::Value& v = entry.value();
     if (is_class(v, "BytesStorageMetadata")) {
@@ -138,6 +139,7 @@ Metadata read_metadata(const fs::path& file) {
     }
     out.items.push_back(std::move(item));
   }
+  out.files = {file};
   return out;
 }
 

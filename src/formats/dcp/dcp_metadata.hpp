@@ -36,16 +36,29 @@ struct Item {
   std::vector<int64_t> size;            // tensors
   std::vector<Chunk> chunks;            // tensors
   ItemLocation location;                // bytes items
+  std::filesystem::path metadata_file;  // the metadata file that declared it (errors name it)
 };
 
 struct Metadata {
-  std::vector<Item> items;  // in state_dict_metadata order
-  std::string version;      // empty before torch 2.6-ish
+  std::vector<Item> items;                   // in state_dict_metadata order
+  std::string version;                       // empty before torch 2.6-ish
+  std::vector<std::filesystem::path> files;  // the metadata files read
 };
 
 // Reads `dir`/.metadata. Throws FormatError naming the file (and the item) when the pickle is not DCP
 // metadata, a tensor chunk has no storage entry, or a field has the wrong type; UnsupportedError for a
 // metadata class or dtype ckptfs does not know.
 Metadata read_metadata(const std::filesystem::path& file);
+
+// The metadata files of a DCP dir: its .metadata or, saved with use_collectives=False, one __<rank>.metadata
+// per rank (in rank order, each describing only that rank's items); empty when there is none.
+std::vector<std::filesystem::path> metadata_files(const std::filesystem::path& dir);
+bool is_rank_metadata_name(const std::string& file_name);
+
+// Every item of a DCP dir: its .metadata, or the per-rank files merged (rank_metadata.cpp): an item
+// several ranks hold (replicated) is taken from the lowest rank, after checking that they agree on
+// kind, dtype and size (FormatError naming both files otherwise); a tensor's chunks are the union over
+// the ranks. SourceError when the dir has no metadata file.
+Metadata read_dir_metadata(const std::filesystem::path& dir);
 
 }  // namespace ckptfs::dcp

@@ -66,6 +66,24 @@ int rank_count(const fs::path& dir) {
   return std::max<int>(1, static_cast<int>(ranks.size()));
 }
 
+// How a DCP dir stores its items, for `inspect`: compression, rank-local metadata.
+std::string storage_notes(const Metadata& md) {
+  size_t stored = 0, compressed = 0;
+  const auto count = [&](const ItemLocation& loc) {
+    ++stored;
+    if (!loc.transforms.empty()) ++compressed;
+  };
+  for (const auto& item : md.items) {
+    if (!item.is_tensor) count(item.location);
+    for (const auto& c : item.chunks) count(c.location);
+  }
+  std::string out;
+  if (compressed > 0) out += fmt::format("; {} of {} stored items zstd-compressed (ZStandard extension)", compressed, stored);
+  if (md.files.size() > 1 || (md.files.size() == 1 && md.files.front().filename() != ".metadata"))
+    out += fmt::format("; rank-local metadata (use_collectives=False): {} __<rank>.metadata files merged", md.files.size());
+  return out;
+}
+
 }  // namespace
 
 Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, const std::vector<fs::path>& dcp_dirs) {
@@ -81,12 +99,14 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
       break;
     }
   for (const auto& d : dcp_dirs) {
-    ItemReader reader(files, d);
-    const Metadata md = read_metadata(reader.metadata_path());
+    const Metadata md = read_dir_metadata(d);
+    ItemReader reader(files, d, md.files.front());
+    tag.format += storage_notes(md);
     auto state = std::make_shared<Catalog>();   // every tensor item
     std::vector<CatalogPtr> keep_alive = {state};  // and one catalog per bytes item holding tensors
     for (const auto& item : md.items)
       if (item.is_tensor) state->tensors.push_back(reader.tensor(item));
+    if (reader.read_safetensors_blobs()) tag.format += "; tensors in safetensors blobs (serialization_format=SAFETENSORS)";
     NestedState nested;
     size_t next_tensor = 0;
     for (const auto& item : md.items) {
@@ -108,7 +128,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
     const std::string state_path =
         dcp_dirs.size() == 1 ? "full_state.pt" : fmt::format("full_state/{}.pt", d.filename().string());
     tag.state_files.push_back({state_path, nested.root(), std::move(keep_alive)});
-    tag.files.push_back(reader.metadata_path());
+    tag.files.insert(tag.files.end(), md.files.begin(), md.files.end());
     std::set<fs::path> data_files;
     for (const auto& t : state->tensors)
       for (const auto& f : t.files()) data_files.insert(f->path());

@@ -14,7 +14,8 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference reader's limit
 
 std::optional<DType> dtype_of(std::string_view name) {
-  for (DType d : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::F8_E5M2, DType::F8_E4M3FN, DType::I64,
+  for (DType d : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::F8_E5M2, DType::F8_E4M3FN, DType::F8_E5M2FNUZ,
+                  DType::F8_E4M3FNUZ, DType::I64,
                   DType::I32, DType::I16, DType::I8, DType::U8, DType::U16, DType::U32, DType::U64, DType::Bool})
     if (dtype_safetensors_name(d) == name) return d;
   return std::nullopt;
@@ -23,16 +24,22 @@ std::optional<DType> dtype_of(std::string_view name) {
 }  // namespace
 
 std::vector<SafetensorsEntry> read_safetensors(const io::FilePtr& file) {
+  return read_safetensors_blob(io::FileRange(file)).entries;
+}
+
+SafetensorsBlob read_safetensors_blob(const io::FileRange& range) {
+  const io::FilePtr& file = range.file();
   const auto fail = [&](const std::string& what) {
-    throw FormatError(fmt::format("{}: not a valid safetensors file: {}", file->path().string(), what));
+    throw FormatError(fmt::format("{}: not a valid safetensors {}: {}", file->path().string(),
+                                  range.base() == 0 ? "file" : fmt::format("blob at byte {}", range.base()), what));
   };
-  if (file->size() < 8) fail("shorter than the 8-byte header length");
-  const auto len_bytes = file->read(0, 8);
+  if (range.size() < 8) fail("shorter than the 8-byte header length");
+  const auto len_bytes = range.read(0, 8);
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | std::to_integer<uint64_t>(len_bytes[i]);
-  if (header_len > kMaxHeaderBytes || header_len > file->size() - 8)
+  if (header_len > kMaxHeaderBytes || header_len > range.size() - 8)
     fail(fmt::format("header length {} exceeds the file or the 100 MB limit", header_len));
-  const auto header_bytes = file->read(8, header_len);
+  const auto header_bytes = range.read(8, header_len);
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(reinterpret_cast<const char*>(header_bytes.data()),
@@ -41,11 +48,15 @@ std::vector<SafetensorsEntry> read_safetensors(const io::FilePtr& file) {
     fail(fmt::format("header is not JSON: {}", e.what()));
   }
   if (!header.is_object()) fail("header is not a JSON object");
-  const uint64_t data_start = 8 + header_len, data_size = file->size() - data_start;
+  const uint64_t data_start = 8 + header_len, data_size = range.size() - data_start;
+  SafetensorsBlob out;
   std::vector<std::pair<uint64_t, SafetensorsEntry>> found;
   try {
     for (const auto& [name, info] : header.items()) {
-      if (name == "__metadata__") continue;
+      if (name == "__metadata__") {
+        for (const auto& [k, v] : info.items()) out.metadata[k] = v.get<std::string>();
+        continue;
+      }
       const auto dtype = dtype_of(info.at("dtype").get<std::string>());
       if (!dtype) fail(fmt::format("tensor {} has dtype {}", name, info.at("dtype").dump()));
       SafetensorsEntry e{name, {}};
@@ -64,15 +75,14 @@ std::vector<SafetensorsEntry> read_safetensors(const io::FilePtr& file) {
       e.tensor.strides.assign(e.tensor.shape.size(), 1);
       for (size_t d = e.tensor.shape.size(); d-- > 1;)
         e.tensor.strides[d - 1] = e.tensor.strides[d] * std::max<int64_t>(e.tensor.shape[d], 1);
-      e.tensor.storage = {file, data_start + offsets[0], offsets[1] - offsets[0]};
+      e.tensor.storage = {file, range.base() + data_start + offsets[0], offsets[1] - offsets[0]};
       found.emplace_back(offsets[0], std::move(e));
     }
   } catch (const nlohmann::json::exception& e) {
     fail(fmt::format("header entry: {}", e.what()));
   }
   std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<SafetensorsEntry> out;
-  for (auto& [offset, e] : found) out.push_back(std::move(e));
+  for (auto& [offset, e] : found) out.entries.push_back(std::move(e));
   return out;
 }
 

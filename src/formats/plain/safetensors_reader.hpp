@@ -2,6 +2,7 @@
 // header length, JSON object, dtype names, shapes, data offsets that tile the data section).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,5 +18,14 @@ struct SafetensorsEntry {
 
 // In file order (by data offset). Throws FormatError naming the file.
 std::vector<SafetensorsEntry> read_safetensors(const io::FilePtr& file);
+
+// A safetensors blob that starts `range.base()` bytes into a file and runs to its end (DCP's
+// serialization_format=SAFETENSORS appends one to each data file): its tensors (storage offsets in the
+// file) and its __metadata__ strings.
+struct SafetensorsBlob {
+  std::vector<SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;
+};
+SafetensorsBlob read_safetensors_blob(const io::FileRange& range);
 
 }  // namespace ckptfs::plain
