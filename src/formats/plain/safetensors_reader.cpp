@@ -22,7 +22,7 @@ std::optional<DType> dtype_of(std::string_view name) {
 
 }  // namespace
 
-std::vector<SafetensorsEntry> read_safetensors(const io::FilePtr& file) {
+SafetensorsHeader read_safetensors_header(const io::FilePtr& file) {
   const auto fail = [&](const std::string& what) {
     throw FormatError(fmt::format("{}: not a valid safetensors file: {}", file->path().string(), what));
   };
@@ -43,9 +43,17 @@ std::vector<SafetensorsEntry> read_safetensors(const io::FilePtr& file) {
   if (!header.is_object()) fail("header is not a JSON object");
   const uint64_t data_start = 8 + header_len, data_size = file->size() - data_start;
   std::vector<std::pair<uint64_t, SafetensorsEntry>> found;
+  SafetensorsHeader out;
   try {
     for (const auto& [name, info] : header.items()) {
-      if (name == "__metadata__") continue;
+      if (name == "__metadata__") {
+        if (!info.is_object()) fail("__metadata__ is not an object");
+        for (const auto& [key, value] : info.items()) {
+          if (!value.is_string()) fail(fmt::format("__metadata__ value {} is not a string", key));
+          out.metadata[key] = value.get<std::string>();
+        }
+        continue;
+      }
       const auto dtype = dtype_of(info.at("dtype").get<std::string>());
       if (!dtype) fail(fmt::format("tensor {} has dtype {}", name, info.at("dtype").dump()));
       SafetensorsEntry e{name, {}};
@@ -71,9 +79,12 @@ std::vector<SafetensorsEntry> read_safetensors(const io::FilePtr& file) {
     fail(fmt::format("header entry: {}", e.what()));
   }
   std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<SafetensorsEntry> out;
-  for (auto& [offset, e] : found) out.push_back(std::move(e));
+  for (auto& [offset, e] : found) out.tensors.push_back(std::move(e));
   return out;
+}
+
+std::vector<SafetensorsEntry> read_safetensors(const io::FilePtr& file) {
+  return read_safetensors_header(file).tensors;
 }
 
 }  // namespace ckptfs::plain

@@ -2,6 +2,7 @@
 // header length, JSON object, dtype names, shapes, data offsets that tile the data section).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,15 @@ struct SafetensorsEntry {
   torch::SourceTensor tensor;
 };
 
-// In file order (by data offset). Throws FormatError naming the file.
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> tensors;       // in file order (by data offset)
+  std::map<std::string, std::string> metadata;  // __metadata__ (string values, as the format requires)
+};
+
+// Throws FormatError naming the file.
+SafetensorsHeader read_safetensors_header(const io::FilePtr& file);
+
+// The tensors of read_safetensors_header.
 std::vector<SafetensorsEntry> read_safetensors(const io::FilePtr& file);
 
 }  // namespace ckptfs::plain
