@@ -4,11 +4,13 @@ a ckptfs mount with modern clients and compares them with PyTorch's own results,
     python3 chroot_dcp_clients.py SPEC.json
 
 SPEC: {"checks": [{"label": str, "dir": mounted tag root, "model": model.pt, "fp32": fp32.pt,
-                   "full_state": [[view path relative to dir, expected .pt], ...]}, ...]}
+                   "full_state": [[view path relative to dir, expected .pt], ...],
+                   "save_file": optional scratch dir}, ...]}
 Per tag root: safe_open of model.safetensors and fp32/model.safetensors (every tensor, get_slice of the
 first dims), torch.load(fp32/pytorch_model.bin, mmap=True, weights_only=True) in order, and
 torch.load(<full_state view>, mmap=True, weights_only=False) against dcp_to_torch_save's file loaded the
-same way.  One PASS/FAIL line per check; exit 1 if any failed.
+same way; with "save_file", both .safetensors views byte for byte against safetensors.torch.save_file of the
+expected tensors.  One PASS/FAIL line per check; exit 1 if any failed.
 """
 import json
 import os
@@ -19,7 +21,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.append(os.path.join(os.path.dirname(HERE), "modern"))  # in the tree; staged: beside this file
-from chroot_clients import check_safe_open, print_versions, run_checks, summary  # noqa: E402
+from chroot_clients import check_safe_open, print_versions, run_checks, summary, written_by_save_file  # noqa: E402
 from dcp_compare import deep_diff, state_diff, tensor_diff  # noqa: E402
 
 
@@ -62,6 +64,10 @@ def main(argv):
             ("torch.load fp32/pytorch_model.bin mmap=True",
              lambda: check_bin(os.path.join(d, "fp32", "pytorch_model.bin"), exp_fp32)),
         ]
+        if c.get("save_file"):
+            for rel, exp in (("model.safetensors", exp_model), ("fp32/model.safetensors", exp_fp32)):
+                checks.append((f"{rel} is save_file's",
+                               lambda rel=rel, exp=exp: written_by_save_file(os.path.join(d, rel), exp, c["save_file"])))
         for view, exp in c["full_state"]:
             checks.append((f"torch.load {view} mmap=True weights_only=False",
                            lambda view=view, exp=exp: check_full(os.path.join(d, view), exp)))

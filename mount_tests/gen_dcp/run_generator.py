@@ -10,6 +10,7 @@ written there and renamed into OUT_DIR (same file system) or copied; nothing is 
 case.json in OUT_DIR carries the current GEN_VERSION is not generated again.  Standard library only.
 """
 import argparse
+import collections
 import os
 import shutil
 import subprocess
@@ -28,6 +29,11 @@ TIMEOUT = 900
 SOURCES = (os.path.join(HERE, "dcp_cases.py"), os.path.join(HERE, "generate_dcp.py"),
            os.path.join(TESTS, "case_cache.py"))  # copied side by side into the chroot
 
+# A generator: its script (run in the chroot as `script OUT --force --only NAME...`), the files copied beside
+# it, its case names and version.  generate_hf_storage.py (torch 2.14, the sid chroot) is another.
+Suite = collections.namedtuple("Suite", "script sources cases version")
+DCP_SUITE = Suite("generate_dcp.py", SOURCES, CASES, GEN_VERSION)
+
 
 def default_chroot():
     c = os.environ.get("CKPTFS_CHROOT", "build/trixie")
@@ -44,17 +50,17 @@ def in_chroot_cmd(chroot, *args, tmpdir="/tmp"):
     return ["chroot", chroot, *env, *args]
 
 
-def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT):
-    """Makes every case of `only` (default: all) current in out_dir.  Returns (generated names, seconds, log);
-    raises RuntimeError with the generator's output when it fails."""
+def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT, suite=DCP_SUITE):
+    """Makes every case of `only` (default: all of the suite's) current in out_dir.  Returns (generated names,
+    seconds, log); raises RuntimeError with the generator's output when it fails."""
     chroot = chroot or default_chroot()
     out_dir = os.path.abspath(out_dir)
-    names = list(only or CASES)
-    todo = [n for n in names if force or not case_is_current(os.path.join(out_dir, n), GEN_VERSION)]
+    names = list(only or suite.cases)
+    todo = [n for n in names if force or not case_is_current(os.path.join(out_dir, n), suite.version)]
     if not todo:
         return [], 0.0, "every case is current"
     if not chroot_ready(chroot):
-        raise RuntimeError(f"the Debian 13 chroot is not set up ({chroot}/.ckptfs-chroot-complete missing): run "
+        raise RuntimeError(f"the chroot is not set up ({chroot}/.ckptfs-chroot-complete missing): run "
                            f"`bash mount_tests/modern/setup_chroot.sh` (or point CKPTFS_CHROOT at it)")
     tag = f"ckptfs-gen-dcp-{os.getpid()}"
     host = os.path.join(chroot, "tmp", tag)
@@ -62,9 +68,9 @@ def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT):
     os.makedirs(os.path.join(host, "tmp"))  # TMPDIR: torch leaves a temp dir per import
     t0 = time.time()
     try:
-        for f in SOURCES:
+        for f in suite.sources:
             shutil.copy(f, host)
-        cmd = in_chroot_cmd(chroot, "python3", f"/tmp/{tag}/generate_dcp.py", f"/tmp/{tag}/out", "--force",
+        cmd = in_chroot_cmd(chroot, "python3", f"/tmp/{tag}/{suite.script}", f"/tmp/{tag}/out", "--force",
                             "--only", *todo, tmpdir=f"/tmp/{tag}/tmp")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -77,7 +83,7 @@ def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT):
         os.makedirs(out_dir, exist_ok=True)
         for n in todo:
             src = os.path.join(host, "out", n)
-            if not case_is_current(src, GEN_VERSION):
+            if not case_is_current(src, suite.version):
                 raise RuntimeError(f"DCP generator wrote no current {n}/case.json\n{log[-6000:]}")
             tmp = os.path.join(out_dir, f".tmp-{n}-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)

@@ -173,15 +173,24 @@ void check_index(const fs::path& index, const std::vector<ChunkedTensor>& tensor
   }
 }
 
-int shard_ranks(const std::vector<fs::path>& data_files) {
-  static const std::regex kShard(R"(shard-(\d+)-model-\d+-of-\d+\.safetensors)");
-  std::set<std::string> ranks;
+// The ranks that wrote shard-<R>-model-... files (R counts from 1). The global shapes are only the chunks'
+// extent, so a lost rank's file would go unnoticed where its chunks were the last rows: every rank up to
+// the highest must have written one.
+int rank_count(const fs::path& data_dir, const std::vector<fs::path>& data_files) {
+  static const std::regex kShard(R"(shard-(\d{1,9})-model-\d+-of-\d+\.safetensors)");
+  std::set<int> ranks;
   for (const auto& f : data_files) {
     std::smatch m;
     const std::string name = f.filename().string();
-    if (std::regex_match(name, m, kShard)) ranks.insert(m[1].str());
+    if (std::regex_match(name, m, kShard)) ranks.insert(std::stoi(m[1].str()));
   }
-  return std::max<int>(1, static_cast<int>(ranks.size()));
+  if (ranks.empty()) return 1;
+  for (int r = 1; r <= *ranks.rbegin(); ++r)
+    if (!ranks.contains(r))
+      throw FormatError(fmt::format("{}: shard-{:05d}-model-*.safetensors is missing (a rank's chunks), "
+                                    "shard-{:05d}-model-*.safetensors is there",
+                                    data_dir.string(), r, *ranks.rbegin()));
+  return static_cast<int>(ranks.size());
 }
 
 // Which of the writer's layouts the dir holds, for `ckptfs inspect`.
@@ -217,11 +226,12 @@ Checkpoint open_hf_storage(const fs::path& dir, const OpenOptions& options) {
     data_dir = dir / kShardedDir;
     data_files = safetensors_files_in(data_dir);
   }
+  Tag tag;
+  tag.topology.dp = rank_count(data_dir, data_files);
   io::FileSet files;
   std::vector<ChunkedTensor> chunked;
   std::map<std::string, size_t> slot_of;
   for (const auto& f : data_files) add_file(files, f, chunked, slot_of);
-  Tag tag;
   tag.name = name;
   tag.dir = dir;
   tag.format = "PyTorch DCP Hugging Face storage (HuggingFaceStorageWriter): " + layout_name(dir, data_dir, chunked);
@@ -239,22 +249,20 @@ Checkpoint open_hf_storage(const fs::path& dir, const OpenOptions& options) {
       tag.topology.train_dtype = t.dtype;
       break;
     }
-  tag.topology.dp = shard_ranks(data_files);
   tag.topology.optimizer = "-";
   if (data_dir == dir && fs::is_directory(dir / kShardedDir, ec))
     tag.notes.push_back("sharded/ is not read: the consolidated files beside it hold the same tensors");
   tag.catalogs.emplace("fp32", formats::upcast_to_fp32(*model));
   tag.catalogs.emplace("model", std::move(model));
+  // The dir's other files (the index, config.json, ...), beside the views (a name a view takes moves to source/).
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_regular_file(ec) && std::find(data_files.begin(), data_files.end(), entry.path()) == data_files.end())
+      tag.side_files.push_back(entry.path());
+  std::sort(tag.side_files.begin(), tag.side_files.end());
   Checkpoint cp;
   cp.framework = "dcp";
   cp.root = dir;
   cp.latest = name;
-  // The dir's other files (the index, config.json, ...) sit at the root, where one named like a view moves
-  // to source/.
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.is_regular_file(ec) && std::find(data_files.begin(), data_files.end(), entry.path()) == data_files.end())
-      cp.side_files.push_back(entry.path());
-  std::sort(cp.side_files.begin(), cp.side_files.end());
   cp.tags.push_back(std::move(tag));
   return cp;
 }
