@@ -4,7 +4,8 @@
 Two sources:
 - generated: mount_tests/gen_dcp/generate_hf_storage.py runs the real writer (torch 2.14, gloo, 2 CPU ranks) in
   the Debian unstable chroot ${CKPTFS_SID_CHROOT:-/var/cache/ckptfs/sid}, one case per layout (distributed
-  shards, consolidated, rank-0 full save), and records the full tensors it made before sharding them
+  shards, consolidated, rank-0 full save) and a torchtitan-like folder (a DCP step, the last step in HF
+  storage), and records the full tensors it made before sharding them
   (cached in ${CKPTFS_DCP_HF_FIXTURES:-build/fixtures-dcp-hf});
 - real: mount_tests/fixtures/dcp-2.14-real/hf_sharded_ws2 (FSDP2 shards), against its golden from PyTorch's own
   HuggingFaceStorageReader.
@@ -44,7 +45,8 @@ CLIENTS = [os.path.join(GEN, f) for f in ("chroot_dcp_clients.py", "dcp_compare.
     + [os.path.join(HERE, "modern", "chroot_clients.py")]
 REAL = os.path.join(HERE, "fixtures", "dcp-2.14-real", "hf_sharded_ws2")
 REAL_LAYOUT = HC.CASES["hf_distributed_ws2"][1]
-ALL_CASES = [*HC.CASES, "real"]
+ALL_CASES = [*HC.LAYOUT_CASES, "real"]
+STEPS = "hf_torchtitan_like_ws2"
 
 
 @pytest.fixture(scope="session")
@@ -87,18 +89,19 @@ def source(request, name):
 
 def test_generated_cases_are_complete(hf_fixtures):
     out = TD.need(hf_fixtures)
-    for name in HC.CASES:
-        info = TD.case_info(out, name)
-        assert info["generator_version"] == HC.GEN_VERSION and info["torch_version"].startswith("2.14"), info
+    files = {n: TD.case_info(out, n) for n in HC.LAYOUT_CASES}
+    files[STEPS] = TD.case_info(out, STEPS)["tag_info"]["step-20"]
+    for name, info in files.items():
+        assert TD.case_info(out, name)["generator_version"] == HC.GEN_VERSION
+        assert TD.case_info(out, name)["torch_version"].startswith("2.14")
         assert info["reader_equal"] is True  # PyTorch's HuggingFaceStorageReader read back the same tensors
         assert "config.json" in info["side_files"]
-    files = {n: TD.case_info(out, n) for n in HC.CASES}
     assert all(f.startswith("shard-") for f in files["hf_distributed_ws2"]["data_files"])
     assert "model.safetensors.index.json" not in files["hf_distributed_ws2"]["side_files"]
-    for name in ("hf_consolidated_ws2", "hf_full_rank0_ws2"):
+    for name in ("hf_consolidated_ws2", "hf_full_rank0_ws2", STEPS):
         assert files[name]["data_files"] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
         assert "model.safetensors.index.json" in files[name]["side_files"]
-    assert len(files["hf_consolidated_ws2"]["sharded_files"]) == 4
+    assert len(files["hf_consolidated_ws2"]["sharded_files"]) == len(files[STEPS]["sharded_files"]) == 4
     assert not files["hf_full_rank0_ws2"]["sharded_files"]
 
 
@@ -144,20 +147,25 @@ class Clients:
     def inside(self, host_path):
         return "/" + os.path.relpath(host_path, self.chroot)
 
-    def run(self, exp, labels_dirs):
-        for which in ("model", "fp32"):
-            torch.save(getattr(exp, which), os.path.join(self.host, f"{which}.pt"))
-        checks = [{"label": label, "dir": self.inside(d), "model": self.inside(os.path.join(self.host, "model.pt")),
-                   "fp32": self.inside(os.path.join(self.host, "fp32.pt")), "full_state": [],
-                   "save_file": self.inside(os.path.join(self.host, "scratch"))} for label, d in labels_dirs]
+    def run(self, checks):
+        """checks: [(label, mounted tag root, Expect)]."""
+        spec = []
+        for i, (label, d, exp) in enumerate(checks):
+            pts = {}
+            for which in ("model", "fp32"):
+                pts[which] = os.path.join(self.host, f"{i}-{which}.pt")
+                torch.save(getattr(exp, which), pts[which])
+            spec.append({"label": label, "dir": self.inside(d), "model": self.inside(pts["model"]),
+                         "fp32": self.inside(pts["fp32"]), "full_state": [],
+                         "save_file": self.inside(os.path.join(self.host, "scratch"))})
         with open(os.path.join(self.host, "spec.json"), "w") as f:
-            json.dump({"checks": checks}, f)
+            json.dump({"checks": spec}, f)
         env = ["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8", "OMP_NUM_THREADS=2",
                "PYTHONDONTWRITEBYTECODE=1"]
         proc = H.run(["chroot", self.chroot, *env, "python3", f"{self.inside(self.host)}/chroot_dcp_clients.py",
                       f"{self.inside(self.host)}/spec.json"], timeout=TD.CLIENT_TIMEOUT)
         assert proc.returncode == 0 and "FAIL" not in proc.stdout, H.describe(proc)
-        assert proc.stdout.count("PASS ") == 5 * len(checks), H.describe(proc)
+        assert proc.stdout.count("PASS ") == 5 * len(spec), H.describe(proc)
         return next(l for l in proc.stdout.splitlines() if l.startswith("clients: "))  # torch, safetensors versions
 
     def cleanup(self):
@@ -173,16 +181,12 @@ def check_mount(mnt, exp, out, name):
     TD.check_walk(mnt, ["checkpoint"], "checkpoint", str(out))
 
 
-@pytest.mark.parametrize("name", ALL_CASES)
-def test_mount(request, export_cache, ckptfs_bin, tmp_path, name):
-    """The mount on the host (root, tags/checkpoint/, listing, walk, du), then read by torch 2.14 in sid and
-    torch 2.6 in trixie, each through a mount made under its own root."""
-    src, _, exp = source(request, name)
-    proc, out = export_cache(src)
-    H.assert_ok(proc)
+def mount_and_read(ckptfs_bin, src, name, host_checks, client_checks, tmp_path):
+    """Mounts src; host_checks(mnt) on the host, then client_checks(mnt) -> [(label, dir, Expect)] read by torch
+    2.14 in sid and torch 2.6 in trixie, each through a mount made under its own root."""
     if SKIP_MODERN:
         with mounted(ckptfs_bin, src, str(tmp_path / "mnt")) as mnt:
-            check_mount(mnt, exp, out, name)
+            host_checks(mnt)
         return
     for chroot in (SID, TRIXIE):
         assert RG.chroot_ready(chroot), f"{chroot} is not set up (.ckptfs-chroot-complete missing)"
@@ -192,12 +196,63 @@ def test_mount(request, export_cache, ckptfs_bin, tmp_path, name):
         try:
             with mounted(ckptfs_bin, src, clients.mnt) as mnt:
                 if chroot == SID:
-                    check_mount(mnt, exp, out, name)
-                tags = os.path.join(mnt, "tags", "checkpoint")
-                versions.append(clients.run(exp, [("root", mnt), ("tags/checkpoint", tags)]))
+                    host_checks(mnt)
+                versions.append(clients.run(client_checks(mnt)))
         finally:
             clients.cleanup()
     assert "torch 2.14" in versions[0] and "torch 2.6" in versions[1], versions
+
+
+@pytest.mark.parametrize("name", ALL_CASES)
+def test_mount(request, export_cache, ckptfs_bin, tmp_path, name):
+    """The mount (root, tags/checkpoint/, listing, walk, du) on the host and through the chroots' clients."""
+    src, _, exp = source(request, name)
+    proc, out = export_cache(src)
+    H.assert_ok(proc)
+    mount_and_read(ckptfs_bin, src, name, lambda mnt: check_mount(mnt, exp, out, name),
+                   lambda mnt: [("root", mnt, exp), ("tags/checkpoint", os.path.join(mnt, "tags", "checkpoint"), exp)],
+                   tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------------
+# torchtitan: DCP step dirs and the last step in HF storage, one folder
+
+def step_case(request):
+    out = TD.need(request.getfixturevalue("hf_fixtures"))
+    info = TD.case_info(out, STEPS)
+    case_dir = os.path.join(out, STEPS)
+    return os.path.join(case_dir, info["src"]), info, {t: TD.expect_from_case(case_dir, info, t) for t in info["tags"]}
+
+
+def test_step_folder_export_and_inspect(request, export_cache, ckptfs_bin):
+    src, info, exps = step_case(request)
+    for tag in (None, *info["tags"]):
+        proc, out = export_cache(src, tag)
+        H.assert_ok(proc)
+        TD.check_dir(str(out), exps[tag or info["latest"]], f"export --tag {tag}")
+    proc = H.run([ckptfs_bin, "inspect", "--json", src])
+    H.assert_ok(proc)
+    j = json.loads(proc.stdout)
+    assert j["latest"] == "step-20" and [t["name"] for t in j["tags"]] == ["step-10", "step-20"]
+    assert j["tags"][0]["format"] == "PyTorch distributed checkpoint (torch.distributed.checkpoint)"
+    assert j["tags"][1]["format"].endswith(": " + HC.CASES["hf_consolidated_ws2"][1])
+
+
+def test_step_folder_mount(request, export_cache, ckptfs_bin, tmp_path):
+    src, info, exps = step_case(request)
+    proc, out = export_cache(src)
+    H.assert_ok(proc)
+
+    def host_checks(mnt):
+        TD.check_dir(mnt, exps["step-20"], "mount root")
+        assert set(os.listdir(mnt)) == TD.root_names(exps["step-20"])
+        for tag in info["tags"]:
+            TD.check_dir(os.path.join(mnt, "tags", tag), exps[tag], f"tags/{tag}")
+        TD.check_walk(mnt, info["tags"], "step-20", str(out))
+
+    mount_and_read(ckptfs_bin, src, STEPS, host_checks,
+                   lambda mnt: [("root", mnt, exps["step-20"])] + [(f"tags/{t}", os.path.join(mnt, "tags", t), exps[t])
+                                                                   for t in info["tags"]], tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------------

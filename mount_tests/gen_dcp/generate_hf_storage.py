@@ -13,12 +13,13 @@ Per case OUT_DIR/<case>/ (hf_storage_cases.py lists them):
                else data-offset order); fp32.pt: the same, float16/bfloat16 upcast
   case.json    layout, files, model names, and the cross-check: PyTorch's HuggingFaceStorageReader (through
                _load_state_dict, as dcp_to_torch_save would) reads back exactly the expected tensors
+The step-dir case (torchtitan) has expected/<step>/ and case.json's tag_info per step, in test_dcp.py's
+schema: its DCP step by generate_dcp.expect_tag (dcp_to_torch_save), its HF step as above.
 Ranks are separate processes spawned by generate_dcp.run_workers (no torch.multiprocessing: a bare chroot).
 """
 import argparse
 import json
 import os
-import re
 import shutil
 import struct
 import sys
@@ -34,11 +35,11 @@ from hf_storage_cases import CASES, GEN_VERSION  # noqa: E402
 CONFIG = {"model_type": "llama", "hidden_size": 36, "vocab_size": 101}
 
 
-def tensors(float_only):
+def tensors(float_only, seed=2024):
     """name -> (full tensor, placement on the mesh of 2): 'S<d>' Shard(d), 'R' Replicate, 'plain' a plain
     tensor on every rank.  Seeded, so every rank makes the same ones."""
     import torch
-    g = torch.Generator().manual_seed(2024)
+    g = torch.Generator().manual_seed(seed)
 
     def r(*shape, dtype=torch.float32):
         return (torch.randn(*shape, generator=g) * 0.2).to(dtype)
@@ -59,11 +60,11 @@ def tensors(float_only):
     return out
 
 
-def save_expected(ctx, full):
+def save_expected(ctx, full, folder="expected"):
     import torch
     if ctx.rank == 0:
-        os.makedirs("expected", exist_ok=True)
-        torch.save({k: t for k, (t, _) in full.items()}, "expected/full.pt")
+        os.makedirs(folder, exist_ok=True)
+        torch.save({k: t for k, (t, _) in full.items()}, f"{folder}/full.pt")
 
 
 def dtensor_state(ctx, full):
@@ -87,9 +88,9 @@ def two_files(names):
     return {n: 1 + (i >= len(names) // 2) for i, n in enumerate(names)}
 
 
-def write_config(ctx):
+def write_config(ctx, folder="checkpoint"):
     if ctx.rank == 0:
-        with open("checkpoint/config.json", "w") as f:
+        with open(f"{folder}/config.json", "w") as f:
             json.dump(CONFIG, f, indent=2)
 
 
@@ -142,6 +143,24 @@ def case_hf_full_rank0_ws2(ctx):
                            "(zero saved_offsets) + model.safetensors.index.json"}
 
 
+def case_hf_torchtitan_like_ws2(ctx):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import HuggingFaceStorageWriter
+    step10 = tensors(float_only=True, seed=10)
+    dcp.save(dtensor_state(ctx, step10), checkpoint_id="checkpoint/step-10")
+    step20 = tensors(float_only=True, seed=20)
+    save_expected(ctx, step20, "expected/step-20")
+    sd = dtensor_state(ctx, step20)
+    dcp.save(sd, storage_writer=HuggingFaceStorageWriter("checkpoint/step-20", save_distributed=True,
+                                                         enable_consolidation=True,
+                                                         fqn_to_index_mapping=two_files(sd)))
+    write_config(ctx, "checkpoint/step-20")
+    return {"description": "torchtitan's CheckpointManager with last_save_in_hf: checkpoint/step-10/ by dcp.save "
+                           "(the model's DTensors at the top level), the last step checkpoint/step-20/ by "
+                           "HuggingFaceStorageWriter(save_distributed=True, enable_consolidation=True, "
+                           "fqn_to_index_mapping: 2 files)"}
+
+
 BUILDERS = {name: globals()["case_" + name] for name in CASES}
 
 
@@ -185,6 +204,28 @@ def read_with_pytorch(ck):
     return sd
 
 
+def expect_hf_dir(case_dir, rel, exp_rel):
+    """Expectations of one HF storage dir case_dir/rel, whose full tensors the ranks saved in exp_rel/full.pt:
+    expected model.pt/fp32.pt and the tag's facts (the keys of generate_dcp.expect_tag, for test_dcp's readers)."""
+    import torch
+    ck, exp = os.path.join(case_dir, rel), os.path.join(case_dir, exp_rel)
+    full = torch.load(os.path.join(exp, "full.pt"), weights_only=True)
+    os.unlink(os.path.join(exp, "full.pt"))
+    order, files = served_order(ck)
+    assert set(order) == set(full), f"{ck}: the files hold {sorted(order)}, the generator made {sorted(full)}"
+    model = {k: full[k].contiguous() for k in order}
+    torch.save(model, os.path.join(exp, "model.pt"))
+    torch.save(G.to_fp32(model), os.path.join(exp, "fp32.pt"))
+    theirs = read_with_pytorch(ck)
+    bad = [k for k in model if k not in theirs or not same_bits(theirs[k], model[k])]
+    assert not bad and set(theirs) == set(model), f"{ck}: HuggingFaceStorageReader disagrees on {bad}"
+    sharded = os.path.join(ck, "sharded")
+    return {"path": rel, "expected": exp_rel, "full_state": {}, "model_names": order, "data_files": files,
+            "reader_equal": True,
+            "side_files": sorted(f for f in os.listdir(ck) if os.path.isfile(os.path.join(ck, f)) and f not in files),
+            "sharded_files": sorted(os.listdir(sharded)) if os.path.isdir(sharded) else []}
+
+
 def finish_case(name, case_dir):
     import torch
     ws, layout = CASES[name]
@@ -195,22 +236,12 @@ def finish_case(name, case_dir):
         with open(p) as f:
             info.update({k: v for k, v in json.load(f).items() if k != "save_seconds"})
         os.unlink(p)
-    ck = os.path.join(case_dir, "checkpoint")
-    full = torch.load(os.path.join(case_dir, "expected", "full.pt"), weights_only=True)
-    os.unlink(os.path.join(case_dir, "expected", "full.pt"))
-    order, files = served_order(ck)
-    assert set(order) == set(full), f"{name}: the files hold {sorted(order)}, the generator made {sorted(full)}"
-    model = {k: full[k].contiguous() for k in order}
-    torch.save(model, os.path.join(case_dir, "expected", "model.pt"))
-    torch.save(G.to_fp32(model), os.path.join(case_dir, "expected", "fp32.pt"))
-    theirs = read_with_pytorch(ck)
-    bad = [k for k in model if k not in theirs or not same_bits(theirs[k], model[k])]
-    assert not bad and set(theirs) == set(model), f"{name}: HuggingFaceStorageReader disagrees on {bad}"
-    info.update({"data_files": files, "model_names": order, "reader_equal": True,
-                 "side_files": sorted(f for f in os.listdir(ck) if os.path.isfile(os.path.join(ck, f))
-                                      and f not in files),
-                 "sharded_files": sorted(os.listdir(os.path.join(ck, "sharded")))
-                 if os.path.isdir(os.path.join(ck, "sharded")) else []})
+    if layout != "step_dirs":
+        info.update(expect_hf_dir(case_dir, "checkpoint", "expected"))
+        return info
+    info["tag_info"] = {"step-10": G.expect_tag(case_dir, "checkpoint/step-10", "expected/step-10"),
+                        "step-20": expect_hf_dir(case_dir, "checkpoint/step-20", "expected/step-20")}
+    info["tags"], info["latest"] = ["step-10", "step-20"], "step-20"
     return info
 
 

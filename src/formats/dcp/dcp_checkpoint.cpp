@@ -9,6 +9,7 @@
 #include "ckptfs/dcp.hpp"
 #include "ckptfs/error.hpp"
 #include "formats/dcp/dcp_tag.hpp"
+#include "formats/dcp/hf_storage.hpp"
 #include "formats/natural_order.hpp"
 #include "formats/tag_names.hpp"
 
@@ -51,6 +52,11 @@ std::vector<fs::path> dcp_dirs_of(const fs::path& dir) {
   return out;
 }
 
+// A step dir saved by HuggingFaceStorageWriter (torchtitan's last step in HF format, beside DCP steps).
+bool is_hf_step_dir(const fs::path& dir) {
+  return is_step_name(dir.filename().string()) && is_hf_storage_dir(dir);
+}
+
 // Regular files of `dir` (not DCP data), sorted: served beside the views.
 std::vector<fs::path> side_files_of(const fs::path& dir) {
   std::vector<fs::path> out;
@@ -69,7 +75,7 @@ std::vector<fs::path> side_files_of(const fs::path& dir) {
 bool is_dcp_source(const fs::path& source) {
   if (!dcp_dirs_of(source).empty()) return true;
   for (const auto& d : subdirs(source))
-    if (!dcp_dirs_of(d).empty()) return true;
+    if (!dcp_dirs_of(d).empty() || is_hf_step_dir(d)) return true;
   return false;
 }
 
@@ -85,8 +91,8 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
   } else {
     for (const auto& d : subdirs(source)) {
       auto dirs = dcp_dirs_of(d);
-      if (dirs.empty()) continue;
-      tags.emplace_back(d.filename().string(), std::move(dirs));
+      if (dirs.empty() && !is_hf_step_dir(d)) continue;
+      tags.emplace_back(d.filename().string(), std::move(dirs));  // no DCP dirs: an HF storage step
       tag_dirs.push_back(d);
     }
     cp.side_files = side_files_of(source);
@@ -104,6 +110,10 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
   }
   io::FileSet files;
   for (size_t i = 0; i < tags.size(); ++i) {
+    if (tags[i].second.empty()) {
+      cp.tags.push_back(read_hf_storage_tag(files, tag_dirs[i], tags[i].first));
+      continue;
+    }
     Tag tag = read_tag(files, tag_dirs[i], tags[i].first, tags[i].second);
     tag.side_files = side_files_of(tag_dirs[i]);
     cp.tags.push_back(std::move(tag));

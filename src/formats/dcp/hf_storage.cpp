@@ -214,10 +214,7 @@ bool is_hf_storage_dir(const fs::path& dir) {
          (!safetensors_files_in(dir).empty() || !safetensors_files_in(dir / kShardedDir).empty());
 }
 
-Checkpoint open_hf_storage(const fs::path& dir, const OpenOptions& options) {
-  const std::string name = dir.filename().string();
-  if (options.tag && *options.tag != name)
-    throw SourceError(fmt::format("{}: no tag '{}' (a Hugging Face storage dir is the one tag '{}')", dir.string(), *options.tag, name));
+Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
   // Consolidated files, when there are any, are what HuggingFaceStorageReader reads; sharded/ then holds
   // the same tensors again and is left alone.
   fs::path data_dir = dir;
@@ -228,7 +225,6 @@ Checkpoint open_hf_storage(const fs::path& dir, const OpenOptions& options) {
   }
   Tag tag;
   tag.topology.dp = rank_count(data_dir, data_files);
-  io::FileSet files;
   std::vector<ChunkedTensor> chunked;
   std::map<std::string, size_t> slot_of;
   for (const auto& f : data_files) add_file(files, f, chunked, slot_of);
@@ -259,11 +255,19 @@ Checkpoint open_hf_storage(const fs::path& dir, const OpenOptions& options) {
     if (entry.is_regular_file(ec) && std::find(data_files.begin(), data_files.end(), entry.path()) == data_files.end())
       tag.side_files.push_back(entry.path());
   std::sort(tag.side_files.begin(), tag.side_files.end());
+  return tag;
+}
+
+Checkpoint open_hf_storage(const fs::path& dir, const OpenOptions& options) {
+  const std::string name = dir.filename().string();
+  if (options.tag && *options.tag != name)
+    throw SourceError(fmt::format("{}: no tag '{}' (a Hugging Face storage dir is the one tag '{}')", dir.string(), *options.tag, name));
+  io::FileSet files;
   Checkpoint cp;
   cp.framework = "dcp";
   cp.root = dir;
   cp.latest = name;
-  cp.tags.push_back(std::move(tag));
+  cp.tags.push_back(read_hf_storage_tag(files, dir, name));
   return cp;
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "ckptfs/checkpoint.hpp"
+#include "ckptfs/io.hpp"
 
 namespace ckptfs::dcp {
 
@@ -14,9 +15,13 @@ namespace ckptfs::dcp {
 // HuggingFaceStorageReader reads) or in sharded/ (distributed shards whose consolidation never ran).
 bool is_hf_storage_dir(const std::filesystem::path& dir);
 
-// One tag named after the dir: model.safetensors and fp32/ of every tensor, each merged from the chunks its
-// files hold (offsets from DCP_SHARDING_INFO, else the whole tensor); the dir's other regular files
-// (model.safetensors.index.json, config.json, ...) served as side files.
+// The tag of such a dir: model.safetensors and fp32/ of every tensor, each merged from the chunks its files
+// hold (offsets from DCP_SHARDING_INFO, else the whole tensor); the dir's other regular files
+// (model.safetensors.index.json, config.json, ...) as its side files. Also a step dir of a DCP folder
+// (torchtitan's last step saved in HF format beside DCP steps).
+Tag read_hf_storage_tag(io::FileSet& files, const std::filesystem::path& dir, const std::string& name);
+
+// `dir` as SRC: its one tag, named after it.
 Checkpoint open_hf_storage(const std::filesystem::path& dir, const OpenOptions& options);
 
 }  // namespace ckptfs::dcp
