@@ -27,6 +27,7 @@ constexpr std::string_view kShardingInfoKey = "DCP_SHARDING_INFO";  // _hf_utils
 constexpr std::string_view kIndexName = "model.safetensors.index.json";
 constexpr std::string_view kShardedDir = "sharded";  // where the shards go when the writer consolidates
 constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 30;
+constexpr int64_t kMaxExtent = int64_t{1} << 48;  // per dimension: offset + size never overflows
 
 std::vector<fs::path> safetensors_files_in(const fs::path& dir) {
   std::vector<fs::path> out;
@@ -70,7 +71,8 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> sharding_info(const fs
     if (offsets == entry.end() || !offsets->is_array()) fail(fmt::format("{} has no saved_offsets list", fqn));
     std::vector<int64_t> o;
     for (const auto& v : *offsets) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(fmt::format("{}: saved_offsets {} are not offsets", fqn, offsets->dump()));
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxExtent)
+        fail(fmt::format("{}: saved_offsets {} are not offsets", fqn, offsets->dump()));
       o.push_back(v.get<int64_t>());
     }
     out.emplace_back(fqn, std::move(o));
@@ -131,6 +133,13 @@ catalog::LogicalTensor assemble(const ChunkedTensor& t, const fs::path& dir) {
                                     first.file.filename().string()));
     for (size_t d = 0; d < shape.size(); ++d) shape[d] = std::max(shape[d], c.offsets[d] + c.source.shape[d]);
     boxes.push_back({c.offsets, c.source.shape, c.source, nullptr});
+  }
+  uint64_t numel = 1;  // offsets come from JSON: the extent they make must stay addressable
+  for (int64_t d : shape) {
+    if (d != 0 && numel > (uint64_t{1} << 62) / static_cast<uint64_t>(d))
+      throw FormatError(fmt::format("{} ({}): {}: the chunks' extent [{}] is too large", dir.string(), file_names(t),
+                                    t.fqn, fmt::join(shape, ", ")));
+    numel *= static_cast<uint64_t>(d);
   }
   if (t.chunks.size() == 1 && shape == first.source.shape)
     return catalog::whole_tensor(t.fqn, first.source, first.source.dtype, "saved tensor in " + file_names(t));

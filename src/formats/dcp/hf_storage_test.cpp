@@ -132,6 +132,13 @@ TEST(HfStorage, InconsistentShardsAreRefusedNamingTheFile) {
               std::string::npos);
   }
   {
+    testing::TempDir dir;  // offsets far past any real tensor: refused before anything is sized from them
+    dir.write("shard-00001-model-00001-of-00001.safetensors", safetensors({{"w", {2, 2}, {1, 2, 3, 4}, {0, 0}}}));
+    dir.write("shard-00002-model-00001-of-00001.safetensors",
+              safetensors({{"w", {1, 2}, {5, 6}, {int64_t{1} << 40, int64_t{1} << 40}}}));
+    EXPECT_NE(open_error(dir.path()).find("too large"), std::string::npos) << open_error(dir.path());
+  }
+  {
     testing::TempDir dir;  // the index names a file that is not there
     dir.write("model-00001-of-00002.safetensors", safetensors({{"w", {3}, {7, 8, 9}, {0}}}, false));
     dir.write("model.safetensors.index.json", R"({"weight_map": {"w": "model-00001-of-00002.safetensors", "v": "model-00002-of-00002.safetensors"}})");
