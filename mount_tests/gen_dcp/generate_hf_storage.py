@@ -52,6 +52,7 @@ def tensors(float_only, seed=2024):
         "model.layers.0.mlp.down_proj.weight": (r(36, 53, dtype=bf), "S1"),   # 27 + 26 columns
         "model.layers.0.kernel": (r(4, 6, 5), "S2"),                          # 3-D, 3 + 2
         "model.norm.weight": (1 + r(36), "R"),
+        "model.extra.row": (r(1, 8), "S0"),                                   # rank 2's chunk is empty
         "lm_head.weight": (r(101, 36, dtype=bf), "S0"),
     }
     if not float_only:  # consolidate_safetensors_files sizes elements with torch.finfo: floats only

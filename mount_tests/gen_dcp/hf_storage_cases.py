@@ -2,7 +2,7 @@
 chroot) and mount_tests/test_dcp_hf_storage.py (host).  Standard library only.
 """
 
-GEN_VERSION = 2  # bump to invalidate cached fixtures (build/fixtures-dcp-hf)
+GEN_VERSION = 3  # bump to invalidate cached fixtures (build/fixtures-dcp-hf)
 
 # name -> (world size, the layout of checkpoint/ in docs/formats/dcp.md's words, as `ckptfs inspect` names it)
 CASES = {
