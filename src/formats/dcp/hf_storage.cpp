@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
-#include <sstream>
 
 #include "ckptfs/error.hpp"
 #include "formats/model_selection.hpp"
@@ -154,14 +153,14 @@ catalog::LogicalTensor assemble(const ChunkedTensor& t, const fs::path& dir) {
 // model.safetensors.index.json, when there is one: every file its weight_map names must be there and hold
 // the tensor it is named for (HF loaders open the files through it).
 void check_index(const fs::path& index, const std::vector<ChunkedTensor>& tensors) {
+  std::error_code ec;
+  if (const auto size = fs::file_size(index, ec); !ec && size > kMaxIndexBytes)
+    throw FormatError(fmt::format("{}: larger than 1 GiB", index.string()));
   std::ifstream in(index, std::ios::binary);
   if (!in) throw SourceError(fmt::format("{}: cannot open", index.string()));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (ss.str().size() > kMaxIndexBytes) throw FormatError(fmt::format("{}: larger than 1 GiB", index.string()));
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(fmt::format("{}: not JSON: {}", index.string(), e.what()));
   }
@@ -172,7 +171,6 @@ void check_index(const fs::path& index, const std::vector<ChunkedTensor>& tensor
   for (const auto& [fqn, file] : j["weight_map"].items()) {
     if (!file.is_string()) throw FormatError(fmt::format("{}: weight_map[{}] is not a file name", index.string(), fqn));
     const std::string name = file.get<std::string>();
-    std::error_code ec;
     if (name.find('/') != std::string::npos || !fs::is_regular_file(index.parent_path() / name, ec))
       throw FormatError(fmt::format("{}: weight_map puts {} in {}, which is missing", index.string(), fqn, name));
     const auto it = by_fqn.find(fqn);
