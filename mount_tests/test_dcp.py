@@ -805,7 +805,7 @@ def dcp214_fixtures():
                        f"CKPTFS_SID_CHROOT at it")
     out = _abs(os.environ.get("CKPTFS_DCP214_FIXTURES", "build/fixtures-dcp214"))
     try:
-        RG.generate(out, SID_CHROOT, torch_version="2.14")
+        RG.generate(out, SID_CHROOT, suite=RG.DCP214_SUITE)
     except RuntimeError as e:
         return Missing(f"torch 2.14 DCP fixture generator failed: {e}")
     return out

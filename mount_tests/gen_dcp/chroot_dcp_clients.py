@@ -8,13 +8,14 @@ SPEC: {"checks": [{"label": str, "dir": mounted tag root, "model": model.pt, "fp
 or, instead of "model"/"fp32", "golden": a state .pt whose "model" dict is the model view and whose fp32
 view this client derives with torch's own `.float()` (8- and 16-bit floats; other dtypes as they are),
 plus "weights_only": true to load each full_state view with weights_only=True as well, and
-"save_file": true to check model.safetensors and fp32/model.safetensors byte for byte against
-safetensors.torch.save_file of the expected tensors (torch 2.x clients can hold float8 and uint16-64,
-which the host's torch 1.13 cannot).
+"save_file": a scratch dir (or true: the golden's dir) to check model.safetensors and fp32/model.safetensors
+byte for byte against safetensors.torch.save_file of the expected tensors (torch 2.x clients can hold
+float8 and uint16-64, which the host's torch 1.13 cannot).
 Per tag root: safe_open of model.safetensors and fp32/model.safetensors (every tensor, get_slice of the
 first dims), torch.load(fp32/pytorch_model.bin, mmap=True, weights_only=True) in order, and
 torch.load(<full_state view>, mmap=True, weights_only=False) against dcp_to_torch_save's file loaded the
-same way.  One PASS/FAIL line per check; exit 1 if any failed.
+same way; with "save_file", both .safetensors views byte for byte against safetensors.torch.save_file of the
+expected tensors.  One PASS/FAIL line per check; exit 1 if any failed.
 """
 import json
 import os
@@ -82,7 +83,7 @@ def main(argv):
              lambda: check_bin(os.path.join(d, "fp32", "pytorch_model.bin"), exp_fp32)),
         ]
         if c.get("save_file"):
-            scratch = os.path.dirname(c["golden"])
+            scratch = c["save_file"] if isinstance(c["save_file"], str) else os.path.dirname(c["golden"])
             checks += [(f"{v} is save_file's file", lambda v=v, e=e: written_by_save_file(os.path.join(d, v), e, scratch))
                        for v, e in (("model.safetensors", exp_model), ("fp32/model.safetensors", exp_fp32))]
         for view, exp in c["full_state"]:

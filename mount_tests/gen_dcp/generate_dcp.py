@@ -475,7 +475,9 @@ def case_bad_inputs_ws2(ctx):
 BUILDERS = {name: globals()["case_" + name] for name in CASES}
 
 
-def worker_main(rank, ws, port, root, names):
+def worker_main(rank, ws, port, root, names, builders=None):
+    """One rank: runs builders[name] (default: this file's cases) for each case, with that case's folder as cwd."""
+    builders = builders or BUILDERS
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
@@ -485,7 +487,7 @@ def worker_main(rank, ws, port, root, names):
         os.chdir(os.path.join(root, name))
         torch.manual_seed(1000 + sum(map(ord, name)))
         t0 = time.time()
-        info = BUILDERS[name](Ctx(rank, ws)) or {}
+        info = builders[name](Ctx(rank, ws)) or {}
         dist.barrier()
         info["save_seconds"] = round(time.time() - t0, 2)
         with open(f".gen_info_rank{rank}.json", "w") as f:
@@ -506,7 +508,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_workers(names, ws, root, log_dir):
+def run_workers(names, ws, root, log_dir, script=None):
+    """Spawns `script` (default: this file) --worker RANK WS PORT ROOT NAMES... for each rank and waits."""
+    script = script or os.path.abspath(__file__)
     port = free_port()
     env = dict(os.environ, USE_LIBUV="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo",
                OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
@@ -514,7 +518,7 @@ def run_workers(names, ws, root, log_dir):
     for r in range(ws):
         log = open(os.path.join(log_dir, f"ws{ws}_rank{r}.log"), "w+")
         logs.append(log)
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(r), str(ws), str(port),
+        procs.append(subprocess.Popen([sys.executable, script, "--worker", str(r), str(ws), str(port),
                                        root, *names], env=env, stdout=log, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL))
     deadline = time.time() + WORKER_TIMEOUT
@@ -811,6 +815,13 @@ def finish_case(name, case_dir):
     return info
 
 
+def publish_case(case_dir, info, out_dir, name):
+    """Writes case.json into the finished case_dir and moves it to out_dir/name (replacing an older one)."""
+    with open(os.path.join(case_dir, "case.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    install_case(case_dir, out_dir, name)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", nargs="?")
@@ -853,9 +864,7 @@ def main(argv=None):
             case_dir = os.path.join(work, n)
             info = finish_case(n, case_dir)
             info["expect_seconds"] = round(time.time() - t1, 2)
-            with open(os.path.join(case_dir, "case.json"), "w") as f:
-                json.dump(info, f, indent=1)
-            install_case(case_dir, args.out_dir, n)
+            publish_case(case_dir, info, args.out_dir, n)
             print(f"generate_dcp: {n} done", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -863,8 +872,13 @@ def main(argv=None):
     return 0
 
 
-if __name__ == "__main__":
+def entry_point(main_fn, builders):
+    """A generator script's command line: `--worker RANK WS PORT ROOT NAMES...` runs one rank, else main_fn()."""
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         r, ws, port, root, *names = sys.argv[2:]
-        worker_main(int(r), int(ws), int(port), root, names)
-    sys.exit(main())
+        worker_main(int(r), int(ws), int(port), root, names, builders)
+    sys.exit(main_fn())
+
+
+if __name__ == "__main__":
+    entry_point(main, BUILDERS)

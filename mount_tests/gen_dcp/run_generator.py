@@ -11,6 +11,7 @@ written there and renamed into OUT_DIR (same file system) or copied; nothing is 
 case.json in OUT_DIR carries the current GEN_VERSION is not generated again.  Standard library only.
 """
 import argparse
+import collections
 import os
 import shutil
 import subprocess
@@ -28,8 +29,14 @@ from dcp_cases import CASES, CASES_214, GEN_VERSION, GEN_VERSION_214  # noqa: E4
 TIMEOUT = 900
 SOURCES = (os.path.join(HERE, "dcp_cases.py"), os.path.join(HERE, "generate_dcp.py"),
            os.path.join(HERE, "generate_dcp214.py"), os.path.join(TESTS, "case_cache.py"))  # copied side by side
-# The generators: the torch 2.6 cases in the Debian 13 chroot, the torch 2.14 layouts in Debian unstable's.
-GENERATORS = {"2.6": ("generate_dcp.py", CASES, GEN_VERSION), "2.14": ("generate_dcp214.py", CASES_214, GEN_VERSION_214)}
+
+# A generator: its script (run in the chroot as `script OUT --force --only NAME...`), the files copied beside
+# it, its case names and version.  generate_hf_storage.py (torch 2.14, the sid chroot) is another.
+Suite = collections.namedtuple("Suite", "script sources cases version")
+DCP_SUITE = Suite("generate_dcp.py", SOURCES, CASES, GEN_VERSION)
+# The torch 2.14 layouts (per-rank metadata, zstd, SAFETENSORS format, float8), in the Debian unstable chroot.
+DCP214_SUITE = Suite("generate_dcp214.py", SOURCES, CASES_214, GEN_VERSION_214)
+SUITES_BY_TORCH = {"2.6": DCP_SUITE, "2.14": DCP214_SUITE}
 
 
 def default_chroot(variable="CKPTFS_CHROOT", default="build/trixie"):
@@ -47,19 +54,17 @@ def in_chroot_cmd(chroot, *args, tmpdir="/tmp"):
     return ["chroot", chroot, *env, *args]
 
 
-def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT, torch_version="2.6"):
-    """Makes every case of `only` (default: all of that generator) current in out_dir.  Returns (generated
-    names, seconds, log); raises RuntimeError with the generator's output when it fails.  torch_version
-    "2.14" runs generate_dcp214.py (pass the Debian unstable chroot)."""
-    script, cases, version = GENERATORS[torch_version]
+def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT, suite=DCP_SUITE):
+    """Makes every case of `only` (default: all of the suite's) current in out_dir.  Returns (generated names,
+    seconds, log); raises RuntimeError with the generator's output when it fails."""
     chroot = chroot or default_chroot()
     out_dir = os.path.abspath(out_dir)
-    names = list(only or cases)
-    todo = [n for n in names if force or not case_is_current(os.path.join(out_dir, n), version)]
+    names = list(only or suite.cases)
+    todo = [n for n in names if force or not case_is_current(os.path.join(out_dir, n), suite.version)]
     if not todo:
         return [], 0.0, "every case is current"
     if not chroot_ready(chroot):
-        raise RuntimeError(f"the chroot for torch {torch_version} is not set up ({chroot}/.ckptfs-chroot-complete "
+        raise RuntimeError(f"the chroot for {suite.script} is not set up ({chroot}/.ckptfs-chroot-complete "
                            f"missing): run `bash mount_tests/modern/setup_chroot.sh` (or point CKPTFS_CHROOT / "
                            f"CKPTFS_SID_CHROOT at it)")
     tag = f"ckptfs-gen-dcp-{os.getpid()}"
@@ -68,9 +73,9 @@ def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT, torc
     os.makedirs(os.path.join(host, "tmp"))  # TMPDIR: torch leaves a temp dir per import
     t0 = time.time()
     try:
-        for f in SOURCES:
+        for f in suite.sources:
             shutil.copy(f, host)
-        cmd = in_chroot_cmd(chroot, "python3", f"/tmp/{tag}/{script}", f"/tmp/{tag}/out", "--force",
+        cmd = in_chroot_cmd(chroot, "python3", f"/tmp/{tag}/{suite.script}", f"/tmp/{tag}/out", "--force",
                             "--only", *todo, tmpdir=f"/tmp/{tag}/tmp")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -83,7 +88,7 @@ def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT, torc
         os.makedirs(out_dir, exist_ok=True)
         for n in todo:
             src = os.path.join(host, "out", n)
-            if not case_is_current(src, version):
+            if not case_is_current(src, suite.version):
                 raise RuntimeError(f"DCP generator wrote no current {n}/case.json\n{log[-6000:]}")
             tmp = os.path.join(out_dir, f".tmp-{n}-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
@@ -102,11 +107,12 @@ def main(argv=None):
     ap.add_argument("--chroot", default=None, help="default: ${CKPTFS_CHROOT:-build/trixie}")
     ap.add_argument("--only", nargs="+", metavar="NAME", choices=list(CASES) + list(CASES_214))
     ap.add_argument("--force", action="store_true")
-    ap.add_argument("--torch", choices=list(GENERATORS), default="2.6",
+    ap.add_argument("--torch", choices=list(SUITES_BY_TORCH), default="2.6",
                     help="2.14: the torch 2.14 layouts (generate_dcp214.py; pass --chroot the unstable chroot)")
     args = ap.parse_args(argv)
     try:
-        done, secs, log = generate(args.out_dir, args.chroot, args.only, args.force, torch_version=args.torch)
+        done, secs, log = generate(args.out_dir, args.chroot, args.only, args.force,
+                                   suite=SUITES_BY_TORCH[args.torch])
     except RuntimeError as e:
         print(f"run_generator: {e}", file=sys.stderr)
         return 1

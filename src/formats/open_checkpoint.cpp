@@ -7,6 +7,7 @@
 #include "ckptfs/error.hpp"
 #include "ckptfs/megatron.hpp"
 #include "ckptfs/plain.hpp"
+#include "formats/dcp/hf_storage.hpp"
 
 namespace ckptfs {
 
@@ -51,8 +52,9 @@ Checkpoint open_resolved(const fs::path& source, const OpenOptions& options) {
   // before DCP: a torch_dist iteration dir is a DCP dir too
   if (megatron::is_megatron_source(source)) return megatron::open(source, options);
   if (dcp::is_dcp_source(source)) return dcp::open(source, options);
+  if (dcp::is_hf_storage_dir(source)) return dcp::open_hf_storage(source, options);
   throw SourceError(fmt::format(
-      "{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, a Megatron-LM save dir or iteration dir, or a PyTorch DCP dir)", source.string()));
+      "{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, a Megatron-LM save dir or iteration dir, a PyTorch DCP dir or a dir of safetensors files)", source.string()));
 }
 
 }  // namespace

@@ -53,6 +53,9 @@ VirtualTree build_tree(const Checkpoint& checkpoint) {
   }
   if (any_renamed) taken.insert(std::string(kRenamedDir));
   nlohmann::json renamed = nlohmann::json::object();
+  for (const auto& v : root_views)  // the root tag's own side files that yielded to its views (tag_views)
+    if (v.path.starts_with(kRenamedDir) && v.path.size() > kRenamedDir.size() && v.path[kRenamedDir.size()] == '/')
+      renamed[v.path.substr(kRenamedDir.size() + 1)] = v.path;
   for (const auto& [name, file] : side_files) {
     std::string mount_path = name;
     if (taken.contains(name)) renamed[name] = mount_path = fmt::format("{}/{}", kRenamedDir, name);

@@ -79,6 +79,27 @@ TEST(VfsCheckpointTree, SideFilesPassThroughAndYieldToViews) {
                                             "source", "tags"}));
 }
 
+// A tag dir's own side files (a DCP or Hugging Face storage dir given as SRC) yield to the views the same way,
+// at the root and under tags/<tag>/ (a regular file called ckptfs.json or fp32 too).
+TEST(VfsCheckpointTree, TagSideFilesYieldToViews) {
+  Fixture f;
+  f.checkpoint.side_files.clear();
+  f.checkpoint.tags[0].side_files = {f.dir.write("model.safetensors", "side"), f.dir.write("fp32", "a file"),
+                                     f.dir.write("ckptfs.json", "{}"), f.dir.write("config.json", "{\"a\": 1}")};
+  const VirtualTree tree = build_tree(f.checkpoint);
+  for (const std::string dir : {"", "tags/step1/"}) {
+    EXPECT_EQ(read(at(tree, dir + "source/model.safetensors")), "side") << dir;
+    EXPECT_EQ(read(at(tree, dir + "source/fp32")), "a file") << dir;
+    EXPECT_EQ(read(at(tree, dir + "source/ckptfs.json")), "{}") << dir;
+    EXPECT_EQ(read(at(tree, dir + "config.json")), "{\"a\": 1}") << dir;
+    EXPECT_NE(read(at(tree, dir + "model.safetensors")), "side") << dir;
+  }
+  const auto info = nlohmann::json::parse(read(at(tree, "ckptfs.json")));
+  EXPECT_EQ(info["renamed_side_files"],
+            nlohmann::json({{"model.safetensors", "source/model.safetensors"}, {"fp32", "source/fp32"},
+                            {"ckptfs.json", "source/ckptfs.json"}}));
+}
+
 TEST(VfsCheckpointTree, InfoFileDescribesTheMount) {
   Fixture f;
   const VirtualTree tree = build_tree(f.checkpoint);

@@ -1,13 +1,33 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/layout.hpp"
 #include "views/torch_value.hpp"
 
 namespace ckptfs {
+
+namespace {
+
+// A tag's side files beside its views; one whose name a view (or, at the mount root, ckptfs.json or tags/)
+// takes is served as source/<name> instead, as the mount does with the root's side files (docs/mount.md).
+void add_side_files(std::vector<ViewFile>& views, const std::vector<std::filesystem::path>& side_files) {
+  std::set<std::string, std::less<>> taken = {"ckptfs.json", "tags"};
+  for (const auto& v : views) taken.insert(v.path.substr(0, v.path.find('/')));
+  const bool any_moved = std::any_of(side_files.begin(), side_files.end(),
+                                     [&](const auto& f) { return taken.contains(f.filename().string()); });
+  if (any_moved) taken.insert("source");
+  for (const auto& file : side_files) {
+    const std::string name = file.filename().string();
+    views.push_back({taken.contains(name) ? "source/" + name : name, views::make_passthrough(io::File::open(file))});
+  }
+}
+
+}  // namespace
 
 std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
   // The view builders know the tensors, not where they come from: their errors (a name that appears
@@ -30,8 +50,7 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
     }
     if (with_universal)
       for (auto& v : views::universal_views(tag)) views.push_back(std::move(v));
-    for (const auto& file : tag.side_files)
-      views.push_back({file.filename().string(), views::make_passthrough(io::File::open(file))});
+    add_side_files(views, tag.side_files);
     return views;
   } catch (const UnsupportedError& e) {
     throw UnsupportedError(fmt::format("{}: {}", tag.dir.string(), e.what()));

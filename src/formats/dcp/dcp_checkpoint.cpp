@@ -10,6 +10,7 @@
 #include "ckptfs/error.hpp"
 #include "formats/dcp/dcp_metadata.hpp"
 #include "formats/dcp/dcp_tag.hpp"
+#include "formats/dcp/hf_storage.hpp"
 #include "formats/natural_order.hpp"
 #include "formats/save_dir.hpp"
 #include "formats/tag_names.hpp"
@@ -52,6 +53,11 @@ std::vector<fs::path> dcp_dirs_of(const fs::path& dir) {
   return out;
 }
 
+// A step dir saved by HuggingFaceStorageWriter (torchtitan's last step in HF format, beside DCP steps).
+bool is_hf_step_dir(const fs::path& dir) {
+  return is_step_name(dir.filename().string()) && is_hf_storage_dir(dir);
+}
+
 // Regular files of `dir` (not DCP data), sorted: served beside the views.
 std::vector<fs::path> side_files_of(const fs::path& dir) {
   std::vector<fs::path> out;
@@ -71,7 +77,7 @@ std::vector<fs::path> side_files_of(const fs::path& dir) {
 bool is_dcp_source(const fs::path& source) {
   if (!dcp_dirs_of(source).empty()) return true;
   for (const auto& d : subdirs(source))
-    if (!dcp_dirs_of(d).empty()) return true;
+    if (!dcp_dirs_of(d).empty() || is_hf_step_dir(d)) return true;
   return false;
 }
 
@@ -88,8 +94,8 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
   } else {
     for (const auto& d : subdirs(source)) {
       auto dirs = dcp_dirs_of(d);
-      if (dirs.empty()) continue;
-      tags.emplace_back(d.filename().string(), std::move(dirs));
+      if (dirs.empty() && !is_hf_step_dir(d)) continue;
+      tags.emplace_back(d.filename().string(), std::move(dirs));  // no DCP dirs: an HF storage step
       tag_dirs.push_back(d);
     }
     cp.side_files = side_files_of(source);
@@ -108,6 +114,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
   io::FileSet files;
   formats::read_tags(cp, tags, options, [&](const auto& t) {
     const fs::path& dir = tag_dirs[&t - tags.data()];
+    if (t.second.empty()) return read_hf_storage_tag(files, dir, t.first);  // no DCP dirs: an HF storage dir
     Tag tag = read_tag(files, dir, t.first, t.second);
     tag.side_files = side_files_of(dir);
     return tag;

@@ -101,11 +101,11 @@ torch::SourceTensor ItemReader::blob_tensor(const Item& item, const Chunk& c, co
       fail(item, e.what());
     }
   }
-  const plain::SafetensorsBlob& blob = it->second;
-  const auto entry = std::find_if(blob.entries.begin(), blob.entries.end(),
+  const plain::SafetensorsHeader& blob = it->second;
+  const auto entry = std::find_if(blob.tensors.begin(), blob.tensors.end(),
                                   [&](const plain::SafetensorsEntry& e) { return e.name == item.fqn; });
   const std::string where = fmt::format("the safetensors blob at byte {} of {}", c.location.offset, file->path().string());
-  if (entry == blob.entries.end()) fail(item, fmt::format("{} has no tensor of that name", where));
+  if (entry == blob.tensors.end()) fail(item, fmt::format("{} has no tensor of that name", where));
   if (entry->tensor.shape != c.sizes)
     fail(item, fmt::format("{} holds it as [{}], the chunk is [{}]", where, fmt::join(entry->tensor.shape, ", "),
                            fmt::join(c.sizes, ", ")));

@@ -52,7 +52,7 @@ class ItemReader {
   io::FileSet& files_;
   std::filesystem::path dir_;
   std::filesystem::path metadata_path_;
-  mutable std::map<std::pair<const io::File*, uint64_t>, plain::SafetensorsBlob> blobs_;  // parsed once per file
+  mutable std::map<std::pair<const io::File*, uint64_t>, plain::SafetensorsHeader> blobs_;  // parsed once per file
 };
 
 }  // namespace ckptfs::dcp

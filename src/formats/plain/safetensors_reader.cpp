@@ -23,11 +23,15 @@ std::optional<DType> dtype_of(std::string_view name) {
 
 }  // namespace
 
-std::vector<SafetensorsEntry> read_safetensors(const io::FilePtr& file) {
-  return read_safetensors_blob(io::FileRange(file)).entries;
+SafetensorsHeader read_safetensors_header(const io::FilePtr& file) {
+  return read_safetensors_blob(io::FileRange(file));
 }
 
-SafetensorsBlob read_safetensors_blob(const io::FileRange& range) {
+std::vector<SafetensorsEntry> read_safetensors(const io::FilePtr& file) {
+  return read_safetensors_header(file).tensors;
+}
+
+SafetensorsHeader read_safetensors_blob(const io::FileRange& range) {
   const io::FilePtr& file = range.file();
   const auto fail = [&](const std::string& what) {
     throw FormatError(fmt::format("{}: not a valid safetensors {}: {}", file->path().string(),
@@ -49,12 +53,16 @@ SafetensorsBlob read_safetensors_blob(const io::FileRange& range) {
   }
   if (!header.is_object()) fail("header is not a JSON object");
   const uint64_t data_start = 8 + header_len, data_size = range.size() - data_start;
-  SafetensorsBlob out;
   std::vector<std::pair<uint64_t, SafetensorsEntry>> found;
+  SafetensorsHeader out;
   try {
     for (const auto& [name, info] : header.items()) {
       if (name == "__metadata__") {
-        for (const auto& [k, v] : info.items()) out.metadata[k] = v.get<std::string>();
+        if (!info.is_object()) fail("__metadata__ is not an object");
+        for (const auto& [key, value] : info.items()) {
+          if (!value.is_string()) fail(fmt::format("__metadata__ value {} is not a string", key));
+          out.metadata[key] = value.get<std::string>();
+        }
         continue;
       }
       const auto dtype = dtype_of(info.at("dtype").get<std::string>());
@@ -82,7 +90,7 @@ SafetensorsBlob read_safetensors_blob(const io::FileRange& range) {
     fail(fmt::format("header entry: {}", e.what()));
   }
   std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [offset, e] : found) out.entries.push_back(std::move(e));
+  for (auto& [offset, e] : found) out.tensors.push_back(std::move(e));
   return out;
 }
 

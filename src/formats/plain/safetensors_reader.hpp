@@ -16,16 +16,19 @@ struct SafetensorsEntry {
   torch::SourceTensor tensor;
 };
 
-// In file order (by data offset). Throws FormatError naming the file.
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> tensors;       // in file order (by data offset)
+  std::map<std::string, std::string> metadata;  // __metadata__ (string values, as the format requires)
+};
+
+// Throws FormatError naming the file.
+SafetensorsHeader read_safetensors_header(const io::FilePtr& file);
+
+// The tensors of read_safetensors_header.
 std::vector<SafetensorsEntry> read_safetensors(const io::FilePtr& file);
 
-// A safetensors blob that starts `range.base()` bytes into a file and runs to its end (DCP's
-// serialization_format=SAFETENSORS appends one to each data file): its tensors (storage offsets in the
-// file) and its __metadata__ strings.
-struct SafetensorsBlob {
-  std::vector<SafetensorsEntry> entries;
-  std::map<std::string, std::string> metadata;
-};
-SafetensorsBlob read_safetensors_blob(const io::FileRange& range);
+// The header of a safetensors blob that starts `range.base()` bytes into a file and runs to its end (DCP's
+// serialization_format=SAFETENSORS appends one to each data file; storage offsets are in the file).
+SafetensorsHeader read_safetensors_blob(const io::FileRange& range);
 
 }  // namespace ckptfs::plain

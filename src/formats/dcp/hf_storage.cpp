@@ -1,0 +1,281 @@
+#include "formats/dcp/hf_storage.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "ckptfs/error.hpp"
+#include "formats/model_selection.hpp"
+#include "formats/natural_order.hpp"
+#include "formats/plain/safetensors_reader.hpp"
+
+namespace ckptfs::dcp {
+
+namespace fs = std::filesystem;
+using catalog::Catalog;
+
+namespace {
+
+constexpr std::string_view kShardingInfoKey = "DCP_SHARDING_INFO";  // _hf_utils.CUSTOM_METADATA_KEY
+constexpr std::string_view kIndexName = "model.safetensors.index.json";
+constexpr std::string_view kShardedDir = "sharded";  // where the shards go when the writer consolidates
+constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 30;
+constexpr int64_t kMaxExtent = int64_t{1} << 48;  // per dimension: offset + size never overflows
+
+std::vector<fs::path> safetensors_files_in(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_regular_file(ec) && entry.path().extension() == ".safetensors") out.push_back(entry.path());
+  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
+    return natural_less(a.filename().string(), b.filename().string());
+  });
+  return out;
+}
+
+// One rank's chunk of a tensor: a whole safetensors tensor placed at `offsets` of the global tensor.
+struct Chunk {
+  std::vector<int64_t> offsets;
+  torch::SourceTensor source;
+  fs::path file;
+};
+
+struct ChunkedTensor {
+  std::string fqn;
+  std::vector<Chunk> chunks;
+};
+
+// DCP_SHARDING_INFO, '{"<fqn>": {"saved_offsets": [...]}, ...}' (a JSON text inside the string-valued
+// __metadata__), in the order the writer lists the tensors: the state dict's.
+std::vector<std::pair<std::string, std::vector<int64_t>>> sharding_info(const fs::path& file, const std::string& text) {
+  const auto fail = [&](const std::string& what) {
+    throw FormatError(fmt::format("{}: __metadata__ {}: {}", file.string(), kShardingInfoKey, what));
+  };
+  nlohmann::ordered_json info;
+  try {
+    info = nlohmann::ordered_json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(fmt::format("not JSON: {}", e.what()));
+  }
+  if (!info.is_object()) fail("not a JSON object");
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (const auto& [fqn, entry] : info.items()) {
+    const auto offsets = entry.is_object() ? entry.find("saved_offsets") : entry.end();
+    if (offsets == entry.end() || !offsets->is_array()) fail(fmt::format("{} has no saved_offsets list", fqn));
+    std::vector<int64_t> o;
+    for (const auto& v : *offsets) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxExtent)
+        fail(fmt::format("{}: saved_offsets {} are not offsets", fqn, offsets->dump()));
+      o.push_back(v.get<int64_t>());
+    }
+    out.emplace_back(fqn, std::move(o));
+  }
+  return out;
+}
+
+// Adds the chunks of one file: its tensors placed where DCP_SHARDING_INFO says (every tensor must be listed
+// there, and only those), or at offset 0 when the file has none (a full tensor, as HuggingFaceStorageReader
+// reads it).
+void add_file(io::FileSet& files, const fs::path& path, std::vector<ChunkedTensor>& out,
+              std::map<std::string, size_t>& slot_of) {
+  const auto header = plain::read_safetensors_header(files.open(path));
+  std::map<std::string, const plain::SafetensorsEntry*> by_name;
+  for (const auto& e : header.tensors) by_name[e.name] = &e;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> placed;
+  if (auto it = header.metadata.find(std::string(kShardingInfoKey)); it != header.metadata.end()) {
+    placed = sharding_info(path, it->second);
+    std::set<std::string> listed;
+    for (const auto& [fqn, offsets] : placed) {
+      listed.insert(fqn);
+      if (!by_name.contains(fqn))
+        throw FormatError(fmt::format("{}: {} lists {}, which the file does not hold", path.string(), kShardingInfoKey, fqn));
+      if (offsets.size() != by_name[fqn]->tensor.shape.size())
+        throw FormatError(fmt::format("{}: {} gives {} {} offsets, the tensor has {} dimensions", path.string(),
+                                      kShardingInfoKey, fqn, offsets.size(), by_name[fqn]->tensor.shape.size()));
+    }
+    for (const auto& e : header.tensors)
+      if (!listed.contains(e.name))
+        throw FormatError(fmt::format("{}: tensor {} is missing from {}", path.string(), e.name, kShardingInfoKey));
+  } else {
+    for (const auto& e : header.tensors) placed.emplace_back(e.name, std::vector<int64_t>(e.tensor.shape.size(), 0));
+  }
+  for (auto& [fqn, offsets] : placed) {
+    auto [slot, inserted] = slot_of.try_emplace(fqn, out.size());
+    if (inserted) out.push_back({fqn, {}});
+    out[slot->second].chunks.push_back({std::move(offsets), by_name[fqn]->tensor, path});
+  }
+}
+
+std::string file_names(const ChunkedTensor& t) {
+  std::vector<std::string> names;
+  for (const auto& c : t.chunks) names.push_back(c.file.filename().string());
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+// The global tensor: its shape is not recorded anywhere, so it is the chunks' extent (as
+// HuggingFaceStorageReader and consolidate_safetensors_files compute it); the chunks must then tile it.
+catalog::LogicalTensor assemble(const ChunkedTensor& t, const fs::path& dir) {
+  const Chunk& first = t.chunks.front();
+  std::vector<int64_t> shape(first.offsets.size(), 0);
+  std::vector<catalog::Box> boxes;
+  for (const auto& c : t.chunks) {
+    if (c.source.dtype != first.source.dtype || c.offsets.size() != shape.size())
+      throw FormatError(fmt::format("{}: {} is {} [{}] there, {} [{}] in {}", c.file.string(), t.fqn,
+                                    dtype_torch_name(c.source.dtype), fmt::join(c.source.shape, ", "),
+                                    dtype_torch_name(first.source.dtype), fmt::join(first.source.shape, ", "),
+                                    first.file.filename().string()));
+    for (size_t d = 0; d < shape.size(); ++d) shape[d] = std::max(shape[d], c.offsets[d] + c.source.shape[d]);
+    boxes.push_back({c.offsets, c.source.shape, c.source, nullptr});
+  }
+  uint64_t numel = 1;  // offsets come from JSON: the extent they make must stay addressable
+  for (int64_t d : shape) {
+    if (d != 0 && numel > (uint64_t{1} << 62) / static_cast<uint64_t>(d))
+      throw FormatError(fmt::format("{} ({}): {}: the chunks' extent [{}] is too large", dir.string(), file_names(t),
+                                    t.fqn, fmt::join(shape, ", ")));
+    numel *= static_cast<uint64_t>(d);
+  }
+  if (t.chunks.size() == 1 && shape == first.source.shape)
+    return catalog::whole_tensor(t.fqn, first.source, first.source.dtype, "saved tensor in " + file_names(t));
+  try {
+    return catalog::assembled_tensor(t.fqn, first.source.dtype, std::move(shape), std::move(boxes),
+                                     fmt::format("{} chunks in {}", t.chunks.size(), file_names(t)));
+  } catch (const FormatError& e) {
+    throw FormatError(fmt::format("{} ({}): {}", dir.string(), file_names(t), e.what()));
+  }
+}
+
+// model.safetensors.index.json, when there is one: every file its weight_map names must be there and hold
+// the tensor it is named for (HF loaders open the files through it).
+void check_index(const fs::path& index, const std::vector<ChunkedTensor>& tensors) {
+  std::error_code ec;
+  if (const auto size = fs::file_size(index, ec); !ec && size > kMaxIndexBytes)
+    throw FormatError(fmt::format("{}: larger than 1 GiB", index.string()));
+  std::ifstream in(index, std::ios::binary);
+  if (!in) throw SourceError(fmt::format("{}: cannot open", index.string()));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("{}: not JSON: {}", index.string(), e.what()));
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw FormatError(fmt::format("{}: no weight_map object", index.string()));
+  std::map<std::string, const ChunkedTensor*> by_fqn;
+  for (const auto& t : tensors) by_fqn[t.fqn] = &t;
+  for (const auto& [fqn, file] : j["weight_map"].items()) {
+    if (!file.is_string()) throw FormatError(fmt::format("{}: weight_map[{}] is not a file name", index.string(), fqn));
+    const std::string name = file.get<std::string>();
+    if (name.find('/') != std::string::npos || !fs::is_regular_file(index.parent_path() / name, ec))
+      throw FormatError(fmt::format("{}: weight_map puts {} in {}, which is missing", index.string(), fqn, name));
+    const auto it = by_fqn.find(fqn);
+    const bool held = it != by_fqn.end() && std::any_of(it->second->chunks.begin(), it->second->chunks.end(),
+                                                        [&](const Chunk& c) { return c.file.filename() == name; });
+    if (!held) throw FormatError(fmt::format("{}: weight_map puts {} in {}, which does not hold it", index.string(), fqn, name));
+  }
+}
+
+// The ranks that wrote shard-<R>-model-... files (R counts from 1). The global shapes are only the chunks'
+// extent, so a lost rank's file would go unnoticed where its chunks were the last rows: every rank up to
+// the highest must have written one.
+int rank_count(const fs::path& data_dir, const std::vector<fs::path>& data_files) {
+  static const std::regex kShard(R"(shard-(\d{1,9})-model-\d+-of-\d+\.safetensors)");
+  std::set<int> ranks;
+  for (const auto& f : data_files) {
+    std::smatch m;
+    const std::string name = f.filename().string();
+    if (std::regex_match(name, m, kShard)) ranks.insert(std::stoi(m[1].str()));
+  }
+  if (ranks.empty()) return 1;
+  for (int r = 1; r <= *ranks.rbegin(); ++r)
+    if (!ranks.contains(r))
+      throw FormatError(fmt::format("{}: shard-{:05d}-model-*.safetensors is missing (a rank's chunks), "
+                                    "shard-{:05d}-model-*.safetensors is there",
+                                    data_dir.string(), r, *ranks.rbegin()));
+  return static_cast<int>(ranks.size());
+}
+
+// Which of the writer's layouts the dir holds, for `ckptfs inspect`.
+std::string layout_name(const fs::path& dir, const fs::path& data_dir, const std::vector<ChunkedTensor>& tensors) {
+  if (data_dir != dir) return "distributed shards in sharded/, not consolidated";
+  const bool sharded = std::any_of(tensors.begin(), tensors.end(), [](const ChunkedTensor& t) {
+    return t.chunks.size() > 1 || std::any_of(t.chunks[0].offsets.begin(), t.chunks[0].offsets.end(),
+                                              [](int64_t o) { return o != 0; });
+  });
+  if (sharded) return "distributed shards (save_distributed=True)";
+  std::error_code ec;
+  if (fs::is_directory(dir / kShardedDir, ec)) return "consolidated (consolidate_safetensors_files; sharded/ not read)";
+  return "full tensors (rank-0 save)";
+}
+
+}  // namespace
+
+bool is_hf_storage_dir(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_directory(dir, ec) &&
+         (!safetensors_files_in(dir).empty() || !safetensors_files_in(dir / kShardedDir).empty());
+}
+
+Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
+  // Consolidated files, when there are any, are what HuggingFaceStorageReader reads; sharded/ then holds
+  // the same tensors again and is left alone.
+  fs::path data_dir = dir;
+  std::vector<fs::path> data_files = safetensors_files_in(dir);
+  if (data_files.empty()) {
+    data_dir = dir / kShardedDir;
+    data_files = safetensors_files_in(data_dir);
+  }
+  Tag tag;
+  tag.topology.dp = rank_count(data_dir, data_files);
+  std::vector<ChunkedTensor> chunked;
+  std::map<std::string, size_t> slot_of;
+  for (const auto& f : data_files) add_file(files, f, chunked, slot_of);
+  tag.name = name;
+  tag.dir = dir;
+  tag.format = "PyTorch DCP Hugging Face storage (HuggingFaceStorageWriter): " + layout_name(dir, data_dir, chunked);
+  tag.files = data_files;
+  std::error_code ec;
+  if (const fs::path index = dir / kIndexName; fs::is_regular_file(index, ec)) {
+    check_index(index, chunked);
+    tag.files.push_back(index);
+  }
+  auto model = std::make_shared<Catalog>();
+  for (const auto& t : chunked) model->tensors.push_back(assemble(t, dir));
+  if (model->tensors.empty()) throw FormatError(fmt::format("{}: its safetensors files hold no tensor", data_dir.string()));
+  for (const auto& t : model->tensors)
+    if (dtype_is_floating(t.dtype)) {
+      tag.topology.train_dtype = t.dtype;
+      break;
+    }
+  tag.topology.optimizer = "-";
+  if (data_dir == dir && fs::is_directory(dir / kShardedDir, ec))
+    tag.notes.push_back("sharded/ is not read: the consolidated files beside it hold the same tensors");
+  tag.catalogs.emplace("fp32", formats::upcast_to_fp32(*model));
+  tag.catalogs.emplace("model", std::move(model));
+  // The dir's other files (the index, config.json, ...), beside the views (a name a view takes moves to source/).
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_regular_file(ec) && std::find(data_files.begin(), data_files.end(), entry.path()) == data_files.end())
+      tag.side_files.push_back(entry.path());
+  std::sort(tag.side_files.begin(), tag.side_files.end());
+  return tag;
+}
+
+Checkpoint open_hf_storage(const fs::path& dir, const OpenOptions& options) {
+  const std::string name = dir.filename().string();
+  if (options.tag && *options.tag != name)
+    throw SourceError(fmt::format("{}: no tag '{}' (a Hugging Face storage dir is the one tag '{}')", dir.string(), *options.tag, name));
+  io::FileSet files;
+  Checkpoint cp;
+  cp.framework = "dcp";
+  cp.root = dir;
+  cp.latest = name;
+  cp.tags.push_back(read_hf_storage_tag(files, dir, name));
+  return cp;
+}
+
+}  // namespace ckptfs::dcp
