@@ -13,11 +13,19 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
   // The view builders know the tensors, not where they come from: their errors (a name that appears
   // twice, a header over the size limit) get the tag directory.
   try {
-    std::vector<ViewFile> views = {{"model.safetensors", views::make_safetensors(tag.catalog("model"))}};
-    if (tag.catalogs.contains("fp32")) {
-      views.push_back({"fp32/pytorch_model.bin", views::make_torch_save(tag.catalog("fp32"), "pytorch_model")});
-      views.push_back({"fp32/model.safetensors", views::make_safetensors(tag.catalog("fp32"))});
-    }
+    std::vector<ViewFile> views;
+    // the model at the root, and a second model's under its prefix (verl's critic: "critic/model")
+    const auto add_model = [&](const std::string& prefix) {
+      views.push_back({prefix + "model.safetensors", views::make_safetensors(tag.catalog(prefix + "model"))});
+      if (tag.catalogs.contains(prefix + "fp32")) {
+        views.push_back({prefix + "fp32/pytorch_model.bin",
+                         views::make_torch_save(tag.catalog(prefix + "fp32"), "pytorch_model")});
+        views.push_back({prefix + "fp32/model.safetensors", views::make_safetensors(tag.catalog(prefix + "fp32"))});
+      }
+    };
+    add_model("");
+    for (const auto& [role, catalog] : tag.catalogs)
+      if (role.ends_with("/model")) add_model(role.substr(0, role.size() - 5));
     if (tag.catalogs.contains("hf")) views.push_back({"hf/model.safetensors", views::make_safetensors(tag.catalog("hf"))});
     for (const auto& extra : tag.extra_files)
       views.push_back({extra.path, extra.source.empty() ? views::make_bytes_file(extra.text)
