@@ -48,37 +48,45 @@ def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT):
     """Makes every case of `only` (default: all) current in out_dir.  Returns (generated names, seconds, log);
     raises RuntimeError with the generator's output when it fails."""
     chroot = chroot or default_chroot()
+    return generate_in_chroot(out_dir, chroot, list(only or CASES), GEN_VERSION, SOURCES, "generate_dcp.py",
+                              "DCP", "the Debian 13 chroot", force, timeout)
+
+
+def generate_in_chroot(out_dir, chroot, names, version, sources, script, label, chroot_name, force=False,
+                       timeout=TIMEOUT):
+    """Runs `script` (one of `sources`, copied side by side into CHROOT/tmp) for the cases of `names` whose
+    case.json in out_dir lacks generator_version `version`, and moves them into out_dir.  Returns (generated
+    names, seconds, log); raises RuntimeError with the generator's output when it fails."""
     out_dir = os.path.abspath(out_dir)
-    names = list(only or CASES)
-    todo = [n for n in names if force or not case_is_current(os.path.join(out_dir, n), GEN_VERSION)]
+    todo = [n for n in names if force or not case_is_current(os.path.join(out_dir, n), version)]
     if not todo:
         return [], 0.0, "every case is current"
     if not chroot_ready(chroot):
-        raise RuntimeError(f"the Debian 13 chroot is not set up ({chroot}/.ckptfs-chroot-complete missing): run "
+        raise RuntimeError(f"{chroot_name} is not set up ({chroot}/.ckptfs-chroot-complete missing): run "
                            f"`bash mount_tests/modern/setup_chroot.sh` (or point CKPTFS_CHROOT at it)")
-    tag = f"ckptfs-gen-dcp-{os.getpid()}"
+    tag = f"ckptfs-gen-{label.lower()}-{os.getpid()}"
     host = os.path.join(chroot, "tmp", tag)
     shutil.rmtree(host, ignore_errors=True)
     os.makedirs(os.path.join(host, "tmp"))  # TMPDIR: torch leaves a temp dir per import
     t0 = time.time()
     try:
-        for f in SOURCES:
+        for f in sources:
             shutil.copy(f, host)
-        cmd = in_chroot_cmd(chroot, "python3", f"/tmp/{tag}/generate_dcp.py", f"/tmp/{tag}/out", "--force",
+        cmd = in_chroot_cmd(chroot, "python3", f"/tmp/{tag}/{script}", f"/tmp/{tag}/out", "--force",
                             "--only", *todo, tmpdir=f"/tmp/{tag}/tmp")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
-            raise RuntimeError(f"DCP generator timed out after {timeout}s: {' '.join(cmd)}\n{e.stdout}\n{e.stderr}")
+            raise RuntimeError(f"{label} generator timed out after {timeout}s: {' '.join(cmd)}\n{e.stdout}\n{e.stderr}")
         log = "\n".join(l for l in (proc.stdout + proc.stderr).splitlines()
                         if "UCX" not in l and "cpuinfo" not in l)
         if proc.returncode != 0:
-            raise RuntimeError(f"DCP generator failed (exit {proc.returncode}): {' '.join(cmd)}\n{log[-6000:]}")
+            raise RuntimeError(f"{label} generator failed (exit {proc.returncode}): {' '.join(cmd)}\n{log[-6000:]}")
         os.makedirs(out_dir, exist_ok=True)
         for n in todo:
             src = os.path.join(host, "out", n)
-            if not case_is_current(src, GEN_VERSION):
-                raise RuntimeError(f"DCP generator wrote no current {n}/case.json\n{log[-6000:]}")
+            if not case_is_current(src, version):
+                raise RuntimeError(f"{label} generator wrote no current {n}/case.json\n{log[-6000:]}")
             tmp = os.path.join(out_dir, f".tmp-{n}-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.move(src, tmp)
@@ -91,14 +99,20 @@ def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    return command_line(argv, __doc__, CASES, generate, "${CKPTFS_CHROOT:-build/trixie}")
+
+
+def command_line(argv, doc, cases, generate_cases, default_chroot_help):
+    """OUT_DIR [--chroot DIR] [--only NAME ...] [--force]: generate_cases(out_dir, chroot, only, force), its
+    log and a summary printed; returns the exit status."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--chroot", default=None, help="default: ${CKPTFS_CHROOT:-build/trixie}")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=list(CASES))
+    ap.add_argument("--chroot", default=None, help=f"default: {default_chroot_help}")
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=list(cases))
     ap.add_argument("--force", action="store_true")
     args = ap.parse_args(argv)
     try:
-        done, secs, log = generate(args.out_dir, args.chroot, args.only, args.force)
+        done, secs, log = generate_cases(args.out_dir, args.chroot, args.only, args.force)
     except RuntimeError as e:
         print(f"run_generator: {e}", file=sys.stderr)
         return 1

@@ -134,7 +134,11 @@ LogicalTensor merge_dtensor(const std::string& name, const std::vector<RankModel
                        placement_string(s.placements), mesh_string(s.mesh_shape, s.mesh_dim_names),
                        fmt::join(first.global_shape, "x"), placement_string(first.placements),
                        mesh_string(first.mesh_shape, first.mesh_dim_names)));
-    const auto coordinate = s.coordinate.value_or(mesh_coordinate(static_cast<int64_t>(r), s.mesh_shape));
+    // verl's meshes (init_device_mesh) number ranks row-major: rank r's file holds coordinate r
+    const auto coordinate = mesh_coordinate(static_cast<int64_t>(r), s.mesh_shape);
+    if (s.coordinate && *s.coordinate != coordinate)
+      fail(fmt::format("holds the shard of mesh coordinate ({}), but rank {} is at ({})", fmt::join(*s.coordinate, ", "),
+                       r, fmt::join(coordinate, ", ")));
     const LocalBox box = local_box(s.global_shape, s.placements, s.mesh_shape, coordinate);
     if (box.sizes != s.local.shape)
       fail(fmt::format("local shard [{}] at mesh coordinate ({}), but {} of [{}] gives [{}] there (shards do not tile)",
