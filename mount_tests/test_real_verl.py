@@ -152,3 +152,14 @@ def test_inspect_says_verl(ckptfs_bin, name):
     text = H.run([ckptfs_bin, "inspect", case_path(name, "checkpoint")])
     H.assert_ok(text)
     assert "framework:  verl" in text.stdout and f"(latest: {latest})" in text.stdout, text.stdout
+
+
+def test_a_tracker_without_megatron_layout_is_not_megatron(ckptfs_bin, tmp_path):
+    """latest_checkpointed_iteration.txt is verl's and Megatron-LM's: alone it makes no Megatron save (exit 3,
+    no checkpoint found), beside an iter_* dir it still does (Megatron's own message)."""
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("2")
+    proc = H.run([ckptfs_bin, "inspect", tmp_path])
+    H.assert_one_line_error(proc, H.EXIT_SOURCE, ["no checkpoint found"])
+    assert "Megatron-LM iteration dir" not in proc.stderr, proc.stderr
+    (tmp_path / "iter_0000002").mkdir()
+    H.assert_one_line_error(H.run([ckptfs_bin, "inspect", tmp_path]), H.EXIT_SOURCE, ["no Megatron-LM iteration dir"])
