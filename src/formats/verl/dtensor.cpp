@@ -119,6 +119,13 @@ std::string placement_string(const std::vector<Placement>& placements) {
   return fmt::format("{}", fmt::join(out, ","));
 }
 
+std::string mesh_string(const std::vector<int64_t>& shape, const std::vector<std::string>& names) {
+  std::vector<std::string> dims;
+  for (size_t i = 0; i < shape.size(); ++i)
+    dims.push_back(i < names.size() ? fmt::format("{}={}", names[i], shape[i]) : std::to_string(shape[i]));
+  return fmt::format("{}", fmt::join(dims, " x "));
+}
+
 std::vector<int64_t> mesh_coordinate(int64_t rank, const std::vector<int64_t>& mesh_shape) {
   std::vector<int64_t> c(mesh_shape.size());
   for (size_t i = mesh_shape.size(); i-- > 0;) {

@@ -39,6 +39,9 @@ std::optional<DTensorShard> as_dtensor(const Field& field);
 // "S(1)", "R": placements as torch prints them.
 std::string placement_string(const std::vector<Placement>& placements);
 
+// "ddp=2 x fsdp=2": a mesh's dimensions, named where names were saved.
+std::string mesh_string(const std::vector<int64_t>& shape, const std::vector<std::string>& names);
+
 // The box [offset, offset + sizes) of the global tensor that mesh coordinate `coordinate` holds: Shard
 // placements applied in mesh-dimension order, each split in torch.chunk sizes (ceil(n / k) elements per
 // piece, the last pieces short or empty).

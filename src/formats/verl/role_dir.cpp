@@ -104,13 +104,6 @@ RankModel read_rank_model(io::FileSet& files, const fs::path& path) {
   return out;
 }
 
-std::string mesh_string(const std::vector<int64_t>& shape, const std::vector<std::string>& names) {
-  std::vector<std::string> dims;
-  for (size_t i = 0; i < shape.size(); ++i)
-    dims.push_back(i < names.size() ? fmt::format("{}={}", names[i], shape[i]) : std::to_string(shape[i]));
-  return fmt::format("{}", fmt::join(dims, " x "));
-}
-
 // A DTensor parameter from every rank's shard: the ranks at coordinate 0 of each replicated mesh
 // dimension place their local tensors at the box their Shard placements give them.
 LogicalTensor merge_dtensor(const std::string& name, const std::vector<RankModel>& ranks) {
@@ -213,23 +206,23 @@ std::vector<fs::path> rank_files(const fs::path& dir, std::string_view kind, int
 // parameter index DTensors (FSDP2) or each rank's flat-shard pieces (FSDP1).
 std::string describe_optimizer(io::FileSet& files, const fs::path& path) {
   const auto archive = torch::TorchArchive::open(files.open(path));
-  const Field root = root_field(archive);
-  const Field state = root["state"];
+  const Field state = root_field(archive)["state"];
   if (!state.is_dict()) return fmt::format("{}: no optimizer state dict", path.filename().string());
   std::set<std::string> keys;
-  std::string layout = "no tensors";
-  for (const auto& [key, entry] : state.value().entries) {
+  std::optional<bool> dtensors;  // whether the first moment tensor found is a DTensor
+  for (const auto& [index, entry] : state.value().entries) {
     if (!entry->is(pickle::Kind::Dict)) continue;
-    for (const auto& [k, v] : entry->entries) {
-      if (!k->is(pickle::Kind::String)) continue;
-      keys.insert(k->text);
-      if (k->text != "step" && layout == "no tensors") {
-        const Field f(v.get(), &archive.file()->path(), k->text);
-        layout = as_dtensor(f) ? "DTensors sharded like the parameters" : torch::as_tensor(*v) ? "plain tensors (FSDP1: "
-                 "each rank's piece of the flattened parameters)" : "no tensors";
-      }
+    for (const auto& [key, value] : entry->entries) {
+      if (!key->is(pickle::Kind::String)) continue;
+      keys.insert(key->text);
+      if (key->text == "step" || dtensors) continue;
+      if (as_dtensor(Field(value.get(), &archive.file()->path(), key->text))) dtensors = true;
+      else if (torch::as_tensor(*value)) dtensors = false;
     }
   }
+  const char* layout = !dtensors ? "no tensors"
+                       : *dtensors ? "DTensors sharded like the parameters"
+                                   : "plain tensors (FSDP1: each rank's piece of the flattened parameters)";
   return fmt::format("torch.optim state_dict per rank, rank 0: {} parameter states {{{}}}, {}; not served",
                      state.value().entries.size(), fmt::join(keys, ", "), layout);
 }

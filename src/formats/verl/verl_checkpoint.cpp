@@ -13,6 +13,7 @@
 #include "formats/model_selection.hpp"
 #include "formats/natural_order.hpp"
 #include "formats/tag_selection.hpp"
+#include "formats/verl/dtensor.hpp"
 #include "formats/verl/role_dir.hpp"
 
 namespace ckptfs::verl {
@@ -55,13 +56,10 @@ std::optional<std::string> tracked_step(const fs::path& root) {
 }
 
 std::string describe_role(const RoleDir& role) {
-  std::vector<std::string> dims;
-  for (size_t i = 0; i < role.mesh_shape.size(); ++i)
-    dims.push_back(i < role.mesh_dim_names.size() ? fmt::format("{}={}", role.mesh_dim_names[i], role.mesh_shape[i])
-                                                  : std::to_string(role.mesh_shape[i]));
   return fmt::format("{}: FSDP{}, world size {}, mesh {}", role.name,
                      role.fsdp_version ? std::to_string(*role.fsdp_version) : "?", role.world_size,
-                     dims.empty() ? "none (plain tensors)" : fmt::format("{}", fmt::join(dims, " x ")));
+                     role.mesh_shape.empty() ? "none (plain tensors)"
+                                             : formats::verl::mesh_string(role.mesh_shape, role.mesh_dim_names));
 }
 
 // The served model: verl's model_merger casts every tensor to bfloat16 (floating ones round to nearest
