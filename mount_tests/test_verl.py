@@ -272,3 +272,20 @@ def test_tracker_naming_a_missing_step_is_refused(verl_fixtures, ckptfs_bin, tmp
     with open(save / "latest_checkpointed_iteration.txt", "w") as f:
         f.write("99")
     assert_refused(ckptfs_bin, save, tmp_path, ["latest_checkpointed_iteration.txt: names step dir global_step_99"])
+
+
+def test_saved_hf_model_gives_way_to_the_merged_one(verl_fixtures, export_cache, ckptfs_bin, tmp_path):
+    """checkpoint.save_contents with "hf_model" adds huggingface/model.safetensors: the merged file is served
+    in its place, and inspect says so."""
+    root = fixtures(verl_fixtures)
+    save, actor, _ = broken_copy(root, tmp_path)
+    (actor / "huggingface" / "model.safetensors").write_bytes(b"not the merged model")
+    proc = H.run([ckptfs_bin, "inspect", save, "--json"])
+    H.assert_ok(proc)
+    notes = json.loads(proc.stdout)["tags"][0]["notes"]
+    assert any("huggingface/model.safetensors not served" in n for n in notes), notes
+    proc, out = export_cache(save)
+    H.assert_ok(proc)
+    latest = info_of(root, BAD_CASE)["latest"]
+    check_role(str(out), os.path.join(root, BAD_CASE, "expected", latest, "actor"), actor / "huggingface",
+               "export with huggingface/model.safetensors")

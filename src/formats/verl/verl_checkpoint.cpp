@@ -62,8 +62,8 @@ std::string describe_role(const RoleDir& role) {
                                              : formats::verl::mesh_string(role.mesh_shape, role.mesh_dim_names));
 }
 
-// The served model: verl's model_merger casts every tensor to bfloat16 (floating ones round to nearest
-// even; other dtypes are kept, as bfloat16 cannot hold them exactly).
+// The served model: verl's model_merger casts every tensor to bfloat16; float32 ones are (round to nearest
+// even, as torch does), the others keep their dtype (float16: a note says so).
 std::shared_ptr<catalog::Catalog> bf16_model(const catalog::Catalog& parameters) {
   auto out = std::make_shared<catalog::Catalog>(parameters);
   for (auto& t : out->tensors)
@@ -131,8 +131,8 @@ Tag read_step(io::FileSet& files, const std::string& name, const fs::path& dir, 
 }  // namespace
 
 bool is_verl_source(const fs::path& source) {
-  if (formats::verl::is_role_dir(source) || !role_dirs(source).empty()) return true;
-  return !sorted_subdirs(source, is_step_dir).empty();
+  // step dirs by name first: no other framework's subdirs are listed
+  return formats::verl::is_role_dir(source) || is_step_dir(source) || !sorted_subdirs(source, is_step_dir).empty();
 }
 
 Checkpoint open(const fs::path& source, const OpenOptions& options) {
@@ -152,8 +152,8 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     const fs::path parent = source.parent_path();
     add(is_step_name(parent.filename().string()) ? parent.filename().string() : source.filename().string(), source,
         {source});
-  } else if (auto roles = role_dirs(source); !roles.empty()) {
-    add(source.filename().string(), source, std::move(roles));
+  } else if (is_step_dir(source)) {
+    add(source.filename().string(), source, role_dirs(source));
   } else {
     for (const auto& d : sorted_subdirs(source, is_step_dir)) add(d.filename().string(), d, role_dirs(d));
   }
