@@ -177,6 +177,12 @@ def stage(chroot, label, files):
     return host, "/tmp/" + tag, os.path.join(chroot, "mnt", tag), "/mnt/" + tag
 
 
+def remove_staged(host, mnt):
+    shutil.rmtree(host, ignore_errors=True)
+    if os.path.isdir(mnt) and not os.path.ismount(mnt):
+        os.rmdir(mnt)
+
+
 def in_chroot(chroot, *args):
     env = ["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8", "OMP_NUM_THREADS=2",
            "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "PYTHONDONTWRITEBYTECODE=1"]
@@ -205,7 +211,7 @@ def test_chroot_clients_read_the_mount(verl_fixtures, ckptfs_bin, name, chroot):
                 assert proc.returncode == 0 and "FAIL" not in proc.stdout and proc.stdout.count("PASS ") == 8, \
                     f"{chroot} clients on {name} {role}:\n{H.describe(proc)}"
     finally:
-        shutil.rmtree(host, ignore_errors=True)
+        remove_staged(host, mnt)
 
 
 def test_from_pretrained_of_the_mount(verl_fixtures, ckptfs_bin):
@@ -221,7 +227,7 @@ def test_from_pretrained_of_the_mount(verl_fixtures, ckptfs_bin):
                              f"{inside}/critic")
         assert proc.returncode == 0 and proc.stdout.count("PASS ") == 2, H.describe(proc)
     finally:
-        shutil.rmtree(host, ignore_errors=True)
+        remove_staged(host, mnt)
 
 
 # ---------------------------------------------------------------------------------------------------

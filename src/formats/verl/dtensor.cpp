@@ -87,6 +87,8 @@ std::optional<DTensorShard> as_dtensor(const Field& field) {
   const Field spec = attrs["_spec"];
   const Field mesh = spec["mesh"];
   out.mesh_shape = mesh_shape_of(mesh);
+  for (const auto n : out.mesh_shape)
+    if (n < 1) mesh.fail(fmt::format("mesh dimension of size {}", n));
   if (const Field names = mesh["_mesh_dim_names"]; names.present())
     for (size_t i = 0; i < names.size(); ++i) out.mesh_dim_names.push_back(names.at(i).as_string());
   if (const Field coord = mesh["_coordinate_on_dim"]; coord.present()) out.coordinate = coord.as_shape();
