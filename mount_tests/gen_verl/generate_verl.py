@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""verl-shaped FSDP checkpoints written by real torch (2.14, Debian sid chroot: FSDP1 and FSDP2 on a CPU
-gloo mesh, transformers Llama models), saved under verl's file names the way verl's
+"""verl-shaped FSDP checkpoints written by real torch (2.14 in the Debian sid chroot with transformers Llama
+models, 2.6 in the Debian 13 chroot: FSDP1 and FSDP2 on a CPU gloo mesh), saved under verl's file names the way verl's
 FSDPCheckpointManager.save_checkpoint saves them (docs/formats/verl.md), with independent expectations:
 
     python3 generate_verl.py OUT_DIR [--only NAME ...] [--force]
@@ -11,7 +11,7 @@ OUT_DIR/NAME/expected/global_step_N/<role>/{model,fp32}.pt: every parameter gath
 (DTensor.full_tensor), cast to bfloat16 by torch (model.pt: what verl's model_merger writes) and to float32
 (fp32.pt: the saved parameters, exactly).
 Each rank also checks that its local shards are torch.chunk's pieces of the gathered tensors.  Run by
-mount_tests/gen_verl/run_verl_generator.py inside the chroot (USE_LIBUV=0, MASTER_ADDR=127.0.0.1).
+mount_tests/gen_verl/run_verl_generator.py inside each case's chroot (USE_LIBUV=0, MASTER_ADDR=127.0.0.1).
 """
 import argparse
 import contextlib
@@ -36,9 +36,53 @@ def free_port():
         return s.getsockname()[1]
 
 
+def plain_model(settings):
+    """torch 2.6's chroot has no transformers: Llama-style names on a small module (embedding, per layer an
+    MLP and a norm, a final norm, the head), and a config.json that says what it is."""
+    import torch
+    from torch import nn
+    h, i, v = settings["hidden"], settings["inter"], settings["vocab"]
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = nn.Module()
+            self.mlp.up_proj, self.mlp.down_proj = nn.Linear(h, i, bias=False), nn.Linear(i, h, bias=False)
+            self.input_layernorm = nn.Module()
+            self.input_layernorm.weight = nn.Parameter(torch.randn(h))
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = nn.Module()
+            self.model.embed_tokens = nn.Embedding(v, h)
+            self.model.layers = nn.ModuleList(Block() for _ in range(settings["layers"]))
+            self.model.norm = nn.Module()
+            self.model.norm.weight = nn.Parameter(torch.randn(h))
+            self.lm_head = nn.Linear(h, v, bias=False)
+
+    torch.manual_seed(SEED)
+    config = {"architectures": ["TinyForTest"], "dtype": settings["dtype"], "hidden_size": h, "intermediate_size": i,
+              "num_hidden_layers": settings["layers"], "vocab_size": v}
+    return Tiny().to(getattr(torch, settings["dtype"])), config, Block
+
+
+def save_config(config, path):
+    if isinstance(config, dict):
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "config.json"), "w") as f:
+            f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    else:
+        config.save_pretrained(path)
+
+
 def make_model(settings, role):
+    """(model, config, the decoder-layer class FSDP wraps)"""
+    if settings.get("chroot") == "trixie":
+        return plain_model(settings)
     import torch
     import transformers as tf
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
     config = tf.LlamaConfig(vocab_size=settings["vocab"], hidden_size=settings["hidden"],
                             intermediate_size=settings["inter"], num_hidden_layers=settings["layers"],
                             num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
@@ -54,17 +98,16 @@ def make_model(settings, role):
     # what from_pretrained(torch_dtype=...) leaves in the config verl saves
     config.architectures = [type(model).__name__]
     config.dtype = getattr(torch, settings["dtype"])
-    return model.to(config.dtype), config
+    return model.to(config.dtype), config, LlamaDecoderLayer
 
 
-def wrap(model, settings, mesh):
+def wrap(model, layer_class, settings, mesh):
     """FSDP1 with device_mesh (verl's FSDP path) or FSDP2 fully_shard with verl's shard placement fn."""
     import torch
-    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
     if settings["fsdp"] == 1:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-        return FSDP(model, device_mesh=mesh, auto_wrap_policy=ModuleWrapPolicy({LlamaDecoderLayer}),
+        return FSDP(model, device_mesh=mesh, auto_wrap_policy=ModuleWrapPolicy({layer_class}),
                     sharding_strategy=ShardingStrategy.FULL_SHARD, use_orig_params=True,
                     device_id=torch.device("cpu"))
     from torch.distributed.fsdp import fully_shard
@@ -120,8 +163,8 @@ def worker(rank, name, settings, out, port):
     coordinate = mesh.get_coordinate()
     info = {}
     for role in settings["roles"]:
-        model, config = make_model(settings, role)
-        model = wrap(model, settings, mesh)
+        model, config, layer_class = make_model(settings, role)
+        model = wrap(model, layer_class, settings, mesh)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
         done = 0
@@ -147,7 +190,7 @@ def worker(rank, name, settings, out, port):
             if rank == 0:
                 with open(os.path.join(local, "fsdp_config.json"), "w") as f:
                     json.dump({"FSDP_version": settings["fsdp"], "world_size": world}, f, indent=4)
-                config.save_pretrained(os.path.join(local, "huggingface"))
+                save_config(config, os.path.join(local, "huggingface"))
                 exp = os.path.join(out, "expected", f"global_step_{step}", role)
                 os.makedirs(exp, exist_ok=True)
                 torch.save({k: v.detach().bfloat16() for k, v in full.items()}, os.path.join(exp, "model.pt"))

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""Host side of the verl fixture generator: runs generate_verl.py inside the Debian unstable chroot (torch
-2.14, transformers: real FSDP1 and FSDP2) and moves the finished cases to OUT_DIR.
+"""Host side of the verl fixture generator: runs generate_verl.py inside each case's chroot (the Debian
+unstable one, torch 2.14 and transformers, or the Debian 13 one, torch 2.6: real FSDP1 and FSDP2) and moves
+the finished cases to OUT_DIR.
 
     /usr/bin/python3 mount_tests/gen_verl/run_verl_generator.py OUT_DIR [--chroot DIR] [--only NAME ...] [--force]
 
-The chroot is ${CKPTFS_SID_CHROOT:-/var/cache/ckptfs/sid}.  A case whose case.json in OUT_DIR carries the
+The chroots are ${CKPTFS_SID_CHROOT:-/var/cache/ckptfs/sid} and ${CKPTFS_CHROOT:-build/trixie}.  A case whose case.json in OUT_DIR carries the
 current GEN_VERSION is not generated again (gen_dcp/run_generator.generate_in_chroot).  Standard library only.
 """
 import os
@@ -15,20 +16,35 @@ TESTS = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(TESTS, "gen_dcp"))
 from run_generator import command_line, generate_in_chroot  # noqa: E402 (gen_dcp's)
-from verl_cases import CASES, GEN_VERSION  # noqa: E402
+from verl_cases import CASES, GEN_VERSION, chroot_of  # noqa: E402
 
 TIMEOUT = 900
 SOURCES = (os.path.join(HERE, "verl_cases.py"), os.path.join(HERE, "generate_verl.py"),
            os.path.join(TESTS, "case_cache.py"))
 
 
+CHROOTS = {  # a case's chroot (verl_cases.chroot_of) -> (its path, what it is)
+    "sid": (os.environ.get("CKPTFS_SID_CHROOT", "/var/cache/ckptfs/sid"), "the Debian unstable chroot"),
+    "trixie": (os.environ.get("CKPTFS_CHROOT", os.path.join(os.path.dirname(TESTS), "build", "trixie")),
+               "the Debian 13 chroot"),
+}
+
+
 def default_chroot():
-    return os.path.abspath(os.environ.get("CKPTFS_SID_CHROOT", "/var/cache/ckptfs/sid"))
+    return os.path.abspath(CHROOTS["sid"][0])
 
 
 def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT):
-    return generate_in_chroot(out_dir, chroot or default_chroot(), list(only or CASES), GEN_VERSION, SOURCES,
-                              "generate_verl.py", "verl", "the Debian unstable chroot", force, timeout)
+    """Each case in its own chroot (`chroot` overrides the sid one).  Returns (generated names, seconds, log)."""
+    done, secs, logs = [], 0.0, []
+    for which, (path, what) in CHROOTS.items():
+        names = [n for n in (only or CASES) if chroot_of(n) == which]
+        path = chroot if chroot and which == "sid" else path
+        if names:
+            d, s, log = generate_in_chroot(out_dir, os.path.abspath(path), names, GEN_VERSION, SOURCES,
+                                           "generate_verl.py", "verl", what, force, timeout)
+            done, secs, logs = done + d, secs + s, logs + [log]
+    return done, secs, "\n".join(logs)
 
 
 def main(argv=None):

@@ -2,9 +2,11 @@
 chroot) and the tests (host).  Standard library only.
 
 Each case: FSDP version, world size, mesh shape (1-D `fsdp`, or 2-D `ddp` x `fsdp`), model dtype, the model's
-sizes, the roles saved (actor, critic) and the steps saved (the last one is the tracker's).
+sizes, the roles saved (actor, critic) and the steps saved (the last one is the tracker's); the chroot it is
+written in: "sid" (torch 2.14, a transformers Llama) or "trixie" (torch 2.6, whose DTensor pickles keep the
+mesh as a tensor of ranks; no transformers there: a small module with Llama-style names).
 """
-GEN_VERSION = 2
+GEN_VERSION = 3
 
 # name -> settings
 CASES = {
@@ -25,4 +27,13 @@ CASES = {
     # the bundled example (examples/verl-fsdp2-ws2): small enough to ship
     "fsdp2_ws2_example": dict(fsdp=2, world_size=2, mesh=[2], dtype="float32", hidden=16, inter=32, layers=1,
                               vocab=64, roles=["actor"], steps=[1, 2], tiny=0),
+    # torch 2.6: FSDP1 on 2 ranks and FSDP2 on a ddp 2 x fsdp 2 mesh
+    "fsdp1_ws2_torch26": dict(fsdp=1, world_size=2, mesh=[2], dtype="float32", hidden=32, inter=88, layers=2,
+                              vocab=131, roles=["actor"], steps=[2], tiny=0, chroot="trixie"),
+    "fsdp2_hsdp_ws4_torch26": dict(fsdp=2, world_size=4, mesh=[2, 2], dtype="bfloat16", hidden=32, inter=88,
+                                   layers=1, vocab=131, roles=["actor"], steps=[1], tiny=0, chroot="trixie"),
 }
+
+
+def chroot_of(name):
+    return CASES[name].get("chroot", "sid")

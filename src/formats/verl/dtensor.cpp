@@ -41,7 +41,7 @@ int64_t layout_size(const Field& f) {
 }
 
 // The mesh's shape: torch 2.14 keeps a _MeshLayout whose `axes` are one _FlatLayout per mesh dimension;
-// torch 2.9-2.13 a _MeshLayout with the shape itself; older versions the `mesh` tensor of ranks.
+// versions between a _MeshLayout with the shape itself; torch 2.6 (and older) the `mesh` tensor of ranks.
 std::vector<int64_t> mesh_shape_of(const Field& mesh) {
   std::vector<int64_t> shape;
   if (const Field layout = mesh["_layout"]; layout.present()) {
@@ -89,8 +89,10 @@ std::optional<DTensorShard> as_dtensor(const Field& field) {
   out.mesh_shape = mesh_shape_of(mesh);
   for (const auto n : out.mesh_shape)
     if (n < 1) mesh.fail(fmt::format("mesh dimension of size {}", n));
-  if (const Field names = mesh["_mesh_dim_names"]; names.present())
-    for (size_t i = 0; i < names.size(); ++i) out.mesh_dim_names.push_back(names.at(i).as_string());
+  // _mesh_dim_names since torch 2.9, mesh_dim_names before
+  for (const char* key : {"_mesh_dim_names", "mesh_dim_names"})
+    if (const Field names = mesh[key]; names.present() && out.mesh_dim_names.empty())
+      for (size_t i = 0; i < names.size(); ++i) out.mesh_dim_names.push_back(names.at(i).as_string());
   if (const Field coord = mesh["_coordinate_on_dim"]; coord.present()) out.coordinate = coord.as_shape();
   const Field placements = spec["placements"];
   for (size_t i = 0; i < placements.size(); ++i) out.placements.push_back(placement_of(placements.at(i)));
