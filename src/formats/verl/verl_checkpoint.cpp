@@ -81,14 +81,17 @@ std::string bf16_config(const fs::path& path) {
   return std::regex_replace(text, kDtype, "$1\"bfloat16\"");
 }
 
-// A role's catalogs and files in `tag`, its views under `prefix` ("" or "critic/").
-void add_role(Tag& tag, const RoleDir& role, const std::string& prefix) {
+// A role's catalogs and files in `tag`: its views at the root, or in its own folder (prefix "critic/";
+// catalogs "critic:model" and "critic:fp32", as tag_views names them).
+void add_role(Tag& tag, const RoleDir& role, bool at_root) {
+  const std::string prefix = at_root ? "" : role.name + "/";
+  const std::string catalog_prefix = at_root ? "" : role.name + ":";
   for (const auto& t : role.parameters->tensors)
     if (t.dtype == DType::F16)
       tag.notes.push_back(fmt::format("{}: {} is float16, served as float16 in {}model.safetensors (verl's merger "
                                       "casts it to bfloat16)", role.name, t.name, prefix));
-  tag.catalogs.emplace(prefix + "model", bf16_model(*role.parameters));
-  tag.catalogs.emplace(prefix + "fp32", formats::upcast_to_fp32(*role.parameters));
+  tag.catalogs.emplace(catalog_prefix + "model", bf16_model(*role.parameters));
+  tag.catalogs.emplace(catalog_prefix + "fp32", formats::upcast_to_fp32(*role.parameters));
   for (const auto& f : role.hf_files) {
     if (f.filename() == "config.json") tag.extra_files.push_back({prefix + "config.json", bf16_config(f), {}});
     else tag.extra_files.push_back({prefix + f.filename().string(), "", f});
@@ -109,9 +112,9 @@ Tag read_step(io::FileSet& files, const std::string& name, const fs::path& dir, 
   for (const auto& r : roles) read.push_back(formats::verl::read_role_dir(files, r));
   auto root = std::find_if(read.begin(), read.end(), [](const RoleDir& r) { return r.name == "actor"; });
   if (root == read.end()) root = read.begin();
-  add_role(tag, *root, "");
+  add_role(tag, *root, true);
   for (auto it = read.begin(); it != read.end(); ++it)
-    if (it != root) add_role(tag, *it, it->name + "/");
+    if (it != root) add_role(tag, *it, false);
   const RoleDir& main = *root;
   tag.format = fmt::format("verl FSDP{} checkpoint (FSDPCheckpointManager), roles {}",
                            main.fsdp_version ? std::to_string(*main.fsdp_version) : "",
