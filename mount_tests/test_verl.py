@@ -296,3 +296,21 @@ def test_saved_hf_model_gives_way_to_the_merged_one(verl_fixtures, export_cache,
     latest = info_of(root, BAD_CASE)["latest"]
     check_role(str(out), os.path.join(root, BAD_CASE, "expected", latest, "actor"), actor / "huggingface",
                "export with huggingface/model.safetensors")
+
+
+def test_partial_placement_is_unsupported(verl_fixtures, ckptfs_bin, tmp_path):
+    """A DTensor whose placement has no merge rule (Partial, written by torch 2.14) is refused with exit 5 and
+    the file, the parameter and the placement named."""
+    fixtures(verl_fixtures)
+    croot = chroot_or_fail(SID)
+    script = os.path.join(HERE, "gen_verl", "write_partial.py")
+    host, inside, mnt, _ = stage(croot, "partial", [("write_partial.py", script)])
+    try:
+        proc = in_chroot(croot, "python3", f"{inside}/write_partial.py", f"{inside}/checkpoint")
+        H.assert_ok(proc)
+        src = os.path.join(host, "checkpoint")
+        proc = H.run([ckptfs_bin, "inspect", src])
+        H.assert_one_line_error(proc, H.EXIT_UNSUPPORTED, ["model_world_size_1_rank_0.pt"])
+        assert "lm_head.weight" in proc.stderr and "Partial" in proc.stderr, proc.stderr
+    finally:
+        remove_staged(host, mnt)
