@@ -102,6 +102,8 @@ std::optional<DTensorShard> as_dtensor(const Field& field) {
   // _rebuild_wrapper_subclass(cls, dtype, size, stride, storage_offset, layout, device, requires_grad)
   const auto size = call.at(2).at(2).as_shape();
   if (size != out.global_shape) field.fail("DTensor size and its spec's tensor_meta shape differ");
+  for (const auto n : out.global_shape)  // keeps the chunk arithmetic of local_box far from overflow
+    if (n > (int64_t{1} << 40)) field.fail(fmt::format("DTensor dimension of {} elements", n));
   if (out.placements.size() != out.mesh_shape.size())
     field.fail(fmt::format("{} placements for a {}-D mesh", out.placements.size(), out.mesh_shape.size()));
   for (const auto& p : out.placements)

@@ -24,7 +24,7 @@ using catalog::LogicalTensor;
 
 namespace {
 
-const std::regex kModelFile(R"(model_world_size_(\d+)_rank_(\d+)\.pt)");
+const std::regex kModelFile(R"(model_world_size_(\d{1,6})_rank_(\d{1,6})\.pt)");
 
 fs::path rank_file(const fs::path& dir, std::string_view kind, int world_size, int rank) {
   return dir / fmt::format("{}_world_size_{}_rank_{}.pt", kind, world_size, rank);
@@ -98,8 +98,8 @@ RankModel read_rank_model(io::FileSet& files, const fs::path& path) {
     e.dtensor = as_dtensor(value);
     if (e.dtensor) e.tensor = e.dtensor->local;
     else e.tensor = value.as_tensor();
+    if (!out.entries.emplace(name, std::move(e)).second) value.fail("saved twice");
     out.names.push_back(name);
-    out.entries.emplace(name, std::move(e));
   }
   return out;
 }
@@ -108,12 +108,13 @@ RankModel read_rank_model(io::FileSet& files, const fs::path& path) {
 // dimension place their local tensors at the box their Shard placements give them.
 LogicalTensor merge_dtensor(const std::string& name, const std::vector<RankModel>& ranks) {
   const DTensorShard& first = *ranks[0].entries.at(name).dtensor;
-  int64_t mesh_size = 1;
-  for (auto n : first.mesh_shape) mesh_size *= n;
-  if (mesh_size != static_cast<int64_t>(ranks.size()))
-    throw FormatError(fmt::format("{}: {}: DTensor mesh {} of {} ranks, but the world size is {}",
+  const auto world = static_cast<int64_t>(ranks.size());
+  int64_t mesh_size = 1;  // capped past the world size: no overflow, whatever sizes were pickled
+  for (auto n : first.mesh_shape) mesh_size = n > world ? world + 1 : std::min(mesh_size * n, world + 1);
+  if (mesh_size != world)
+    throw FormatError(fmt::format("{}: {}: DTensor mesh {} does not hold the world size of {} ranks",
                                   ranks[0].file.string(), name, mesh_string(first.mesh_shape, first.mesh_dim_names),
-                                  mesh_size, ranks.size()));
+                                  world));
   std::vector<Box> boxes;
   for (size_t r = 0; r < ranks.size(); ++r) {
     const auto& entry = ranks[r].entries.at(name);
