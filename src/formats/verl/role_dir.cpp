@@ -5,7 +5,6 @@
 
 #include <fstream>
 #include <map>
-#include <ranges>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -41,8 +40,8 @@ int model_world_size(const fs::path& dir) {
   }
   if (ranks.empty()) throw FormatError(fmt::format("{}: no model_world_size_W_rank_R.pt files", dir.string()));
   if (ranks.size() > 1)
-    throw FormatError(fmt::format("{}: model files of several world sizes ({})", dir.string(),
-                                  fmt::join(std::views::keys(ranks), ", ")));
+    throw FormatError(fmt::format("{}: model files of several world sizes ({} and {})", dir.string(),
+                                  ranks.begin()->first, ranks.rbegin()->first));
   const auto& [world_size, present] = *ranks.begin();
   for (int r = 0; r < world_size; ++r)
     if (!present.contains(r))

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <ranges>
 #include <regex>
 
 #include "ckptfs/error.hpp"
@@ -116,9 +115,10 @@ Tag read_step(io::FileSet& files, const std::string& name, const fs::path& dir, 
   for (auto it = read.begin(); it != read.end(); ++it)
     if (it != root) add_role(tag, *it, false);
   const RoleDir& main = *root;
+  std::vector<std::string> names;
+  for (const auto& r : read) names.push_back(r.name);
   tag.format = fmt::format("verl FSDP{} checkpoint (FSDPCheckpointManager), roles {}",
-                           main.fsdp_version ? std::to_string(*main.fsdp_version) : "",
-                           fmt::join(roles | std::views::transform([](const fs::path& p) { return p.filename().string(); }), ", "));
+                           main.fsdp_version ? std::to_string(*main.fsdp_version) : "", fmt::join(names, ", "));
   tag.topology.dp = main.world_size;
   tag.topology.optimizer = main.optimizer;
   for (const auto& t : main.parameters->tensors)
