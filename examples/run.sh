@@ -3,7 +3,7 @@
 # the merged files with ls/du, load the merged weights and a file of the universal/ tree with torch.load,
 # unmount; then inspect the bundled universal checkpoint (written by DeepSpeed's ds_to_universal), the
 # bundled PyTorch DCP checkpoint (written by torch.distributed.checkpoint), the lone torch.save file and
-# the bundled Megatron-LM TP2 x PP2 save dir.
+# the bundled Megatron-LM TP2 x PP2 save dir, and the bundled verl FSDP2 save dir.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The tests run this script against an existing binary (CKPTFS_BIN) and skip the set-up.
@@ -44,3 +44,5 @@ echo "\$ ckptfs inspect examples/torch-save-file/full_state.pt"
 "$bin" inspect examples/torch-save-file/full_state.pt
 echo "\$ ckptfs inspect examples/megatron-tp2-pp2"
 "$bin" inspect examples/megatron-tp2-pp2
+echo "\$ ckptfs inspect examples/verl-fsdp2-ws2"
+"$bin" inspect examples/verl-fsdp2-ws2

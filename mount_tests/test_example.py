@@ -11,11 +11,15 @@ import torch
 
 import helpers as H
 import test_megatron as TM
+import test_verl as TV
 from mounting import mounted
+from test_verl import verl_fixtures  # noqa: F401 (a fixture)
 
 REPO = Path(__file__).resolve().parent.parent
 MEGATRON_EXAMPLE = REPO / "examples" / "megatron-tp2-pp2"
 MEGATRON_CASE = "legacy_tp2_pp2_llama"  # the generator case the Megatron example was copied from
+VERL_EXAMPLE = REPO / "examples" / "verl-fsdp2-ws2"
+VERL_CASE = "fsdp2_ws2_example"  # the verl generator case it was copied from
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +139,25 @@ def test_megatron_example_is_the_generated_case(megatron_case):
     command in examples/README.md when the generator changes)."""
     root, info = megatron_case
     assert_same_files(MEGATRON_EXAMPLE, Path(root) / MEGATRON_CASE / info["src"])
+
+
+def test_verl_example_is_inspected(run_sh_output):
+    out = run_sh_output[run_sh_output.index("$ ckptfs inspect examples/verl-fsdp2-ws2"):]
+    assert "framework:  verl" in out and "tags:       global_step_1, global_step_2 (latest: global_step_2)" in out
+    assert "format:     verl FSDP2 checkpoint (FSDPCheckpointManager), roles actor" in out
+    assert "note: actor: FSDP2, world size 2, mesh fsdp=2" in out
+    for view in ("model.safetensors", "fp32/pytorch_model.bin", "fp32/model.safetensors", "config.json"):
+        assert re.search(rf"^\s+{re.escape(view)}\s+\d+ bytes", out, re.M), view
+
+
+def test_verl_example_mounts_as_the_generated_case(ckptfs_bin, verl_fixtures, tmp_path):
+    """The example holds the generator's case's files (the same names; torch.save's random serialization ids
+    aside, the same tensors): mounted, every step's views are that case's expectations."""
+    root = TV.fixtures(verl_fixtures)
+    original = Path(root) / VERL_CASE / "checkpoint"
+    names = sorted(p.relative_to(VERL_EXAMPLE) for p in VERL_EXAMPLE.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(original) for p in original.rglob("*") if p.is_file())
+    info = TV.info_of(root, VERL_CASE)
+    with mounted(ckptfs_bin, VERL_EXAMPLE, tmp_path / "mnt") as mnt:
+        for step in info["steps"]:
+            TV.check_step(os.path.join(mnt, "tags", step), root, VERL_CASE, step, f"examples/verl-fsdp2-ws2 {step}")

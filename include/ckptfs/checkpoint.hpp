@@ -75,7 +75,8 @@ struct Tag {
   Topology topology;
   // Catalogs by role: "fp32" (master weights, zero_to_fp32 equivalent; absent when the checkpoint has
   // none), "model" (weights in the training dtype), per-parameter optimizer state ("exp_avg",
-  // "exp_avg_sq", ...) where partitioned, and "hf" (Hugging Face names, Megatron-LM).
+  // "exp_avg_sq", ...) where partitioned, and "hf" (Hugging Face names, Megatron-LM); a further model's
+  // "<folder>:model" and "<folder>:fp32", served in <folder>/ (verl's critic: "critic:model").
   std::map<std::string, CatalogPtr, std::less<>> catalogs;
   std::shared_ptr<const UniversalPlan> universal;  // null: no partitioned optimizer state to show
   std::vector<StateFile> state_files;

@@ -67,7 +67,8 @@ def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT, suit
         raise RuntimeError(f"the chroot for {suite.script} is not set up ({chroot}/.ckptfs-chroot-complete "
                            f"missing): run `bash mount_tests/modern/setup_chroot.sh` (or point CKPTFS_CHROOT / "
                            f"CKPTFS_SID_CHROOT at it)")
-    tag = f"ckptfs-gen-dcp-{os.getpid()}"
+    label = suite.script.removesuffix(".py")
+    tag = f"ckptfs-gen-{label}-{os.getpid()}"
     host = os.path.join(chroot, "tmp", tag)
     shutil.rmtree(host, ignore_errors=True)
     os.makedirs(os.path.join(host, "tmp"))  # TMPDIR: torch leaves a temp dir per import
@@ -80,16 +81,16 @@ def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT, suit
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
-            raise RuntimeError(f"DCP generator timed out after {timeout}s: {' '.join(cmd)}\n{e.stdout}\n{e.stderr}")
+            raise RuntimeError(f"{label} timed out after {timeout}s: {' '.join(cmd)}\n{e.stdout}\n{e.stderr}")
         log = "\n".join(l for l in (proc.stdout + proc.stderr).splitlines()
                         if "UCX" not in l and "cpuinfo" not in l)
         if proc.returncode != 0:
-            raise RuntimeError(f"DCP generator failed (exit {proc.returncode}): {' '.join(cmd)}\n{log[-6000:]}")
+            raise RuntimeError(f"{label} failed (exit {proc.returncode}): {' '.join(cmd)}\n{log[-6000:]}")
         os.makedirs(out_dir, exist_ok=True)
         for n in todo:
             src = os.path.join(host, "out", n)
             if not case_is_current(src, suite.version):
-                raise RuntimeError(f"DCP generator wrote no current {n}/case.json\n{log[-6000:]}")
+                raise RuntimeError(f"{label} wrote no current {n}/case.json\n{log[-6000:]}")
             tmp = os.path.join(out_dir, f".tmp-{n}-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.move(src, tmp)
@@ -102,17 +103,27 @@ def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT, suit
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    return command_line(argv, __doc__, list(CASES) + list(CASES_214),
+                        lambda out, chroot, only, force, torch: generate(out, chroot, only, force,
+                                                                         suite=SUITES_BY_TORCH[torch]),
+                        "${CKPTFS_CHROOT:-build/trixie}", torch_versions=list(SUITES_BY_TORCH))
+
+
+def command_line(argv, doc, names, generate_cases, default_chroot_help, torch_versions=None):
+    """OUT_DIR [--chroot DIR] [--only NAME ...] [--force] [--torch V]: generate_cases(out_dir, chroot, only,
+    force[, torch]), its log and a summary printed; returns the exit status."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--chroot", default=None, help="default: ${CKPTFS_CHROOT:-build/trixie}")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=list(CASES) + list(CASES_214))
+    ap.add_argument("--chroot", default=None, help=f"default: {default_chroot_help}")
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=names)
     ap.add_argument("--force", action="store_true")
-    ap.add_argument("--torch", choices=list(SUITES_BY_TORCH), default="2.6",
-                    help="2.14: the torch 2.14 layouts (generate_dcp214.py; pass --chroot the unstable chroot)")
+    if torch_versions:
+        ap.add_argument("--torch", choices=torch_versions, default=torch_versions[0],
+                        help="2.14: the torch 2.14 layouts (generate_dcp214.py; pass --chroot the unstable chroot)")
     args = ap.parse_args(argv)
+    extra = (args.torch,) if torch_versions else ()
     try:
-        done, secs, log = generate(args.out_dir, args.chroot, args.only, args.force,
-                                   suite=SUITES_BY_TORCH[args.torch])
+        done, secs, log = generate_cases(args.out_dir, args.chroot, args.only, args.force, *extra)
     except RuntimeError as e:
         print(f"run_generator: {e}", file=sys.stderr)
         return 1

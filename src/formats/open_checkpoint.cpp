@@ -7,6 +7,7 @@
 #include "ckptfs/error.hpp"
 #include "ckptfs/megatron.hpp"
 #include "ckptfs/plain.hpp"
+#include "ckptfs/verl.hpp"
 #include "formats/dcp/hf_storage.hpp"
 
 namespace ckptfs {
@@ -49,12 +50,14 @@ Checkpoint open_resolved(const fs::path& source, const OpenOptions& options) {
   if (!fs::is_directory(source, ec))
     throw SourceError(fmt::format("{}: neither a directory nor a regular file", source.string()));
   if (deepspeed::is_deepspeed_source(source)) return deepspeed::open(source, options);
+  // before Megatron: a verl save dir has a tracker of the same name
+  if (verl::is_verl_source(source)) return verl::open(source, options);
   // before DCP: a torch_dist iteration dir is a DCP dir too
   if (megatron::is_megatron_source(source)) return megatron::open(source, options);
   if (dcp::is_dcp_source(source)) return dcp::open(source, options);
   if (dcp::is_hf_storage_dir(source)) return dcp::open_hf_storage(source, options);
   throw SourceError(fmt::format(
-      "{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, a Megatron-LM save dir or iteration dir, a PyTorch DCP dir or a dir of safetensors files)", source.string()));
+      "{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, a Megatron-LM save dir or iteration dir, a verl save dir, a PyTorch DCP dir or a dir of safetensors files)", source.string()));
 }
 
 }  // namespace

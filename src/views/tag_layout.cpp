@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
+#include <string_view>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/layout.hpp"
@@ -27,17 +29,32 @@ void add_side_files(std::vector<ViewFile>& views, const std::vector<std::filesys
   }
 }
 
+// "critic" for the role "critic:model": a further model's catalogs, served in the folder of that name.
+std::optional<std::string> further_model_folder(const std::string& role) {
+  constexpr std::string_view kSuffix = ":model";
+  if (!role.ends_with(kSuffix) || role.size() == kSuffix.size() || role.find('/') != std::string::npos) return {};
+  return role.substr(0, role.size() - kSuffix.size());
+}
+
 }  // namespace
 
 std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
   // The view builders know the tensors, not where they come from: their errors (a name that appears
   // twice, a header over the size limit) get the tag directory.
   try {
-    std::vector<ViewFile> views = {{"model.safetensors", views::make_safetensors(tag.catalog("model"))}};
-    if (tag.catalogs.contains("fp32")) {
-      views.push_back({"fp32/pytorch_model.bin", views::make_torch_save(tag.catalog("fp32"), "pytorch_model")});
-      views.push_back({"fp32/model.safetensors", views::make_safetensors(tag.catalog("fp32"))});
-    }
+    std::vector<ViewFile> views;
+    // the model ("model", "fp32") at the root; a further model ("critic:model", "critic:fp32") in its folder
+    const auto add_model = [&](const std::string& role_prefix, const std::string& dir) {
+      views.push_back({dir + "model.safetensors", views::make_safetensors(tag.catalog(role_prefix + "model"))});
+      if (tag.catalogs.contains(role_prefix + "fp32")) {
+        views.push_back({dir + "fp32/pytorch_model.bin",
+                         views::make_torch_save(tag.catalog(role_prefix + "fp32"), "pytorch_model")});
+        views.push_back({dir + "fp32/model.safetensors", views::make_safetensors(tag.catalog(role_prefix + "fp32"))});
+      }
+    };
+    add_model("", "");
+    for (const auto& [role, catalog] : tag.catalogs)
+      if (const auto folder = further_model_folder(role)) add_model(*folder + ":", *folder + "/");
     if (tag.catalogs.contains("hf")) views.push_back({"hf/model.safetensors", views::make_safetensors(tag.catalog("hf"))});
     for (const auto& extra : tag.extra_files)
       views.push_back({extra.path, extra.source.empty() ? views::make_bytes_file(extra.text)

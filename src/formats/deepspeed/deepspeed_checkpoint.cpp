@@ -11,7 +11,7 @@
 #include "formats/deepspeed/tag_files.hpp"
 #include "formats/natural_order.hpp"
 #include "formats/save_dir.hpp"
-#include "formats/tag_names.hpp"
+#include "formats/tag_selection.hpp"
 
 namespace ckptfs::deepspeed {
 
@@ -85,15 +85,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
                                     (source / "latest").string(), *latest));
     cp.latest = latest.value_or(tag_dirs.back().first);
   }
-  if (options.tag) {
-    auto it = std::find_if(tag_dirs.begin(), tag_dirs.end(),
-                           [&](const auto& t) { return t.first == *options.tag; });
-    if (it == tag_dirs.end())
-      throw SourceError(fmt::format("{}: no tag '{}' (tags: {})", source.string(), *options.tag,
-                                    fmt::join(formats::tag_names(tag_dirs), ", ")));
-    tag_dirs = {*it};
-    cp.latest = *options.tag;
-  }
+  if (options.tag) formats::keep_only_tag(tag_dirs, *options.tag, source, cp.latest);
   io::FileSet files;
   formats::read_tags(cp, tag_dirs, options, [&](const auto& t) { return read_tag(files, t.second, t.first); });
   cp.side_files = list_side_files(cp.root);

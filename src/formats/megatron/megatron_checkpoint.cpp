@@ -3,7 +3,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <fstream>
 #include <regex>
 #include <set>
 
@@ -13,7 +12,7 @@
 #include "formats/megatron/iteration.hpp"
 #include "formats/natural_order.hpp"
 #include "formats/save_dir.hpp"
-#include "formats/tag_names.hpp"
+#include "formats/tag_selection.hpp"
 
 namespace ckptfs::megatron {
 
@@ -44,12 +43,9 @@ std::vector<fs::path> iteration_dirs(const fs::path& root) {
 
 // The iteration dir name the tracker names: "release", or iter_%07d of its integer.
 std::optional<std::string> tracked_iteration(const fs::path& root) {
-  std::ifstream in(root / kTracker);
-  if (!in) return std::nullopt;
-  std::string text;
-  std::getline(in, text, '\0');
-  text.erase(0, text.find_first_not_of(" \t\r\n"));
-  text.erase(text.find_last_not_of(" \t\r\n") + 1);
+  const auto tracked = formats::read_tracker(root / kTracker);
+  if (!tracked) return std::nullopt;
+  std::string text = *tracked;
   if (text == "release") return text;
   static const std::regex kNumber(R"(\d+)");
   if (!std::regex_match(text, kNumber))
@@ -81,9 +77,14 @@ Iteration read_iteration(io::FileSet& files, const fs::path& dir, const std::str
 }  // namespace
 
 bool is_megatron_source(const fs::path& source) {
+  if (is_iteration_dir(source) || !iteration_dirs(source).empty()) return true;
+  // a tracker beside iteration dirs that hold no checkpoint: Megatron's, to say what is missing (verl
+  // writes a tracker of the same name beside global_step_N dirs)
   std::error_code ec;
-  if (fs::is_regular_file(source / kTracker, ec)) return true;
-  return is_iteration_dir(source) || !iteration_dirs(source).empty();
+  if (!fs::is_regular_file(source / kTracker, ec)) return false;
+  for (const auto& entry : fs::directory_iterator(source, ec))
+    if (entry.is_directory(ec) && is_iteration_name(entry.path().filename().string())) return true;
+  return false;
 }
 
 Checkpoint open(const fs::path& source, const OpenOptions& options) {
@@ -108,14 +109,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
                                     (source / kTracker).string(), *tracked));
     cp.latest = *tracked;
   }
-  if (options.tag) {
-    auto it = std::find_if(tags.begin(), tags.end(), [&](const auto& t) { return t.first == *options.tag; });
-    if (it == tags.end())
-      throw SourceError(fmt::format("{}: no tag '{}' (tags: {})", source.string(), *options.tag,
-                                    fmt::join(formats::tag_names(tags), ", ")));
-    tags = {*it};
-    cp.latest = *options.tag;
-  }
+  if (options.tag) formats::keep_only_tag(tags, *options.tag, source, cp.latest);
   io::FileSet files;
   formats::read_tags(cp, tags, options, [&](const auto& t) {
     const auto& [name, dir] = t;

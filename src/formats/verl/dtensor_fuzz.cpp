@@ -1,0 +1,28 @@
+// libFuzzer target: a verl model file (torch.save zip of a state dict) with every DTensor read as data and
+// the box of each mesh coordinate computed.
+#include <cstddef>
+#include <cstdint>
+
+#include "ckptfs/error.hpp"
+#include "formats/pickle_access.hpp"
+#include "formats/verl/dtensor.hpp"
+#include "io/fuzz_input.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace ckptfs;
+  const io::FuzzInput input(data, size);
+  try {
+    const auto archive = torch::TorchArchive::open(input.open());
+    for (const auto& [name, value] : formats::root_field(archive).items()) {
+      const auto shard = formats::verl::as_dtensor(value);
+      if (!shard) continue;
+      int64_t ranks = 1;
+      for (const auto n : shard->mesh_shape) ranks = n > 64 ? 65 : std::min<int64_t>(ranks * n, 65);
+      for (int64_t r = 0; r < ranks && ranks <= 64; ++r)
+        formats::verl::local_box(shard->global_shape, shard->placements, shard->mesh_shape,
+                                 formats::verl::mesh_coordinate(r, shard->mesh_shape));
+    }
+  } catch (const Error&) {
+  }
+  return 0;
+}

@@ -1,0 +1,181 @@
+// verl save dirs: a tag per global_step_N dir, the tracker's step served at the root; in each tag the
+// actor's views at the root and every other role's (critic) under <role>/.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <fstream>
+#include <regex>
+
+#include "ckptfs/error.hpp"
+#include "ckptfs/verl.hpp"
+#include "formats/model_selection.hpp"
+#include "formats/natural_order.hpp"
+#include "formats/save_dir.hpp"
+#include "formats/tag_selection.hpp"
+#include "formats/verl/dtensor.hpp"
+#include "formats/verl/role_dir.hpp"
+
+namespace ckptfs::verl {
+
+namespace fs = std::filesystem;
+using formats::verl::RoleDir;
+
+namespace {
+
+constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
+
+bool is_step_name(const std::string& name) {
+  static const std::regex kStep(R"(global_step_\d+)");
+  return std::regex_match(name, kStep);
+}
+
+std::vector<fs::path> sorted_subdirs(const fs::path& dir, bool (*keep)(const fs::path&)) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_directory(ec) && keep(entry.path())) out.push_back(entry.path());
+  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
+    return natural_less(a.filename().string(), b.filename().string());
+  });
+  return out;
+}
+
+std::vector<fs::path> role_dirs(const fs::path& step) { return sorted_subdirs(step, formats::verl::is_role_dir); }
+
+bool is_step_dir(const fs::path& dir) { return is_step_name(dir.filename().string()) && !role_dirs(dir).empty(); }
+
+// The step dir the tracker names (RayPPOTrainer writes str(global_steps), no newline).
+std::optional<std::string> tracked_step(const fs::path& root) {
+  const auto text = formats::read_tracker(root / kTracker);
+  if (!text) return std::nullopt;
+  static const std::regex kNumber(R"(\d{1,18})");
+  if (!std::regex_match(*text, kNumber))
+    throw FormatError(fmt::format("{}: holds '{}', expected a step number", (root / kTracker).string(), text->substr(0, 40)));
+  return "global_step_" + std::to_string(std::stoll(*text));
+}
+
+std::string describe_role(const RoleDir& role) {
+  return fmt::format("{}: FSDP{}, world size {}, mesh {}", role.name,
+                     role.fsdp_version ? std::to_string(*role.fsdp_version) : "?", role.world_size,
+                     role.mesh_shape.empty() ? "none (plain tensors)"
+                                             : formats::verl::mesh_string(role.mesh_shape, role.mesh_dim_names));
+}
+
+// The served model: verl's model_merger casts every tensor to bfloat16; float32 ones are (round to nearest
+// even, as torch does), the others keep their dtype (float16: a note says so).
+std::shared_ptr<catalog::Catalog> bf16_model(const catalog::Catalog& parameters) {
+  auto out = std::make_shared<catalog::Catalog>(parameters);
+  for (auto& t : out->tensors)
+    if (t.dtype == DType::F32) t.dtype = DType::BF16;
+  return out;
+}
+
+// config.json as the merger's save_pretrained writes it beside its bfloat16 weights: the saved file with
+// its "dtype" ("torch_dtype" before transformers 4.56) values set to "bfloat16", every other byte kept.
+std::string bf16_config(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw SourceError(fmt::format("{}: cannot read", path.string()));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  static const std::regex kDtype(R"re(("(?:torch_)?dtype"\s*:\s*)"[A-Za-z0-9_.]+")re");
+  return std::regex_replace(text, kDtype, "$1\"bfloat16\"");
+}
+
+// A role's catalogs and files in `tag`: its views at the root, or in its own folder (prefix "critic/";
+// catalogs "critic:model" and "critic:fp32", as tag_views names them).
+void add_role(Tag& tag, const RoleDir& role, bool at_root) {
+  const std::string prefix = at_root ? "" : role.name + "/";
+  const std::string catalog_prefix = at_root ? "" : role.name + ":";
+  for (const auto& t : role.parameters->tensors)
+    if (t.dtype == DType::F16)
+      tag.notes.push_back(fmt::format("{}: {} is float16, served as float16 in {}model.safetensors (verl's merger "
+                                      "casts it to bfloat16)", role.name, t.name, prefix));
+  tag.catalogs.emplace(catalog_prefix + "model", bf16_model(*role.parameters));
+  tag.catalogs.emplace(catalog_prefix + "fp32", formats::upcast_to_fp32(*role.parameters));
+  for (const auto& f : role.hf_files) {
+    if (f.filename() == "config.json") tag.extra_files.push_back({prefix + "config.json", bf16_config(f), {}});
+    else tag.extra_files.push_back({prefix + f.filename().string(), "", f});
+  }
+  tag.files.insert(tag.files.end(), role.files.begin(), role.files.end());
+  tag.files.insert(tag.files.end(), role.hf_files.begin(), role.hf_files.end());
+  for (const auto& n : role.notes) tag.notes.push_back(fmt::format("{}: {}", role.name, n));
+  tag.notes.push_back(fmt::format("{} ({}): {}", describe_role(role), prefix.empty() ? "the root" : prefix,
+                                  role.optimizer));
+}
+
+// One saved step: the actor (else the first role) at the root, every other role under <role>/.
+Tag read_step(io::FileSet& files, const std::string& name, const fs::path& dir, const std::vector<fs::path>& roles) {
+  Tag tag;
+  tag.name = name;
+  tag.dir = dir;
+  std::vector<RoleDir> read;
+  for (const auto& r : roles) read.push_back(formats::verl::read_role_dir(files, r));
+  auto root = std::find_if(read.begin(), read.end(), [](const RoleDir& r) { return r.name == "actor"; });
+  if (root == read.end()) root = read.begin();
+  add_role(tag, *root, true);
+  for (auto it = read.begin(); it != read.end(); ++it)
+    if (it != root) add_role(tag, *it, false);
+  const RoleDir& main = *root;
+  std::vector<std::string> names;
+  for (const auto& r : read) names.push_back(r.name);
+  tag.format = fmt::format("verl FSDP{} checkpoint (FSDPCheckpointManager), roles {}",
+                           main.fsdp_version ? std::to_string(*main.fsdp_version) : "", fmt::join(names, ", "));
+  tag.topology.dp = main.world_size;
+  tag.topology.optimizer = main.optimizer;
+  for (const auto& t : main.parameters->tensors)
+    if (dtype_is_floating(t.dtype)) {
+      tag.topology.train_dtype = t.dtype;
+      break;
+    }
+  tag.notes.push_back("model.safetensors: every tensor cast to bfloat16 as verl's model_merger writes it; fp32/: "
+                      "the saved parameters in float32");
+  return tag;
+}
+
+}  // namespace
+
+bool is_verl_source(const fs::path& source) {
+  // step dirs by name first: no other framework's subdirs are listed
+  return formats::verl::is_role_dir(source) || is_step_dir(source) || !sorted_subdirs(source, is_step_dir).empty();
+}
+
+Checkpoint open(const fs::path& source, const OpenOptions& options) {
+  Checkpoint cp;
+  cp.framework = "verl";
+  cp.root = source;
+  struct Step {
+    fs::path dir;
+    std::vector<fs::path> roles;
+  };
+  std::vector<std::pair<std::string, Step>> steps;  // tag name -> its dir and role dirs
+  const auto add = [&](std::string name, const fs::path& dir, std::vector<fs::path> roles) {
+    steps.emplace_back(std::move(name), Step{dir, std::move(roles)});
+  };
+  if (formats::verl::is_role_dir(source)) {
+    // one role dir: the tag is its step (global_step_N/actor/) when it has one
+    const fs::path parent = source.parent_path();
+    add(is_step_name(parent.filename().string()) ? parent.filename().string() : source.filename().string(), source,
+        {source});
+  } else if (is_step_dir(source)) {
+    add(source.filename().string(), source, role_dirs(source));
+  } else {
+    for (const auto& d : sorted_subdirs(source, is_step_dir)) add(d.filename().string(), d, role_dirs(d));
+  }
+  if (steps.empty())
+    throw SourceError(fmt::format("{}: no verl checkpoint (global_step_N/actor/model_world_size_W_rank_R.pt)",
+                                  source.string()));
+  cp.latest = steps.back().first;
+  if (auto tracked = tracked_step(source)) {
+    if (std::none_of(steps.begin(), steps.end(), [&](const auto& s) { return s.first == *tracked; }))
+      throw FormatError(fmt::format("{}: names step dir {}, which is missing or holds no checkpoint",
+                                    (source / kTracker).string(), *tracked));
+    cp.latest = *tracked;
+  }
+  if (options.tag) formats::keep_only_tag(steps, *options.tag, source, cp.latest);
+  io::FileSet files;
+  formats::read_tags(cp, steps, options,
+                     [&](const auto& s) { return read_step(files, s.first, s.second.dir, s.second.roles); });
+  return cp;
+}
+
+}  // namespace ckptfs::verl
