@@ -46,3 +46,7 @@ echo "\$ ckptfs inspect examples/megatron-tp2-pp2"
 "$bin" inspect examples/megatron-tp2-pp2
 echo "\$ ckptfs inspect examples/verl-fsdp2-ws2"
 "$bin" inspect examples/verl-fsdp2-ws2
+echo "\$ ckptfs inspect examples/deepspeed-moe-ep2"
+"$bin" inspect examples/deepspeed-moe-ep2
+echo "\$ ckptfs inspect examples/dcp-hf-storage-ws2"
+"$bin" inspect examples/dcp-hf-storage-ws2

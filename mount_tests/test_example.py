@@ -161,3 +161,19 @@ def test_verl_example_mounts_as_the_generated_case(ckptfs_bin, verl_fixtures, tm
     with mounted(ckptfs_bin, VERL_EXAMPLE, tmp_path / "mnt") as mnt:
         for step in info["steps"]:
             TV.check_step(os.path.join(mnt, "tags", step), root, VERL_CASE, step, f"examples/verl-fsdp2-ws2 {step}")
+
+
+def test_moe_example_is_inspected_and_deepspeeds_output(run_sh_output):
+    out = run_sh_output[run_sh_output.index("$ ckptfs inspect examples/deepspeed-moe-ep2"):]
+    assert "topology:   ZeRO-2, DP 2, TP 1, PP 1, EP 2 (2 experts)" in out
+    assert re.search(r"^\s+fp32/pytorch_model\.bin\s+\d+ bytes", out, re.M)
+    assert_same_files(REPO / "examples" / "deepspeed-moe-ep2",
+                      REPO / "mount_tests" / "fixtures" / "deepspeed-0.19-real" / "moe_ep2_z2_bf16_ws2" / "checkpoint")
+
+
+def test_hf_storage_example_is_inspected_and_torchs_output(run_sh_output):
+    out = run_sh_output[run_sh_output.index("$ ckptfs inspect examples/dcp-hf-storage-ws2"):]
+    assert "Hugging Face storage (HuggingFaceStorageWriter): distributed shards" in out
+    assert re.search(r"^\s+model\.safetensors\s+\d+ bytes", out, re.M)
+    assert_same_files(REPO / "examples" / "dcp-hf-storage-ws2",
+                      REPO / "mount_tests" / "fixtures" / "dcp-2.14-real" / "hf_sharded_ws2" / "checkpoint")

@@ -20,7 +20,8 @@ from mounting import foreground, mounted, run_ckptfs
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
-DIR_EXAMPLES = ["deepspeed-zero3-bf16", "deepspeed-universal-z2-bf16", "dcp-shard1-ws2", "megatron-tp2-pp2"]
+DIR_EXAMPLES = ["deepspeed-zero3-bf16", "deepspeed-universal-z2-bf16", "deepspeed-moe-ep2", "dcp-shard1-ws2",
+                "dcp-hf-storage-ws2", "megatron-tp2-pp2", "verl-fsdp2-ws2"]
 
 
 def inspect_json(ckptfs_bin, src, *flags):
@@ -72,15 +73,17 @@ def test_a_mount_through_a_trailing_slash_or_symlink_is_the_same_mount(ckptfs_bi
 # --- broken parts ---------------------------------------------------------------------------------------
 
 def with_broken_part(tmp_path, example, base, part, copied_from, broken_file, keep=100):
-    """A copy of examples/<example> at <tmp>/src/<base> plus a copy of `copied_from` (a path below the
-    copy, or an example's name) as <tmp>/src/<part>, whose `broken_file` is then truncated to `keep`
-    bytes; returns (src, the broken tag's name, the broken file)."""
+    """A copy of examples/<example> at <tmp>/src/<base> plus, unless `copied_from` is None (the example
+    has the part already), a copy of `copied_from` (a path below the copy, or an example's name) as
+    <tmp>/src/<part>, whose `broken_file` is then truncated to `keep` bytes (None: half its size);
+    returns (src, the broken tag's name, the broken file)."""
     src = tmp_path / "src"
     shutil.copytree(EXAMPLES / example, src / base)
-    shutil.copytree(src / copied_from if (src / copied_from).exists() else EXAMPLES / copied_from, src / part)
+    if copied_from is not None:
+        shutil.copytree(src / copied_from if (src / copied_from).exists() else EXAMPLES / copied_from, src / part)
     broken = src / part / broken_file
     with open(broken, "r+b") as f:
-        f.truncate(keep)
+        f.truncate(broken.stat().st_size // 2 if keep is None else keep)
     return src, part, broken
 
 
@@ -107,11 +110,18 @@ def dcp_with_broken_older_step(tmp_path):
     return with_broken_part(tmp_path, "dcp-shard1-ws2", "step-2", "step-1", "step-2", ".metadata", keep=10)
 
 
+def verl_with_broken_older_step(tmp_path):
+    """The bundled verl save dir (tracker: step 2) whose step 1 lost half of rank 1's model file."""
+    return with_broken_part(tmp_path, "verl-fsdp2-ws2", ".", "global_step_1", None,
+                            "actor/model_world_size_2_rank_1.pt", keep=None)
+
+
 BROKEN = {
     "deepspeed older tag": deepspeed_with_broken_older_tag,
     "deepspeed universal dir": deepspeed_with_broken_universal_dir,
     "megatron older iteration": megatron_with_broken_older_iteration,
     "dcp older step": dcp_with_broken_older_step,
+    "verl older step": verl_with_broken_older_step,
 }
 
 
