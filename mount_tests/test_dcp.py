@@ -675,12 +675,19 @@ def test_empty_metadata(ckptfs_bin, tmp_path, surgery_sources):
         assert_fails(export(ckptfs_bin, ck, _out(tmp_path, label)), (4,), [".metadata"])
 
 
-def test_broken_older_step_fails_the_whole_folder(dcp_fixtures, ckptfs_bin, tmp_path):
-    """Every step dir is validated before anything is served, not only the latest."""
+def test_broken_older_step_is_left_out_unless_strict(dcp_fixtures, ckptfs_bin, tmp_path):
+    """Every step dir is validated before anything is served, not only the latest: a broken older one is
+    left out with its error (docs/mount.md), and --strict refuses the folder."""
     out = need(dcp_fixtures)
     ck = _copy(os.path.join(out, "torchtitan_like_ws2", "checkpoint"), tmp_path)
     (ck / "step-10" / "__1_0.distcp").unlink()
-    assert_fails(export(ckptfs_bin, ck, _out(tmp_path, "x")), (4,), ["__1_0.distcp", "step-10"])
+    proc = H.run([ckptfs_bin, "inspect", str(ck), "--json"])
+    H.assert_ok(proc)
+    described = json.loads(proc.stdout)
+    assert "step-10" not in [t["name"] for t in described["tags"]]
+    assert [l["tag"] for l in described["left_out"]] == ["step-10"] and "__1_0.distcp" in described["left_out"][0]["error"]
+    assert_fails(H.run([ckptfs_bin, "export", str(ck), str(_out(tmp_path, "x")), "--strict"]), (4,),
+                 ["__1_0.distcp", "step-10"])
 
 
 # ---------------------------------------------------------------------------------------------------
