@@ -3,9 +3,20 @@ with the modern clients and compares every tensor bit for bit with the generator
 
     python3 chroot_clients.py MNT EXPECTED_DIR
 
-EXPECTED_DIR holds the case's model.pt and fp32.pt (torch.save zips written by the host's torch).  Prints
-one PASS/FAIL line per check and a summary; exits 1 if any check failed.
+EXPECTED_DIR holds the case's model.pt and fp32.pt (torch.save zips written by the host's torch).
+
+    python3 chroot_clients.py --manifests SPEC.json
+
+SPEC: {"scratch": dir, "views": [{"label": str, "path": a .safetensors or .bin view, "ordered": bool,
+"tensors": {name: {"dtype", "shape", "sha256", "hashed_as"?}}}, ...]}: every view's tensors against golden
+manifests (sha256 of the contiguous little-endian bytes, after a cast to "hashed_as" where the golden keeps
+another dtype), read with safe_open, load_file and save_file's bytes (.safetensors) or with
+torch.load(weights_only=True) mmap=True and mmap=False (.bin, in the manifest's order when "ordered").
+
+Prints one PASS/FAIL line per check and a summary; exits 1 if any check failed.
 """
+import hashlib
+import json
 import os
 import sys
 import traceback
@@ -107,7 +118,61 @@ def summary(total, failed):
     return 1 if failed else 0
 
 
+def matches_manifest(what, state, manifest, ordered=False):
+    """`state` holds exactly the manifest's tensors, each with its dtype, shape and bytes (by sha256)."""
+    missing = [k for k in manifest if k not in state]
+    extra = [k for k in state if k not in manifest]
+    assert not missing and not extra, f"{what}: missing {missing}, unexpected {extra}"
+    if ordered:
+        assert list(state) == list(manifest), f"{what}: key order {list(state)}, expected {list(manifest)}"
+    for k, m in manifest.items():
+        t = state[k]
+        assert (str(t.dtype), list(t.shape)) == (f"torch.{m['dtype']}", m["shape"]), \
+            f"{what}: {k}: {t.dtype} {list(t.shape)}, expected {m['dtype']} {m['shape']}"
+        hashed = t.to(getattr(torch, m["hashed_as"])) if "hashed_as" in m else t
+        assert hashlib.sha256(as_bytes(hashed).numpy().tobytes()).hexdigest() == m["sha256"], \
+            f"{what}: {k}: bytes differ from the golden (sha256)" + (f" as {m['hashed_as']}" if "hashed_as" in m else "")
+    return len(manifest)
+
+
+def safe_open_against_manifest(path, manifest):
+    """Every tensor through safe_open against the manifest, then (check_safe_open) the metadata and partial
+    reads through get_slice against those full reads."""
+    with safe_open(path, framework="pt") as f:
+        read = {k: f.get_tensor(k) for k in f.keys()}
+    matches_manifest("safe_open", read, manifest)
+    return check_safe_open(path, read, columns=True)
+
+
+def manifest_checks(view, scratch):
+    path, manifest = view["path"], view["tensors"]
+    if path.endswith(".safetensors"):
+        return [("safe_open", lambda: safe_open_against_manifest(path, manifest)),
+                ("safetensors.torch.load_file",
+                 lambda: matches_manifest("load_file", safetensors.torch.load_file(path), manifest)),
+                ("is save_file's file of the tensors read",
+                 lambda: written_by_save_file(path, safetensors.torch.load_file(path), scratch))]
+    return [(f"torch.load weights_only mmap={mmap}",
+             lambda mmap=mmap: matches_manifest("torch.load", torch.load(path, weights_only=True, mmap=mmap),
+                                                manifest, view["ordered"]))
+            for mmap in (True, False)]
+
+
+def main_manifests(spec_path):
+    with open(spec_path) as f:
+        spec = json.load(f)
+    print_versions()
+    failed = total = 0
+    for view in spec["views"]:
+        checks = manifest_checks(view, spec["scratch"])
+        total += len(checks)
+        failed += run_checks(checks, prefix=f"{view['label']}: ")
+    return summary(total, failed)
+
+
 def main(argv):
+    if argv[1] == "--manifests":
+        return main_manifests(argv[2])
     mnt, exp_dir = argv[1], argv[2]
     exp_model = torch.load(os.path.join(exp_dir, "model.pt"), map_location="cpu", weights_only=True)
     exp_fp32 = torch.load(os.path.join(exp_dir, "fp32.pt"), map_location="cpu", weights_only=True)
