@@ -163,17 +163,14 @@ def test_verl_example_mounts_as_the_generated_case(ckptfs_bin, verl_fixtures, tm
             TV.check_step(os.path.join(mnt, "tags", step), root, VERL_CASE, step, f"examples/verl-fsdp2-ws2 {step}")
 
 
-def test_moe_example_is_inspected_and_deepspeeds_output(run_sh_output):
-    out = run_sh_output[run_sh_output.index("$ ckptfs inspect examples/deepspeed-moe-ep2"):]
-    assert "topology:   ZeRO-2, DP 2, TP 1, PP 1, EP 2 (2 experts)" in out
+@pytest.mark.parametrize("example, fixture, says", [
+    ("deepspeed-moe-ep2", "deepspeed-0.19-real/moe_ep2_z2_bf16_ws2", "topology:   ZeRO-2, DP 2, TP 1, PP 1, EP 2 (2 experts)"),
+    ("dcp-hf-storage-ws2", "dcp-2.14-real/hf_sharded_ws2",
+     "Hugging Face storage (HuggingFaceStorageWriter): distributed shards"),
+])
+def test_real_example_is_inspected_and_the_frameworks_output(run_sh_output, example, fixture, says):
+    """The MoE and HF storage examples are the real fixtures' checkpoints (DeepSpeed 0.19.5, torch 2.14)."""
+    out = run_sh_output[run_sh_output.index(f"$ ckptfs inspect examples/{example}"):]
+    assert says in out
     assert re.search(r"^\s+fp32/pytorch_model\.bin\s+\d+ bytes", out, re.M)
-    assert_same_files(REPO / "examples" / "deepspeed-moe-ep2",
-                      REPO / "mount_tests" / "fixtures" / "deepspeed-0.19-real" / "moe_ep2_z2_bf16_ws2" / "checkpoint")
-
-
-def test_hf_storage_example_is_inspected_and_torchs_output(run_sh_output):
-    out = run_sh_output[run_sh_output.index("$ ckptfs inspect examples/dcp-hf-storage-ws2"):]
-    assert "Hugging Face storage (HuggingFaceStorageWriter): distributed shards" in out
-    assert re.search(r"^\s+model\.safetensors\s+\d+ bytes", out, re.M)
-    assert_same_files(REPO / "examples" / "dcp-hf-storage-ws2",
-                      REPO / "mount_tests" / "fixtures" / "dcp-2.14-real" / "hf_sharded_ws2" / "checkpoint")
+    assert_same_files(REPO / "examples" / example, REPO / "mount_tests" / "fixtures" / fixture / "checkpoint")

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "ckptfs/error.hpp"
 #include "formats/tag_names.hpp"
@@ -30,6 +31,19 @@ void keep_only_tag(Pairs& tags, const std::string& wanted, const std::filesystem
   tags.clear();
   tags.push_back(std::move(kept));
   latest = wanted;
+}
+
+// Makes `tracked` (the step a tracker file names, if it names one) `latest`. Throws FormatError naming
+// `tracker` and the `what` ("iteration dir") it names when no tag of `tags` (pairs of name and anything)
+// has that name.
+template <typename Pairs>
+void follow_tracker(const Pairs& tags, const std::optional<std::string>& tracked, const std::filesystem::path& tracker,
+                    std::string_view what, std::string& latest) {
+  if (!tracked) return;
+  if (std::none_of(tags.begin(), tags.end(), [&](const auto& t) { return t.first == *tracked; }))
+    throw FormatError(fmt::format("{}: names {} {}, which is missing or holds no checkpoint", tracker.string(), what,
+                                  *tracked));
+  latest = *tracked;
 }
 
 }  // namespace ckptfs::formats

@@ -103,12 +103,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
                                   "or torch_dist files)",
                                   source.string()));
   cp.latest = tags.back().first;
-  if (auto tracked = tracked_iteration(source)) {
-    if (std::none_of(tags.begin(), tags.end(), [&](const auto& t) { return t.first == *tracked; }))
-      throw FormatError(fmt::format("{}: names iteration dir {}, which is missing or holds no checkpoint",
-                                    (source / kTracker).string(), *tracked));
-    cp.latest = *tracked;
-  }
+  formats::follow_tracker(tags, tracked_iteration(source), source / kTracker, "iteration dir", cp.latest);
   if (options.tag) formats::keep_only_tag(tags, *options.tag, source, cp.latest);
   io::FileSet files;
   formats::read_tags(cp, tags, options, [&](const auto& t) {

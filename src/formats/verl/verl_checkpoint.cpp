@@ -165,12 +165,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     throw SourceError(fmt::format("{}: no verl checkpoint (global_step_N/actor/model_world_size_W_rank_R.pt)",
                                   source.string()));
   cp.latest = steps.back().first;
-  if (auto tracked = tracked_step(source)) {
-    if (std::none_of(steps.begin(), steps.end(), [&](const auto& s) { return s.first == *tracked; }))
-      throw FormatError(fmt::format("{}: names step dir {}, which is missing or holds no checkpoint",
-                                    (source / kTracker).string(), *tracked));
-    cp.latest = *tracked;
-  }
+  formats::follow_tracker(steps, tracked_step(source), source / kTracker, "step dir", cp.latest);
   if (options.tag) formats::keep_only_tag(steps, *options.tag, source, cp.latest);
   io::FileSet files;
   formats::read_tags(cp, steps, options,
