@@ -4,7 +4,9 @@ MLP after its experts), experts saved one per layer_{L}_expert_{global id}_mp_ra
 names, ``module`` without them.  ZeRO-2 bf16 and ZeRO-1 fp16 on 4 ranks with EP 2 (expert groups partitioned
 over expert data-parallel groups of 2; E + D, and D + E with use_data_before_expert_parallel_), ZeRO-2 with
 EP 4 = W, the model states of DeepSpeed <= 0.19.2 (no param_shapes, buffer_names or ds_config: params named
-by the optimizer files' param_slice_mappings), and no ZeRO (fp32, torch Adam, expp_rank_{ep} optimizer files).  The expectations are the
+by the optimizer files' param_slice_mappings), and no ZeRO with expp_rank_{ep} optimizer files (fp32 with torch
+Adam; bf16 with FP16_UnfusedOptimizer, whose fp32_groups are masters that differ from the weights upcast).  The
+expectations are the
 generator's own values (masters, bit16 copies) in ckptfs's order, never ckptfs output:
 
 - without ckptfs: the expert files hold each expert under its global id, and a merge of the ZeRO files by
@@ -14,7 +16,9 @@ generator's own values (masters, bit16 copies) in ckptfs's order, never ckptfs o
   then every param in module order, experts in global id order after their gate) and fp32/model.safetensors
   tensor by tensor; mount == export byte for byte; no universal/;
 - ``ckptfs inspect --json``: EP size and expert count;
-- a missing expert file, expp_rank file or expert-parallel rank's optimizer file: exit 4, one line naming it.
+- a missing expert file, expp_rank file or expert-parallel rank's optimizer file: exit 4, one line naming it;
+- FP16_UnfusedOptimizer expert masters out of module order (exit 4) or with two possible matches (exit 5):
+  one line naming the expp_rank file.
 """
 import json
 import os
@@ -173,3 +177,35 @@ def test_legacy_states_with_round_robin_gradients_are_unsupported(moe_fixtures, 
     torch.save(sd, rank0)
     H.assert_one_line_error(H.run([ckptfs_bin, "export", str(src), str(tmp_path / "out")]), H.EXIT_UNSUPPORTED,
                             ["mp_rank_00_model_states.pt"])
+
+
+UNFUSED = "moe_ep2_z0_bf16_dp2"
+
+
+def test_unfused_masters_are_not_the_weights_upcast(moe_fixtures):
+    """Guards the case itself: every trainable master differs from its bf16 weight upcast, so serving the
+    upcast (or EP rank 0's masters under another rank's experts) fails the byte comparison above."""
+    fp32 = expected(moe_fixtures, UNFUSED, "fp32/pytorch_model.bin")
+    model = expected(moe_fixtures, UNFUSED, "model.safetensors")
+    trainable = [e.name for e in generate.moe_entries(CASES[UNFUSED]) if e.kind == "train"]
+    assert any(generate.MOE_MARK in n for n in trainable)
+    for n in trainable:
+        assert not torch.equal(fp32[n], model[n].float()), n
+
+
+@pytest.mark.parametrize("change,code", [
+    ("reverse", H.EXIT_INVALID),  # an expert group's masters against the module order: no match
+    ("drop_last", H.EXIT_UNSUPPORTED),  # the last expert bias beside a frozen one of its shape: two matches
+])
+def test_unfused_expert_masters_that_do_not_match_are_refused(moe_fixtures, ckptfs_bin, tmp_path, change, code):
+    src = tmp_path / "checkpoint"
+    shutil.copytree(src_of(moe_fixtures, UNFUSED), src)
+    victim = src / TAG / "expp_rank_1_mp_rank_00_optim_states.pt"
+    sd = torch.load(victim, map_location="cpu", weights_only=False)  # the generator's own file (torch 1.13)
+    groups = sd["optimizer"]["fp32_groups"]
+    if change == "reverse":
+        groups[2] = groups[2][::-1]
+    else:
+        groups[3] = groups[3][:-1]
+    torch.save(sd, victim)
+    H.assert_one_line_error(H.run([ckptfs_bin, "export", str(src), str(tmp_path / "out")]), code, [victim.name])

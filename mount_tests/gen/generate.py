@@ -416,17 +416,20 @@ def moment_flats(entries, values, A, rng):
     return out
 
 
-def unfused_optimizer_state(groups, values):
+def unfused_optimizer_state(groups, values, param_groups=None):
     """FP16_UnfusedOptimizer.state_dict() (DeepSpeed >= 0.17.6 for bf16 without ZeRO): the torch optimizer's
-    state per param and fp32_groups, per group the fp32 masters of its trainable params in group order."""
-    state, pgs, idx = {}, [], 0
-    for gi, g in enumerate(groups):
+    state per param and fp32_groups, per group the fp32 masters of its trainable params in group order.
+    ``param_groups``: ids per group -> the torch param groups (default: decay, then no-decay ones)."""
+    state, ids, idx = {}, [], 0
+    for g in groups:
         for e in g:
             state[idx] = adam_state(values.rng, e.numel)
             state[idx]["exp_avg"] = state[idx]["exp_avg"].view(e.shape)
             state[idx]["exp_avg_sq"] = state[idx]["exp_avg_sq"].view(e.shape)
             idx += 1
-        pgs.append(param_group_dict(gi, list(range(idx - len(g), idx)), 0.01 if gi == 0 else 0.0))
+        ids.append(list(range(idx - len(g), idx)))
+    pgs = param_groups(ids) if param_groups else \
+        [param_group_dict(gi, g, 0.01 if gi == 0 else 0.0) for gi, g in enumerate(ids)]
     return {"dynamic_loss_scale": False, "cur_scale": 1.0, "cur_iter": 3,
             "optimizer_state_dict": {"state": state, "param_groups": pgs},
             "fp32_groups": [[values.master[e.name].clone() for e in g] for g in groups]}
@@ -1304,7 +1307,14 @@ def write_moe(case, tagdir, seed):
             save(sd, path)
     buffer_names = [e.name for e in entries if e.kind == "buffer"]
     groups0 = moe_groups(case, entries, 0)
-    if case["stage"] == 0:
+    if case["stage"] == 0 and case["optimizer"] == "fp16_unfused":
+        # bf16 without ZeRO (DeepSpeed >= 0.17.6): FP16_UnfusedOptimizer; expp_rank_{ep} holds EP rank ep's
+        # state_dict, fp32_groups per group (dense decay / no-decay, then its local experts' ones) the fp32
+        # masters of its trainable params in group order; mp_rank_00's optimizer is rank 0's
+        def state_dict(ep):
+            groups = [vals for vals, _ in moe_groups(case, entries, ep)]
+            return unfused_optimizer_state(groups, values, lambda ids: moe_param_groups(2, 2, ids, EP))
+    elif case["stage"] == 0:
         # fp32, torch Adam: every param is its own master; expp_rank_{ep} = {'optimizer': EP rank ep's state_dict}
         def state_dict(ep):
             idx, state, ids = 0, {}, []
@@ -1314,13 +1324,18 @@ def write_moe(case, tagdir, seed):
                     state[idx] = adam_state(rng, e.numel)
                     idx += 1
             return {"state": state, "param_groups": moe_param_groups(2, 2, ids, EP)}
+    if case["stage"] == 0:
         module = OD((k, v.clone()) for k, v in full.items() if MOE_MARK not in k)
-        sd = model_state_dict(case, module, buffer_names, state_dict(0), None, None, None, None, W)
+        states = [state_dict(ep) for ep in range(EP)]
+        sd = model_state_dict(case, module, buffer_names, states[0], None, None, None, None, W)
         sd["num_experts"] = list(case["experts"])
         save(sd, os.path.join(tagdir, "mp_rank_00_model_states.pt"))
         for ep in range(EP):
-            save({"optimizer": state_dict(ep)}, os.path.join(tagdir, f"expp_rank_{ep}_mp_rank_00_optim_states.pt"))
-        fp32 = OD((k, v.float() if v.is_floating_point() else v.clone()) for k, v in full.items())
+            save({"optimizer": states[ep]}, os.path.join(tagdir, f"expp_rank_{ep}_mp_rank_00_optim_states.pt"))
+        if case["optimizer"] == "torch":
+            fp32 = OD((k, v.float() if v.is_floating_point() else v.clone()) for k, v in full.items())
+        else:  # buffers, frozen params (module order), then every master in module order
+            fp32 = moe_fp32(entries, values, full, [e for e in entries if e.kind == "frozen"], buffers=True)
         return fp32, OD((k, v.clone()) for k, v in full.items())
 
     # ZeRO-1/2: per EP rank and group, the flat masters padded to 2 x (partition group size)
@@ -1382,18 +1397,24 @@ def write_moe(case, tagdir, seed):
         save({"optimizer_state_dict": osd, "ds_config": case["ds_config"], "ds_version": DS_VERSION},
              os.path.join(tagdir, f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
     # ckptfs's order: buffers, frozen params (ZeRO-2: those saved with rank 0 first, then the other experts'
-    # from their files; ZeRO-1: module order), then every trainable master in module order (experts by
+    # from their files; ZeRO-0/1: module order), then every trainable master in module order (experts by
     # global id)
-    fp32 = OD((e.name, values.buffers[e.name].float()) for e in entries if e.kind == "buffer")
     frozen = [e for e in entries if e.kind == "frozen"]
     if case.get("legacy_states"):  # no buffer_names: buffers and frozen params alike, in module order
-        fp32 = OD()
         frozen = [e for e in entries if e.kind != "train"]
     elif case["stage"] == 2:
         frozen = frozen0 + [e for e in frozen if e not in frozen0]
+    fp32 = moe_fp32(entries, values, full, frozen, buffers=not case.get("legacy_states"))
+    return fp32, OD((k, v.clone()) for k, v in full.items())
+
+
+def moe_fp32(entries, values, full, frozen, buffers):
+    """The expected fp32/ of a MoE tag: the buffers (when listed apart), ``frozen`` upcast, then every
+    trainable master (the generator's fp32 values) in module order."""
+    fp32 = OD((e.name, values.buffers[e.name].float()) for e in entries if buffers and e.kind == "buffer")
     fp32.update((e.name, full[e.name].float()) for e in frozen)
     fp32.update((e.name, values.master[e.name].clone()) for e in entries if e.kind == "train")
-    return fp32, OD((k, v.clone()) for k, v in full.items())
+    return fp32
 
 
 def moe_cases():
@@ -1401,8 +1422,9 @@ def moe_cases():
     residual MLP; with ``frozen_expert`` its experts' fc2.bias frozen) over EP 2: ZeRO-2 bf16 on 4 ranks (expert groups partitioned over EDP 2, E + D),
     ZeRO-1 fp16 on 4 ranks with use_data_before_expert_parallel_ (D + E), ZeRO-2 bf16 EP 4 = W (EDP 1,
     4 and 8 experts), ZeRO-2 with the model states of DeepSpeed <= 0.19.2 (``legacy_states``: no
-    param_shapes / buffer_names / ds_config, expp_rank files holding optimizer None), and no ZeRO (fp32,
-    torch Adam, expp_rank files) on 2 ranks."""
+    param_shapes / buffer_names / ds_config, expp_rank files holding optimizer None), and no ZeRO on 2 ranks
+    (expp_rank files): fp32 with torch Adam, and bf16 with FP16_UnfusedOptimizer (fp32_groups, masters that
+    are not the bf16 weights upcast)."""
     base = {"pipeline": False, "tags": ["global_step3"], "src": "checkpoint", "side_files": False, "moe": True}
     return [dict(base, name="moe_ep2_z2_bf16_dp4", stage=2, dtype="bf16", dp=4, ep=2, experts=[4, 2], optimizer="zero",
                  frozen_expert=True),
@@ -1411,7 +1433,9 @@ def moe_cases():
             dict(base, name="moe_ep4_z2_bf16_dp4", stage=2, dtype="bf16", dp=4, ep=4, experts=[4, 8], optimizer="zero"),
             dict(base, name="moe_ep2_z2_bf16_dp4_legacy", stage=2, dtype="bf16", dp=4, ep=2, experts=[4, 2],
                  optimizer="zero", frozen_expert=True, legacy_states=True),
-            dict(base, name="moe_ep2_z0_fp32_dp2", stage=0, dtype="fp32", dp=2, ep=2, experts=[4, 2], optimizer="torch")]
+            dict(base, name="moe_ep2_z0_fp32_dp2", stage=0, dtype="fp32", dp=2, ep=2, experts=[4, 2], optimizer="torch"),
+            dict(base, name="moe_ep2_z0_bf16_dp2", stage=0, dtype="bf16", dp=2, ep=2, experts=[4, 2],
+                 optimizer="fp16_unfused", frozen_expert=True)]
 
 
 def make_cases():

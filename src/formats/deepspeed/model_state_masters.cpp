@@ -79,6 +79,12 @@ void require_floating(const ModelStates& ms, const torch::SourceTensor& t, const
 }  // namespace
 
 ModelStateMasters name_unfused_masters(const ModelStates& ms) {
+  std::vector<size_t> groups(ms.unfused_fp32_groups->size());
+  for (size_t g = 0; g < groups.size(); ++g) groups[g] = g;
+  return name_unfused_masters(ms, groups);
+}
+
+ModelStateMasters name_unfused_masters(const ModelStates& ms, const std::vector<size_t>& groups) {
   Candidates candidates = module_params(ms);
   const auto& params = candidates.params;
   ModelStateMasters out;
@@ -87,7 +93,7 @@ ModelStateMasters name_unfused_masters(const ModelStates& ms) {
   // Each group on its own (HF Trainer's decay / no-decay groups interleave in the module): its masters
   // must match one and only one run of the parameters the groups before it left.
   std::vector<bool> taken(params.size(), false);
-  for (size_t g = 0; g < ms.unfused_fp32_groups->size(); ++g) {
+  for (size_t g : groups) {
     std::vector<Master> masters;
     for (size_t i = 0; i < (*ms.unfused_fp32_groups)[g].size(); ++i)
       masters.push_back(

@@ -26,6 +26,8 @@ struct ModelStateMasters {
 // exists (groups in another order) and UnsupportedError when several do (a frozen param beside a trainable
 // one of the same shape), naming the file.
 ModelStateMasters name_unfused_masters(const ModelStates& ms);
+// The same for `groups` (indices into ms.unfused_fp32_groups) only, matched in that order.
+ModelStateMasters name_unfused_masters(const ModelStates& ms, const std::vector<size_t>& groups);
 
 // Slices the masters of `ms.fused_fp32_groups_flat`. FP16_Optimizer (fused) flattens each group's params
 // that require grad, in group order, into one 16-bit buffer and makes the params views into it; its fp32

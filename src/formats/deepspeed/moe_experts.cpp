@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "ckptfs/error.hpp"
+#include "formats/deepspeed/model_state_masters.hpp"
 #include "formats/deepspeed/partition_assembly.hpp"
 #include "formats/parallel_reads.hpp"
 #include "formats/pickle_access.hpp"
@@ -153,24 +154,16 @@ void check_against_expert_files(const std::vector<LogicalTensor>& masters, const
 }
 
 // The EP size the expert param groups of a non-ZeRO optimizer state_dict are named for (moe/utils.py
-// split_params_into_different_moe_groups_for_optimizer: 'name': 'ep_size_<N>'); FP16 optimizers wrap the
-// torch state_dict in optimizer_state_dict.
-std::optional<int> named_ep_size(io::FileSet& files, const fs::path& path) {
-  auto archive = torch::TorchArchive::open(files.open(path));
-  const formats::Field optimizer = formats::root_field(archive)["optimizer"];
-  formats::Field groups = optimizer["param_groups"];
-  if (!groups.is_list()) groups = optimizer["optimizer_state_dict"]["param_groups"];
-  if (!groups.is_list()) return std::nullopt;
+// split_params_into_different_moe_groups_for_optimizer: 'name': 'ep_size_<N>').
+std::optional<int> named_ep_size(const ExpertRankOptimizer& rank) {
   std::optional<int> out;
   constexpr std::string_view kName = "ep_size_";
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const formats::Field name = groups.at(g)["name"];
-    if (!name.present() || !name.value().is(pickle::Kind::String) || !name.value().text.starts_with(kName)) continue;
+  for (const std::string& text : rank.group_names) {
+    if (!text.starts_with(kName)) continue;
     int ep = 0;
-    const std::string& text = name.value().text;
     auto [end, ec] = std::from_chars(text.data() + kName.size(), text.data() + text.size(), ep);
     if (ec != std::errc{} || end != text.data() + text.size() || ep < 1 || ep > (1 << 20))
-      name.fail(fmt::format("expert group name '{}' is not ep_size_<N>", text));
+      throw FormatError(fmt::format("{}: expert group name '{}' is not ep_size_<N>", rank.path.string(), text));
     out = std::max(out.value_or(1), ep);
   }
   return out;
@@ -415,7 +408,7 @@ int expert_parallel_size_without_zero(io::FileSet& files, const TagFiles& tf, co
   if (!tf.expert_optim_states.count(0))
     throw FormatError(fmt::format("{}: missing (without ZeRO every expert-parallel rank saves one)",
                                   (dir / name_of(0)).string()));
-  const int ep_size = named_ep_size(files, tf.expert_optim_states.at(0))
+  const int ep_size = named_ep_size(read_expert_rank_optimizer(files, tf.expert_optim_states.at(0)))
                           .value_or(static_cast<int>(tf.expert_optim_states.rbegin()->first) + 1);
   for (int ep = 0; ep < ep_size; ++ep)
     if (!tf.expert_optim_states.count(ep))
@@ -428,6 +421,60 @@ int expert_parallel_size_without_zero(io::FileSet& files, const TagFiles& tf, co
       throw FormatError(fmt::format("{}: MoE layer {} has {} experts, which {} expert-parallel ranks cannot share",
                                     dir.string(), l.id, l.experts.size(), ep_size));
   return ep_size;
+}
+
+std::optional<MoeMasters> name_moe_unfused_masters(io::FileSet& files, const TagFiles& tf, const ModelStates& ms,
+                                                   const std::vector<MoeLayer>& layers,
+                                                   const std::vector<NamedTensor>& module, int ep_size) {
+  std::vector<fs::path> paths;
+  for (int ep = 0; ep < ep_size; ++ep) paths.push_back(tf.expert_optim_states.at(ep));
+  const auto ranks = formats::read_all(paths, [&](const fs::path& p) { return read_expert_rank_optimizer(files, p); });
+  const ExpertRankOptimizer& first = ranks.front();
+  if (!first.unfused_fp32_groups) return std::nullopt;
+  std::vector<size_t> dense, expert;
+  for (size_t g = 0; g < first.expert_groups.size(); ++g) {
+    (first.expert_groups[g] ? expert : dense).push_back(g);
+    // Each EP rank's local experts are its share of every layer's experts only when all share one EP size.
+    if (first.expert_groups[g] && first.group_names[g] != fmt::format("ep_size_{}", ep_size))
+      throw UnsupportedError(fmt::format("{}: expert param group {} is named '{}', another than ep_size_{}: MoE "
+                                         "layers of several expert-parallel sizes are not supported yet",
+                                         first.path.string(), g, first.group_names[g], ep_size));
+  }
+  for (const auto& r : ranks)
+    if (!r.unfused_fp32_groups || r.expert_groups != first.expert_groups)
+      throw FormatError(fmt::format("{}: its FP16_UnfusedOptimizer param groups (fp32_groups, 'moe') are not those "
+                                    "of {}",
+                                    r.path.string(), first.path.filename().string()));
+  // Each rank's optimizer state named as a model-state file's: its groups matched by the ZeRO-0 matcher to
+  // the params they come from, dense groups to the dense params (`ms`'s module) ...
+  const auto as_model_states = [&](const ExpertRankOptimizer& r, std::vector<NamedTensor> params) {
+    ModelStates out;
+    out.path = r.path;
+    out.module = std::move(params);
+    out.buffer_names = ms.buffer_names;
+    out.shared_params = ms.shared_params;
+    out.unfused_fp32_groups = r.unfused_fp32_groups;
+    return out;
+  };
+  ModelStateMasters named = name_unfused_masters(as_model_states(first, *ms.module), dense);
+  MoeMasters out;
+  out.aliases = std::move(named.aliases);
+  out.masters = std::move(named.trainable);
+  // ... expert groups to the rank's own experts, under their global names, in module order.
+  for (int ep = 0; ep < ep_size; ++ep) {
+    std::vector<NamedTensor> local;
+    for (const auto& e : module) {
+      auto name = split_expert_name(e.name);
+      if (!name) continue;
+      const MoeLayer& layer = layer_of(layers, *name, ms.path, e.name);
+      if (name->id / (static_cast<int>(layer.experts.size()) / ep_size) == ep) local.push_back(e);
+    }
+    for (auto& t : name_unfused_masters(as_model_states(ranks[ep], std::move(local)), expert).trainable)
+      out.masters.push_back(std::move(t));
+  }
+  out.masters = in_module_order(std::move(out.masters), module);
+  out.ep_size = ep_size;
+  return out;
 }
 
 }  // namespace ckptfs::deepspeed

@@ -4,7 +4,9 @@
 // partitions over its own expert data-parallel group.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckptfs/catalog.hpp"
@@ -35,6 +37,7 @@ std::vector<NamedTensor> splice_experts(const std::vector<NamedTensor>& module, 
 struct MoeMasters {
   std::vector<catalog::LogicalTensor> masters;  // in module order, experts under their global names
   int ep_size = 1;                              // the largest expert-parallel group
+  std::vector<std::pair<std::string, std::string>> aliases;  // without ZeRO: tied entries, alias -> owner
 };
 
 // ZeRO-1/2: dense groups partitioned over all `optim` ranks, each expert group over the expert
@@ -60,5 +63,13 @@ std::vector<catalog::LogicalTensor> unlisted_frozen_experts(const std::vector<Na
 // the number of expp_rank files), every EP rank's file present.
 int expert_parallel_size_without_zero(io::FileSet& files, const TagFiles& tf, const ModelStates& ms,
                                       const std::vector<MoeLayer>& layers);
+
+// Without ZeRO in 16 bits (FP16_UnfusedOptimizer): the fp32 masters of every expp_rank file's fp32_groups,
+// dense groups from EP rank 0's file, each EP rank's expert groups under its experts' global names, named
+// by name_unfused_masters against the dense params of `ms` and that rank's experts in `module`; in module
+// order. nullopt when the files hold no fp32_groups (a torch or the fused FP16_Optimizer).
+std::optional<MoeMasters> name_moe_unfused_masters(io::FileSet& files, const TagFiles& tf, const ModelStates& ms,
+                                                   const std::vector<MoeLayer>& layers,
+                                                   const std::vector<NamedTensor>& module, int ep_size);
 
 }  // namespace ckptfs::deepspeed

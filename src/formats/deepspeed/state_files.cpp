@@ -70,6 +70,26 @@ std::vector<std::string> names_by_start(const Field& mapping) {
   return names;
 }
 
+// FP16_UnfusedOptimizer's fp32_groups: per param group, its masters in order.
+std::vector<std::vector<torch::SourceTensor>> read_fp32_groups(const Field& groups) {
+  std::vector<std::vector<torch::SourceTensor>> out;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    auto& group = out.emplace_back();
+    for (size_t i = 0; i < groups.at(g).size(); ++i) group.push_back(groups.at(g).at(i).as_tensor());
+  }
+  return out;
+}
+
+// Per torch param group, whether it is a MoE expert group (`'moe': True`, moe/utils.py).
+std::vector<bool> expert_flags(const Field& param_groups) {
+  std::vector<bool> out;
+  for (size_t g = 0; g < param_groups.size(); ++g) {
+    Field moe = param_groups.at(g)["moe"];
+    out.push_back(moe.present() && moe.value().is(pickle::Kind::Bool) && moe.value().boolean);
+  }
+  return out;
+}
+
 }  // namespace
 
 ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& path) {
@@ -117,13 +137,7 @@ ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& p
     ms.fused_fp32_groups_flat.emplace();
     for (size_t g = 0; g < groups.size(); ++g) ms.fused_fp32_groups_flat->push_back(groups.at(g).as_tensor());
   }
-  if (auto groups = root["optimizer"]["fp32_groups"]; groups.present()) {
-    ms.unfused_fp32_groups.emplace();
-    for (size_t g = 0; g < groups.size(); ++g) {
-      auto& group = ms.unfused_fp32_groups->emplace_back();
-      for (size_t i = 0; i < groups.at(g).size(); ++i) group.push_back(groups.at(g).at(i).as_tensor());
-    }
-  }
+  if (auto groups = root["optimizer"]["fp32_groups"]; groups.present()) ms.unfused_fp32_groups = read_fp32_groups(groups);
   if (auto experts = root["num_experts"]; experts.is_list())
     for (size_t i = 0; i < experts.size(); ++i) ms.num_experts.push_back(experts.at(i).as_int());
   if (auto d_e = root["ds_config"]["use_data_before_expert_parallel_"];
@@ -160,10 +174,7 @@ OptimStates read_optim_states(io::FileSet& files, const std::filesystem::path& p
   read_group_state(zero3 ? osd["optimizer_state_dict"]["state"] : osd["base_optimizer_state"]["state"],
                    os.group_state);
   if (auto param_groups = osd["base_optimizer_state"]["param_groups"]; !zero3 && param_groups.is_list())
-    for (size_t g = 0; g < param_groups.size(); ++g) {
-      Field moe = param_groups.at(g)["moe"];
-      os.expert_groups.push_back(moe.present() && moe.value().is(pickle::Kind::Bool) && moe.value().boolean);
-    }
+    os.expert_groups = expert_flags(param_groups);
   for (const auto& [key, value] : archive.root()->entries)
     if (key->is(pickle::Kind::String) && key->text == "optimizer_state_dict") os.inner = value;
   if (Field mappings = osd["param_slice_mappings"]; mappings.is_list())
@@ -172,6 +183,30 @@ OptimStates read_optim_states(io::FileSet& files, const std::filesystem::path& p
     count.fail(fmt::format("lists {} groups but the file holds {} fp32 partitions", os.partition_count.size(),
                            os.fp32_groups.size()));
   return os;
+}
+
+ExpertRankOptimizer read_expert_rank_optimizer(io::FileSet& files, const std::filesystem::path& path) {
+  auto archive = torch::TorchArchive::open(files.open(path));
+  const Field optimizer = root_field(archive)["optimizer"];
+  ExpertRankOptimizer out;
+  out.path = path;
+  // A torch optimizer's state_dict holds param_groups; FP16 optimizers wrap it in optimizer_state_dict.
+  Field groups = optimizer["param_groups"];
+  if (!groups.is_list()) groups = optimizer["optimizer_state_dict"]["param_groups"];
+  if (!groups.is_list()) return out;
+  out.expert_groups = expert_flags(groups);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const Field name = groups.at(g)["name"];
+    out.group_names.push_back(name.present() && name.value().is(pickle::Kind::String) ? name.value().text : "");
+  }
+  if (auto fp32 = optimizer["fp32_groups"]; fp32.present()) {
+    out.unfused_fp32_groups = read_fp32_groups(fp32);
+    if (out.unfused_fp32_groups->size() != out.expert_groups.size())
+      fp32.fail(fmt::format("lists {} groups but optimizer_state_dict.param_groups {}",
+                            out.unfused_fp32_groups->size(), out.expert_groups.size()));
+  }
+  out.fused = optimizer["fp32_groups_flat"].present();
+  return out;
 }
 
 std::vector<NamedTensor> read_state_dict(io::FileSet& files, const std::filesystem::path& path) {

@@ -67,8 +67,19 @@ struct OptimStates {
   std::vector<bool> expert_groups;  // ZeRO-1/2: per group, `moe` of its param group (partitioned over EDP)
 };
 
+// MoE without ZeRO: one expert-parallel rank's expp_rank_<e>_mp_rank_00_optim_states.pt, {'optimizer': that
+// rank's optimizer.state_dict()}.
+struct ExpertRankOptimizer {
+  std::filesystem::path path;
+  std::vector<std::string> group_names;  // each torch param group's 'name' ("" when it has none)
+  std::vector<bool> expert_groups;       // each torch param group's 'moe'
+  std::optional<std::vector<std::vector<torch::SourceTensor>>> unfused_fp32_groups;  // FP16_UnfusedOptimizer
+  bool fused = false;  // FP16_Optimizer: fp32_groups_flat
+};
+
 ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& path);
 OptimStates read_optim_states(io::FileSet& files, const std::filesystem::path& path);
+ExpertRankOptimizer read_expert_rank_optimizer(io::FileSet& files, const std::filesystem::path& path);
 
 // A plain torch.save'd state dict (pipeline layer files): name -> tensor in file order.
 std::vector<NamedTensor> read_state_dict(io::FileSet& files, const std::filesystem::path& path);

@@ -260,6 +260,11 @@ void add_moe_stage(io::FileSet& files, const TagFiles& tf, int mp, const ModelSt
       "the same on every expert-parallel rank (ds_to_universal refuses these checkpoints too)";
 }
 
+// Why an FP16 optimizer state kept in the model states has no universal/.
+std::string model_state_optimizer_no_universal(std::string_view optimizer) {
+  return fmt::format("{} state (no optimizer files; ds_to_universal cannot convert it)", optimizer);
+}
+
 TagParts read_zero3(io::FileSet& files, const TagFiles& tf, Topology& topo) {
   if (tf.zero3_model_states.size() > 1)
     throw UnsupportedError(
@@ -317,9 +322,17 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
   if (!tf.optim_states.count(mp)) {
     topo.zero_stage = 0;
     topo.dp = static_cast<int>(ms.dp_world_size.value_or(1));
-    if (!moe.empty()) topo.ep = expert_parallel_size_without_zero(files, tf, ms, moe);
-    // (MoE: mp_rank_00 holds only EP rank 0's expert masters, under local names, while module now holds
-    // every expert: its groups do not line up with module, so MoE tags take the upcast below.)
+    // MoE: mp_rank_00 holds only EP rank 0's optimizer state; every EP rank's is in its expp_rank file.
+    if (!moe.empty()) {
+      topo.ep = expert_parallel_size_without_zero(files, tf, ms, moe);
+      if (auto m = name_moe_unfused_masters(files, tf, ms, moe, parts.module, topo.ep)) {
+        parts.trainable = std::move(m->masters);
+        parts.aliases = std::move(m->aliases);
+        topo.optimizer = "FP16_UnfusedOptimizer (fp32 masters in the expp_rank files' optimizer['fp32_groups'])";
+        parts.no_universal = model_state_optimizer_no_universal("FP16_UnfusedOptimizer");
+        return parts;
+      }
+    }
     if (moe.empty() && (ms.unfused_fp32_groups || ms.fused_fp32_groups_flat)) {
       const bool unfused = ms.unfused_fp32_groups.has_value();
       ModelStateMasters masters = unfused ? name_unfused_masters(ms) : slice_fused_masters(ms);
@@ -328,7 +341,7 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
       const std::string optimizer = unfused ? "FP16_UnfusedOptimizer" : "FP16_Optimizer";
       topo.optimizer = fmt::format("{} (fp32 masters in optimizer['{}'])", optimizer,
                                    unfused ? "fp32_groups" : "fp32_groups_flat");
-      parts.no_universal = optimizer + " state (no optimizer files; ds_to_universal cannot convert it)";
+      parts.no_universal = model_state_optimizer_no_universal(optimizer);
       return parts;
     }
     // ZeRO-0 with a torch optimizer (fp32: the module is the master) or no optimizer state: the fp32 view is
@@ -336,9 +349,9 @@ TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topo
     parts.masters_known = false;
     topo.optimizer = "none (optimizer state inside model states)";
     notes.push_back("no partitioned optimizer state: fp32/ holds the module weights upcast to fp32");
-    if (!moe.empty() && ms.config_dtype != DType::F32)
-      notes.push_back("Mixture-of-Experts without ZeRO in 16 bits: the experts' fp32 masters in the "
-                      "expp_rank files are not read; fp32/ holds their weights upcast");
+    if (!moe.empty() && ms.fused_fp32_groups_flat)
+      notes.push_back("Mixture-of-Experts without ZeRO with FP16_Optimizer (fused): its fp32_groups_flat in the "
+                      "expp_rank files are not read; fp32/ holds the weights upcast");
     return parts;
   }
   if (moe.empty())
