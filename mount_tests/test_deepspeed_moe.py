@@ -17,8 +17,8 @@ generator's own values (masters, bit16 copies) in ckptfs's order, never ckptfs o
   tensor by tensor; mount == export byte for byte; no universal/;
 - ``ckptfs inspect --json``: EP size and expert count;
 - a missing expert file, expp_rank file or expert-parallel rank's optimizer file: exit 4, one line naming it;
-- FP16_UnfusedOptimizer expert masters out of module order (exit 4) or with two possible matches (exit 5):
-  one line naming the expp_rank file.
+- FP16_UnfusedOptimizer expert masters out of module order or EP ranks of other param groups (exit 4), two
+  possible matches or an expert group of another EP size (exit 5): one line naming the expp_rank file.
 """
 import json
 import os
@@ -193,19 +193,33 @@ def test_unfused_masters_are_not_the_weights_upcast(moe_fixtures):
         assert not torch.equal(fp32[n], model[n].float()), n
 
 
-@pytest.mark.parametrize("change,code", [
-    ("reverse", H.EXIT_INVALID),  # an expert group's masters against the module order: no match
-    ("drop_last", H.EXIT_UNSUPPORTED),  # the last expert bias beside a frozen one of its shape: two matches
-])
-def test_unfused_expert_masters_that_do_not_match_are_refused(moe_fixtures, ckptfs_bin, tmp_path, change, code):
+def reverse_expert_weights(opt):  # an expert group's masters against the module order: no match
+    opt["fp32_groups"][2] = opt["fp32_groups"][2][::-1]
+
+
+def drop_last_expert_bias(opt):  # the last expert bias beside a frozen one of its shape: two matches
+    opt["fp32_groups"][3] = opt["fp32_groups"][3][:-1]
+
+
+def unmark_expert_group(opt):  # param groups that are not EP rank 0's
+    opt["optimizer_state_dict"]["param_groups"][3]["moe"] = False
+
+
+def rename_expert_group(opt):  # an expert group of another EP size (MoE layers of several sizes)
+    opt["optimizer_state_dict"]["param_groups"][3]["name"] = "ep_size_1"
+
+
+@pytest.mark.parametrize("ep,change,code", [
+    (1, reverse_expert_weights, H.EXIT_INVALID),
+    (1, drop_last_expert_bias, H.EXIT_UNSUPPORTED),
+    (1, unmark_expert_group, H.EXIT_INVALID),
+    (0, rename_expert_group, H.EXIT_UNSUPPORTED),
+], ids=lambda v: getattr(v, "__name__", str(v)))
+def test_unfused_expert_masters_that_do_not_match_are_refused(moe_fixtures, ckptfs_bin, tmp_path, ep, change, code):
     src = tmp_path / "checkpoint"
     shutil.copytree(src_of(moe_fixtures, UNFUSED), src)
-    victim = src / TAG / "expp_rank_1_mp_rank_00_optim_states.pt"
+    victim = src / TAG / f"expp_rank_{ep}_mp_rank_00_optim_states.pt"
     sd = torch.load(victim, map_location="cpu", weights_only=False)  # the generator's own file (torch 1.13)
-    groups = sd["optimizer"]["fp32_groups"]
-    if change == "reverse":
-        groups[2] = groups[2][::-1]
-    else:
-        groups[3] = groups[3][:-1]
+    change(sd["optimizer"])
     torch.save(sd, victim)
     H.assert_one_line_error(H.run([ckptfs_bin, "export", str(src), str(tmp_path / "out")]), code, [victim.name])
