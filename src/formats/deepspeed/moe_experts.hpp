@@ -1,7 +1,7 @@
 // Mixture-of-Experts tags (deepspeed.moe.layer.MoE with expert parallelism; docs/formats/deepspeed.md,
 // Mixture of Experts): every expert under its global name, spliced into `module`, which DeepSpeed saves
-// without experts, and the fp32 masters of ZeRO-1/2, whose expert groups each expert-parallel rank
-// partitions over its own expert data-parallel group.
+// without experts, and the fp32 masters: ZeRO-1/2's, whose expert groups each expert-parallel rank
+// partitions over its own expert data-parallel group, or without ZeRO those of every EP rank's expp_rank file.
 #pragma once
 
 #include <optional>
