@@ -76,6 +76,10 @@ class File {
   // files that have one (not decoded items).
   OpenFdPtr descriptor() const;
   bool has_descriptor() const { return decoded_ == nullptr; }
+  // Throws SourceError naming the file unless `fd` (from descriptor()) still shows the identity indexed:
+  // one fstat, for a reply spliced from it, which libfuse would send short (the fd read stops at the new
+  // end) from a shard truncated since the mount, or with the new bytes of one rewritten in place.
+  void check_descriptor(const OpenFd& fd) const;
   const DecodedItem* decoded_item() const { return decoded_.get(); }
 
   // Asks the kernel to start reading [offset, offset + length) into the page cache and returns without

@@ -40,15 +40,18 @@ void log_once(const Context& c, fuse_ino_t ino, std::string_view source, const s
   log_error(c, message);
 }
 
-// Logs "op /path: what" (once per file and failing source: `what` starts with the source's path) and
-// replies `error`. Never throws: a failure to build the message (bad_alloc) only loses the log line.
-void fail(fuse_req_t req, fuse_ino_t ino, const char* op, const char* what, int error) noexcept {
+// Logs "op /path: what" (once per file and failing source: `what` starts with the source's path). Never
+// throws: a failure to build the message (bad_alloc) only loses the log line.
+void log_failure(const Context& c, fuse_ino_t ino, const char* op, std::string_view what) noexcept {
   try {
-    const Context& c = context(req);
-    const std::string_view text(what);
-    log_once(c, ino, text.substr(0, text.find(": ")), fmt::format("{} /{}: {}", op, c.tree->path(ino), what));
+    log_once(c, ino, what.substr(0, what.find(": ")), fmt::format("{} /{}: {}", op, c.tree->path(ino), what));
   } catch (...) {
   }
+}
+
+// Logs as log_failure does and replies `error`.
+void fail(fuse_req_t req, fuse_ino_t ino, const char* op, const char* what, int error) noexcept {
+  log_failure(context(req), ino, op, what);
   fuse_reply_err(req, error);
 }
 
@@ -225,8 +228,9 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     node->file->read_deferring(start, std::span(buffer.data(), length), deferred);
     if (deferred.empty())
       fuse_reply_buf(req, reinterpret_cast<const char*>(buffer.data()), length);
-    else
-      reply_with_runs(req, std::span(buffer.data(), length), deferred);
+    else if (const std::string problem = reply_with_runs(req, std::span(buffer.data(), length), deferred);
+             !problem.empty())
+      log_failure(c, ino, "read", problem);  // answered (req is gone): only the log line is left to give
   });
 }
 

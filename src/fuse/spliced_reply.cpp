@@ -1,8 +1,13 @@
 #include "fuse/spliced_reply.hpp"
 
+#include <fmt/format.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
+#include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
 
 namespace ckptfs::fuse {
@@ -22,12 +27,44 @@ BufVecPtr make_bufvec(size_t count) {
   return v;
 }
 
+// A run's file with its descriptor, held open and checked once per reply however many runs it gives.
+struct HeldSource {
+  const io::File* file;
+  io::OpenFdPtr fd;
+};
+
+int held_descriptor(std::vector<HeldSource>& held, const io::File& file) {
+  for (const auto& h : held)
+    if (h.file == &file) return h.fd->get();
+  io::OpenFdPtr fd = file.descriptor();
+  file.check_descriptor(*fd);
+  held.push_back({&file, std::move(fd)});
+  return held.back().fd->get();
+}
+
+// What went wrong once fuse_reply_data returned `sent` (empty: nothing).
+std::string after_reply(int sent, size_t bytes, const std::vector<HeldSource>& held) {
+  // -ENOENT: the request was interrupted, the kernel no longer waits for it.
+  if (sent == -ENOENT) return {};
+  if (sent != 0) return fmt::format("reply of {} bytes not sent: {}", bytes, std::strerror(std::abs(sent)));
+  // A file that changed between the check and the splice: its fd read stopped early and libfuse sent
+  // what it had, which the reader takes for the end of the file. Too late for EIO; at least say so.
+  for (const auto& h : held) {
+    try {
+      h.file->check_descriptor(*h.fd);
+    } catch (const SourceError& e) {
+      return fmt::format("{} (while a reply was spliced from it: that reply may have been short)", e.what());
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
-void reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer, const std::vector<catalog::DeferredRun>& runs) {
+std::string reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer,
+                            const std::vector<catalog::DeferredRun>& runs) {
   BufVecPtr bufv = make_bufvec(2 * runs.size() + 1);
-  std::vector<io::OpenFdPtr> held;  // every run's descriptor stays open until the reply is sent
-  held.reserve(runs.size());
+  std::vector<HeldSource> held;  // every run's descriptor stays open until the reply is sent
   const std::byte* at = buffer.data();
   const auto add_memory = [&](const std::byte* end) {
     if (end == at) return;
@@ -38,17 +75,22 @@ void reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer, const st
   };
   for (const auto& run : runs) {
     add_memory(run.dst);
-    held.push_back(run.file->descriptor());
     fuse_buf& b = bufv->buf[bufv->count++];
     b.size = run.length;
     b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
-    b.fd = held.back()->get();
+    b.fd = held_descriptor(held, *run.file);
     b.pos = static_cast<off_t>(run.file_offset);
     at = run.dst + run.length;
   }
   add_memory(buffer.data() + buffer.size());
   // Never SPLICE_MOVE: the kernel would take pages out of the shards' own page cache.
-  fuse_reply_data(req, bufv.get(), static_cast<fuse_buf_copy_flags>(0));
+  const int sent = fuse_reply_data(req, bufv.get(), static_cast<fuse_buf_copy_flags>(0));
+  // From here on the request is answered and gone: nothing may escape to the caller's error reply.
+  try {
+    return after_reply(sent, buffer.size(), held);
+  } catch (...) {
+    return {};  // bad_alloc while building the message: only the log line is lost
+  }
 }
 
 }  // namespace ckptfs::fuse

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "ckptfs/catalog.hpp"
@@ -14,7 +15,13 @@
 namespace ckptfs::fuse {
 
 // Replies with `buffer`, whose deferred runs (in order, inside it) are taken from their files instead.
-// Throws SourceError before replying when a run's file cannot be opened again or has changed.
-void reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer, const std::vector<catalog::DeferredRun>& runs);
+// Throws SourceError before replying when a run's file cannot be opened again or has changed since the
+// mount (its open descriptor checked once per file: libfuse would otherwise send a short reply, or the
+// new bytes, without telling anyone). Once it has replied it returns what went wrong, empty when
+// nothing did: the reply could not be sent (libfuse then answered the request with that error, or the
+// kernel no longer waits for it), or a file changed while it was spliced from, so the reply may have
+// come back short.
+std::string reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer,
+                            const std::vector<catalog::DeferredRun>& runs);
 
 }  // namespace ckptfs::fuse

@@ -78,6 +78,17 @@ OpenFdPtr File::descriptor() const {
   return fd_cache::acquire(*this);
 }
 
+void File::check_descriptor(const OpenFd& fd) const {
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0)
+    throw SourceError(fmt::format("{}: cannot stat its open descriptor: {}", path_.string(), std::strerror(errno)));
+  const FileIdentity now = identity_of(st);
+  if (now != identity_)
+    throw SourceError(fmt::format("{}: changed since the mount ({} bytes, was {}; or its mtime or ctime differ); "
+                                  "remount to serve the new checkpoint",
+                                  path_.string(), now.size, identity_.size));
+}
+
 void File::prefetch(uint64_t offset, uint64_t length) const {
   if (offset >= identity_.size || length == 0) return;
   if (decoded_) return decoded_->prefetch();
