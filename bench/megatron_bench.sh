@@ -6,11 +6,13 @@
 # rank files with cat and through the passthrough FUSE floor, all in one run so the ratios compare like
 # with like (same machine, same page cache). Numbers are reported, never asserted.
 #
-#   bash bench/megatron_bench.sh [WORKDIR] [--distopt]
+#   bash bench/megatron_bench.sh [WORKDIR] [--distopt | --gpt2]
 #                         (default WORKDIR: build/bench; needs root for FUSE mounts and the bdi
 #                         readahead knob; CKPTFS_BIN overrides the binary, default build/ckptfs;
 #                         --distopt: the distributed-optimizer variant, masters and moments in
-#                         distrib_optim.pt beside each model_optim_rng.pt)
+#                         distrib_optim.pt beside each model_optim_rng.pt; --gpt2: case bench_gpt2_tp2,
+#                         a GPT-2-style TP=2 one-layer bf16 model of hidden 2304 / ffn 9216, ~0.8 GB of
+#                         rank files, whose hf/ view is nearly all transposed Conv1D weights)
 #
 # The checkpoint: case bench_llama_tp4_pp2[_distopt] of mount_tests/gen_megatron/megatron_cases.py
 # (bench_cases(): not among the cases the tests or generate.py write), written by the generator's own
@@ -47,7 +49,11 @@ SPEC_VERSION=1  # bump when the generation below changes what it writes
 case_name=bench_llama_tp4_pp2
 args=()
 for a in "$@"; do
-  if [ "$a" = --distopt ]; then case_name=bench_llama_tp4_pp2_distopt; else args+=("$a"); fi
+  case $a in
+    --distopt) case_name=bench_llama_tp4_pp2_distopt ;;
+    --gpt2) case_name=bench_gpt2_tp2 ;;
+    *) args+=("$a") ;;
+  esac
 done
 work=$(realpath -m "${args[0]:-build/bench}")
 bench_setup  # $bin, $read_timeout, $t_start
@@ -143,7 +149,7 @@ spec="$SPEC_VERSION $(gen_py spec "$case_name")"
 if [ "$(cat "$ckpt.complete" 2>/dev/null)" != "$spec" ]; then
   avail=$(df --output=avail -B1 "$work" | tail -n1)
   [ "$avail" -gt 18000000000 ] || { echo "$(gb "$avail") free under $work; ~18 GB needed" >&2; exit 1; }
-  echo "generating $case_name (TP=4 x PP=2, ~15.7 GB) into $ckpt ..."
+  echo "generating $case_name into $ckpt ..."
   rm -rf "$case_dir" "$case_dir.tmp"
   mkdir -p "$case_dir.tmp"
   gen_py generate "$case_name" "$case_dir.tmp"
@@ -157,8 +163,7 @@ avail=$(df --output=avail -B1 "$work" | tail -n1)
 [ "$avail" -gt 15000000000 ] || { echo "$(gb "$avail") free under $work; ~15 GB needed for the export" >&2; exit 1; }
 
 echo "source: $ckpt ($case_name)"
-echo "  ${#shards[@]} rank files, $shard_bytes bytes ($(gb "$shard_bytes")); bf16 model 2.25 GB," \
-  "fp32 masters 4.50 GB, Adam moments 8.99 GB"
+echo "  ${#shards[@]} rank files, $shard_bytes bytes ($(gb "$shard_bytes"))"
 echo "  $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg), kernel $(uname -r), $(gb "$avail") free"
 echo
@@ -205,6 +210,7 @@ echo "ckptfs mount (index ${#shards[@]} pickles, build the tree; until live): ${
   "$files paths"
 
 hwm_max=0
+declare -A first_rate
 for view in model.safetensors fp32/model.safetensors hf/model.safetensors; do
   ck_mount "$ck_mnt"
   file="$ck_mnt/$view"
@@ -218,6 +224,7 @@ for view in model.safetensors fp32/model.safetensors hf/model.safetensors; do
   hwm=$ck_hwm
   if [ "$hwm" -gt "$hwm_max" ]; then hwm_max=$hwm; fi
   r=$(rate "$bytes" "$t")
+  first_rate[$view]=$r
   record "ckptfs.$view.bytes" "$bytes"
   record "ckptfs.$view.first_s" "$t" "fresh mount; $read_bytes bytes read from the rank files; daemon VmHWM $hwm KiB"
   printf 'ckptfs first read %-22s %10s bytes, read_ahead_kb=%s, mount %s s: %5s GB/s; / passthrough_ll %s (1024), %s (128); / cat %s\n' \
@@ -227,6 +234,8 @@ for view in model.safetensors fp32/model.safetensors hf/model.safetensors; do
     "$(ratio "$read_bytes" "$shard_bytes") x the rank files; $(gb "$res") of them in the page cache before);" \
     "daemon VmHWM $(mib "$hwm")"
 done
+echo "hf/model.safetensors first read / model.safetensors first read:" \
+  "$(ratio "${first_rate[hf/model.safetensors]}" "${first_rate[model.safetensors]}")"
 echo "ckptfs daemon peak RSS over these reads (VmHWM, a fresh daemon per view): $(mib "$hwm_max")"
 echo
 

@@ -76,8 +76,8 @@ struct LogicalTensor {
   std::vector<Piece> pieces;
   std::shared_ptr<const BoxAssembly> boxes;
   std::string origin;  // provenance shown by `ckptfs inspect --tensors`
-  // Or, for a 2-D tensor with neither: this tensor transposed (Hugging Face GPT-2's Conv1D weights). It is
-  // read through a per-thread copy of that tensor when it is small enough, element by element otherwise.
+  // Or, for a 2-D tensor with neither: this tensor transposed (Hugging Face GPT-2's Conv1D weights), read
+  // through bounded tiles built with large source reads (src/catalog/transposed_reader.cpp).
   std::shared_ptr<const LogicalTensor> transpose_of;
 
   uint64_t numel() const;
@@ -124,7 +124,8 @@ void append_source_range(std::vector<Piece>& pieces, uint64_t dst_begin, const t
 torch::SourceTensor element_view(const LogicalTensor& tensor);
 
 // Appends the source runs of elements [first, first + count) of `tensor` (flat runs or boxes) as pieces
-// whose dst_begin is the element index.
+// whose dst_begin is the element index; for a transposed tensor, the runs of its source that the range is
+// read from, dst_begin then being the source's element index (for prefetch, not for placing bytes).
 void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out);
 
 // `src` restricted to [start, start + length) along dimension `dim`.

@@ -77,9 +77,13 @@ CASES = [
 # moments in model_optim_rng.pt), the same in distrib_optim.pt with the distributed one.
 BENCH_LLAMA = dict(tp=4, pp=2, dp=1, hidden=2048, layers=22, heads=32, groups=8, ffn=5632, vocab=32000,
                    max_pos=4096, rotary_base=500000, iterations=[1000])
+# GPT-2-style bf16 TP=2, one layer of hidden 2304 / ffn 9216: its hf/ view transposes every linear weight
+# (Conv1D), the merged fc1 source alone 42 MB (bench/megatron_bench.sh --gpt2).
+BENCH_GPT2 = dict(GPT, tp=2, hidden=2304, layers=1, heads=24, ffn=9216, vocab=1000, max_pos=64, iterations=[1000])
 BENCH_CASES = [
     dict(name="bench_llama_tp4_pp2", **BENCH_LLAMA),
     dict(name="bench_llama_tp4_pp2_distopt", dist_opt=True, **BENCH_LLAMA),
+    dict(name="bench_gpt2_tp2", **BENCH_GPT2),
 ]
 
 

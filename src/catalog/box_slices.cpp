@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "catalog/transposed_reader.hpp"
 #include "ckptfs/catalog.hpp"
 #include "ckptfs/error.hpp"
 
@@ -21,6 +22,10 @@ torch::SourceTensor element_view(const LogicalTensor& tensor) {
 void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out) {
   if (tensor.boxes) {
     tensor.boxes->plan(first, count, out);
+    return;
+  }
+  if (tensor.transpose_of) {
+    append_transposed_runs(tensor, first, count, out);
     return;
   }
   const uint64_t end = first + count;

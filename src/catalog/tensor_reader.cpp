@@ -1,6 +1,7 @@
 // read_tensor: plans the source runs behind a byte range of a logical tensor, reads each run of pieces
 // that sit back to back in one file with a single pread, and converts dtypes through a bounded,
-// per-thread scratch buffer. Nothing is shared between calls, so any number of threads may read at once.
+// per-thread scratch buffer. Nothing is shared between calls (but the tiles of transposed tensors,
+// transposed_reader.cpp), so any number of threads may read at once.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <stdexcept>
 
 #include "catalog/dtype_convert.hpp"
+#include "catalog/transposed_reader.hpp"
 #include "ckptfs/catalog.hpp"
 
 namespace ckptfs::catalog {
@@ -39,38 +41,10 @@ void read_converted(const io::File& file, uint64_t src_offset, DType from, DType
   }
 }
 
-void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out,
-                   std::vector<DeferredRun>* deferred = nullptr);
-
-// Elements of a transposed tensor: gathered from a copy of its source held per thread (one tensor at a
-// time, so a front-to-back read loads each source once), or one element at a time from a source too
-// large to copy.
-void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out) {
-  constexpr uint64_t kMaxCopy = uint64_t{32} << 20;
-  const LogicalTensor& src = *tensor.transpose_of;
-  const uint64_t size = dtype_size(tensor.dtype);
-  const uint64_t rows = static_cast<uint64_t>(tensor.shape[0]), cols = static_cast<uint64_t>(tensor.shape[1]);
-  const auto source_index = [&](uint64_t e) { return (e % cols) * rows + e / cols; };
-  if (src.nbytes() > kMaxCopy) {
-    for (uint64_t k = 0; k < count; ++k) read_elements(src, source_index(first + k), 1, out.subspan(k * size, size));
-    return;
-  }
-  thread_local const LogicalTensor* copied = nullptr;
-  thread_local std::vector<std::byte> copy;
-  if (copied != &src) {
-    copied = nullptr;  // until the copy is complete (a read can fail)
-    copy.resize(src.nbytes());
-    read_tensor(src, 0, copy);
-    copied = &src;
-  }
-  for (uint64_t k = 0; k < count; ++k)
-    std::memcpy(out.data() + k * size, copy.data() + source_index(first + k) * size, size);
-}
-
 // Writes elements [first, first + count) of `tensor` into `out` (count * element size bytes), or defers
 // the runs read_tensor may defer.
 void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out,
-                   std::vector<DeferredRun>* deferred) {
+                   std::vector<DeferredRun>* deferred = nullptr) {
   if (tensor.transpose_of) {
     read_transposed(tensor, first, count, out);
     return;
