@@ -675,6 +675,15 @@ def test_empty_metadata(ckptfs_bin, tmp_path, surgery_sources):
         assert_fails(export(ckptfs_bin, ck, _out(tmp_path, label)), (4,), [".metadata"])
 
 
+def test_metadata_over_size_limit(ckptfs_bin, tmp_path):
+    """A .metadata over the 1 GiB limit is refused from its size alone (a sparse file: nothing is read)."""
+    ck = _copy(os.path.join(REAL_DIR, "shard1_ws2", "checkpoint"), tmp_path)
+    with open(ck / ".metadata", "r+b") as f:
+        f.truncate((1 << 30) + 1)
+    proc = export(ckptfs_bin, ck, _out(tmp_path, "big"))
+    assert_fails(proc, (4,), [".metadata", "larger than 1 GiB"])
+
+
 def test_broken_older_step_is_left_out_unless_strict(dcp_fixtures, ckptfs_bin, tmp_path):
     """Every step dir is validated before anything is served, not only the latest: a broken older one is
     left out with its error (docs/mount.md), and --strict refuses the folder."""
