@@ -84,7 +84,7 @@ Case flat_case(int64_t rows, int64_t cols, DType from, DType to, std::mt19937& r
 Case boxed_case(int64_t rows, int64_t cols, int64_t cut, DType from, DType to) {
   Case c;
   std::vector<Box> boxes;
-  for (const auto [lo, hi] : {std::pair{int64_t{0}, cut}, std::pair{cut, cols}}) {
+  for (const auto& [lo, hi] : {std::pair{int64_t{0}, cut}, std::pair{cut, cols}}) {
     std::vector<std::byte> bytes;  // this rank's [rows, hi - lo] part, row-major
     for (int64_t r = 0; r < rows; ++r) {
       const auto row = source_file_bytes(static_cast<uint64_t>(r * cols + lo), static_cast<uint64_t>(hi - lo), from);
@@ -124,7 +124,7 @@ void expect_random_ranges(const Case& c, std::mt19937& rng, int n) {
 
 TEST(TransposedReader, FlatSourcesOfManyShapesMatchBruteForce) {
   std::mt19937 rng(7);
-  for (const auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {64, 1}, {1, 300}, {200, 300}, {40000, 70}}) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {64, 1}, {1, 300}, {200, 300}, {40000, 70}}) {
     const Case c = flat_case(rows, cols, DType::F32, DType::F32, rng);
     expect_range(c, 0, c.expected.size());
     expect_random_ranges(c, rng, 60);
