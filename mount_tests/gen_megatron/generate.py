@@ -45,7 +45,7 @@ import megatron_forward  # noqa: E402
 from case_cache import case_is_current  # noqa: E402
 from megatron_args import DTYPE, make_args  # noqa: E402
 from megatron_cases import all_cases, has_hf, hf_family, is_torch_dist, iter_dir_name  # noqa: E402
-from megatron_layout import (ALIGN, EXTRA_TE, bucket_size, chunk_entries, chunk_layers, dims,  # noqa: E402
+from megatron_layout import (EXTRA_TE, bucket_size, chunk_entries, chunk_layers, dims,  # noqa: E402
                              is_expert, merged_entries, pack_buffer, rule_of, split, tp_attrs)
 
 OD = collections.OrderedDict
@@ -391,8 +391,8 @@ def _distrib_optim_dict(case, params, rng, p):
         for name, arrays in (("param", [m for _, m, _ in chunk]), ("exp_avg", [a for a, _ in moments]),
                              ("exp_avg_sq", [b for _, b in moments])):
             flat, _, total, buckets = pack_buffer([(a, s) for a, (_, _, s) in zip(arrays, chunk)],
-                                                  lambda n: garbage(rng, n).copy(),
-                                                  align=ALIGN if layout == "coalesced" else 1,
+                                                  lambda n: garbage(rng, n).copy(), dp,
+                                                  aligned=layout == "coalesced",
                                                   bucket_size=bucket_size(case, p, v))
             if layout == "coalesced":
                 bufs[name] = torch.from_numpy(flat)

@@ -255,7 +255,7 @@ def declare_buckets(case, vals, keys, shards, domain_objects, gen):
             for kind, arrays in (("param", [m for _, m, _ in chunk]), ("exp_avg", [a for a, _ in moments]),
                                  ("exp_avg_sq", [b for _, b in moments])):
                 flat, offsets, _, buckets = pack_buffer([(a, s) for a, (_, _, s) in zip(arrays, chunk)],
-                                                        lambda n: gen.garbage(vals.rng, n).copy(),
+                                                        lambda n: gen.garbage(vals.rng, n).copy(), dp,
                                                         bucket_size=bucket_size(case, p, v))
                 start = 0
                 for b, size in enumerate(buckets):
@@ -289,7 +289,7 @@ def declare_flattened_masters(case, vals, tensors, keys, shards, gen):
     for p, t in [(p, t) for p in range(pp) for t in range(tp)]:
         for v, chunk in enumerate(gen.rank_params(case, vals, t, p)):
             moments = [gen.adam_moments(vals.rng, m.shape) for _, m, _ in chunk]
-            _, offsets, _, buckets = pack_buffer([(m, s) for _, m, s in chunk], lambda n: gen.garbage(vals.rng, n),
+            _, offsets, _, buckets = pack_buffer([(m, s) for _, m, s in chunk], lambda n: gen.garbage(vals.rng, n), dp,
                                                  bucket_size=bucket_size(case, p, v))
             starts = list(itertools.accumulate([0] + buckets[:-1]))
             for (e, master, _), (ea, eas), off in zip(chunk, moments, offsets):

@@ -280,9 +280,8 @@ def split(case, rule, full, r):
 
 
 # ----------------------------------------------------------------------------------------------------
-# distributed optimizer: one buffer per model chunk, params packed in reverse order, starts aligned up
-# to 64 elements, a shared (tied) embedding in its own bucket, with overlap_grad_reduce buckets closed at
-# bucket_size elements; bucket-end padding stripped
+# distributed optimizer: one grad buffer per model chunk, laid out by Megatron-LM's own rules (below), and
+# the compact tensors distrib_optim.pt saves from it (bucket-end padding stripped)
 
 ALIGN = 64
 
@@ -298,34 +297,67 @@ def bucket_size(case, pp_rank, vp_chunk):
     return case["ddp_bucket_size"] or max(40_000_000, 1_000_000 * case["dp"])
 
 
-def pack_buffer(params, fill, align=ALIGN, bucket_size=None):
-    """params: [(array fp32, shared)] in named_parameters order.  Returns (values, offsets, total, buckets): a
-    1-D array ``fill(total)`` (garbage) holding the values, the compact 'param' tensor of distrib_optim.pt, and
-    the size of each gradient bucket in it.  ``align`` 1: the unaligned starts before core 0.8.
-    ``bucket_size``: a bucket closes right after the param that brings it to >= bucket_size elements; the next
-    one starts where that param ended (the bucket's end padding is not saved).
-    Megatron's rules: megatron/core/optimizer/distrib_optimizer.py DistributedOptimizer
-    ._compute_per_buffer_param_layout (core 0.18.2; _ParamAndGradBuffer.__init__ of param_and_grad_buffer.py in
-    core 0.8-0.17): params in reverse order, each start padded to 64 elements (pad_param_start), a shared
-    embedding closing the bucket before it (whose unpadded size then ends at the aligned start) and its own,
-    and each bucket's end padded to lcm(DP, 128) in the grad buffer (pad_bucket_end), so that every bucket starts
-    128-aligned and the 64-element alignment is the same relative to the bucket's start as to the buffer's."""
-    base, cur, offsets, buckets = 0, 0, [None] * len(params), []
-    for i in reversed(range(len(params))):
-        a, shared = params[i]
-        cur = -(-cur // align) * align
-        if shared and cur > 0:
-            buckets.append(cur)
-            base, cur = base + cur, 0
-        offsets[i] = base + cur
-        cur += a.size
-        if shared or (bucket_size is not None and cur >= bucket_size):
-            buckets.append(cur)
-            base, cur = base + cur, 0
-    if cur:
-        buckets.append(cur)
-    total = base + cur
+def grad_buffer_layout(numels, shared, dp, bucket_size=None, aligned=True):
+    """Megatron-LM's grad-buffer layout of one model chunk, step by step as Megatron computes it (not as
+    ckptfs reads it).  ``numels``/``shared``: each param's element count and ``shared_embedding`` flag, in
+    named_parameters order.  Returns (param ranges [(start, end, bucket)] in that order, bucket ranges
+    [(start, padded end)], per_bucket_numel_unpadded), in grad-buffer elements.
+
+    ``aligned`` (core >= 0.8), NVIDIA/Megatron-LM tag core_v0.18.2,
+    megatron/core/optimizer/distrib_optimizer.py:483-564 DistributedOptimizer._compute_per_buffer_param_layout
+    with megatron/core/optimizer/param_layout.py:24-44 pad_param_start / pad_bucket_end (core_v0.8.0:
+    megatron/core/distributed/param_and_grad_buffer.py:244-349, _ParamAndGradBuffer.__init__): params in
+    reverse order; each start padded to a multiple of 64; a shared embedding first closes the open bucket at
+    its own (padded) start, then closes its own bucket; a bucket also closes once it holds >= bucket_size
+    elements; a closed bucket's end is padded to lcm(DP, 128) (pad_buckets_for_high_nccl_busbw off) and the
+    next param starts there.
+    Not ``aligned`` (core 0.4-0.6), core_v0.6.0 megatron/core/distributed/param_and_grad_buffer.py:244-331
+    (_pad_if_needed, _create_new_bucket): the same walk with unpadded starts and bucket ends padded to a
+    multiple of DP."""
+    def pad(n, m):
+        return -(-n // m) * m
+
+    end_divisor = math.lcm(dp, 128) if aligned else dp
+    ranges, buckets, unpadded = [None] * len(numels), [], []
+    bucket_start, start, open_params = 0, 0, 0
+
+    def close(end):
+        unpadded.append(end - bucket_start)
+        buckets.append((bucket_start, pad(end, end_divisor)))
+        return buckets[-1][1]
+
+    for i in reversed(range(len(numels))):
+        if aligned:
+            start = pad(start, ALIGN)
+        if shared[i] and open_params:
+            bucket_start = start = close(start)
+            open_params = 0
+        end = start + numels[i]
+        ranges[i] = (start, end, len(buckets))
+        open_params += 1
+        if shared[i] or (bucket_size is not None and end - bucket_start >= bucket_size):
+            bucket_start = start = close(end)
+            open_params = 0
+        else:
+            start = end
+    if open_params:
+        close(end)
+    return ranges, buckets, unpadded
+
+
+def pack_buffer(params, fill, dp, aligned=True, bucket_size=None):
+    """params: [(array fp32, shared)] in named_parameters order.  Returns (values, offsets, total, buckets): the
+    compact 1-D tensor distrib_optim.pt saves for the chunk, ``fill(total)`` (garbage where no param lies)
+    holding each param's values at its offset, and per_bucket_numel_unpadded.  The compact tensor is the grad
+    buffer (grad_buffer_layout) with each bucket's end padding cut out: bucket b starts at the sum of the
+    unpadded sizes before it (core_v0.18.2 distrib_optimizer.py:1249-1347 get_parameter_state_dp_zero,
+    ``offset_in_world_tensors += gbuf_world_numel_unpadded``)."""
+    ranges, buckets, unpadded = grad_buffer_layout([a.size for a, _ in params], [s for _, s in params], dp,
+                                                   bucket_size, aligned)
+    bucket_offsets = [sum(unpadded[:b]) for b in range(len(buckets))]
+    offsets = [bucket_offsets[b] + start - buckets[b][0] for start, _, b in ranges]
+    total = sum(unpadded)
     out = fill(total)
     for (a, _), off in zip(params, offsets):
         out[off:off + a.size] = a.reshape(-1)
-    return out, offsets, total, buckets
+    return out, offsets, total, unpadded
