@@ -17,9 +17,8 @@ shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib_bench.sh
 source bench/lib_bench.sh
-work=$(realpath -m "${1:-build/bench}")
 reps=${2:-2}
-bench_setup  # $bin, $read_timeout, $t_start
+bench_setup "${1:-}"  # $work, $bin, $read_timeout, $t_start
 [ -w /proc/sys/vm/drop_caches ] || { echo "needs a writable /proc/sys/vm/drop_caches (root)" >&2; exit 1; }
 /usr/bin/python3 mount_tests/gen/generate.py "$work/fixtures" --only bench_z3_dp64 >/dev/null
 src="$work/fixtures/bench_z3_dp64/checkpoint"
@@ -29,8 +28,6 @@ pids=()
 cleanup() { stop_and_unmount; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
-drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 mapfile -t shards < <(find "$src" -name '*.pt' | sort)
 shard_bytes=$(du -cb "${shards[@]}" | tail -1 | cut -f1)
 record shard_bytes "$shard_bytes"

@@ -43,8 +43,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 # shellcheck source=bench/lib_bench.sh
 source bench/lib_bench.sh  # is_mounted, unmount, wait_mounted, fresh_dir, readahead, rate, timed_cat, ...
-work=$(realpath -m "${1:-build/bench}")
-bench_setup  # $bin, $read_timeout, $t_start
+bench_setup "${1:-}"  # $work, $bin, $read_timeout, $t_start
 find_chroot  # $chroot_dir: the Debian 13 chroot with torch 2.x
 inside=/tmp/ckptfs-dcp-bench   # the bench's folder as the chroot sees it
 cwork=$chroot_dir$inside       # ... and as the host sees it
@@ -69,9 +68,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
-gb() { awk -v b="$1" 'BEGIN { printf "%.2f GB", b / 1e9 }'; }
-mib() { echo "$(($1 / 1024)) MiB"; }
 # chroot python, its stderr (torch's warnings about the missing /proc, gloo's hostname notice) kept in a log
 # that is shown only when the command fails
 in_chroot() {  # $1: log file, then the command
@@ -173,15 +169,11 @@ echo "  check (chroot): $check"
 # ~2.75x out.pt's bytes, beyond the kernel's dirty-page limit on a 24 GiB machine, so on disk it waits for
 # writeback where out.pt (2.15 GB) does not; the cp line below writes out.pt's bytes.
 export_to() {  # $1: output dir, $2: label
-  local out=$1 t0 s rss bytes
+  local out=$1 s rss bytes
   rm -rf "$out"
   cat "${distcp[@]}" >/dev/null  # the source stays warm whatever the converter evicted
-  sync
-  t0=$EPOCHREALTIME
-  /usr/bin/time -f '%M' -o "$work/dcp-export.rss" "$bin" export "$ckpt" "$out" 2>"$work/dcp-export.log"
-  s=$(since "$t0")
-  rss=$(cat "$work/dcp-export.rss")
-  bytes=$(find "$out" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }')
+  timed_export "$ckpt" "$out" dcp-export
+  s=$export_s rss=$export_rss bytes=$export_bytes
   rm -rf "$out"
   record "export.$([[ $out == /dev/shm/* ]] && echo shm || echo disk).s" "$s" "$bytes bytes written; peak RSS $rss KiB"
   echo "ckptfs export (every view) $2: ${s} s, $bytes bytes written ($(rate "$bytes" "$s") GB/s)," \

@@ -23,7 +23,6 @@ shards=("$tag_dir"/*_optim_states.pt)
 shard_bytes=$(cat "${shards[@]}" | wc -c)   # also warms the page cache for every run below
 
 now() { date +%s.%N; }
-rate() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
 
 t0=$(now); "$bin" inspect "$src" >/dev/null; t1=$(now)
 inspect_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')

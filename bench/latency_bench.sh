@@ -51,13 +51,12 @@ shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib_bench.sh
 source bench/lib_bench.sh  # is_mounted, unmount, wait_mounted, fresh_dir, readahead_of, rate, ratio, ...
-work=$(realpath -m "${1:-build/bench}")
 reps=${2:-2}
 delay_us=${DELAY_US:-1000}
 doc=${LATENCY_DOC:-docs/latency-bench.md}
 command_line="bash bench/latency_bench.sh${1:+ $1}${2:+ $2}"
 [ "$delay_us" = 1000 ] || command_line="DELAY_US=$delay_us $command_line"
-bench_setup  # $bin, $read_timeout, $t_start
+bench_setup "${1:-}"  # $work, $bin, $read_timeout, $t_start
 [ -w /proc/sys/vm/drop_caches ] || { echo "needs a writable /proc/sys/vm/drop_caches (root)" >&2; exit 1; }
 command -v fincore >/dev/null || { echo "util-linux fincore is needed" >&2; exit 1; }
 [[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "REPS must be a positive number, not '$reps'" >&2; exit 2; }
@@ -83,9 +82,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
 rec() { if declare -F record >/dev/null; then record "$@"; fi; }  # lib_bench.sh's record, where it has one
-drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 resident() {  # bytes of the local shard files in the page cache (util-linux fincore)
   (cd "$src" && fincore -b -n -o RES "${shard_names[@]}" | awk '{ s += $1 } END { printf "%.0f", s }')
 }
@@ -96,7 +93,6 @@ median() {
     END { if (dash || NR == 0) { print "-"; exit }
           m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf("%." dec + 0 "f\n", m) }'
 }
-gbs() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.3f", b / s / 1e9 }'; }  # GB/s, 3 decimals
 
 # ---- the slow layer: passthrough_ll with a delay per read request ---------------------------------------
 # Copies the example into the binary's folder, patches the copy (a wrapper around lo_read: count, sleep,
@@ -387,7 +383,7 @@ for rep in $(seq 1 "$reps"); do
   for where in slow local; do
     pass "$where" cat
     read -r s bytes src_bytes mount_s n req_bytes max_if busy fcalls fbytes fbeyond <<<"$out"
-    base=$(gbs "$bytes" "$s")
+    base=$(rate "$bytes" "$s" 3)
     rows=("cat of the shards|$s|$bytes|$src_bytes|$mount_s|$n|$req_bytes|$max_if|$busy|$fcalls|$fbytes|$fbeyond")
     for pf in 0 32 128; do
       pass "$where" ckptfs "$pf"
@@ -397,7 +393,7 @@ for rep in $(seq 1 "$reps"); do
     done
     for row in "${rows[@]}"; do
       IFS='|' read -r what s bytes src_bytes mount_s n req_bytes max_if busy fcalls fbytes fbeyond <<<"$row"
-      r=$(gbs "$bytes" "$s")
+      r=$(rate "$bytes" "$s" 3)
       if [ "$n" = - ]; then
         mib=- kib=- mean_if=-
       else

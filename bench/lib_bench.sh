@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # Helpers shared by bench/mount_bench.sh and bench/dcp_bench.sh (sourced from the repository root, after
-# `set -euo pipefail`): mounts, readahead, rates, timed reads, and libfuse's passthrough_ll example built as
-# the FUSE baseline. The caller defines read_timeout (seconds for one read pass) and since T0 (seconds from
-# $EPOCHREALTIME T0 to now, in its own precision).
+# `set -euo pipefail`): mounts, readahead, times and rates, timed reads, and libfuse's passthrough_ll example
+# built as the FUSE baseline. The caller defines read_timeout (seconds for one read pass); since_decimals
+# (default 3) sets the precision of since.
 
 is_mounted() { awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' /proc/self/mountinfo; }
 unmount() {  # $1: mount point; quiet when it is not mounted
@@ -39,7 +39,15 @@ record() {  # KEY VALUE [NOTE]
     >>"$CKPTFS_BENCH_RECORD"
 }
 
-rate() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
+since() {  # T0 [DECIMALS]: seconds from $EPOCHREALTIME T0 to now (DECIMALS default: $since_decimals, else 3)
+  awk -v a="$1" -v b="$EPOCHREALTIME" -v d="${2:-${since_decimals:-3}}" 'BEGIN { printf "%." d "f", b - a }'
+}
+rate() {  # BYTES SECONDS [DECIMALS]: GB/s (DECIMALS default 2)
+  awk -v b="$1" -v s="$2" -v d="${3:-2}" 'BEGIN { printf "%." d "f", b / s / 1e9 }'
+}
+gb() { awk -v b="$1" 'BEGIN { printf "%.2f GB", b / 1e9 }'; }
+mib() { echo "$(($1 / 1024)) MiB"; }  # KiB -> "N MiB"
+drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }  # empties the page cache (root)
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 size_of() { stat -c %s "$1"; }
 timed_cat() {  # files...; prints seconds
@@ -58,6 +66,19 @@ fastest_of_3() {  # command...: one that prints its seconds; prints the fastest 
 }
 best_cat() { fastest_of_3 timed_cat "$@"; }  # files...; page-cache reads
 
+# `ckptfs export SRC OUT` after a sync, timed, under GNU time: sets export_s (seconds), export_rss (peak RSS,
+# KiB) and export_bytes (bytes written); its stderr goes to $work/NAME.log, its RSS to $work/NAME.rss.
+# shellcheck disable=SC2034  # export_*: the caller's results
+timed_export() {  # SRC OUT NAME
+  local t0
+  sync
+  t0=$EPOCHREALTIME
+  /usr/bin/time -f '%M' -o "$work/$3.rss" "$bin" export "$1" "$2" 2>"$work/$3.log"
+  export_s=$(since "$t0")
+  export_rss=$(cat "$work/$3.rss")
+  export_bytes=$(find "$2" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }')
+}
+
 # libfuse's passthrough_ll example (/usr/share/doc/libfuse3-dev/examples), built once
 build_passthrough_ll() {  # $1: path of the binary to build (its folder gets the sources)
   local bin=$1 dir examples=/usr/share/doc/libfuse3-dev/examples
@@ -70,9 +91,11 @@ build_passthrough_ll() {  # $1: path of the binary to build (its folder gets the
   mv "$bin.tmp" "$bin"
 }
 
-# The ckptfs binary under test (CKPTFS_BIN, default build/ckptfs) as $bin, the per-pass read limit and the
-# start time, and the tools a bench that times processes needs; exits when one is missing.
-bench_setup() {
+# The bench's work dir as $work (the argument, default build/bench), the ckptfs binary under test (CKPTFS_BIN,
+# default build/ckptfs) as $bin, the per-pass read limit and the start time, and the tools a bench that
+# times processes needs; exits when one is missing.
+bench_setup() {  # [WORKDIR]
+  work=$(realpath -m "${1:-build/bench}")
   bin=$(realpath "${CKPTFS_BIN:-build/ckptfs}")
   read_timeout=300  # seconds allowed for any single read pass
   t_start=$EPOCHREALTIME

@@ -39,8 +39,7 @@ shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib_bench.sh
 source bench/lib_bench.sh  # is_mounted, unmount, wait_mounted, fresh_dir, rate, ratio, stop_and_unmount, ...
-work=$(realpath -m "${1:-build/bench}")
-bench_setup  # $bin, $read_timeout, $t_start
+bench_setup "${1:-}"  # $work, $bin, $read_timeout, $t_start
 [ -w /proc/sys/vm/drop_caches ] || { echo "needs a writable /proc/sys/vm/drop_caches (root)" >&2; exit 1; }
 if [ -n "${2:-}" ]; then
   src=$(realpath "$2")
@@ -72,9 +71,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
-gb() { awk -v b="$1" 'BEGIN { printf "%.2f GB", b / 1e9 }'; }
-drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 mount_fresh() {
   fresh_dir "$mnt"
   "$bin" "$src" "$mnt" 2>>"$log"

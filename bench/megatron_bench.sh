@@ -55,8 +55,7 @@ for a in "$@"; do
     *) args+=("$a") ;;
   esac
 done
-work=$(realpath -m "${args[0]:-build/bench}")
-bench_setup  # $bin, $read_timeout, $t_start
+bench_setup "${args[0]:-}"  # $work, $bin, $read_timeout, $t_start
 case_dir=$work/megatron/$case_name
 ckpt=$case_dir/checkpoint
 export_dir=$work/megatron/export.$$
@@ -75,9 +74,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
-gb() { awk -v b="$1" 'BEGIN { printf "%.2f GB", b / 1e9 }'; }
-mib() { echo "$(($1 / 1024)) MiB"; }
 rchar_of() { awk '/^rchar/ { print $2 }' "/proc/$1/io"; }
 resident() {  # bytes of the rank files in the page cache (util-linux fincore), or "?" without it
   (cd "$ckpt" && fincore -b -n -o RES "${shards[@]}" 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }') ||
@@ -241,12 +237,8 @@ echo
 
 # ---- ckptfs export: every view, next to the checkpoint (last: it pushes the source out of the cache) ----
 rm -rf "$export_dir"
-sync
-t0=$EPOCHREALTIME
-/usr/bin/time -f '%M' -o "$work/megatron-export.rss" "$bin" export "$ckpt" "$export_dir" 2>"$work/megatron-export.log"
-s=$(since "$t0")
-rss=$(cat "$work/megatron-export.rss")
-bytes=$(find "$export_dir" -type f -printf '%s\n' | awk '{ s += $1 } END { printf "%.0f", s }')
+timed_export "$ckpt" "$export_dir" megatron-export
+s=$export_s rss=$export_rss bytes=$export_bytes
 views=$(cd "$export_dir" && find . -type f -printf '%P\n' | sort | tr '\n' ' ')
 rm -rf "$export_dir"
 record export_s "$s" "$bytes bytes written; peak RSS $rss KiB"

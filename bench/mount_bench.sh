@@ -39,6 +39,7 @@ shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib_bench.sh
 source bench/lib_bench.sh  # is_mounted, unmount, wait_mounted, fresh_dir, readahead, rate, timed_cat, ...
+since_decimals=4  # mount times are sub-millisecond
 work=$(realpath -m "${1:-build/bench}")
 bin=$(realpath "${CKPTFS_BIN:-build/ckptfs}")
 read_timeout=300  # seconds allowed for any single read pass
@@ -61,7 +62,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 now() { echo "$EPOCHREALTIME"; }
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }'; }
 
 # 4 parallel readers, each dd-ing one quarter of file $1 (bs=1M, byte skip/count); prints seconds.
 quarters() {

@@ -74,6 +74,12 @@ def fmt_s(x):
     return f"{x:.3f} s" if x < 10 else f"{x:.1f} s"
 
 
+def save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def median(xs):
     return statistics.median(xs)
 
@@ -395,6 +401,16 @@ class Report:
                 os.remove(path)  # no stale plot of an earlier run
         return made
 
+    def finish_bar_axis(self, ax, ylabel, title, bench, has_data, fontsize=None):
+        """Labels a bar chart's axis; a legend when it has bars, else why there are none."""
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=fontsize)
+        ax.grid(alpha=0.3, axis="y")
+        if has_data:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, f"no figures: {bench} {self.status(bench)}", ha="center", transform=ax.transAxes)
+
     def plot_ranks(self, path):
         rk, sc = self.plot_data.get("ranks"), self.plot_data.get("scale", {})
         if not rk:
@@ -428,9 +444,7 @@ class Report:
         c.set_title("mount time vs ranks (sources in the page cache)")
         c.grid(alpha=0.3, which="both")
         c.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        save(fig, path)
         return True
 
     def plot_readers(self, path):
@@ -452,14 +466,8 @@ class Report:
                     x += 1
             ax.set_xticks(range(len(labels)))
             ax.set_xticklabels(labels, fontsize=7)
-            ax.set_ylabel("GB/s (tensor bytes / s)")
-            ax.set_title(f"loaders, 1 vs 4 threads, {state} (loader_bench)")
-            ax.grid(alpha=0.3, axis="y")
-            if labels:
-                ax.legend(fontsize=7)
-            else:
-                ax.text(0.5, 0.5, f"no figures: loader_bench {self.status('loader_bench')}", ha="center",
-                        transform=ax.transAxes)
+            self.finish_bar_axis(ax, "GB/s (tensor bytes / s)", f"loaders, 1 vs 4 threads, {state} (loader_bench)",
+                                 "loader_bench", bool(labels))
         ax = axes[2]
         if wm:
             names = [("ckptfs\nfp32/model.safetensors", wm[FP32]["first1_view"], wm[FP32]["first4_view"]),
@@ -470,17 +478,9 @@ class Report:
                 ax.bar(i + 0.2, four, 0.4, color="C3", label="4 readers" if i == 0 else None)
             ax.set_xticks(range(len(names)))
             ax.set_xticklabels([n for n, _, _ in names], fontsize=7)
-        ax.set_ylabel("GB/s (the file's own bytes / s)")
-        ax.set_title("first read, 1 vs 4 readers, sources warm (mount_bench)")
-        ax.grid(alpha=0.3, axis="y")
-        if wm:
-            ax.legend(fontsize=7)
-        else:
-            ax.text(0.5, 0.5, f"no figures: mount_bench {self.status('mount_bench')}", ha="center",
-                    transform=ax.transAxes)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        self.finish_bar_axis(ax, "GB/s (the file's own bytes / s)",
+                             "first read, 1 vs 4 readers, sources warm (mount_bench)", "mount_bench", bool(wm))
+        save(fig, path)
         return True
 
     def plot_cold_warm(self, path):
@@ -503,10 +503,8 @@ class Report:
             ax.text(i - 0.2, ck, f"{ck / base:.2f}x", ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(bars)))
         ax.set_xticklabels([b[0] for b in bars], fontsize=8)
-        ax.set_ylabel("GB/s")
-        ax.set_title("first read: cold (cold_read_bench, prefetch 32) vs warm (mount_bench)", fontsize=10)
-        ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=7)
+        self.finish_bar_axis(ax, "GB/s", "first read: cold (cold_read_bench, prefetch 32) vs warm (mount_bench)",
+                             "cold_read_bench", bool(bars), fontsize=10)
         combos = sorted({k[1:] for k in ld}, key=lambda c: (c[0], c[1], c[2]))
         for i, c in enumerate(combos):
             for off, state, color in ((-0.2, "cold", "C0"), (0.2, "warm", "C1")):
@@ -518,17 +516,10 @@ class Report:
         lx.set_xticks(range(len(combos)))
         lx.set_xticklabels([f"{lo}\n{short_view(v)}\n{t} thr" for lo, v, t in combos],
                            fontsize=7)
-        lx.set_ylabel("mount GB/s / exported file GB/s")
-        lx.set_title("loaders on the mount against exported files, cold vs warm (loader_bench)", fontsize=10)
-        lx.grid(alpha=0.3, axis="y")
-        if combos:
-            lx.legend(fontsize=7)
-        else:
-            lx.text(0.5, 0.5, f"no figures: loader_bench {self.status('loader_bench')}", ha="center",
-                    transform=lx.transAxes)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        self.finish_bar_axis(lx, "mount GB/s / exported file GB/s",
+                             "loaders on the mount against exported files, cold vs warm (loader_bench)",
+                             "loader_bench", bool(combos), fontsize=10)
+        save(fig, path)
         return True
 
     def plot_zf(self, path):
@@ -554,9 +545,7 @@ class Report:
         a.set_title("fp32 weights of the 64-rank ZeRO-3 checkpoint: time")
         c.set_xlabel("peak RSS, MiB (the process; for mounts, the daemon)")
         c.set_title("peak memory")
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        save(fig, path)
         return True
 
     # ---- the page ----------------------------------------------------------------------------------------

@@ -42,15 +42,12 @@ shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib_bench.sh
 source bench/lib_bench.sh  # is_mounted, unmount, wait_mounted, fresh_dir, rate, timed_cat, best_cat, record, ...
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
-drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 # ---- the rank sweep (its own process: bash bench/run_all.sh --rank-sweep WORKDIR) -----------------------
 rank_sweep() {
   local dp ckpt case_dir gen_root mnt t t0 s view_bytes view_gbs first_mount_s keep=${RANK_SWEEP_KEEP:-0}
   local -a optim all
-  work=$(realpath -m "${1:-build/bench}")
-  bench_setup  # $bin, $read_timeout, $t_start
+  bench_setup "${1:-}"  # $work, $bin, $read_timeout, $t_start
   [ -w /proc/sys/vm/drop_caches ] || { echo "needs a writable /proc/sys/vm/drop_caches (root)" >&2; exit 1; }
   gen_root=$work/rank_sweep
   mnt=$work/mnt/rank-sweep

@@ -43,6 +43,7 @@ shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib_bench.sh
 source bench/lib_bench.sh  # is_mounted, unmount, wait_mounted, fresh_dir
+since_decimals=4  # mount times are sub-millisecond
 work=$(realpath -m "${1:-build/bench}")
 bin=$(realpath "${CKPTFS_BIN:-build/ckptfs}")
 reps=${SCALE_REPS:-3}
@@ -53,7 +54,6 @@ t_start=$EPOCHREALTIME
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null ||
   { echo "python3-matplotlib is needed for the plot (bash .ci/install-deps installs it)" >&2; exit 1; }
 
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.4f", b - a }'; }
 
 out="$work/scale"
 mnt="$work/mnt/scale"

@@ -42,8 +42,7 @@ shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib_bench.sh
 source bench/lib_bench.sh  # is_mounted, unmount, wait_mounted, fresh_dir, find_chroot, ck_unmount, record, ...
-work=$(realpath -m "${1:-build/bench}")
-bench_setup  # $bin, $read_timeout, $t_start
+bench_setup "${1:-}"  # $work, $bin, $read_timeout, $t_start
 [ -n "${DEEPSPEED_SRC:-}" ] || {
   echo "not run: set DEEPSPEED_SRC to a DeepSpeed checkout or a bare git dir of one" >&2
   exit 2
@@ -57,9 +56,6 @@ mkdir -p "$zwork"
 log=$zwork/zero_to_fp32.log
 : >"$log"
 
-since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.3f", b - a }'; }
-drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
-mib() { echo "$(($1 / 1024)) MiB"; }
 warm() { find "$src" -type f -exec cat {} + >/dev/null; }
 
 # ---- the two DeepSpeed files, from a checkout or a bare git dir -----------------------------------------
