@@ -1,6 +1,7 @@
 """Cached generated fixtures: a case folder is reused while its case.json names the generator's version.
 Standard library only: used by gen/generate.py (host) and by gen_dcp/run_generator.py (host) and
 gen_dcp/generate_dcp.py (in the chroot, where run_generator.py copies this file beside it)."""
+import argparse
 import json
 import os
 import shutil
@@ -19,3 +20,15 @@ def install_case(case_dir, out_dir, name):
     final = os.path.join(out_dir, name)
     shutil.rmtree(final, ignore_errors=True)
     os.rename(case_dir, final)
+
+
+def cases_to_generate(doc, cases, version, argv=None):
+    """The command line of a case generator, ``OUT_DIR [--only NAME ...] [--force]``: returns (OUT_DIR, the
+    names among ``cases`` asked for, in order, less those whose folder is current unless --force)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("out_dir")
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=list(cases))
+    ap.add_argument("--force", action="store_true", help="regenerate cases that are current")
+    args = ap.parse_args(argv)
+    return args.out_dir, [n for n in (args.only or list(cases))
+                          if args.force or not case_is_current(os.path.join(args.out_dir, n), version)]

@@ -39,7 +39,7 @@ SKIP_MODERN = os.environ.get("CKPTFS_SKIP_MODERN") == "1"
 GEN = os.path.join(HERE, "gen_dcp")
 SUITE = RG.Suite("generate_hf_storage.py",
                  tuple(os.path.join(GEN, f) for f in ("generate_hf_storage.py", "hf_storage_cases.py", "generate_dcp.py",
-                                                      "dcp_cases.py")) + (os.path.join(HERE, "case_cache.py"),),
+                                                      "dcp_cases.py")) + (os.path.join(HERE, "case_cache.py"), os.path.join(HERE, "llama_layout.py")),
                  HC.CASES, HC.GEN_VERSION)
 CLIENTS = [os.path.join(GEN, f) for f in ("chroot_dcp_clients.py", "dcp_compare.py")] \
     + [os.path.join(HERE, "modern", "chroot_clients.py")]

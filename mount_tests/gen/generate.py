@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import deepspeed_classes  # noqa: E402
 from case_cache import case_is_current  # noqa: E402
+from llama_layout import llama_tensors  # noqa: E402
 
 DS = deepspeed_classes.install()
 OD = collections.OrderedDict
@@ -119,21 +120,12 @@ def llama_entries():
     """LlamaForCausalLM's state_dict (untied lm_head, no biases, no persistent buffers).  Param groups as
     HF's Trainer makes them: decay = the matrices, no-decay = the norms; ZeRO-3 sub-groups: embedding +
     layer 0, layer 1 + lm_head, norms."""
-    H_, I_, V_ = LLAMA["hidden_size"], LLAMA["intermediate_size"], LLAMA["vocab_size"]
-    hd = H_ // LLAMA["num_attention_heads"]
-    kv = hd * LLAMA["num_key_value_heads"]
-    E = [Entry("model.embed_tokens.weight", "train", (V_, H_), group=0, subgroup=0)]
-    for l in range(LLAMA["num_hidden_layers"]):
-        p, sg = f"model.layers.{l}.", min(l, 1)
-        for k, shape in (("self_attn.q_proj", (H_, H_)), ("self_attn.k_proj", (kv, H_)),
-                         ("self_attn.v_proj", (kv, H_)), ("self_attn.o_proj", (H_, H_)),
-                         ("mlp.gate_proj", (I_, H_)), ("mlp.up_proj", (I_, H_)), ("mlp.down_proj", (H_, I_))):
-            E.append(Entry(p + k + ".weight", "train", shape, group=0, subgroup=sg))
-        E.append(Entry(p + "input_layernorm.weight", "train", (H_,), group=1, subgroup=2))
-        E.append(Entry(p + "post_attention_layernorm.weight", "train", (H_,), group=1, subgroup=2))
-    E.append(Entry("model.norm.weight", "train", (H_,), group=1, subgroup=2))
-    E.append(Entry("lm_head.weight", "train", (V_, H_), group=0, subgroup=1))
-    return E
+    hd = LLAMA["hidden_size"] // LLAMA["num_attention_heads"]
+    groups = {"embed": (0, 0), "head": (0, 1), "norm": (1, 2)}
+    return [Entry(name, "train", shape, *(groups.get(role) or (0, min(layer, 1))))
+            for name, shape, role, layer in llama_tensors("hf", LLAMA["hidden_size"], hd * LLAMA["num_key_value_heads"],
+                                                          LLAMA["intermediate_size"], LLAMA["vocab_size"],
+                                                          LLAMA["num_hidden_layers"])]
 
 
 def many_params_entries(n_train=MANY_PARAMS):

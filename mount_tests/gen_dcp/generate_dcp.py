@@ -43,8 +43,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.append(os.path.dirname(HERE))  # in the tree; in the chroot, case_cache.py is copied beside this
+sys.path.append(os.path.dirname(HERE))  # in the tree; in the chroot, case_cache.py and llama_layout.py are copied beside this
 from case_cache import case_is_current, install_case  # noqa: E402
+from llama_layout import llama_tensors  # noqa: E402
 from dcp_cases import BAD_GOOD, BAD_VARIANTS, CASES, GEN_VERSION  # noqa: E402
 
 WORKER_TIMEOUT = 300
@@ -110,32 +111,10 @@ def mlp_entries(dtype, extra=()):
 def llama_entries(names, dim=36, kv=18, ffn=53, vocab=101, layers=2, dtype=None):
     """A tiny Llama in torchtitan's ('tt') or Hugging Face's ('hf') parameter names."""
     torch, _ = _torch()
-    E = []
+    E = [(name, (1 + rand(*shape)).to(dtype or torch.float32) if role == "norm" else rand(*shape, dtype=dtype), "param")
+         for name, shape, role, _ in llama_tensors(names, dim, kv, ffn, vocab, layers)]
     if names == "tt":
-        E.append(("tok_embeddings.weight", rand(vocab, dim, dtype=dtype), "param"))
-        for l in range(layers):
-            p = f"layers.{l}."
-            for k, shape in (("attention.wq", (dim, dim)), ("attention.wk", (kv, dim)), ("attention.wv", (kv, dim)),
-                             ("attention.wo", (dim, dim)), ("feed_forward.w1", (ffn, dim)),
-                             ("feed_forward.w2", (dim, ffn)), ("feed_forward.w3", (ffn, dim))):
-                E.append((p + k + ".weight", rand(*shape, dtype=dtype), "param"))
-            E.append((p + "attention_norm.weight", (1 + rand(dim)).to(dtype or torch.float32), "param"))
-            E.append((p + "ffn_norm.weight", (1 + rand(dim)).to(dtype or torch.float32), "param"))
-        E.append(("norm.weight", (1 + rand(dim)).to(dtype or torch.float32), "param"))
-        E.append(("output.weight", rand(vocab, dim, dtype=dtype), "param"))
         E.append(("freqs_cis", torch.randn(7, 9), "buffer_np"))  # torchtitan: persistent=False
-    else:
-        E.append(("model.embed_tokens.weight", rand(vocab, dim, dtype=dtype), "param"))
-        for l in range(layers):
-            p = f"model.layers.{l}."
-            for k, shape in (("self_attn.q_proj", (dim, dim)), ("self_attn.k_proj", (kv, dim)),
-                             ("self_attn.v_proj", (kv, dim)), ("self_attn.o_proj", (dim, dim)),
-                             ("mlp.gate_proj", (ffn, dim)), ("mlp.up_proj", (ffn, dim)), ("mlp.down_proj", (dim, ffn))):
-                E.append((p + k + ".weight", rand(*shape, dtype=dtype), "param"))
-            E.append((p + "input_layernorm.weight", (1 + rand(dim)).to(dtype or torch.float32), "param"))
-            E.append((p + "post_attention_layernorm.weight", (1 + rand(dim)).to(dtype or torch.float32), "param"))
-        E.append(("model.norm.weight", (1 + rand(dim)).to(dtype or torch.float32), "param"))
-        E.append(("lm_head.weight", rand(vocab, dim, dtype=dtype), "param"))
     return E
 
 

@@ -14,7 +14,6 @@ Expected result, independent of DCP's reader and of ckptfs: the state the ranks 
 replaced by the full tensor its shards were cut from, torch.save'd on rank 0 as expected.pt (the nested state full_state.pt must equal; its "model"
 dict is the model view, and the clients derive fp32/ with torch's own `.float()`).
 """
-import argparse
 import json
 import os
 import shutil
@@ -23,7 +22,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.append(os.path.dirname(HERE))  # in the tree; in the chroot, case_cache.py is copied beside this
-from case_cache import case_is_current, install_case  # noqa: E402
+from case_cache import cases_to_generate, install_case  # noqa: E402
 from dcp_cases import CASES_214, GEN_VERSION_214  # noqa: E402
 from generate_dcp import free_port  # noqa: E402
 
@@ -128,17 +127,11 @@ def worker(rank, ws, port, root, names):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out_dir")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=list(CASES_214))
-    ap.add_argument("--force", action="store_true")
-    args = ap.parse_args(argv)
-    names = [n for n in (args.only or list(CASES_214))
-             if args.force or not case_is_current(os.path.join(args.out_dir, n), GEN_VERSION_214)]
+    out_dir, names = cases_to_generate(__doc__, CASES_214, GEN_VERSION_214, argv)
     if not names:
         return 0
     import torch.multiprocessing as mp
-    work = os.path.join(args.out_dir, f".tmp-dcp214-{os.getpid()}")
+    work = os.path.join(out_dir, f".tmp-dcp214-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     for n in names:
         os.makedirs(os.path.join(work, n))
@@ -147,7 +140,7 @@ def main(argv=None):
         for n in names:
             src = os.path.join(work, n)
             os.rename(os.path.join(src, ".info.json"), os.path.join(src, "case.json"))
-            install_case(src, args.out_dir, n)
+            install_case(src, out_dir, n)
             print(f"generate_dcp214: {n} done", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -17,7 +17,6 @@ The step-dir case (torchtitan) has expected/<step>/ and case.json's tag_info per
 schema: its DCP step by generate_dcp.expect_tag (dcp_to_torch_save), its HF step as above.
 Ranks are separate processes spawned by generate_dcp.run_workers (no torch.multiprocessing: a bare chroot).
 """
-import argparse
 import json
 import os
 import shutil
@@ -29,7 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.append(os.path.dirname(HERE))  # in the tree; in the chroot, case_cache.py is copied beside this
 import generate_dcp as G  # noqa: E402
-from case_cache import case_is_current  # noqa: E402
+from case_cache import cases_to_generate  # noqa: E402
 from hf_storage_cases import CASES, GEN_VERSION  # noqa: E402
 
 CONFIG = {"model_type": "llama", "hidden_size": 36, "vocab_size": 101}
@@ -247,14 +246,8 @@ def finish_case(name, case_dir):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out_dir")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=list(CASES))
-    ap.add_argument("--force", action="store_true")
-    args = ap.parse_args(argv)
-    todo = [n for n in (args.only or CASES)
-            if args.force or not case_is_current(os.path.join(args.out_dir, n), GEN_VERSION)]
-    work = os.path.join(args.out_dir, f".tmp-hf-{os.getpid()}")
+    out_dir, todo = cases_to_generate(__doc__, CASES, GEN_VERSION, argv)
+    work = os.path.join(out_dir, f".tmp-hf-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.join(work, ".logs"))
     t0 = time.time()
@@ -263,7 +256,7 @@ def main(argv=None):
             os.makedirs(os.path.join(work, n))
         G.run_workers(todo, 2, work, os.path.join(work, ".logs"), script=os.path.abspath(__file__))
         for n in todo:
-            G.publish_case(os.path.join(work, n), finish_case(n, os.path.join(work, n)), args.out_dir, n)
+            G.publish_case(os.path.join(work, n), finish_case(n, os.path.join(work, n)), out_dir, n)
             print(f"generate_hf_storage: {n} done", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -28,7 +28,8 @@ from dcp_cases import CASES, CASES_214, GEN_VERSION, GEN_VERSION_214  # noqa: E4
 
 TIMEOUT = 900
 SOURCES = (os.path.join(HERE, "dcp_cases.py"), os.path.join(HERE, "generate_dcp.py"),
-           os.path.join(HERE, "generate_dcp214.py"), os.path.join(TESTS, "case_cache.py"))  # copied side by side
+           os.path.join(HERE, "generate_dcp214.py"), os.path.join(TESTS, "case_cache.py"),
+           os.path.join(TESTS, "llama_layout.py"))  # copied side by side
 
 # A generator: its script (run in the chroot as `script OUT --force --only NAME...`), the files copied beside
 # it, its case names and version.  generate_hf_storage.py (torch 2.14, the sid chroot) is another.

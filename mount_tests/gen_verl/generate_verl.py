@@ -13,7 +13,6 @@ OUT_DIR/NAME/expected/global_step_N/<role>/{model,fp32}.pt: every parameter gath
 Each rank also checks that its local shards are torch.chunk's pieces of the gathered tensors.  Run by
 mount_tests/gen_verl/run_verl_generator.py inside each case's chroot (USE_LIBUV=0, MASTER_ADDR=127.0.0.1).
 """
-import argparse
 import contextlib
 import json
 import os
@@ -24,7 +23,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from case_cache import case_is_current  # noqa: E402
+from case_cache import cases_to_generate  # noqa: E402
 from verl_cases import CASES, GEN_VERSION  # noqa: E402
 
 SEED = 1234
@@ -211,16 +210,10 @@ def worker(rank, name, settings, out, port):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out_dir")
-    ap.add_argument("--only", nargs="+", choices=list(CASES))
-    ap.add_argument("--force", action="store_true")
-    args = ap.parse_args()
+    out_dir, names = cases_to_generate(__doc__, CASES, GEN_VERSION)
     import torch.multiprocessing as mp
-    for name in args.only or CASES:
-        out = os.path.join(args.out_dir, name)
-        if not args.force and case_is_current(out, GEN_VERSION):
-            continue
+    for name in names:
+        out = os.path.join(out_dir, name)
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
         settings = CASES[name]
