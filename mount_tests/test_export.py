@@ -9,6 +9,7 @@ import torch
 
 import helpers as H
 from conftest import case_info
+from gen import generate
 from gen.generate import make_cases
 
 CASES = [c["name"] for c in make_cases()]
@@ -112,17 +113,83 @@ def test_inspect_json(ckptfs_bin, fixtures_dir, export_cache, name):
         assert sizes[view] == os.path.getsize(out / view), view
 
 
+def expected_catalogs(fixtures_dir, name):
+    """{catalog role: {name: tensor}} the generator expects ckptfs to list for the latest tag: fp32 and model,
+    and, where the tag has partitioned optimizer state (universal.pt), the Adam moments of every param that has
+    them, in the param's shape (ZeRO-3's universal files are flat)."""
+    info = case_info(fixtures_dir, name)
+    exp_fp32, exp_model = expected(fixtures_dir, name)
+    out = {"fp32": exp_fp32, "model": exp_model}
+    universal = os.path.join(fixtures_dir, name, info["expected"][info["latest"]], "universal.pt")
+    if os.path.isfile(universal):
+        state = H.load_expected(universal)
+        for moment in ("exp_avg", "exp_avg_sq"):
+            out[moment] = {p: files[moment].reshape(exp_fp32[p].shape) for p, files in state.items() if moment in files}
+    return out
+
+
+def origin_rule(case, entry):
+    """A regular expression the origin of `entry`'s fp32 tensor must match, from what the generator wrote it
+    as: a buffer, a frozen param, a tied alias, or a trainable param's master in its param group (ZeRO-3:
+    its sub-group; FP16_Optimizer: fp32_groups_flat[g]; FP16_UnfusedOptimizer: fp32_groups[g]); ZeRO-0 with a
+    torch optimizer keeps no master: the module's value, upcast."""
+    if case["optimizer"] == "torch":
+        return r"module\b"
+    if entry.kind == "alias":
+        return re.escape(f"tied to {entry.owner}") + "$"
+    if entry.kind in ("buffer", "frozen"):
+        return rf"{entry.kind}\b"
+    if case["stage"] == 3:
+        return rf".*\bsub-group {entry.subgroup}\b"
+    if case["optimizer"] == "fp16_optimizer":
+        return rf".*\bfp32_groups_flat\[{entry.group}\]"
+    if case["optimizer"] == "fp16_unfused":
+        return rf".*\bfp32_groups\[{entry.group}\]"
+    return rf".*\bgroup {entry.group}\b"
+
+
+def text_catalogs(text, tag):
+    """{role: [(name, dtype, shape, origin)]} of one tag's section of `inspect --tensors` text."""
+    section = text.split(f"\ntag {tag}  (", 1)[1].split("\ntag ", 1)[0]
+    out, role = {}, None
+    for line in section.splitlines():
+        head = re.fullmatch(r"  (\S+) tensors \((\d+)\):", line)
+        if head:
+            role = head.group(1)
+            out[role] = []
+        elif role and line.startswith("    "):
+            row = re.fullmatch(r"    (\S+)\s+(\S+)\s+(\[[\d, ]*\])\s*(.*)", line)
+            assert row, f"unparsable tensor line {line!r}"
+            out[role].append((row.group(1), row.group(2), json.loads(row.group(3)), row.group(4).strip()))
+    return out
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_inspect_tensors(ckptfs_bin, fixtures_dir, name):
-    text = _inspect(ckptfs_bin, fixtures_dir, name, "--tensors")
-    tokens = set(text.split())
-    exp_fp32, exp_model = expected(fixtures_dir, name)
-    missing = [k for k in list(exp_fp32) + list(exp_model) if k not in tokens]
-    assert not missing, f"inspect --tensors does not list {sorted(set(missing))}:\n{text[:3000]}"
+    """`inspect --tensors` (text and --json) lists, per catalog, exactly the generator's tensors in the order of
+    its files, each with the expected dtype and shape, and an origin that says what the generator made it."""
+    info = case_info(fixtures_dir, name)
+    case = next(c for c in make_cases() if c["name"] == name)
+    want = expected_catalogs(fixtures_dir, name)
     doc = json.loads(_inspect(ckptfs_bin, fixtures_dir, name, "--json", "--tensors"))
-    blob = json.dumps(doc)
-    missing = [k for k in list(exp_fp32) + list(exp_model) if json.dumps(k) not in blob]
-    assert not missing, f"inspect --json --tensors does not name {sorted(set(missing))}"
+    tag = next(t for t in doc["tags"] if t["name"] == info["latest"])
+    listed_json = {role: [(r["name"], r["dtype"], r["shape"], r["origin"]) for r in rows]
+                   for role, rows in tag["tensors"].items()}
+    listed_text = text_catalogs(_inspect(ckptfs_bin, fixtures_dir, name, "--tensors"), info["latest"])
+    assert listed_text == listed_json, "inspect --tensors and --json --tensors disagree"
+    assert set(want) <= set(listed_json), f"catalogs {sorted(listed_json)}, expected at least {sorted(want)}"
+    for role, exp in want.items():
+        rows = listed_json[role]
+        assert [r[0] for r in rows] == list(exp), f"{role}: names or order differ from the generator's"
+        for n, dtype, shape, _ in rows:
+            assert (dtype, shape) == (str(exp[n].dtype).removeprefix("torch."), list(exp[n].shape)), f"{role} {n}"
+    entries = {e.name: e for e in generate.entries_of(case)}
+    checked = 0
+    for n, _, _, origin in listed_json["fp32"]:
+        if n in entries:  # pipeline stages rename (layer numbers, tied_modules.)
+            assert re.match(origin_rule(case, entries[n]), origin), f"fp32 {n}: origin {origin!r}"
+            checked += 1
+    assert checked or case["pipeline"], "no origin checked"
 
 
 @pytest.mark.bench
