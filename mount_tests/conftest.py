@@ -28,10 +28,18 @@ def _abs(p):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def private_index_cache(tmp_path_factory):
-    """Mounts keep their index cache under $XDG_CACHE_HOME/ckptfs: the tests' go to a session folder, not
-    to the user's (and every later mount of a case in this session loads the index its first one wrote)."""
+def session_index_cache(tmp_path_factory):
+    """ckptfs keeps its index cache under $XDG_CACHE_HOME/ckptfs by default: never the user's here (this
+    covers the session- and module-scoped fixtures; each test then gets its own, below)."""
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+
+
+@pytest.fixture(autouse=True)
+def private_index_cache(tmp_path, monkeypatch):
+    """Each test its own empty default index cache: a mount or `ckptfs index` that relies on the default never
+    loads what an earlier test indexed, whatever the order.  mounting.mounted/foreground pass
+    `-o index_cache=off` unless a test asks for the index."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
 
 
 @pytest.fixture(scope="session")

@@ -68,10 +68,16 @@ ST_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "
 
 def read_safetensors(path):
     """Parses and validates a safetensors file; returns {name: tensor} in header order."""
-    size = os.path.getsize(path)
     with open(path, "rb") as f:
         raw = f.read()
-    assert len(raw) == size
+    assert len(raw) == os.path.getsize(path), f"{path}: read {len(raw)} bytes, stat says {os.path.getsize(path)}"
+    return parse_safetensors(raw, path)
+
+
+def parse_safetensors(raw, path):
+    """Parses and validates the bytes ``raw`` of a safetensors file (``path`` names it in messages); returns
+    {name: tensor} in header order."""
+    size = len(raw)
     assert size >= 8, f"{path}: shorter than the 8-byte header length"
     (n,) = struct.unpack("<Q", raw[:8])
     assert n % 8 == 0, f"{path}: header length {n} is not a multiple of 8"

@@ -4,8 +4,8 @@ gen_dcp/generate_dcp.py for DCP): every tensor's name, shape and role, in state_
 library only: gen_dcp/run_generator.py copies it beside generate_dcp.py in the chroot."""
 
 NAMES = {  # embedding, layer prefix, the layer's two norms, final norm, output head
-    "hf": ("model.embed_tokens.weight", "model.layers.{}.", ("input_layernorm.weight", "post_attention_layernorm.weight"),
-           "model.norm.weight", "lm_head.weight"),
+    "hf": ("model.embed_tokens.weight", "model.layers.{}.",
+           ("input_layernorm.weight", "post_attention_layernorm.weight"), "model.norm.weight", "lm_head.weight"),
     "tt": ("tok_embeddings.weight", "layers.{}.", ("attention_norm.weight", "ffn_norm.weight"), "norm.weight",
            "output.weight"),
 }

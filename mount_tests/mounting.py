@@ -1,4 +1,8 @@
-"""Mounting ckptfs from tests: every mount is undone, even when the test fails, and nothing waits forever."""
+"""Mounting ckptfs from tests: every mount is undone, even when the test fails, and nothing waits forever.
+
+Every mount says where its index cache is (``index_cache``): by default ``off``, so a mount parses its
+sources and never loads an index an earlier test wrote; a test of the index passes its own folder, and
+``None`` leaves the binary's default ($XDG_CACHE_HOME/ckptfs, a folder of the test's own: conftest.py)."""
 import contextlib
 import os
 import subprocess
@@ -51,13 +55,19 @@ def run_ckptfs(binary, *args, timeout=MOUNT_TIMEOUT):
     return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
+def index_option(index_cache):
+    """The -o index_cache option of a mount: [] for None (the binary's default); a later -o among the test's
+    own options would override it."""
+    return [] if index_cache is None else ["-o", f"index_cache={index_cache}"]
+
+
 @contextlib.contextmanager
-def mounted(binary, source, mountpoint, *options):
-    """Mounts `source` on `mountpoint` (created if needed) with `ckptfs SRC MNT OPTIONS...`, which
-    returns once the mount is live; yields the mount point; always unmounts and waits for the server to
+def mounted(binary, source, mountpoint, *options, index_cache="off"):
+    """Mounts `source` on `mountpoint` (created if needed) with `ckptfs SRC MNT -o index_cache=... OPTIONS...`,
+    which returns once the mount is live; yields the mount point; always unmounts and waits for the server to
     exit."""
     os.makedirs(mountpoint, exist_ok=True)
-    r = run_ckptfs(binary, source, mountpoint, *options)
+    r = run_ckptfs(binary, source, mountpoint, *index_option(index_cache), *options)
     try:
         assert r.returncode == 0, f"ckptfs {source} {mountpoint} failed ({r.returncode}): {r.stderr}"
         assert is_mounted(mountpoint), "ckptfs returned 0 but nothing is mounted"
@@ -68,11 +78,12 @@ def mounted(binary, source, mountpoint, *options):
 
 
 @contextlib.contextmanager
-def foreground(binary, source, mountpoint, *options):
-    """Runs `ckptfs -f` (stderr captured) and yields the process once the mount is live; always unmounts
-    and reaps it."""
+def foreground(binary, source, mountpoint, *options, index_cache="off"):
+    """Runs `ckptfs -f` (stderr captured; index cache as for `mounted`) and yields the process once the mount
+    is live; always unmounts and reaps it."""
     os.makedirs(mountpoint, exist_ok=True)
-    proc = subprocess.Popen([str(binary), str(source), str(mountpoint), "-f", *map(str, options)],
+    proc = subprocess.Popen([str(binary), str(source), str(mountpoint), "-f", *index_option(index_cache),
+                             *map(str, options)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_until(lambda: is_mounted(mountpoint) or proc.poll() is not None, MOUNT_TIMEOUT)

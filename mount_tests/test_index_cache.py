@@ -1,10 +1,10 @@
 """The index cache (`-o index_cache=DIR`, `ckptfs index SRC`): a mount of unchanged sources loads the
 index instead of parsing, and serves exactly what a parse serves; any change to a source file, a tag dir
 or a control file, a damaged index, or another ckptfs build's index falls back to parsing (and rewrites
-the index), never to wrong bytes.  What "exactly what a parse serves" means here: every file of
-`ckptfs export` (which always parses) equals the same file under a mount that loaded the index, byte for
-byte, for every framework ckptfs reads."""
-import filecmp
+the index), never to wrong bytes.  What "exactly what a parse serves" means here: a mount that loaded the
+index and a mount with `-o index_cache=off` (which parses) hold the same tree, every directory and every
+file with the same bytes (every view, tags/, universal/, side files, ckptfs.json), for every framework
+ckptfs reads.  Each mount here names its index cache: a folder of the test's own, or off."""
 import os
 import shutil
 
@@ -12,22 +12,22 @@ import pytest
 
 import helpers as H
 from conftest import REAL_DIR, case_info
-from mounting import foreground, run_ckptfs
+from mounting import foreground, mounted, run_ckptfs
 
 REPO = H.REPO
 LOADED = "index loaded from"
 PARSED = "parsed the sources"
-# (label, path relative to the repo or a generated DeepSpeed case name)
+# (label, path relative to the repo or a generated DeepSpeed case name, top-level entries its mount must have)
 SOURCES = [
-    ("deepspeed-zero3", "examples/deepspeed-zero3-bf16"),
-    ("deepspeed-universal", "examples/deepspeed-universal-z2-bf16"),
-    ("dcp", "examples/dcp-shard1-ws2"),
-    ("torch-save", "examples/torch-save-file/full_state.pt"),
-    ("megatron-legacy", "mount_tests/fixtures/megatron-real/legacy_tp2_pp2/checkpoint"),
-    ("megatron-torch-dist", "mount_tests/fixtures/megatron-real/torch_dist_tp2_pp2/checkpoint"),
-    ("deepspeed-real", None),
-    ("pipeline", "case:pp2_z1_fp16_dp2"),
-    ("two-tags", "case:twotags_z2_bf16_dp2"),
+    ("deepspeed-zero3", "examples/deepspeed-zero3-bf16", ["universal", "fp32", "tags", "config.json"]),
+    ("deepspeed-universal", "examples/deepspeed-universal-z2-bf16", ["fp32", "model.safetensors", "tags"]),
+    ("dcp", "examples/dcp-shard1-ws2", ["full_state.pt", "fp32", "model.safetensors", "tags"]),
+    ("torch-save", "examples/torch-save-file/full_state.pt", ["fp32", "model.safetensors", "tags"]),
+    ("megatron-legacy", "mount_tests/fixtures/megatron-real/legacy_tp2_pp2/checkpoint", ["hf", "fp32", "tags"]),
+    ("megatron-torch-dist", "mount_tests/fixtures/megatron-real/torch_dist_tp2_pp2/checkpoint", ["hf", "fp32", "tags"]),
+    ("deepspeed-real", None, ["universal", "fp32", "tags"]),
+    ("pipeline", "case:pp2_z1_fp16_dp2", ["universal", "fp32", "tags"]),
+    ("two-tags", "case:twotags_z2_bf16_dp2", ["universal", "fp32", "tags"]),
 ]
 
 
@@ -44,35 +44,48 @@ def stderr_of(proc):
     return proc.stderr.readline()
 
 
-def assert_same_as_export(mnt, exported):
-    """Every exported file is in the mount with the same bytes (the mount adds tags/ and ckptfs.json)."""
-    count = 0
-    for root, _, files in os.walk(exported):
+def tree_of(mnt):
+    """{path relative to the mount: the file's bytes, or None for a directory} of everything in a mount."""
+    tree = {}
+    for root, dirs, files in os.walk(mnt):
+        for d in dirs:
+            tree[os.path.relpath(os.path.join(root, d), mnt)] = None
         for f in files:
-            rel = os.path.relpath(os.path.join(root, f), exported)
-            assert filecmp.cmp(os.path.join(root, f), os.path.join(mnt, rel), shallow=False), rel
-            count += 1
-    assert count > 0
+            with open(os.path.join(root, f), "rb") as fh:
+                tree[os.path.relpath(os.path.join(root, f), mnt)] = fh.read()
+    return tree
 
 
-@pytest.mark.parametrize("label,spec", SOURCES, ids=[s[0] for s in SOURCES])
-def test_mount_from_the_index_serves_what_parsing_serves(label, spec, fixtures_dir, ckptfs_bin, export_cache,
-                                                         tmp_path):
+def assert_serves_what_parsing_serves(ckptfs_bin, src, mnt, tmp_path):
+    """The mount `mnt` (from an index) holds the tree a parsing mount of `src` (index_cache=off) holds."""
+    with mounted(ckptfs_bin, src, tmp_path / "parsed", index_cache="off") as parsed:
+        want = tree_of(parsed)
+    got = tree_of(mnt)
+    assert sorted(got) == sorted(want), f"only from the index: {sorted(set(got) - set(want))[:10]}, " \
+                                        f"only parsed: {sorted(set(want) - set(got))[:10]}"
+    differ = [p for p, data in want.items() if got[p] != data]
+    assert not differ, f"{len(differ)} of {len(want)} entries differ: {differ[:10]}"
+    assert want["ckptfs.json"], "no ckptfs.json"
+    return want
+
+
+@pytest.mark.parametrize("label,spec,entries", SOURCES, ids=[s[0] for s in SOURCES])
+def test_mount_from_the_index_serves_what_parsing_serves(label, spec, entries, fixtures_dir, ckptfs_bin, tmp_path):
     src = source_path(fixtures_dir, spec)
-    proc, exported = export_cache(src)
-    H.assert_ok(proc)
     cache = tmp_path / "cache"
     r = run_ckptfs(ckptfs_bin, "index", src, "--cache", cache)
     H.assert_ok(r)
     index_file = r.stdout.strip()
     assert os.path.dirname(index_file) == str(cache) and os.path.getsize(index_file) > 0
-    with foreground(ckptfs_bin, src, tmp_path / "mnt", "-o", f"index_cache={cache}") as p:
+    with foreground(ckptfs_bin, src, tmp_path / "mnt", index_cache=cache) as p:
         assert stderr_of(p).startswith(f"ckptfs: {LOADED} {index_file}")
-        assert_same_as_export(str(tmp_path / "mnt"), exported)
+        tree = assert_serves_what_parsing_serves(ckptfs_bin, src, tmp_path / "mnt", tmp_path)
+    missing = [e for e in entries if e not in tree]
+    assert not missing, f"{label}: the mount lacks {missing}: the comparison would not cover them"
 
 
 def mount_says(ckptfs_bin, src, mnt, cache):
-    with foreground(ckptfs_bin, src, mnt, "-o", f"index_cache={cache}") as p:
+    with foreground(ckptfs_bin, src, mnt, index_cache=cache) as p:
         line = stderr_of(p)
         listing = sorted(os.listdir(mnt))
     return line, listing
@@ -89,7 +102,7 @@ def test_first_mount_writes_the_index_and_the_second_loads_it(case_copy, ckptfs_
 
 @pytest.mark.parametrize("change", ["touch rank file", "replace rank file", "new tag dir", "rewrite latest",
                                     "new side file"])
-def test_a_changed_source_is_parsed_again(change, case_copy, ckptfs_bin, export_cache, tmp_path):
+def test_a_changed_source_is_parsed_again(change, case_copy, ckptfs_bin, tmp_path):
     src = case_copy("twotags_z2_bf16_dp2")
     cache = tmp_path / "cache"
     H.assert_ok(run_ckptfs(ckptfs_bin, "index", src, "--cache", cache))
@@ -112,11 +125,9 @@ def test_a_changed_source_is_parsed_again(change, case_copy, ckptfs_bin, export_
             f.write("{}")
     line, listing = mount_says(ckptfs_bin, src, tmp_path / "mnt", cache)
     assert PARSED in line and "changed since it was indexed" in line, line
-    proc, exported = export_cache(src)  # parses the changed source
-    H.assert_ok(proc)
-    with foreground(ckptfs_bin, src, tmp_path / "mnt2", "-o", f"index_cache={cache}") as p:
+    with foreground(ckptfs_bin, src, tmp_path / "mnt2", index_cache=cache) as p:
         assert LOADED in stderr_of(p)  # the parse rewrote the index
-        assert_same_as_export(str(tmp_path / "mnt2"), exported)
+        assert_serves_what_parsing_serves(ckptfs_bin, src, tmp_path / "mnt2", tmp_path)
         if change == "new tag dir":
             assert "global_step99" in os.listdir(tmp_path / "mnt2" / "tags")
 
@@ -125,7 +136,7 @@ DAMAGES = ["truncated", "garbage", "other version"] + [f"flipped byte at {k}/8" 
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
-def test_a_damaged_index_is_parsed_again(damage, case_copy, ckptfs_bin, export_cache, tmp_path):
+def test_a_damaged_index_is_parsed_again(damage, case_copy, ckptfs_bin, tmp_path):
     src = case_copy("z1_bf16_dp2")
     cache = tmp_path / "cache"
     r = run_ckptfs(ckptfs_bin, "index", src, "--cache", cache)
@@ -143,18 +154,16 @@ def test_a_damaged_index_is_parsed_again(damage, case_copy, ckptfs_bin, export_c
         at = data.index(b"ckptfs ")
         data[at + 7] = ord("9")
     open(index_file, "wb").write(bytes(data))
-    proc, exported = export_cache(src)
-    H.assert_ok(proc)
-    with foreground(ckptfs_bin, src, tmp_path / "mnt", "-o", f"index_cache={cache}") as p:
+    with foreground(ckptfs_bin, src, tmp_path / "mnt", index_cache=cache) as p:
         line = stderr_of(p)
         assert PARSED in line, line
-        assert_same_as_export(str(tmp_path / "mnt"), exported)
+        assert_serves_what_parsing_serves(ckptfs_bin, src, tmp_path / "mnt", tmp_path)
 
 
 def test_index_cache_off_reads_and_writes_nothing(case_copy, ckptfs_bin, tmp_path, monkeypatch):
     src = case_copy("z1_bf16_dp2")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    with foreground(ckptfs_bin, src, tmp_path / "mnt", "-o", "index_cache=off") as p:
+    with foreground(ckptfs_bin, src, tmp_path / "mnt", index_cache="off") as p:
         assert sorted(os.listdir(tmp_path / "mnt"))
     assert LOADED not in p.stderr.read() and not (tmp_path / "xdg").exists()
 
@@ -165,7 +174,7 @@ def test_default_cache_dir_is_under_xdg_cache_home(case_copy, ckptfs_bin, tmp_pa
     r = run_ckptfs(ckptfs_bin, "index", src)
     H.assert_ok(r)
     assert r.stdout.strip().startswith(str(tmp_path / "xdg" / "ckptfs") + "/")
-    with foreground(ckptfs_bin, src, tmp_path / "mnt") as p:
+    with foreground(ckptfs_bin, src, tmp_path / "mnt", index_cache=None) as p:  # the default: XDG_CACHE_HOME
         assert LOADED in stderr_of(p)
 
 
@@ -173,7 +182,7 @@ def test_an_unwritable_cache_dir_does_not_stop_the_mount(case_copy, ckptfs_bin, 
     src = case_copy("z1_bf16_dp2")
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    with foreground(ckptfs_bin, src, tmp_path / "mnt", "-o", f"index_cache={blocker}/cache") as p:
+    with foreground(ckptfs_bin, src, tmp_path / "mnt", index_cache=f"{blocker}/cache") as p:
         assert PARSED in stderr_of(p)
         assert "model.safetensors" in os.listdir(tmp_path / "mnt")
 
@@ -187,7 +196,7 @@ def test_tags_option_gets_its_own_index(case_copy, ckptfs_bin, tmp_path):
     H.assert_ok(a)
     H.assert_ok(b)
     assert a.stdout != b.stdout
-    with foreground(ckptfs_bin, src, tmp_path / "mnt", "-o", f"index_cache={cache}", "--tag", tags[0]) as p:
+    with foreground(ckptfs_bin, src, tmp_path / "mnt", "--tag", tags[0], index_cache=cache) as p:
         assert LOADED in stderr_of(p)
         assert sorted(os.listdir(tmp_path / "mnt" / "tags")) == [tags[0]]
 

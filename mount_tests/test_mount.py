@@ -1,10 +1,13 @@
 """End-to-end tests of `ckptfs SRC MNT`: every generated case is mounted and read through real clients
-(ls, du, cmp, pread, mmap, parallel readers, torch.load, a safetensors parser) and compared byte for byte
-with `ckptfs export` and with the generator's expectations; then the failure modes: writes, changed
-sources, busy unmounts, signals, bad checkpoints, and mount(8)/fstab."""
+(ls, du, cmp, pread, mmap, parallel readers, torch.load, a safetensors parser) and compared with the
+generator's expectations (mount_tests/gen/generate.py, computed from its own master values, never by
+ckptfs): each view, read front to back, must parse to the expected tensors bit for bit, and every other
+read (random and seam preads, mmap, parallel readers, tags/) must return those same bytes; then the failure
+modes: writes, changed sources, busy unmounts, signals, bad checkpoints, and mount(8)/fstab."""
 import contextlib
 import errno
 import hashlib
+import io
 import json
 import math
 import mmap
@@ -39,15 +42,41 @@ def source_of(fixtures_dir, name):
     return os.path.join(fixtures_dir, name, case_info(fixtures_dir, name)["src"])
 
 
+def expected_views(fixtures_dir, case, tag=None):
+    """{view: (expected {name: tensor}, whether its order is part of the format)} from the generator's files."""
+    exp = os.path.join(fixtures_dir, case["name"], case["expected"][tag or case["latest"]])
+    fp32, model = H.load_expected(os.path.join(exp, "fp32.pt")), H.load_expected(os.path.join(exp, "model.pt"))
+    return {"model.safetensors": (model, False), "fp32/pytorch_model.bin": (fp32, True),
+            "fp32/model.safetensors": (fp32, False)}
+
+
+def parse_view(view, raw):
+    """The tensors in the bytes of a view, read as its clients read it (an own safetensors parser, torch.load)."""
+    if view.endswith(".safetensors"):
+        return H.parse_safetensors(raw, view)
+    return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+
+
+def assert_view_holds(view, raw, expected):
+    want, ordered = expected[view]
+    H.assert_state_equal(parse_view(view, raw), want, ordered, view)
+
+
 @pytest.fixture(scope="module", params=CASES)
-def mounted_case(request, fixtures_dir, ckptfs_bin, export_cache, tmp_path_factory):
-    """(case info, source, mount point, export dir) for one case, mounted for all the tests of the case."""
+def mounted_case(request, fixtures_dir, ckptfs_bin, tmp_path_factory):
+    """(case info, source, mount point, {view: bytes}) for one case, mounted for all the tests of the case.
+    The bytes are each view read front to back through the mount, checked here against the generator's
+    expected tensors: the reference every other read of the case is compared with."""
     name = request.param
-    src = source_of(fixtures_dir, name)
-    proc, out = export_cache(src)
-    H.assert_ok(proc)
+    case, src = case_info(fixtures_dir, name), source_of(fixtures_dir, name)
+    expected = expected_views(fixtures_dir, case)
     with mounted(ckptfs_bin, src, tmp_path_factory.mktemp(f"mnt-{name}")) as mnt:
-        yield case_info(fixtures_dir, name), src, mnt, str(out)
+        refs = {}
+        for v in VIEWS:
+            with open(os.path.join(mnt, v), "rb") as f:
+                refs[v] = f.read()
+            assert_view_holds(v, refs[v], expected)
+        yield case, src, mnt, refs
 
 
 def pread_exact(fd, n, offset):
@@ -82,16 +111,14 @@ def in_threads(work, n):
     assert not errors, errors[:5]
 
 
-def boundaries(path):
-    """Offsets where a header ends or a tensor's bytes begin: the seams a view is stitched at."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if path.endswith(".safetensors"):
+def boundaries(view, data):
+    """Offsets where a header ends or a tensor's bytes begin in the bytes of a view: the seams it is stitched at."""
+    if view.endswith(".safetensors"):
         n = int.from_bytes(data[:8], "little")
         header = json.loads(data[8:8 + n])
         header.pop("__metadata__", None)
         return sorted({8, 8 + n} | {8 + n + v["data_offsets"][i] for v in header.values() for i in (0, 1)})
-    with zipfile.ZipFile(path) as z:
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
         return sorted({i.header_offset for i in z.infolist()} | {len(data) - 22})
 
 
@@ -99,11 +126,11 @@ def boundaries(path):
 # every case
 
 def test_walk_sizes_and_blocks(mounted_case):
-    case, src, mnt, out = mounted_case
+    case, src, mnt, refs = mounted_case
     sizes = walk_sizes(mnt)  # by inode, as du counts
     for v in VIEWS:
         st, tagged = os.stat(os.path.join(mnt, v)), os.stat(os.path.join(mnt, "tags", case["latest"], v))
-        assert st.st_size == os.path.getsize(os.path.join(out, v)), v
+        assert st.st_size == len(refs[v]), v
         assert (st.st_ino, st.st_nlink) == (tagged.st_ino, 2), f"{v} and tags/<latest>/{v} are one inode"
     du = subprocess.run(["du", "-sb", mnt], capture_output=True, text=True, timeout=CMD_TIMEOUT)
     assert int(du.stdout.split()[0]) == sum(sizes.values())
@@ -112,26 +139,26 @@ def test_walk_sizes_and_blocks(mounted_case):
     assert [t["name"] for t in info["tags"]] == case["tags"]
 
 
-def test_views_equal_export(mounted_case):
-    case, src, mnt, out = mounted_case
+def test_cat_reads_the_checked_bytes(mounted_case):
+    """cat (128 KiB reads, the kernel's readahead) through a pipe returns the bytes the fixture checked."""
+    case, src, mnt, refs = mounted_case
     for v in VIEWS:
-        r = subprocess.run(["cmp", os.path.join(mnt, v), os.path.join(out, v)], capture_output=True,
-                           text=True, timeout=CMD_TIMEOUT)
-        assert r.returncode == 0, f"{v}: {r.stdout}{r.stderr}"
+        r = subprocess.run(["cat", os.path.join(mnt, v)], capture_output=True, timeout=CMD_TIMEOUT)
+        assert r.returncode == 0 and r.stdout == refs[v], f"{v}: {r.stderr}"
 
 
 def test_random_and_seam_preads(mounted_case):
-    case, src, mnt, out = mounted_case
+    case, src, mnt, refs = mounted_case
     rng = random.Random(case["name"])
     for v in VIEWS:
-        ref = open(os.path.join(out, v), "rb").read()
+        ref = refs[v]
         fd = os.open(os.path.join(mnt, v), os.O_RDONLY)
         try:
             for _ in range(64):
                 n = rng.choice([1, 2, 3, 7, 512, 4095, 4096, 65537, MIB, 4 * MIB])
                 off = rng.randrange(0, len(ref) + 1)
                 assert pread_exact(fd, n, off) == ref[off:off + n], f"{v}: {n} bytes at {off}"
-            for b in boundaries(os.path.join(out, v)):
+            for b in boundaries(v, ref):
                 for d in (1, 3, 8, 4097):
                     lo = max(0, b - d)
                     assert pread_exact(fd, 2 * d, lo) == ref[lo:lo + 2 * d], f"{v}: seam at {b}"
@@ -140,9 +167,9 @@ def test_random_and_seam_preads(mounted_case):
 
 
 def test_mmap_shared_and_private(mounted_case):
-    case, src, mnt, out = mounted_case
+    case, src, mnt, refs = mounted_case
     for v in VIEWS:
-        ref = open(os.path.join(out, v), "rb").read()
+        ref = refs[v]
         with open(os.path.join(mnt, v), "rb") as f:
             for flags in (mmap.MAP_SHARED, mmap.MAP_PRIVATE):
                 with mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ) as m:
@@ -150,9 +177,9 @@ def test_mmap_shared_and_private(mounted_case):
 
 
 def test_parallel_readers(mounted_case):
-    case, src, mnt, out = mounted_case
+    case, src, mnt, refs = mounted_case
     v = VIEWS[1]
-    ref = open(os.path.join(out, v), "rb").read()
+    ref = refs[v]
     chunk = 64 * 1024
     want = [hashlib.sha256(ref[o:o + chunk]).hexdigest() for o in range(0, len(ref), chunk)]
 
@@ -170,26 +197,23 @@ def test_parallel_readers(mounted_case):
 
 
 def test_clients_load_from_the_mount(mounted_case, fixtures_dir):
-    case, src, mnt, out = mounted_case
-    exp = os.path.join(fixtures_dir, case["name"], case["expected"][case["latest"]])
-    fp32 = H.load_expected(os.path.join(exp, "fp32.pt"))
-    H.assert_state_equal(torch.load(os.path.join(mnt, "fp32/pytorch_model.bin"), weights_only=True), fp32, True,
-                         "fp32/pytorch_model.bin")
-    H.assert_state_equal(H.read_safetensors(os.path.join(mnt, "fp32/model.safetensors")), fp32, False,
-                         "fp32/model.safetensors")
-    H.assert_state_equal(H.read_safetensors(os.path.join(mnt, "model.safetensors")),
-                         H.load_expected(os.path.join(exp, "model.pt")), False, "model.safetensors")
+    """torch.load and the safetensors parser open the mounted files themselves (their own seeks and reads)."""
+    case, src, mnt, refs = mounted_case
+    expected = expected_views(fixtures_dir, case)
+    for v, load in (("fp32/pytorch_model.bin", lambda p: torch.load(p, weights_only=True)),
+                    ("fp32/model.safetensors", H.read_safetensors), ("model.safetensors", H.read_safetensors)):
+        want, ordered = expected[v]
+        H.assert_state_equal(load(os.path.join(mnt, v)), want, ordered, v)
 
 
 def test_tags(mounted_case, fixtures_dir):
-    case, src, mnt, out = mounted_case
+    case, src, mnt, refs = mounted_case
     assert sorted(os.listdir(os.path.join(mnt, "tags"))) == sorted(case["tags"])
     for tag in case["tags"]:
+        expected = expected_views(fixtures_dir, case, tag)
         for v in VIEWS:
-            assert os.path.isfile(os.path.join(mnt, "tags", tag, v)), f"tags/{tag}/{v}"
-        exp = os.path.join(fixtures_dir, case["name"], case["expected"][tag])
-        H.assert_state_equal(torch.load(os.path.join(mnt, "tags", tag, "fp32/pytorch_model.bin"), weights_only=True),
-                             H.load_expected(os.path.join(exp, "fp32.pt")), True, f"tags/{tag}")
+            with open(os.path.join(mnt, "tags", tag, v), "rb") as f:
+                assert_view_holds(v, f.read(), expected)
     for v in VIEWS:
         r = subprocess.run(["cmp", os.path.join(mnt, v), os.path.join(mnt, "tags", case["latest"], v)],
                            capture_output=True, timeout=CMD_TIMEOUT)
@@ -197,7 +221,7 @@ def test_tags(mounted_case, fixtures_dir):
 
 
 def test_side_files(mounted_case):
-    case, src, mnt, out = mounted_case
+    case, src, mnt, refs = mounted_case
     names = ["config.json", "tokenizer.json"] if case["side_files"] else []
     for n in names:
         with open(os.path.join(src, n), "rb") as a, open(os.path.join(mnt, n), "rb") as b:
@@ -281,11 +305,10 @@ def test_changed_source_gives_eio_for_its_views_only(ckptfs_bin, case_copy, tmp_
     assert os.path.basename(shard) in log and "fp32/model.safetensors" in log, log
 
 
-def test_deleted_shard_gives_eio_on_open_and_open_files_keep_their_bytes(ckptfs_bin, case_copy, export_cache,
-                                                                          fixtures_dir, tmp_path):
+def test_deleted_shard_gives_eio_on_open_and_open_files_keep_their_bytes(ckptfs_bin, case_copy, fixtures_dir,
+                                                                          tmp_path):
     src = case_copy(SIDE_CASE)
-    proc, out = export_cache(source_of(fixtures_dir, SIDE_CASE))
-    H.assert_ok(proc)
+    expected = expected_views(fixtures_dir, case_info(fixtures_dir, SIDE_CASE))
     with foreground(ckptfs_bin, src, tmp_path / "mnt") as server:
         mnt = str(tmp_path / "mnt")
         held = os.open(os.path.join(mnt, "fp32/model.safetensors"), os.O_RDONLY)
@@ -297,8 +320,7 @@ def test_deleted_shard_gives_eio_on_open_and_open_files_keep_their_bytes(ckptfs_
                     open(os.path.join(mnt, v), "rb")
                 assert e.value.errno == errno.EIO, v
             # ckptfs holds every shard open: a file opened before the unlink reads the mount-time bytes.
-            assert pread_exact(held, os.fstat(held).st_size, 0) == open(os.path.join(out, "fp32/model.safetensors"),
-                                                                          "rb").read()
+            assert_view_holds("fp32/model.safetensors", pread_exact(held, os.fstat(held).st_size, 0), expected)
         finally:
             os.close(held)
         assert len(open(os.path.join(mnt, "model.safetensors"), "rb").read()) > 0
