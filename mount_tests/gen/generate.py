@@ -38,6 +38,7 @@ sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import deepspeed_classes  # noqa: E402
 from case_cache import case_is_current  # noqa: E402
 from llama_layout import llama_tensors  # noqa: E402
+from tp_slicing import tp_cols, tp_gated_rows, tp_rows  # noqa: E402
 
 DS = deepspeed_classes.install()
 OD = collections.OrderedDict
@@ -972,11 +973,10 @@ def tp_slice(rule, full, r, tp):
     if rule == "replicated":
         return full.clone()
     if rule == "row":
-        return full.chunk(tp, dim=1)[r].clone()
+        return tp_cols(full, r, tp).clone()
     if rule == "swiglu":
-        gate, up = full.chunk(2, dim=0)
-        return torch.cat([gate.chunk(tp, dim=0)[r], up.chunk(tp, dim=0)[r]])
-    return full.chunk(tp, dim=0)[r].clone()  # column, vocab
+        return torch.cat(tp_gated_rows(full, r, tp))
+    return tp_rows(full, r, tp).clone()  # column, vocab
 
 
 def tp_rank_model(entries, full, r, tp):

@@ -7,8 +7,13 @@ the split is pure indexing).  Full tensors are keyed by short canonical names ('
 global layer numbers); ``Entry.src`` points at them.
 """
 import math
+import os
+import sys
 
 import numpy as np
+
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # mount_tests/
+from tp_slicing import tp_cols, tp_gated_rows, tp_rows  # noqa: E402
 
 
 def padded_vocab(vocab, tp, divisor=128):
@@ -256,13 +261,9 @@ def split(case, rule, full, r):
     if rule == "rep" or tp == 1:
         return full.copy()
     if rule in ("vocab", "col"):
-        n = full.shape[0] // tp
-        assert n * tp == full.shape[0]
-        return full[r * n:(r + 1) * n].copy()
+        return tp_rows(full, r, tp).copy()
     if rule == "row":
-        n = full.shape[1] // tp
-        assert n * tp == full.shape[1]
-        return full[:, r * n:(r + 1) * n].copy()
+        return tp_cols(full, r, tp).copy()
     if rule == "qkv":
         # full rows: ng groups of [q heads of the group, k, v]; rank r holds groups [r*ng/TP, (r+1)*ng/TP)
         d = dims(case)
@@ -271,11 +272,7 @@ def split(case, rule, full, r):
         g = full.reshape((d["ng"], (d["qpg"] + 2) * d["hn"]) + full.shape[1:])
         return g[r * per:(r + 1) * per].reshape((-1,) + full.shape[1:]).copy()
     if rule == "glu":
-        # full = [all gates; all ups]; rank r holds [gate_r; up_r]
-        F = full.shape[0] // 2
-        n = F // tp
-        gate, up = full[:F], full[F:]
-        return np.concatenate([gate[r * n:(r + 1) * n], up[r * n:(r + 1) * n]])
+        return np.concatenate(tp_gated_rows(full, r, tp))
     raise ValueError(rule)
 
 
