@@ -203,9 +203,46 @@ class BandReader {
 
 // Output rows [row0, row0 + n_rows) x columns [col0, col0 + n_cols) of the transpose of `src` ([R, C]),
 // row-major with stride n_cols.
-TileData build_tile(const LogicalTensor& src, uint64_t row0, uint64_t n_rows, uint64_t col0, uint64_t n_cols) {
+// Tile buffers given back by the last reader of an evicted tile, kept for the next tile: a fresh 16 MiB
+// buffer costs 4,096 page faults. At most kSpareTiles are kept, so memory stays bounded.
+class TilePool {
+ public:
+  // A buffer of at least `bytes` (contents unspecified: the tile writes every byte) that returns here
+  // when its last holder drops it.
+  std::shared_ptr<std::byte[]> take(uint64_t bytes) {
+    std::unique_ptr<std::byte[]> buffer;
+    uint64_t capacity = bytes;
+    {
+      std::lock_guard lock(mutex_);
+      const auto it = std::find_if(spares_.begin(), spares_.end(), [&](const Spare& s) { return s.capacity >= bytes; });
+      if (it != spares_.end()) {
+        buffer = std::move(it->buffer);
+        capacity = it->capacity;
+        spares_.erase(it);
+      }
+    }
+    if (!buffer) buffer = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    return {buffer.release(), [this, capacity](std::byte* p) { give_back(std::unique_ptr<std::byte[]>(p), capacity); }};
+  }
+
+ private:
+  static constexpr size_t kSpareTiles = 1;
+  struct Spare {
+    std::unique_ptr<std::byte[]> buffer;
+    uint64_t capacity;
+  };
+  void give_back(std::unique_ptr<std::byte[]> buffer, uint64_t capacity) {
+    std::lock_guard lock(mutex_);
+    if (spares_.size() < kSpareTiles) spares_.push_back({std::move(buffer), capacity});
+  }
+  std::mutex mutex_;
+  std::vector<Spare> spares_;
+};
+
+TileData build_tile(const LogicalTensor& src, uint64_t row0, uint64_t n_rows, uint64_t col0, uint64_t n_cols,
+                    TilePool& pool) {
   const uint64_t size = dtype_size(src.dtype);
-  auto tile = std::make_shared_for_overwrite<std::byte[]>(n_rows * n_cols * size);  // every byte is written
+  const std::shared_ptr<std::byte[]> tile = pool.take(n_rows * n_cols * size);
   BandReader reader;  // not thread_local: a source may itself be transposed
   std::vector<std::byte> band;
   const uint64_t band_rows = std::max<uint64_t>(1, kBandBytes / (n_rows * size));
@@ -244,7 +281,7 @@ class TileCache {
       const uint64_t row0 = index / grid.tiles_across() * grid.tile_rows;
       const uint64_t col0 = index % grid.tiles_across() * grid.tile_cols;
       TileData tile = build_tile(*src, row0, std::min(grid.tile_rows, grid.rows - row0), col0,
-                                 std::min(grid.tile_cols, grid.cols - col0));
+                                 std::min(grid.tile_cols, grid.cols - col0), pool_);
       promise.set_value(tile);
       return tile;
     } catch (...) {
@@ -263,6 +300,7 @@ class TileCache {
     std::shared_future<TileData> data;
     uint64_t last_use;
   };
+  TilePool pool_;  // before entries_: the tiles they hold go back to it when they are destroyed
   std::mutex mutex_;
   std::vector<Entry> entries_;
   uint64_t clock_ = 0;
