@@ -1,23 +1,28 @@
 // A transposed tensor of shape [C, R] over a source of shape [R, C] is served from tiles of the output:
 // whole output rows (source columns) when kMinTileRows of them fit in a tile, the tiles of a tensor equal
-// in size, each at most a quarter of the cache (16 MiB by default). A tile is built in bands of source rows: the band's runs (one
-// per source row and shard, from the source's own planner) are sorted by file and offset and read in
-// spans of at most kSpanBytes that take in the gaps between runs up to kMaxGapBytes (a gap is cheaper to
-// read than a pread), so a tile over a tensor-parallel source costs a few large reads per shard, never
-// one per row or element. Each band (kBandBytes, cache-resident) is transposed into the tile in 8 x 8
-// (16-bit) or 4 x 4 (32-bit) SIMD blocks. The last kCacheTiles tiles are shared by all server threads (a
-// front-to-back read builds each tile once, whichever threads serve it): memory is bounded by
-// the cache's size (64 MiB by default, -o transpose_cache_mb) plus a band and a span buffer per building thread, plus tiles
-// evicted while a thread still copies from them.
+// in size, each at most a quarter of the cache (16 MiB by default). A tile is built in bands of source
+// rows: the band's runs (one per source row and shard, from the source's own planner) are sorted by file
+// and offset and read in spans of at most kSpanBytes that take in the gaps between runs up to
+// kMaxGapBytes (a gap is cheaper to read than a pread), so a tile over a tensor-parallel source costs a
+// few large reads per shard, never one per row or element. Each band (kBandBytes, cache-resident) is
+// transposed into the tile in 8 x 8 (16-bit) or 4 x 4 (32-bit) SIMD blocks. The last kCacheTiles tiles
+// are shared by all server threads (a front-to-back read builds each tile once, whichever threads serve
+// it), and a reader past the middle of a tile has the next one built meanwhile on a thread of its own
+// (TilePrebuilder). Memory is bounded by the cache's size (64 MiB by default, -o transpose_cache_mb),
+// one spare tile buffer, a band and a span buffer per building thread, and tiles evicted while a thread
+// still copies from them.
 #include "catalog/transposed_reader.hpp"
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <future>
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
+#include <thread>
 
 #include "catalog/dtype_convert.hpp"
 
@@ -306,9 +311,63 @@ class TileCache {
   uint64_t clock_ = 0;
 };
 
+// Never destroyed: the prebuilder's thread may be building a tile when the process exits.
 TileCache& tile_cache() {
-  static TileCache cache;
-  return cache;
+  static auto* cache = new TileCache;
+  return *cache;
+}
+
+// Builds, on a thread of its own, the tile a front-to-back reader will need next while the threads serving
+// it copy from the current one, so that the reader does not wait for each tile in turn. One build at a
+// time; a request while it is busy is dropped (the reader then builds the tile itself).
+class TilePrebuilder {
+ public:
+  void request(const std::shared_ptr<const LogicalTensor>& src, uint64_t index, const TileGrid& grid) {
+    {
+      std::lock_guard lock(mutex_);
+      if (busy_ || (src.get() == last_src_ && index == last_index_)) return;
+      busy_ = true;
+      last_src_ = src.get();  // compared only: a reader asks again on each read past a tile's middle
+      last_index_ = index;
+      job_ = Job{src, index, grid};
+    }
+    ready_.notify_one();
+  }
+
+ private:
+  struct Job {
+    std::shared_ptr<const LogicalTensor> src;
+    uint64_t index;
+    TileGrid grid;
+  };
+  void run() {
+    for (;;) {
+      std::unique_lock lock(mutex_);
+      ready_.wait(lock, [&] { return job_.has_value(); });
+      const Job job = std::move(*job_);
+      job_.reset();
+      lock.unlock();
+      try {
+        tile_cache().get(job.src, job.index, job.grid);
+      } catch (...) {  // not cached: the reader that needs the tile builds it and reports the error
+      }
+      lock.lock();
+      busy_ = false;
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::optional<Job> job_;
+  bool busy_ = false;
+  const LogicalTensor* last_src_ = nullptr;
+  uint64_t last_index_ = 0;
+  std::thread thread_{[this] { run(); }};  // last: starts once the members it uses exist
+};
+
+// Started at the first read of a transposed tensor (after the daemon has forked), never destroyed.
+TilePrebuilder& prebuilder() {
+  static auto* p = new TilePrebuilder;
+  return *p;
 }
 
 }  // namespace
@@ -334,6 +393,11 @@ void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count
                 tile.get() + ((row % grid.tile_rows) * width + (col - col0)) * size, n * size);
     e += n;
   }
+  // A reader past the middle of a tile of whole rows is likely to read the next one soon: build it now.
+  const uint64_t last_row = (first + count - 1) / grid.cols;
+  if (count > 0 && grid.tiles_across() == 1 && last_row % grid.tile_rows >= grid.tile_rows / 2 &&
+      last_row / grid.tile_rows + 1 < (grid.rows + grid.tile_rows - 1) / grid.tile_rows)
+    prebuilder().request(tensor.transpose_of, last_row / grid.tile_rows + 1, grid);
 }
 
 void append_transposed_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out) {
