@@ -182,12 +182,15 @@ def test_hf_transposed_far_above_the_cache(megatron_fixtures, ckptfs_bin, tmp_pa
     """GPT-2's Conv1D weights (hf/) are served transposed through a bounded cache of tiles: mounted with the
     smallest (1 MiB), the 8 MiB fc weights (column- and row-parallel TP slices) are 8x the cache, 32x a tile,
     and every tensor still matches the generator's numpy transpose."""
-    name = WIDE_FC
-    info = info_of(megatron_fixtures, name)
-    exp = os.path.join(megatron_fixtures, name, info["expected"][info["latest"]])
-    with mounted(ckptfs_bin, source_of(megatron_fixtures, name), tmp_path / "mnt", "-o", "transpose_cache_mb=1") as mnt:
+    info = info_of(megatron_fixtures, WIDE_FC)
+    src = source_of(megatron_fixtures, WIDE_FC)
+    exp = os.path.join(megatron_fixtures, WIDE_FC, info["expected"][info["latest"]])
+    with mounted(ckptfs_bin, src, tmp_path / "mnt", "-o", "transpose_cache_mb=1") as mnt:
         H.assert_state_equal(H.read_safetensors(os.path.join(mnt, "hf", "model.safetensors")),
                              H.load_expected(os.path.join(exp, "hf.pt")), False, "hf/model.safetensors")
+    os.makedirs(tmp_path / "mnt0")
+    r = run_ckptfs(ckptfs_bin, src, tmp_path / "mnt0", "-o", "transpose_cache_mb=0")
+    assert r.returncode == 2 and "transpose_cache_mb=0" in r.stderr, (r.returncode, r.stderr)
 
 
 @pytest.mark.parametrize("name", MULTI)
