@@ -51,6 +51,7 @@ DISTOPT = "distopt_tp2_dp2"         # TP2 PP1 with distrib_optim.pt
 OVERLAP = "distopt_overlap_buckets_tp2_dp2"  # distrib_optim.pt of 5000-element gradient buckets (overlap_grad_reduce)
 MOE_EP_PP = "moe_seq_ep2_tp1_pp2"   # rank dirs mp_rank_TT_PPP_EEE
 MOE_DISTOPT = "moe_distopt_ep2_tp2"  # MoE + distributed optimizer: distrib_optim.pt a list [dense, expert]
+WIDE_FC = "gpt_wide_fc_tp2"         # GPT-2-like, 8 MiB fc weights: hf/ transposes them through the tile cache
 DIST_BASE = "dist_llama_tp2_pp2"    # torch_dist, world 4: __0_0.distcp .. __3_0.distcp
 DIST_DISTOPT = "dist_distopt_tp2_pp2"  # torch_dist with the distributed optimizer's dp_reshardable buckets
 TORCH_DIST = {c["name"] for c in ALL if MC.is_torch_dist(c)}
@@ -175,6 +176,21 @@ def test_mount(name, megatron_fixtures, ckptfs_bin, export_cache, tmp_path):
             for v in views:
                 with open(os.path.join(mnt, v), "rb") as a, open(os.path.join(out, v), "rb") as b:
                     assert a.read() == b.read(), f"mount {v} differs from export {v}"
+
+
+def test_hf_transposed_far_above_the_cache(megatron_fixtures, ckptfs_bin, tmp_path):
+    """GPT-2's Conv1D weights (hf/) are served transposed through a bounded cache of tiles: mounted with the
+    smallest (1 MiB), the 8 MiB fc weights (column- and row-parallel TP slices) are 8x the cache, 32x a tile,
+    and every tensor still matches the generator's numpy transpose."""
+    info = info_of(megatron_fixtures, WIDE_FC)
+    src = source_of(megatron_fixtures, WIDE_FC)
+    exp = os.path.join(megatron_fixtures, WIDE_FC, info["expected"][info["latest"]])
+    with mounted(ckptfs_bin, src, tmp_path / "mnt", "-o", "transpose_cache_mb=1") as mnt:
+        H.assert_state_equal(H.read_safetensors(os.path.join(mnt, "hf", "model.safetensors")),
+                             H.load_expected(os.path.join(exp, "hf.pt")), False, "hf/model.safetensors")
+    os.makedirs(tmp_path / "mnt0")
+    r = run_ckptfs(ckptfs_bin, src, tmp_path / "mnt0", "-o", "transpose_cache_mb=0")
+    assert r.returncode == 2 and "transpose_cache_mb=0" in r.stderr, (r.returncode, r.stderr)
 
 
 @pytest.mark.parametrize("name", MULTI)

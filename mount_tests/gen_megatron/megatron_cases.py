@@ -63,6 +63,9 @@ CASES = [
     dict(name="release_fp32_tp2", tp=2, dtype="fp32", iterations=["release"], optimizer=False),
     # two iterations; the tracker names the later one
     dict(name="two_iters_tp2", tp=2, iterations=[2, 5], spec="te"),
+    # GPT-2-like with 8 MiB fc weights (column- and row-parallel over TP2): hf/ serves them transposed, 8x
+    # the transposed-tensor cache that test_megatron.py mounts with (-o transpose_cache_mb=1)
+    dict(name="gpt_wide_fc_tp2", tp=2, layers=1, **dict(GPT, hidden=256, heads=4, ffn=16384)),
     # no Hugging Face family: GPT-2-like but with a squared-ReLU MLP (--squared-relu) ...
     dict(name="gpt_sqrelu_tp2", tp=2, act="squared_relu", **GPT),
     # ... and GeLU + LayerNorm with rotary positions and GQA (neither Llama nor GPT-2)

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <fstream>
 #include <map>
 #include <numeric>
 #include <random>
@@ -19,6 +18,7 @@
 namespace ckptfs::catalog {
 namespace {
 
+using testing::read_syscalls;
 using testing::SourceFile;
 namespace ref = testing::reference;
 
@@ -352,15 +352,6 @@ TEST(Catalog, RepeatedElementsAreBounded) {
   }
 }
 
-// Reads of /proc/self/io's syscr: the number of read syscalls this process made.
-uint64_t read_syscalls() {
-  std::ifstream io("/proc/self/io");
-  std::string key;
-  uint64_t value = 0;
-  while (io >> key >> value)
-    if (key == "syscr:") return value;
-  return 0;
-}
 
 TEST(Catalog, PiecesBackToBackInOneFileAreOnePread) {
   if (read_syscalls() == 0) GTEST_SKIP() << "/proc/self/io unavailable";

@@ -1,30 +1,54 @@
 // A transposed tensor of shape [C, R] over a source of shape [R, C] is served from tiles of the output:
-// kTileRows(C, R) output rows (source columns) x up to all R output columns (source rows), at most
-// kTileBytes. A tile is built by reading its source rows in bands of at most kBandBytes (one read per
-// source row segment, or one read per band when the tile spans every source column) and transposing each
-// band in 32 x 32 blocks. The last kCacheTiles tiles are shared by all threads (a front-to-back read of a
-// tensor builds each tile once, whichever threads serve it), so memory is bounded by
-// kCacheTiles * kTileBytes (32 MiB) plus one band buffer per building thread, plus tiles evicted while a
-// thread still copies from them.
+// whole output rows (source columns) when kMinTileRows of them fit in a tile, the tiles of a tensor equal
+// in size, each at most a quarter of the cache (16 MiB by default). A tile is built in bands of source
+// rows: the band's runs (one per source row and shard, from the source's own planner) are sorted by file
+// and offset and read in spans of at most kSpanBytes that take in the gaps between runs up to
+// kMaxGapBytes (a gap is cheaper to read than a pread), so a tile over a tensor-parallel source costs a
+// few large reads per shard, never one per row or element. Each band (kBandBytes, cache-resident) is
+// transposed into the tile in 8 x 8 (16-bit) or 4 x 4 (32-bit) SIMD blocks. The last kCacheTiles tiles
+// are shared by all server threads (a front-to-back read builds each tile once, whichever threads serve
+// it), and a reader past the middle of a tile has the next one built meanwhile on a thread of its own
+// (TilePrebuilder). Memory is bounded by the cache's size (64 MiB by default, -o transpose_cache_mb),
+// one spare tile buffer, a band and a span buffer per building thread, and tiles evicted while a thread
+// still copies from them.
 #include "catalog/transposed_reader.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <numeric>
+#include <optional>
+#include <thread>
+
+#include "catalog/dtype_convert.hpp"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace ckptfs::catalog {
 
 namespace {
 
-constexpr uint64_t kTileBytes = uint64_t{8} << 20;
-constexpr uint64_t kBandBytes = uint64_t{1} << 20;
 constexpr size_t kCacheTiles = 4;
+std::atomic<uint64_t> tile_bytes = kDefaultTransposedCacheBytes / kCacheTiles;
 constexpr uint64_t kMinTileRows = 64;  // a tile is at least this many output rows when rows are very long
-constexpr uint64_t kBlock = 32;        // the side of the blocks a band is transposed in
+constexpr uint64_t kBandBytes = uint64_t{256} << 10;  // the source elements a band gathers (fits L2)
+constexpr uint64_t kSpanBytes = uint64_t{1} << 20;    // the most one coalesced read spans
+constexpr uint64_t kMaxGapBytes = uint64_t{16} << 10;  // unneeded bytes read rather than one more pread
+constexpr uint64_t kBlock = 32;  // the source rows a pass of the transpose covers (64 B of a bf16 output row)
 
-using TileData = std::shared_ptr<const std::vector<std::byte>>;
+using TileData = std::shared_ptr<const std::byte[]>;
+
+// `extent` cut into equal parts of at most `most` (the last one shorter by less than the part count).
+uint64_t balanced_part(uint64_t extent, uint64_t most) {
+  const uint64_t parts = (extent + most - 1) / most;
+  return (extent + parts - 1) / parts;
+}
 
 // The output rows x columns of every tile of a [rows, cols] tensor of `size`-byte elements (edge tiles
 // are clipped).
@@ -32,52 +56,206 @@ struct TileGrid {
   uint64_t rows, cols;  // of the tensor
   uint64_t tile_rows, tile_cols;
   TileGrid(uint64_t rows_, uint64_t cols_, uint64_t size) : rows(rows_), cols(cols_) {
-    tile_cols = std::max<uint64_t>(1, std::min(cols, kTileBytes / size / kMinTileRows));
-    tile_rows = std::max<uint64_t>(1, std::min(rows, kTileBytes / size / tile_cols));
+    const uint64_t most = tile_bytes.load(std::memory_order_relaxed) / size;
+    tile_cols = balanced_part(std::max<uint64_t>(cols, 1), std::max<uint64_t>(1, most / kMinTileRows));
+    tile_rows = balanced_part(std::max<uint64_t>(rows, 1), std::max<uint64_t>(1, most / tile_cols));
   }
   uint64_t tiles_across() const { return (cols + tile_cols - 1) / tile_cols; }
+  bool operator==(const TileGrid&) const = default;
 };
 
-// dst[i * dst_stride + k] = src[k * src_stride + i] for i < n_i, k < n_k, in blocks that stay in cache.
+// ---- the transpose: dst[i * dst_stride + k] = src[k * src_stride + i] for k < n_k, i < n_i (strides in
+// elements), in blocks of kBlock source rows so that each output row gets whole cache lines --------------
+
 template <size_t kSize>
-void transpose_block(const std::byte* src, uint64_t src_stride, std::byte* dst, uint64_t dst_stride, uint64_t n_k,
-                     uint64_t n_i) {
+void transpose_scalar(const std::byte* src, uint64_t src_stride, std::byte* dst, uint64_t dst_stride, uint64_t n_k,
+                      uint64_t n_i) {
   for (uint64_t kb = 0; kb < n_k; kb += kBlock)
-    for (uint64_t ib = 0; ib < n_i; ib += kBlock)
+    for (uint64_t i = 0; i < n_i; ++i)
       for (uint64_t k = kb; k < std::min(n_k, kb + kBlock); ++k)
-        for (uint64_t i = ib; i < std::min(n_i, ib + kBlock); ++i)
-          std::memcpy(dst + (i * dst_stride + k) * kSize, src + (k * src_stride + i) * kSize, kSize);
+        std::memcpy(dst + (i * dst_stride + k) * kSize, src + (k * src_stride + i) * kSize, kSize);
 }
+
+#if defined(__SSE2__)
+// One 8 x 8 block of 16-bit elements; strides in bytes.
+void transpose_8x8_16(const std::byte* s, uint64_t ss, std::byte* d, uint64_t ds) {
+  __m128i r[8], t[8], u[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k * ss));
+  for (int k = 0; k < 4; ++k) {
+    t[2 * k] = _mm_unpacklo_epi16(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm_unpackhi_epi16(r[2 * k], r[2 * k + 1]);
+  }
+  for (int h = 0; h < 2; ++h)  // rows 0-3, 4-7
+    for (int k = 0; k < 2; ++k) {
+      u[4 * h + 2 * k] = _mm_unpacklo_epi32(t[4 * h + k], t[4 * h + k + 2]);
+      u[4 * h + 2 * k + 1] = _mm_unpackhi_epi32(t[4 * h + k], t[4 * h + k + 2]);
+    }
+  for (int c = 0; c < 4; ++c) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (2 * c) * ds), _mm_unpacklo_epi64(u[c], u[c + 4]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (2 * c + 1) * ds), _mm_unpackhi_epi64(u[c], u[c + 4]));
+  }
+}
+
+// One 4 x 4 block of 32-bit elements; strides in bytes.
+void transpose_4x4_32(const std::byte* s, uint64_t ss, std::byte* d, uint64_t ds) {
+  __m128i r[4];
+  for (int k = 0; k < 4; ++k) r[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k * ss));
+  const __m128i t0 = _mm_unpacklo_epi32(r[0], r[1]), t1 = _mm_unpackhi_epi32(r[0], r[1]);
+  const __m128i t2 = _mm_unpacklo_epi32(r[2], r[3]), t3 = _mm_unpackhi_epi32(r[2], r[3]);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(d), _mm_unpacklo_epi64(t0, t2));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(d + ds), _mm_unpackhi_epi64(t0, t2));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * ds), _mm_unpacklo_epi64(t1, t3));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * ds), _mm_unpackhi_epi64(t1, t3));
+}
+
+// The blocks of kMicro x kMicro elements through `kernel`, the edges element by element.
+template <size_t kSize, uint64_t kMicro, auto kernel>
+void transpose_simd(const std::byte* src, uint64_t src_stride, std::byte* dst, uint64_t dst_stride, uint64_t n_k,
+                    uint64_t n_i) {
+  const uint64_t k_main = n_k / kMicro * kMicro, i_main = n_i / kMicro * kMicro;
+  for (uint64_t kb = 0; kb < k_main; kb += kBlock)
+    for (uint64_t i = 0; i < i_main; i += kMicro)
+      for (uint64_t k = kb; k < std::min(k_main, kb + kBlock); k += kMicro)
+        kernel(src + (k * src_stride + i) * kSize, src_stride * kSize, dst + (i * dst_stride + k) * kSize,
+               dst_stride * kSize);
+  transpose_scalar<kSize>(src + k_main * src_stride * kSize, src_stride, dst + k_main * kSize, dst_stride,
+                          n_k - k_main, n_i);
+  transpose_scalar<kSize>(src + i_main * kSize, src_stride, dst + i_main * dst_stride * kSize, dst_stride, k_main,
+                          n_i - i_main);
+}
+#endif
 
 void transpose(uint64_t size, const std::byte* src, uint64_t src_stride, std::byte* dst, uint64_t dst_stride,
                uint64_t n_k, uint64_t n_i) {
   switch (size) {
-    case 1: return transpose_block<1>(src, src_stride, dst, dst_stride, n_k, n_i);
-    case 2: return transpose_block<2>(src, src_stride, dst, dst_stride, n_k, n_i);
-    case 4: return transpose_block<4>(src, src_stride, dst, dst_stride, n_k, n_i);
-    default: return transpose_block<8>(src, src_stride, dst, dst_stride, n_k, n_i);
+    case 1: return transpose_scalar<1>(src, src_stride, dst, dst_stride, n_k, n_i);
+#if defined(__SSE2__)
+    case 2: return transpose_simd<2, 8, transpose_8x8_16>(src, src_stride, dst, dst_stride, n_k, n_i);
+    case 4: return transpose_simd<4, 4, transpose_4x4_32>(src, src_stride, dst, dst_stride, n_k, n_i);
+#else
+    case 2: return transpose_scalar<2>(src, src_stride, dst, dst_stride, n_k, n_i);
+    case 4: return transpose_scalar<4>(src, src_stride, dst, dst_stride, n_k, n_i);
+#endif
+    default: return transpose_scalar<8>(src, src_stride, dst, dst_stride, n_k, n_i);
   }
 }
 
+// ---- bands of source rows, read with few large reads ---------------------------------------------------
+
+// Reads source rows [row0, row0 + n) x columns [col0, col0 + width) of `src` ([R, C], served in
+// src.dtype) into `band` (row-major, stride width).
+class BandReader {
+ public:
+  void read(const LogicalTensor& src, uint64_t row0, uint64_t n, uint64_t col0, uint64_t width,
+            std::span<std::byte> band) {
+    const uint64_t cols = static_cast<uint64_t>(src.shape[1]), size = dtype_size(src.dtype);
+    if (src.transpose_of) {  // its runs are its own source's, not placeable: read row by row
+      for (uint64_t k = 0; k < n; ++k)
+        read_tensor(src, ((row0 + k) * cols + col0) * size, band.subspan(k * width * size, width * size));
+      return;
+    }
+    runs_.clear();
+    if (width == cols)
+      append_runs(src, row0 * cols, n * cols, runs_);
+    else
+      for (uint64_t k = 0; k < n; ++k) append_runs(src, (row0 + k) * cols + col0, width, runs_);
+    order_.resize(runs_.size());
+    std::iota(order_.begin(), order_.end(), size_t{0});
+    std::sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
+      const Piece &x = runs_[a], &y = runs_[b];
+      return x.file != y.file ? x.file.get() < y.file.get() : x.src_offset < y.src_offset;
+    });
+    // Where a run's elements go in the band (a run never crosses a row unless the band has whole rows).
+    const auto place = [&](const Piece& p) {
+      return band.subspan(((p.dst_begin / cols - row0) * width + p.dst_begin % cols - col0) * size, p.count * size);
+    };
+    for (size_t i = 0; i < order_.size();) {
+      const Piece& first = runs_[order_[i]];
+      const uint64_t begin = first.src_offset;
+      uint64_t end = begin + bytes_of(first);
+      size_t j = i + 1;
+      for (; j < order_.size(); ++j) {
+        const Piece& p = runs_[order_[j]];
+        const uint64_t p_end = std::max(end, p.src_offset + bytes_of(p));
+        if (p.file != first.file || p.src_offset > end + kMaxGapBytes || p_end - begin > kSpanBytes) break;
+        end = p_end;
+      }
+      if (j == i + 1 && first.src_dtype == src.dtype) {
+        first.file->read_exact(begin, place(first));
+      } else {
+        span_.resize(end - begin);
+        first.file->read_exact(begin, span_);
+        for (size_t k = i; k < j; ++k) {
+          const Piece& p = runs_[order_[k]];
+          const auto in = std::span<const std::byte>(span_).subspan(p.src_offset - begin, bytes_of(p));
+          if (p.src_dtype == src.dtype)
+            std::memcpy(place(p).data(), in.data(), in.size());
+          else
+            convert(p.src_dtype, src.dtype, in, place(p));
+        }
+      }
+      i = j;
+    }
+  }
+
+ private:
+  static uint64_t bytes_of(const Piece& p) { return p.count * dtype_size(p.src_dtype); }
+
+  std::vector<Piece> runs_;
+  std::vector<size_t> order_;
+  std::vector<std::byte> span_;
+};
+
 // Output rows [row0, row0 + n_rows) x columns [col0, col0 + n_cols) of the transpose of `src` ([R, C]),
 // row-major with stride n_cols.
-std::vector<std::byte> build_tile(const LogicalTensor& src, uint64_t row0, uint64_t n_rows, uint64_t col0,
-                                  uint64_t n_cols) {
-  const uint64_t size = dtype_size(src.dtype), src_cols = static_cast<uint64_t>(src.shape[1]);
-  std::vector<std::byte> tile(n_rows * n_cols * size);
-  std::vector<std::byte> band;  // not thread_local: a source may itself be transposed
+// Tile buffers given back by the last reader of an evicted tile, kept for the next tile: a fresh 16 MiB
+// buffer costs 4,096 page faults. At most kSpareTiles are kept, so memory stays bounded.
+class TilePool {
+ public:
+  // A buffer of at least `bytes` (contents unspecified: the tile writes every byte) that returns here
+  // when its last holder drops it.
+  std::shared_ptr<std::byte[]> take(uint64_t bytes) {
+    std::unique_ptr<std::byte[]> buffer;
+    uint64_t capacity = bytes;
+    {
+      std::lock_guard lock(mutex_);
+      const auto it = std::find_if(spares_.begin(), spares_.end(), [&](const Spare& s) { return s.capacity >= bytes; });
+      if (it != spares_.end()) {
+        buffer = std::move(it->buffer);
+        capacity = it->capacity;
+        spares_.erase(it);
+      }
+    }
+    if (!buffer) buffer = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    return {buffer.release(), [this, capacity](std::byte* p) { give_back(std::unique_ptr<std::byte[]>(p), capacity); }};
+  }
+
+ private:
+  static constexpr size_t kSpareTiles = 1;
+  struct Spare {
+    std::unique_ptr<std::byte[]> buffer;
+    uint64_t capacity;
+  };
+  void give_back(std::unique_ptr<std::byte[]> buffer, uint64_t capacity) {
+    std::lock_guard lock(mutex_);
+    if (spares_.size() < kSpareTiles) spares_.push_back({std::move(buffer), capacity});
+  }
+  std::mutex mutex_;
+  std::vector<Spare> spares_;
+};
+
+TileData build_tile(const LogicalTensor& src, uint64_t row0, uint64_t n_rows, uint64_t col0, uint64_t n_cols,
+                    TilePool& pool) {
+  const uint64_t size = dtype_size(src.dtype);
+  const std::shared_ptr<std::byte[]> tile = pool.take(n_rows * n_cols * size);
+  BandReader reader;  // not thread_local: a source may itself be transposed
+  std::vector<std::byte> band;
   const uint64_t band_rows = std::max<uint64_t>(1, kBandBytes / (n_rows * size));
   for (uint64_t r = 0; r < n_cols; r += band_rows) {  // source rows col0 + r ...
     const uint64_t n = std::min(band_rows, n_cols - r);
     band.resize(n * n_rows * size);
-    if (n_rows == src_cols) {
-      read_tensor(src, (col0 + r) * src_cols * size, band);
-    } else {
-      for (uint64_t k = 0; k < n; ++k)
-        read_tensor(src, ((col0 + r + k) * src_cols + row0) * size,
-                    std::span(band).subspan(k * n_rows * size, n_rows * size));
-    }
-    transpose(size, band.data(), n_rows, tile.data() + r * size, n_cols, n, n_rows);
+    reader.read(src, col0 + r, n, row0, n_rows, band);
+    transpose(size, band.data(), n_rows, tile.get() + r * size, n_cols, n, n_rows);
   }
   return tile;
 }
@@ -92,7 +270,7 @@ class TileCache {
       std::lock_guard lock(mutex_);
       ++clock_;
       for (Entry& e : entries_)
-        if (e.src == src && e.index == index) {
+        if (e.src == src && e.grid == grid && e.index == index) {
           e.last_use = clock_;
           ready = e.data;
         }
@@ -100,21 +278,21 @@ class TileCache {
         if (entries_.size() == kCacheTiles)
           entries_.erase(std::min_element(entries_.begin(), entries_.end(),
                                           [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; }));
-        entries_.push_back({src, index, promise.get_future().share(), clock_});
+        entries_.push_back({src, grid, index, promise.get_future().share(), clock_});
       }
     }
     if (ready.valid()) return ready.get();
     try {
       const uint64_t row0 = index / grid.tiles_across() * grid.tile_rows;
       const uint64_t col0 = index % grid.tiles_across() * grid.tile_cols;
-      auto tile = std::make_shared<const std::vector<std::byte>>(build_tile(
-          *src, row0, std::min(grid.tile_rows, grid.rows - row0), col0, std::min(grid.tile_cols, grid.cols - col0)));
+      TileData tile = build_tile(*src, row0, std::min(grid.tile_rows, grid.rows - row0), col0,
+                                 std::min(grid.tile_cols, grid.cols - col0), pool_);
       promise.set_value(tile);
       return tile;
     } catch (...) {
       promise.set_exception(std::current_exception());
       std::lock_guard lock(mutex_);  // a failed read is retried by the next request
-      std::erase_if(entries_, [&](const Entry& e) { return e.src == src && e.index == index; });
+      std::erase_if(entries_, [&](const Entry& e) { return e.src == src && e.grid == grid && e.index == index; });
       throw;
     }
   }
@@ -122,21 +300,79 @@ class TileCache {
  private:
   struct Entry {
     std::shared_ptr<const LogicalTensor> src;  // held, so that its address names no other tensor meanwhile
+    TileGrid grid;                             // the tiling in force when it was built
     uint64_t index;
     std::shared_future<TileData> data;
     uint64_t last_use;
   };
+  TilePool pool_;  // before entries_: the tiles they hold go back to it when they are destroyed
   std::mutex mutex_;
   std::vector<Entry> entries_;
   uint64_t clock_ = 0;
 };
 
+// Never destroyed: the prebuilder's thread may be building a tile when the process exits.
 TileCache& tile_cache() {
-  static TileCache cache;
-  return cache;
+  static auto* cache = new TileCache;
+  return *cache;
+}
+
+// Builds, on a thread of its own, the tile a front-to-back reader will need next while the threads serving
+// it copy from the current one, so that the reader does not wait for each tile in turn. One build at a
+// time; a request while it is busy is dropped (the reader then builds the tile itself).
+class TilePrebuilder {
+ public:
+  void request(const std::shared_ptr<const LogicalTensor>& src, uint64_t index, const TileGrid& grid) {
+    {
+      std::lock_guard lock(mutex_);
+      if (busy_ || (src.get() == last_src_ && index == last_index_)) return;
+      busy_ = true;
+      last_src_ = src.get();  // compared only: a reader asks again on each read past a tile's middle
+      last_index_ = index;
+      job_ = Job{src, index, grid};
+    }
+    ready_.notify_one();
+  }
+
+ private:
+  struct Job {
+    std::shared_ptr<const LogicalTensor> src;
+    uint64_t index;
+    TileGrid grid;
+  };
+  void run() {
+    for (;;) {
+      std::unique_lock lock(mutex_);
+      ready_.wait(lock, [&] { return job_.has_value(); });
+      const Job job = std::move(*job_);
+      job_.reset();
+      lock.unlock();
+      try {
+        tile_cache().get(job.src, job.index, job.grid);
+      } catch (...) {  // not cached: the reader that needs the tile builds it and reports the error
+      }
+      lock.lock();
+      busy_ = false;
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::optional<Job> job_;
+  bool busy_ = false;
+  const LogicalTensor* last_src_ = nullptr;
+  uint64_t last_index_ = 0;
+  std::thread thread_{[this] { run(); }};  // last: starts once the members it uses exist
+};
+
+// Started at the first read of a transposed tensor (after the daemon has forked), never destroyed.
+TilePrebuilder& prebuilder() {
+  static auto* p = new TilePrebuilder;
+  return *p;
 }
 
 }  // namespace
+
+void set_transposed_cache_bytes(uint64_t bytes) { tile_bytes = std::max<uint64_t>(bytes, 1 << 20) / kCacheTiles; }
 
 void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out) {
   const uint64_t size = dtype_size(tensor.dtype);
@@ -154,19 +390,29 @@ void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count
     const uint64_t width = std::min(grid.tile_cols, grid.cols - col0);
     const uint64_t n = std::min({end - e, col0 + width - col});
     std::memcpy(out.data() + (e - first) * size,
-                tile->data() + ((row % grid.tile_rows) * width + (col - col0)) * size, n * size);
+                tile.get() + ((row % grid.tile_rows) * width + (col - col0)) * size, n * size);
     e += n;
   }
+  // A reader past the middle of a tile of whole rows is likely to read the next one soon: build it now.
+  const uint64_t last_row = (first + count - 1) / grid.cols;
+  if (count > 0 && grid.tiles_across() == 1 && last_row % grid.tile_rows >= grid.tile_rows / 2 &&
+      last_row / grid.tile_rows + 1 < (grid.rows + grid.tile_rows - 1) / grid.tile_rows)
+    prebuilder().request(tensor.transpose_of, last_row / grid.tile_rows + 1, grid);
 }
 
 void append_transposed_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out) {
-  if (count == 0) return;
-  const uint64_t rows = static_cast<uint64_t>(tensor.shape[1]), cols = static_cast<uint64_t>(tensor.shape[0]);
-  const uint64_t last = first + count - 1;
-  const uint64_t col_lo = first / rows, col_hi = last / rows;  // source columns
-  const uint64_t row_lo = col_lo == col_hi ? first % rows : 0, row_hi = col_lo == col_hi ? last % rows : rows - 1;
-  for (uint64_t r = row_lo; r <= row_hi; ++r)
-    append_runs(*tensor.transpose_of, r * cols + col_lo, col_hi - col_lo + 1, out);
+  const TileGrid grid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]),
+                      dtype_size(tensor.dtype));
+  const uint64_t end = first + count;
+  for (uint64_t row0 = (first / grid.cols + grid.tile_rows - 1) / grid.tile_rows * grid.tile_rows;
+       row0 < grid.rows && row0 * grid.cols < end; row0 += grid.tile_rows)
+    for (uint64_t col0 = 0; col0 < grid.cols && row0 * grid.cols + col0 < end; col0 += grid.tile_cols) {
+      if (row0 * grid.cols + col0 < first) continue;
+      // The tile's source block: source rows [col0, +width) x source columns [row0, +height).
+      const uint64_t height = std::min(grid.tile_rows, grid.rows - row0);
+      for (uint64_t r = col0; r < std::min(grid.cols, col0 + grid.tile_cols); ++r)
+        append_runs(*tensor.transpose_of, r * grid.rows + row0, height, out);
+    }
 }
 
 }  // namespace ckptfs::catalog

@@ -13,8 +13,15 @@ namespace ckptfs::catalog {
 // Writes elements [first, first + count) of the transposed `tensor` into `out`.
 void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out);
 
-// Appends the source runs that elements [first, first + count) of the transposed `tensor` are read from
-// (the source columns they are, in every source row they touch); dst_begin is the source's element index.
+// The memory the tiles of transposed tensors may hold, shared by all threads: kCacheTiles tiles of at
+// most a quarter of it each (default 64 MiB; `-o transpose_cache_mb=N`, at least 1 MiB). Set before serving.
+void set_transposed_cache_bytes(uint64_t bytes);
+inline constexpr uint64_t kDefaultTransposedCacheBytes = uint64_t{64} << 20;
+
+// Appends the source runs that a front-to-back read of elements [first, first + count) of the transposed
+// `tensor` newly reads, for prefetch: the source block (every source row's segment) of each tile that
+// starts in the range, as a tile is built whole; nothing when none starts there. dst_begin is the
+// source's element index.
 void append_transposed_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out);
 
 }  // namespace ckptfs::catalog

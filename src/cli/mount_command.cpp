@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "catalog/transposed_reader.hpp"
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/fuse.hpp"
 #include "ckptfs/index.hpp"
@@ -53,6 +54,8 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      decoded_cache_mb=N  memory for decoded compressed items (DCP's ZStandard extension), in MiB
                       (default 256; 0: none); an item larger than it is decoded again for each read,
                       streamed to the range asked for
+     transpose_cache_mb=N  memory for the tiles transposed tensors (GPT-2's Conv1D weights in hf/) are
+                      served from, shared by all server threads, in MiB (default 64, at least 1)
      index_cache=DIR  where the index of SRC is kept (default $XDG_CACHE_HOME/ckptfs, else
                       ~/.cache/ckptfs); a mount of unchanged sources loads it instead of parsing;
                       index_cache=off neither reads nor writes one (docs/mount.md)
@@ -69,6 +72,7 @@ struct MountArguments {
   fuse::ServeOptions serve;
   std::optional<unsigned> max_open;
   std::optional<unsigned> decoded_cache_mb;
+  std::optional<unsigned> transpose_cache_mb;
   std::optional<fs::path> index_cache = index::default_cache_dir();  // nullopt: off
 };
 
@@ -104,6 +108,8 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.max_open = parse_number(option, 1);
   } else if (option.starts_with("decoded_cache_mb=")) {
     m.decoded_cache_mb = parse_number(option, 0);
+  } else if (option.starts_with("transpose_cache_mb=")) {
+    m.transpose_cache_mb = parse_number(option, 1);
   } else if (option.starts_with("index_cache=")) {
     const std::string dir = option.substr(12);
     if (dir.empty()) throw UsageError(fmt::format("-o {}: expected a directory or 'off'", option));
@@ -178,6 +184,7 @@ int run_mount(int argc, char** argv) {
     m.serve.mountpoint = fuse::check_mountpoint(m.mountpoint.string());  // before the long indexing
     if (m.max_open) io::set_max_open_files(*m.max_open);
     if (m.decoded_cache_mb) io::set_decoded_cache_bytes(uint64_t{*m.decoded_cache_mb} << 20);
+    if (m.transpose_cache_mb) catalog::set_transposed_cache_bytes(uint64_t{*m.transpose_cache_mb} << 20);
     // With prefetch on, the kernel's own readahead on the sources is off from the first read of the
     // indexing on: a readahead window it opens there leaves a marker page that a later read of the masters
     // hits, and the chain of readaheads that follows (which FADV_RANDOM set afterwards does not stop) reads
