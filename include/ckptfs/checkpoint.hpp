@@ -29,11 +29,17 @@ struct Topology {
 
 using CatalogPtr = std::shared_ptr<const catalog::Catalog>;
 
+// What a catalog of a model's weights is served as, in that model's folder (the mount root, or verl's
+// critic/): model.safetensors (model: the training dtype), fp32/pytorch_model.bin and fp32/model.safetensors
+// (fp32: master weights, the zero_to_fp32 equivalent), hf/model.safetensors (hf: Hugging Face names).
+enum class ViewRole { model, fp32, hf };
+std::string_view role_name(ViewRole role);  // "model", "fp32", "hf"
+
 // One trainable parameter of a universal checkpoint: zero/<name>/{fp32,<state keys>,step}.pt.
 struct UniversalParam {
   std::string name;
-  const catalog::LogicalTensor* fp32 = nullptr;        // in the tag's "fp32" catalog
-  std::vector<const catalog::LogicalTensor*> state;    // aligned with UniversalPlan::state_keys
+  catalog::TensorRef fp32;                             // its master (in the tag's "fp32" catalog)
+  std::vector<catalog::TensorRef> state;               // aligned with UniversalPlan::state_keys
   pickle::ValuePtr step;                               // step.pt (its group's step); null: no step.pt
   // The keys ds_to_universal writes before 'param' in the dict form (how tensor-parallel slices were
   // joined: cat_dim, param_n_sub_params, vocab_tensor); unset: {'cat_dim': 0}.
@@ -49,15 +55,13 @@ struct UniversalPlan {
   std::vector<UniversalParam> params;   // trainable parameters, as the optimizer lists them
   pickle::ValuePtr optimizer_state;     // zero/optimizer_state.pt (tensors as catalog::tensor_value)
   std::vector<std::filesystem::path> model_state_files;  // copied byte for byte
-  std::vector<CatalogPtr> keep_alive;                    // catalogs the pointers above refer to
 };
 
 // A whole nested state dict served as one torch.save file (DCP: full_state.pt, what dcp_to_torch_save
-// writes); its tensors are catalog::tensor_value references into `keep_alive`.
+// writes); its tensors are catalog::tensor_value handles.
 struct StateFile {
   std::string path;  // relative to the tag's views: "full_state.pt", "full_state/optimizer_0.pt"
   pickle::ValuePtr value;
-  std::vector<CatalogPtr> keep_alive;
 };
 
 // A file of a derived view (hf/config.json built from the saved args, a tokenizer file passed through):
@@ -73,11 +77,12 @@ struct Tag {
   std::filesystem::path dir;
   std::string format;  // what the tag dir holds: "DeepSpeed checkpoint", "DeepSpeed universal checkpoint"
   Topology topology;
-  // Catalogs by role: "fp32" (master weights, zero_to_fp32 equivalent; absent when the checkpoint has
-  // none), "model" (weights in the training dtype), per-parameter optimizer state ("exp_avg",
-  // "exp_avg_sq", ...) where partitioned, and "hf" (Hugging Face names, Megatron-LM); a further model's
-  // "<folder>:model" and "<folder>:fp32", served in <folder>/ (verl's critic: "critic:model").
-  std::map<std::string, CatalogPtr, std::less<>> catalogs;
+  // Weights by model folder ("": the root; verl's "critic") and view role (fp32 absent when the
+  // checkpoint has no masters, hf only for Megatron-LM).
+  std::map<std::string, std::map<ViewRole, CatalogPtr>, std::less<>> models;
+  // Catalogs served as no view of their own, by name, apart from the roles: per-parameter optimizer state
+  // ("exp_avg", "exp_avg_sq", ...) where partitioned, a whole saved state dict ("state", "state/<dir>").
+  std::map<std::string, CatalogPtr, std::less<>> states;
   std::shared_ptr<const UniversalPlan> universal;  // null: no partitioned optimizer state to show
   std::vector<StateFile> state_files;
   // Regular files of the tag dir that are not checkpoint data (an HF Trainer step dir's config.json,
@@ -87,8 +92,14 @@ struct Tag {
   std::vector<std::filesystem::path> files;        // every checkpoint file of the tag
   std::vector<std::string> notes;                  // deviations from the reference tools, for `inspect`
 
-  // The catalog of `role`; throws std::out_of_range when the tag has none.
-  const CatalogPtr& catalog(std::string_view role) const;
+  // The catalog of `role` in model `folder`; throws std::out_of_range when the tag has none.
+  const CatalogPtr& catalog(ViewRole role, std::string_view folder = "") const;
+  bool has(ViewRole role, std::string_view folder = "") const;
+  // Adds `catalog` as `role` of model `folder` unless the tag has one.
+  void add(ViewRole role, CatalogPtr catalog, const std::string& folder = "");
+  // Every catalog under the name inspect and ckptfs.json show, in that order: "model", "fp32", "hf" of the
+  // root, "<folder>:<role>" of a further model, a state's name.
+  std::vector<std::pair<std::string, CatalogPtr>> named_catalogs() const;
 };
 
 // A tag of the save dir that could not be read (an older broken step, a damaged universal dir beside a

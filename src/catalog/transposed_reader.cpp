@@ -149,7 +149,7 @@ class BandReader {
   void read(const LogicalTensor& src, uint64_t row0, uint64_t n, uint64_t col0, uint64_t width,
             std::span<std::byte> band) {
     const uint64_t cols = static_cast<uint64_t>(src.shape[1]), size = dtype_size(src.dtype);
-    if (src.transpose_of) {  // its runs are its own source's, not placeable: read row by row
+    if (std::holds_alternative<Transposed>(src.source)) {  // its runs are its own source's, not placeable: read row by row
       for (uint64_t k = 0; k < n; ++k)
         read_tensor(src, ((row0 + k) * cols + col0) * size, band.subspan(k * width * size, width * size));
       return;
@@ -374,7 +374,8 @@ TilePrebuilder& prebuilder() {
 
 void set_transposed_cache_bytes(uint64_t bytes) { tile_bytes = std::max<uint64_t>(bytes, 1 << 20) / kCacheTiles; }
 
-void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out) {
+void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
+                     std::span<std::byte> out) {
   const uint64_t size = dtype_size(tensor.dtype);
   const TileGrid grid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]), size);
   TileData tile;
@@ -383,7 +384,7 @@ void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count
     const uint64_t row = e / grid.cols, col = e % grid.cols;
     const uint64_t index = row / grid.tile_rows * grid.tiles_across() + col / grid.tile_cols;
     if (!tile || index != tile_index) {
-      tile = tile_cache().get(tensor.transpose_of, index, grid);
+      tile = tile_cache().get(source.of, index, grid);
       tile_index = index;
     }
     const uint64_t col0 = col / grid.tile_cols * grid.tile_cols;
@@ -397,10 +398,11 @@ void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count
   const uint64_t last_row = (first + count - 1) / grid.cols;
   if (count > 0 && grid.tiles_across() == 1 && last_row % grid.tile_rows >= grid.tile_rows / 2 &&
       last_row / grid.tile_rows + 1 < (grid.rows + grid.tile_rows - 1) / grid.tile_rows)
-    prebuilder().request(tensor.transpose_of, last_row / grid.tile_rows + 1, grid);
+    prebuilder().request(source.of, last_row / grid.tile_rows + 1, grid);
 }
 
-void append_transposed_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out) {
+void append_transposed_runs(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
+                            std::vector<Piece>& out) {
   const TileGrid grid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]),
                       dtype_size(tensor.dtype));
   const uint64_t end = first + count;
@@ -411,7 +413,7 @@ void append_transposed_runs(const LogicalTensor& tensor, uint64_t first, uint64_
       // The tile's source block: source rows [col0, +width) x source columns [row0, +height).
       const uint64_t height = std::min(grid.tile_rows, grid.rows - row0);
       for (uint64_t r = col0; r < std::min(grid.cols, col0 + grid.tile_cols); ++r)
-        append_runs(*tensor.transpose_of, r * grid.rows + row0, height, out);
+        append_runs(*source.of, r * grid.rows + row0, height, out);
     }
 }
 

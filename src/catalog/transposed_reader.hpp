@@ -1,4 +1,4 @@
-// Reads of a transposed tensor (LogicalTensor::transpose_of, Hugging Face GPT-2's Conv1D weights) through
+// Reads of a transposed tensor (catalog::Transposed, Hugging Face GPT-2's Conv1D weights) through
 // tiles of it built with few large source reads and shared by all server threads.
 #pragma once
 
@@ -11,7 +11,8 @@
 namespace ckptfs::catalog {
 
 // Writes elements [first, first + count) of the transposed `tensor` into `out`.
-void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out);
+void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
+                     std::span<std::byte> out);
 
 // The memory the tiles of transposed tensors may hold, shared by all threads: kCacheTiles tiles of at
 // most a quarter of it each (default 64 MiB; `-o transpose_cache_mb=N`, at least 1 MiB). Set before serving.
@@ -22,6 +23,7 @@ inline constexpr uint64_t kDefaultTransposedCacheBytes = uint64_t{64} << 20;
 // `tensor` newly reads, for prefetch: the source block (every source row's segment) of each tile that
 // starts in the range, as a tile is built whole; nothing when none starts there. dst_begin is the
 // source's element index.
-void append_transposed_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out);
+void append_transposed_runs(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
+                            std::vector<Piece>& out);
 
 }  // namespace ckptfs::catalog

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <unordered_map>
 
@@ -158,38 +160,50 @@ class Merger {
 
   // Every catalog of the ranks, merged name by name.
   void merge_catalogs(Tag& out) {
-    for (const auto& [role, first] : ranks_.front().tag.catalogs) {
-      auto merged = std::make_shared<Catalog>();
-      std::vector<std::unordered_map<std::string, size_t>> index(ranks_.size());
-      for (size_t r = 0; r < ranks_.size(); ++r) {
-        const auto& c = ranks_[r].tag.catalog(role);
-        for (size_t i = 0; i < c->tensors.size(); ++i) index[r].emplace(c->tensors[i].name, i);
+    for (const auto& [folder, roles] : ranks_.front().tag.models)
+      for (const auto& [role, first] : roles) {
+        const auto of_rank = [&, role = role, folder = folder](size_t r) { return ranks_[r].tag.catalog(role, folder); };
+        out.models[folder][role] = merge_catalog(std::string(role_name(role)), of_rank, out);
       }
-      for (const auto& t : first->tensors) {
-        std::vector<formats::RankTensor> slices;
-        for (size_t r = 0; r < ranks_.size(); ++r) {
-          const auto& c = ranks_[r].tag.catalog(role);
-          auto it = index[r].find(t.name);
-          if (it == index[r].end())
-            throw FormatError(fmt::format("{}: TP rank {} has no {} tensor {} (TP rank 0 has it)",
-                                          ranks_[r].tag.dir.string(), r, role, t.name));
-          slices.push_back(formats::rank_tensor(member(c, it->second), rank_file(r)));
-        }
-        std::string pattern;
-        if (const auto* sp = info_.sub_params_of(t.name, &pattern)) {
-          merged->tensors.push_back(merge_sub_params(t.name, slices, sub_layout(info_, *sp, pattern, t.name, slices), t.dtype));
-          continue;
-        }
-        const Split split = split_of(t.name);
-        if (split == Split::Replicated)
-          if (auto r = formats::differing_replica(t.name, slices))
-            out.notes.push_back(fmt::format("{} {} is replicated over TP ranks but differs on TP rank {}: rank 0's copy "
-                                            "is served",
-                                            role, t.name, *r));
-        merged->tensors.push_back(formats::merge_tensor_parallel(t.name, split, slices, t.dtype));
-      }
-      out.catalogs[role] = std::move(merged);
+    for (const auto& [state, first] : ranks_.front().tag.states) {
+      const auto of_rank = [&, state = state](size_t r) { return ranks_[r].tag.states.at(state); };
+      out.states[state] = merge_catalog(state, of_rank, out);
     }
+  }
+
+  // The catalog `role` of every rank (of_rank(r)) merged name by name.
+  CatalogPtr merge_catalog(const std::string& role, const std::function<CatalogPtr(size_t)>& of_rank, Tag& out) {
+    const CatalogPtr first = of_rank(0);
+    auto merged = std::make_shared<Catalog>();
+    std::vector<std::unordered_map<std::string, size_t>> index(ranks_.size());
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const auto c = of_rank(r);
+      for (size_t i = 0; i < c->tensors.size(); ++i) index[r].emplace(c->tensors[i].name, i);
+    }
+    for (const auto& t : first->tensors) {
+      std::vector<formats::RankTensor> slices;
+      for (size_t r = 0; r < ranks_.size(); ++r) {
+        const auto c = of_rank(r);
+        auto it = index[r].find(t.name);
+        if (it == index[r].end())
+          throw FormatError(fmt::format("{}: TP rank {} has no {} tensor {} (TP rank 0 has it)",
+                                        ranks_[r].tag.dir.string(), r, role, t.name));
+        slices.push_back(formats::rank_tensor(member(c, it->second), rank_file(r)));
+      }
+      std::string pattern;
+      if (const auto* sp = info_.sub_params_of(t.name, &pattern)) {
+        merged->tensors.push_back(merge_sub_params(t.name, slices, sub_layout(info_, *sp, pattern, t.name, slices), t.dtype));
+        continue;
+      }
+      const Split split = split_of(t.name);
+      if (split == Split::Replicated)
+        if (auto r = formats::differing_replica(t.name, slices))
+          out.notes.push_back(fmt::format("{} {} is replicated over TP ranks but differs on TP rank {}: rank 0's copy "
+                                          "is served",
+                                          role, t.name, *r));
+      merged->tensors.push_back(formats::merge_tensor_parallel(t.name, split, slices, t.dtype));
+    }
+    return merged;
   }
 
   // The universal plan of the merged tag: the ranks' parameters and state with the merged tensors, and
@@ -204,22 +218,21 @@ class Merger {
       for (const auto& f : r.tag.universal->model_state_files) plan->model_state_files.push_back(f);
     }
     auto trimmed = std::make_shared<Catalog>();  // vocabulary tensors without their padding rows
-    trimmed->tensors.reserve(plan->params.size() * (1 + plan->state_keys.size()));
-    const auto fp32 = out.catalog("fp32");
+    const auto fp32 = out.catalog(ViewRole::fp32);
     std::vector<CatalogPtr> states;
-    for (const auto& key : plan->state_keys) states.push_back(out.catalog(key));
+    for (const auto& key : plan->state_keys) states.push_back(out.states.at(key));
     // Tensors by name per catalog: a lookup per parameter, not a scan.
     const auto index_of = [](const CatalogPtr& c) {
-      std::unordered_map<std::string_view, const LogicalTensor*> index;
-      for (const auto& t : c->tensors) index.emplace(t.name, &t);
+      std::unordered_map<std::string_view, size_t> index;
+      for (size_t i = 0; i < c->tensors.size(); ++i) index.emplace(c->tensors[i].name, i);
       return index;
     };
-    const auto find = [](const auto& index, const std::string& name) -> const LogicalTensor* {
+    const auto find = [](const CatalogPtr& c, const auto& index, const std::string& name) -> catalog::TensorRef {
       auto it = index.find(name);
-      return it == index.end() ? nullptr : it->second;
+      return it == index.end() ? catalog::TensorRef{} : catalog::TensorRef{c, it->second};
     };
     const auto fp32_index = index_of(fp32);
-    std::vector<std::unordered_map<std::string_view, const LogicalTensor*>> state_index;
+    std::vector<std::unordered_map<std::string_view, size_t>> state_index;
     for (const auto& c : states) state_index.push_back(index_of(c));
     for (auto& p : plan->params) {
       std::vector<std::pair<std::string, pickle::ValuePtr>> keys;
@@ -248,8 +261,8 @@ class Merger {
         keys.emplace_back("vocab_tensor", std::move(yes));
       }
       p.merge_keys = std::move(keys);
-      const auto pick = [&](const LogicalTensor* merged) -> const LogicalTensor* {
-        if (merged == nullptr || !vocab) return merged;
+      const auto pick = [&](const catalog::TensorRef& merged) -> catalog::TensorRef {
+        if (!merged || !vocab) return merged;
         std::vector<catalog::Box> boxes;
         const int64_t rows = std::min(merged->shape.at(0), *info_.original_vocab_size);
         catalog::append_slice(boxes, *merged, 0, 0, rows, 0);
@@ -257,17 +270,14 @@ class Merger {
         shape[0] = rows;
         trimmed->tensors.push_back(
             catalog::assembled_tensor(merged->name, merged->dtype, std::move(shape), std::move(boxes), "vocabulary rows"));
-        return &trimmed->tensors.back();
+        return {trimmed, trimmed->tensors.size() - 1};
       };
-      p.fp32 = pick(find(fp32_index, p.name));
-      for (size_t k = 0; k < states.size(); ++k) p.state[k] = pick(find(state_index[k], p.name));
-      if (p.fp32 == nullptr || std::find(p.state.begin(), p.state.end(), nullptr) != p.state.end())
+      p.fp32 = pick(find(fp32, fp32_index, p.name));
+      for (size_t k = 0; k < states.size(); ++k) p.state[k] = pick(find(states[k], state_index[k], p.name));
+      if (!p.fp32 || std::any_of(p.state.begin(), p.state.end(), [](const auto& s) { return !s; }))
         throw FormatError(fmt::format("{}: parameter {} has no merged fp32 master or optimizer state",
                                       out.dir.string(), p.name));
     }
-    plan->keep_alive = {fp32, trimmed};
-    for (const auto& c : states) plan->keep_alive.push_back(c);
-    for (const auto& c : first->keep_alive) plan->keep_alive.push_back(c);  // the optimizer state's tensors
     return plan;
   }
 
