@@ -123,20 +123,25 @@ def test_a_changed_source_is_parsed_again(change, case_copy, ckptfs_bin, export_
             assert "global_step99" in os.listdir(tmp_path / "mnt2" / "tags")
 
 
-DAMAGES = ["truncated", "garbage", "other version"] + [f"flipped byte at {k}/8" for k in range(1, 8)]
-
-
-@pytest.mark.parametrize("damage", DAMAGES)
-def test_a_damaged_index_is_parsed_again(damage, case_copy, ckptfs_bin, export_cache, tmp_path):
+def indexed_copy(case_copy, ckptfs_bin, tmp_path):
+    """A copy of a case indexed by `ckptfs index`: (source, cache dir, index file, its bytes)."""
     src = case_copy("z1_bf16_dp2")
     cache = tmp_path / "cache"
     r = run_ckptfs(ckptfs_bin, "index", src, "--cache", cache)
     H.assert_ok(r)
     index_file = r.stdout.strip()
-    data = bytearray(open(index_file, "rb").read())
+    return src, cache, index_file, bytearray(open(index_file, "rb").read())
+
+
+DAMAGES = ["truncated", "garbage", "other version"] + [f"flipped byte at {k}/8" for k in range(1, 8)]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_index_is_parsed_again(damage, case_copy, ckptfs_bin, export_cache, tmp_path):
+    src, cache, index_file, data = indexed_copy(case_copy, ckptfs_bin, tmp_path)
     if damage == "truncated":
         data = data[: len(data) // 2]
-    elif damage.startswith("flipped byte"):  # anywhere: a header field, the lz4 block's tokens or literals
+    elif damage.startswith("flipped byte"):  # anywhere: a header field, the lz4 frame's blocks or checksums
         k = int(damage.split()[-1].split("/")[0])
         data[len(data) * k // 8] ^= 0xFF
     elif damage == "garbage":
@@ -178,12 +183,7 @@ def build_id_of(binary):
 
 
 def test_an_index_of_another_build_is_not_trusted(case_copy, ckptfs_bin, tmp_path):
-    src = case_copy("z1_bf16_dp2")
-    cache = tmp_path / "cache"
-    r = run_ckptfs(ckptfs_bin, "index", src, "--cache", cache)
-    H.assert_ok(r)
-    index_file = r.stdout.strip()
-    data = bytearray(open(index_file, "rb").read())
+    src, cache, index_file, data = indexed_copy(case_copy, ckptfs_bin, tmp_path)
     build_id = build_id_of(ckptfs_bin).encode()
     at = data.find(build_id)
     assert at > 0, "the index header does not hold the binary's build id"
