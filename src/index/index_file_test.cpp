@@ -68,6 +68,7 @@ class Cache : public testing::Test {
   void SetUp() override {
     root_ = fs::path(testing::TempDir()) / "index-cache-test";
     fs::remove_all(root_);
+    fs::create_directories(root_);
     fs::copy(fs::path(CKPTFS_SOURCE_DIR) / "examples/deepspeed-zero3-bf16", root_ / "src", fs::copy_options::recursive);
   }
   void TearDown() override { fs::remove_all(root_); }
