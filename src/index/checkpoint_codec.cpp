@@ -1,6 +1,5 @@
 #include "index/checkpoint_codec.hpp"
 
-#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <set>
