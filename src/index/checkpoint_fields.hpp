@@ -22,8 +22,6 @@ template <>
 inline constexpr DType kLastEnum<DType> = DType::C128;
 template <>
 inline constexpr pickle::Kind kLastEnum<pickle::Kind> = pickle::Kind::Native;
-template <>
-inline constexpr bool kMayCycle<pickle::Value> = true;
 
 // A source file as indexed: reopened on decoding, and trusted only with the identity it had; a decoded
 // item (a compressed DCP item) is its backing file's range instead, with that file's identity.

@@ -43,11 +43,6 @@ struct Wire {};
 template <class E>
 inline constexpr E kLastEnum = E{};
 
-// Types whose shared objects may refer back to themselves (a pickle value tree that contains itself):
-// registered before their fields, so that the reference resolves.
-template <class T>
-inline constexpr bool kMayCycle = false;
-
 namespace codec_detail {
 
 template <class T, template <class...> class Of>
@@ -130,12 +125,13 @@ class Encoder {
       return;
     }
     out_.u64(codec_detail::kNew);
-    if constexpr (kMayCycle<U>) ids.emplace(p.get(), ids.size());
     if constexpr (codec_detail::Wired<U>)
       one(Wire<U>::to(*p));
     else
       one(*p);
-    if constexpr (!kMayCycle<U>) ids.emplace(p.get(), ids.size());
+    // Numbered once written, so no object can refer to itself: object graphs are acyclic (the unpickler
+    // refuses a value that contains itself), and a decoded one is too, whatever the bytes.
+    ids.emplace(p.get(), ids.size());
     if constexpr (std::is_same_v<U, catalog::Catalog>)
       for (size_t i = 0; i < p->tensors.size(); ++i) tensor_ref_.emplace(&p->tensors[i], std::pair{ids.at(p.get()), i});
   }
@@ -263,9 +259,8 @@ class Decoder {
       table.push_back(p);
     } else {
       auto made = std::make_shared<U>();
-      if constexpr (kMayCycle<U>) table.push_back(made);
       one(*made);
-      if constexpr (!kMayCycle<U>) table.push_back(made);
+      table.push_back(made);
       p = std::move(made);
     }
   }
