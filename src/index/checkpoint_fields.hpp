@@ -1,6 +1,6 @@
 // What the index holds of a Checkpoint: one field list per struct, run by both the Encoder and the
 // Decoder (field_codec.hpp). A field added to a struct and not here is not indexed: add it here, in the
-// order it is to be written, and bump kFormatVersion (index_file.cpp).
+// order it is to be written, and bump kFormatVersion (index_file.hpp).
 #pragma once
 
 #include <stdexcept>
@@ -25,38 +25,58 @@ inline constexpr pickle::Kind kLastEnum<pickle::Kind> = pickle::Kind::Native;
 
 // A source file as indexed: reopened on decoding, and trusted only with the identity it had; a decoded
 // item (a compressed DCP item) is its backing file's range instead, with that file's identity.
-struct DecodedRecord {
-  io::FilePtr backing;
-  uint64_t offset = 0, length = 0, size = 0;
-};
 struct FileRecord {
   std::filesystem::path path;
   io::FileIdentity identity;
-  std::optional<DecodedRecord> decoded;
+  io::Origin origin;
 };
 
 template <>
 struct Wire<io::File> {
   using type = FileRecord;
-  static FileRecord to(const io::File& f) {
-    FileRecord r{f.path(), f.identity(), std::nullopt};
-    if (const io::DecodedItem* d = f.decoded_item()) r.decoded = DecodedRecord{d->backing(), d->offset(), d->length(), d->size()};
-    return r;
-  }
+  static FileRecord to(const io::File& f) { return {f.path(), f.identity(), f.origin()}; }
   static io::FilePtr from(FileRecord&& r) {
-    if (r.decoded) {
-      if (!r.decoded->backing) throw FormatError("index: a decoded item has no file");
-      return io::File::decoded(std::make_shared<const io::DecodedItem>(std::move(r.decoded->backing), r.decoded->offset,
-                                                                       r.decoded->length, r.decoded->size));
-    }
-    io::FilePtr file;
-    try {
-      file = io::File::open(r.path);
-    } catch (const SourceError& e) {
-      throw StaleIndex(e.what());
-    }
-    if (!(file->identity() == r.identity)) throw StaleIndex(r.path.string() + " changed since it was indexed");
-    return file;
+    return std::visit(Overloaded{
+                          [&](const io::OnDisk&) {
+                            io::FilePtr file;
+                            try {
+                              file = io::File::open(r.path);
+                            } catch (const SourceError& e) {
+                              throw StaleIndex(e.what());
+                            }
+                            if (!(file->identity() == r.identity))
+                              throw StaleIndex(r.path.string() + " changed since it was indexed");
+                            return file;
+                          },
+                          [](const io::Decoded& d) { return io::File::decoded(d.item); },
+                      },
+                      r.origin);
+  }
+};
+
+struct DecodedRecord {
+  io::FilePtr backing;
+  uint64_t offset = 0, length = 0, size = 0;
+};
+
+template <>
+struct Wire<io::DecodedItem> {
+  using type = DecodedRecord;
+  static DecodedRecord to(const io::DecodedItem& d) { return {d.backing(), d.offset(), d.length(), d.size()}; }
+  static std::shared_ptr<const io::DecodedItem> from(DecodedRecord&& r) {
+    if (!r.backing) throw FormatError("index: a decoded item has no file");
+    return std::make_shared<const io::DecodedItem>(std::move(r.backing), r.offset, r.length, r.size);
+  }
+};
+
+// A box assembly is rebuilt from its boxes (its grid is derived from them).
+template <>
+struct Wire<catalog::BoxAssembly> {
+  using type = std::pair<std::vector<int64_t>, std::vector<catalog::Box>>;
+  static type to(const catalog::BoxAssembly& a) { return {a.shape(), a.boxes()}; }
+  static std::shared_ptr<const catalog::BoxAssembly> from(type&& w) {
+    return std::make_shared<const catalog::BoxAssembly>("a boxed tensor of the index", std::move(w.first),
+                                                        std::move(w.second));
   }
 };
 
@@ -83,12 +103,20 @@ struct Fields<io::FileIdentity> {
   static void visit(auto& c, auto& t) { c(t.device, t.inode, t.size, t.mtime_ns, t.ctime_ns); }
 };
 template <>
+struct Fields<io::OnDisk> {
+  static void visit(auto& /*c*/, auto& /*t*/) {}
+};
+template <>
+struct Fields<io::Decoded> {
+  static void visit(auto& c, auto& t) { c(t.item); }
+};
+template <>
 struct Fields<DecodedRecord> {
   static void visit(auto& c, auto& t) { c(t.backing, t.offset, t.length, t.size); }
 };
 template <>
 struct Fields<FileRecord> {
-  static void visit(auto& c, auto& t) { c(t.path, t.identity, t.decoded); }
+  static void visit(auto& c, auto& t) { c(t.path, t.identity, t.origin); }
 };
 
 template <>
@@ -116,6 +144,15 @@ struct Fields<torch::TensorObject> {
   static void visit(auto& c, auto& t) { c(t.tensor); }
 };
 template <>
+struct Fields<catalog::TensorRef> {
+  static void visit(auto& c, auto& r) {
+    c(r.catalog, r.index);
+    c.check([&r] {
+      if (r.catalog && r.index >= r.catalog->tensors.size()) throw FormatError("index: a tensor handle points past its catalog");
+    });
+  }
+};
+template <>
 struct Fields<catalog::TensorValue> {
   static void visit(auto& c, auto& t) { c(t.tensor, t.shape, t.requires_grad); }
 };
@@ -128,18 +165,23 @@ template <>
 struct Fields<catalog::Box> {
   static void visit(auto& c, auto& b) { c(b.offsets, b.sizes, b.source, b.inner); }
 };
+// A tensor's source: the variant's index, then the form's fields.
+template <>
+struct Fields<catalog::FlatRuns> {
+  static void visit(auto& c, auto& r) { c(r.pieces); }
+};
+template <>
+struct Fields<catalog::Boxed> {
+  static void visit(auto& c, auto& b) { c(b.assembly); }
+};
+template <>
+struct Fields<catalog::Transposed> {
+  static void visit(auto& c, auto& t) { c(t.of); }
+};
 template <>
 struct Fields<catalog::LogicalTensor> {
   static void visit(auto& c, auto& t) {
-    c(t.name, t.dtype, t.shape, t.origin, t.pieces);
-    // A box assembly is rebuilt from its boxes (its grid is derived), for the tensor's name and shape.
-    c.convert(
-        t.boxes, [](const auto& a) { return a ? std::optional(a->boxes()) : std::nullopt; },
-        [&t](std::optional<std::vector<catalog::Box>>&& boxes) -> std::shared_ptr<const catalog::BoxAssembly> {
-          if (!boxes) return nullptr;
-          return std::make_shared<const catalog::BoxAssembly>(t.name, t.shape, std::move(*boxes));
-        });
-    c(t.transpose_of);
+    c(t.name, t.dtype, t.shape, t.source, t.origin);
     c.check([&t] { catalog::validate(t); });
   }
 };
@@ -152,7 +194,6 @@ template <>
 struct Fields<Topology> {
   static void visit(auto& c, auto& t) { c(t.dp, t.tp, t.pp, t.zero_stage, t.ep, t.experts, t.optimizer, t.train_dtype); }
 };
-// keep_alive first: the tensor pointers after it point into those catalogs.
 template <>
 struct Fields<UniversalParam> {
   static void visit(auto& c, auto& p) { c(p.name, p.fp32, p.state, p.step, p.merge_keys); }
@@ -160,12 +201,12 @@ struct Fields<UniversalParam> {
 template <>
 struct Fields<UniversalPlan> {
   static void visit(auto& c, auto& p) {
-    c(p.keep_alive, p.bare_tensors, p.state_keys, p.params, p.optimizer_state, p.model_state_files);
+    c(p.bare_tensors, p.state_keys, p.params, p.optimizer_state, p.model_state_files);
   }
 };
 template <>
 struct Fields<StateFile> {
-  static void visit(auto& c, auto& s) { c(s.keep_alive, s.path, s.value); }
+  static void visit(auto& c, auto& s) { c(s.path, s.value); }
 };
 template <>
 struct Fields<ExtraFile> {

@@ -3,9 +3,9 @@
 // Decoder (t mutable), so writing and reading cannot drift apart. Built in: bools, integers (range
 // checked), enums (bounded by kLastEnum), doubles, strings, paths, vectors, maps, pairs, optionals,
 // variants (index, then the alternative), shared pointers (an object shared by several holders is written
-// once, later uses by number: the decoded checkpoint shares what the parsed one shared), and raw pointers
-// to catalog tensors (catalog number, position). Types rebuilt by a function rather than field by field
-// (a File reopens and checks its identity, a polymorphic Native) describe a Wire type instead.
+// once, later uses by number: the decoded checkpoint shares what the parsed one shared). Types rebuilt by
+// a function rather than field by field (a File reopens and checks its identity, a polymorphic Native, a
+// BoxAssembly) describe a Wire type instead.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,6 @@
 #include <variant>
 #include <vector>
 
-#include "ckptfs/catalog.hpp"
 #include "ckptfs/error.hpp"
 #include "index/byte_stream.hpp"
 
@@ -107,8 +106,6 @@ class Encoder {
       std::visit([this](const auto& alternative) { one(alternative); }, v);
     } else if constexpr (kIs<T, std::shared_ptr>) {
       shared(v);
-    } else if constexpr (std::is_same_v<T, const catalog::LogicalTensor*>) {
-      tensor_ref(v);
     } else {
       Fields<T>::visit(*this, v);
     }
@@ -132,23 +129,10 @@ class Encoder {
     // Numbered once written, so no object can refer to itself: object graphs are acyclic (the unpickler
     // refuses a value that contains itself), and a decoded one is too, whatever the bytes.
     ids.emplace(p.get(), ids.size());
-    if constexpr (std::is_same_v<U, catalog::Catalog>)
-      for (size_t i = 0; i < p->tensors.size(); ++i) tensor_ref_.emplace(&p->tensors[i], std::pair{ids.at(p.get()), i});
-  }
-
-  // A tensor of a catalog written before: that catalog's number and the tensor's position in it.
-  void tensor_ref(const catalog::LogicalTensor* t) {
-    const auto it = tensor_ref_.find(t);
-    if (it == tensor_ref_.end())
-      throw UnsupportedError("index: tensor " + (t ? t->name : std::string("(null)")) +
-                             " is in none of the catalogs written before it");
-    out_.u64(it->second.first);
-    out_.u64(it->second.second);
   }
 
   ByteWriter out_;
   std::unordered_map<std::type_index, std::unordered_map<const void*, uint64_t>> ids_;
-  std::unordered_map<const catalog::LogicalTensor*, std::pair<uint64_t, uint64_t>> tensor_ref_;
 };
 
 // Reads what Encoder wrote; every inconsistency (a count past the end, a number out of its type's range,
@@ -222,8 +206,6 @@ class Decoder {
       alternative(v, in_.index(std::variant_size_v<T>), std::make_index_sequence<std::variant_size_v<T>>());
     } else if constexpr (kIs<T, std::shared_ptr>) {
       shared(v);
-    } else if constexpr (std::is_same_v<T, const catalog::LogicalTensor*>) {
-      v = tensor_ref();
     } else {
       Fields<T>::visit(*this, v);
     }
@@ -263,12 +245,6 @@ class Decoder {
       table.push_back(made);
       p = std::move(made);
     }
-  }
-
-  const catalog::LogicalTensor* tensor_ref() {
-    const auto& catalogs = tables_[typeid(catalog::Catalog)];
-    const auto& c = *std::static_pointer_cast<const catalog::Catalog>(catalogs[in_.index(catalogs.size())]);
-    return &c.tensors[in_.index(c.tensors.size())];
   }
 
   struct Nesting {

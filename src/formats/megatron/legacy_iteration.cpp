@@ -145,35 +145,35 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
     if (args.ep > 1) n += fmt::format("_{:03}", ep);
     return n;
   };
-  std::vector<std::vector<std::vector<RankFile>>> ranks(args.pp);  // [pp][ep][tp]
-  const RankFile* reference = nullptr;
+  // [pp][ep][tp]; complete before the model chunks below point into it.
+  std::vector<std::vector<std::vector<RankFile>>> ranks(args.pp, std::vector<std::vector<RankFile>>(args.ep));
+  const auto reference = [&ranks]() -> const RankFile& { return ranks[0][0][0]; };  // the first rank read
   for (int pp = 0; pp < args.pp; ++pp)
     for (int ep = 0; ep < args.ep; ++ep) {
-      ranks[pp].reserve(args.ep);
-      ranks[pp].emplace_back().reserve(args.tp);  // `reference` and the chunks point into these
       for (int tp = 0; tp < args.tp; ++tp) {
+        const bool first_rank = pp == 0 && ep == 0 && tp == 0;
         auto it = by_rank.find({pp, ep, tp});
         if (it == by_rank.end())
           throw FormatError(fmt::format("{}: rank dir {} is missing (the saved args say TP {}, PP {}, EP {})",
                                         dir.string(), dir_name(pp, ep, tp), args.tp, args.pp, args.ep));
-        RankFile f{reference == nullptr ? std::move(first) : open(it->second), {}};
+        RankFile f{first_rank ? std::move(first) : open(it->second), {}};
         const ModelArgs own = read_model_args(f.root()["args"]);
         if (own.tp != args.tp || own.pp != args.pp || own.ep != args.ep)
           throw FormatError(fmt::format("{}: its args say TP {}, PP {}, EP {}; {} says TP {}, PP {}, EP {}",
                                         f.archive.file()->path().string(), own.tp, own.pp, own.ep,
-                                        reference->archive.file()->path().string(), args.tp, args.pp, args.ep));
+                                        (first_rank ? f : reference()).archive.file()->path().string(), args.tp,
+                                        args.pp, args.ep));
         for (const Field& chunk : model_chunks(f.root())) f.chunks.push_back(flatten_state(chunk));
-        if (reference != nullptr && f.chunks.size() != reference->chunks.size())
+        if (!first_rank && f.chunks.size() != reference().chunks.size())
           throw FormatError(fmt::format("{}: {} model chunks, {} has {}", f.archive.file()->path().string(),
-                                        f.chunks.size(), reference->archive.file()->path().string(),
-                                        reference->chunks.size()));
+                                        f.chunks.size(), reference().archive.file()->path().string(),
+                                        reference().chunks.size()));
         ranks[pp][ep].push_back(std::move(f));
-        if (reference == nullptr) reference = &ranks[0][0][0];
       }
     }
 
   ChunkedModel model(args);
-  const size_t vp = reference->chunks.size();
+  const size_t vp = reference().chunks.size();
   for (size_t v = 0; v < vp; ++v)
     for (int pp = 0; pp < args.pp; ++pp) {
       ModelChunk chunk;

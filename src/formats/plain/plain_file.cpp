@@ -79,7 +79,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     all->tensors.push_back(catalog::whole_tensor(joined, f.tensor, f.tensor.dtype, "saved tensor"));
   }
   std::vector<formats::StateEntry> entries;
-  for (size_t i = 0; i < found.size(); ++i) entries.push_back({found[i].path, &all->tensors[i]});
+  for (size_t i = 0; i < found.size(); ++i) entries.push_back({found[i].path, {all, i}});
   auto model = formats::select_model(entries, source);
   Tag tag;
   tag.name = name;
