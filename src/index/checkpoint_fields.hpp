@@ -18,6 +18,11 @@ struct StaleIndex : FormatError {
   using FormatError::FormatError;
 };
 
+// For a check: a pointer every reader dereferences, so null is damage.
+inline void require(bool present, const std::string& what) {
+  if (!present) throw FormatError("index: " + what + " is missing");
+}
+
 template <>
 inline constexpr DType kLastEnum<DType> = DType::C128;
 template <>
@@ -48,7 +53,7 @@ struct Wire<io::File> {
                               throw StaleIndex(r.path.string() + " changed since it was indexed");
                             return file;
                           },
-                          [](const io::Decoded& d) { return io::File::decoded(d.item); },
+                          [](const io::Decoded& d) { return io::File::decoded(d.item); },  // checked non-null
                       },
                       r.origin);
   }
@@ -108,7 +113,10 @@ struct Fields<io::OnDisk> {
 };
 template <>
 struct Fields<io::Decoded> {
-  static void visit(auto& c, auto& t) { c(t.item); }
+  static void visit(auto& c, auto& t) {
+    c(t.item);
+    c.check([&t] { require(t.item != nullptr, "a decoded item"); });
+  }
 };
 template <>
 struct Fields<DecodedRecord> {
@@ -154,16 +162,25 @@ struct Fields<catalog::TensorRef> {
 };
 template <>
 struct Fields<catalog::TensorValue> {
-  static void visit(auto& c, auto& t) { c(t.tensor, t.shape, t.requires_grad); }
+  static void visit(auto& c, auto& t) {
+    c(t.tensor, t.shape, t.requires_grad);
+    c.check([&t] { require(static_cast<bool>(t.tensor), "a tensor value's tensor"); });
+  }
 };
 
 template <>
 struct Fields<catalog::Piece> {
-  static void visit(auto& c, auto& p) { c(p.dst_begin, p.count, p.file, p.src_offset, p.src_dtype); }
+  static void visit(auto& c, auto& p) {
+    c(p.dst_begin, p.count, p.file, p.src_offset, p.src_dtype);
+    c.check([&p] { require(p.file != nullptr, "a piece's file"); });
+  }
 };
 template <>
 struct Fields<catalog::Box> {
-  static void visit(auto& c, auto& b) { c(b.offsets, b.sizes, b.source, b.inner); }
+  static void visit(auto& c, auto& b) {
+    c(b.offsets, b.sizes, b.source, b.inner);
+    c.check([&b] { require(b.inner || b.source.storage.file, "a box's file"); });
+  }
 };
 // A tensor's source: the variant's index, then the form's fields.
 template <>
@@ -172,11 +189,17 @@ struct Fields<catalog::FlatRuns> {
 };
 template <>
 struct Fields<catalog::Boxed> {
-  static void visit(auto& c, auto& b) { c(b.assembly); }
+  static void visit(auto& c, auto& b) {
+    c(b.assembly);
+    c.check([&b] { require(b.assembly != nullptr, "a box assembly"); });
+  }
 };
 template <>
 struct Fields<catalog::Transposed> {
-  static void visit(auto& c, auto& t) { c(t.of); }
+  static void visit(auto& c, auto& t) {
+    c(t.of);
+    c.check([&t] { require(t.of != nullptr, "a transposed tensor's source"); });
+  }
 };
 template <>
 struct Fields<catalog::LogicalTensor> {
