@@ -219,12 +219,22 @@ struct Fields<Topology> {
 };
 template <>
 struct Fields<UniversalParam> {
-  static void visit(auto& c, auto& p) { c(p.name, p.fp32, p.state, p.step, p.merge_keys); }
+  static void visit(auto& c, auto& p) {
+    c(p.name, p.fp32, p.state, p.step, p.merge_keys);
+    c.check([&p] {
+      require(static_cast<bool>(p.fp32), "a universal parameter's master");
+      for (const auto& s : p.state) require(static_cast<bool>(s), "a universal parameter's state");
+    });
+  }
 };
 template <>
 struct Fields<UniversalPlan> {
   static void visit(auto& c, auto& p) {
     c(p.bare_tensors, p.state_keys, p.params, p.optimizer_state, p.model_state_files);
+    c.check([&p] {
+      for (const auto& param : p.params)
+        if (param.state.size() != p.state_keys.size()) throw FormatError("index: a universal parameter's state keys differ");
+    });
   }
 };
 template <>
