@@ -33,9 +33,13 @@ void expect_same_tensors(const Checkpoint& parsed, const Checkpoint& decoded) {
     const Tag& b = decoded.tags[i];
     EXPECT_EQ(a.name, b.name);
     EXPECT_EQ(a.files, b.files);
-    ASSERT_EQ(a.catalogs.size(), b.catalogs.size());
-    for (const auto& [role, catalog] : a.catalogs) {
-      const auto& other = b.catalog(role)->tensors;
+    const auto named = a.named_catalogs();
+    const auto other_named = b.named_catalogs();
+    ASSERT_EQ(named.size(), other_named.size());
+    for (size_t n = 0; n < named.size(); ++n) {
+      const auto& [role, catalog] = named[n];
+      ASSERT_EQ(role, other_named[n].first);
+      const auto& other = other_named[n].second->tensors;
       ASSERT_EQ(catalog->tensors.size(), other.size()) << role;
       for (size_t k = 0; k < other.size(); ++k) {
         EXPECT_EQ(catalog->tensors[k].name, other[k].name);

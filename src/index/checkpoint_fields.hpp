@@ -27,6 +27,8 @@ template <>
 inline constexpr DType kLastEnum<DType> = DType::C128;
 template <>
 inline constexpr pickle::Kind kLastEnum<pickle::Kind> = pickle::Kind::Native;
+template <>
+inline constexpr ViewRole kLastEnum<ViewRole> = ViewRole::hf;
 
 // A source file as indexed: reopened on decoding, and trusted only with the identity it had; a decoded
 // item (a compressed DCP item) is its backing file's range instead, with that file's identity.
@@ -248,7 +250,7 @@ struct Fields<ExtraFile> {
 template <>
 struct Fields<Tag> {
   static void visit(auto& c, auto& t) {
-    c(t.name, t.dir, t.format, t.topology, t.catalogs, t.universal, t.state_files, t.side_files, t.extra_files,
+    c(t.name, t.dir, t.format, t.topology, t.models, t.states, t.universal, t.state_files, t.side_files, t.extra_files,
       t.files, t.notes);
   }
 };

@@ -92,9 +92,9 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
       break;
     }
   tag.topology.optimizer = "-";
-  tag.catalogs.emplace("fp32", formats::upcast_to_fp32(*model));
-  tag.catalogs.emplace("model", std::move(model));
-  tag.catalogs.emplace("state", std::move(all));
+  tag.add(ViewRole::fp32, formats::upcast_to_fp32(*model));
+  tag.add(ViewRole::model, std::move(model));
+  tag.states.emplace("state", std::move(all));
   Checkpoint cp;
   cp.framework = source.extension() == ".safetensors" ? "safetensors" : "torch.save";
   cp.root = source;
