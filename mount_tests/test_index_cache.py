@@ -1,12 +1,14 @@
 """The index cache (`-o index_cache=DIR`, `ckptfs index SRC`): a mount of unchanged sources loads the
 index instead of parsing, and serves exactly what a parse serves; any change to a source file, a tag dir
-or a control file, a damaged index, or another ckptfs build's index falls back to parsing (and rewrites
-the index), never to wrong bytes.  What "exactly what a parse serves" means here: a mount that loaded the
+or a control file, a damaged index, or another ckptfs build's index (another GNU build id) falls back to
+parsing (and rewrites the index), never to wrong bytes.  What "exactly what a parse serves" means here: a mount that loaded the
 index and a mount with `-o index_cache=off` (which parses) hold the same tree, every directory and every
 file with the same bytes (every view, tags/, universal/, side files, ckptfs.json), for every framework
 ckptfs reads.  Each mount here names its index cache: a folder of the test's own, or off."""
 import os
+import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -132,20 +134,25 @@ def test_a_changed_source_is_parsed_again(change, case_copy, ckptfs_bin, tmp_pat
             assert "global_step99" in os.listdir(tmp_path / "mnt2" / "tags")
 
 
-DAMAGES = ["truncated", "garbage", "other version"] + [f"flipped byte at {k}/8" for k in range(1, 8)]
-
-
-@pytest.mark.parametrize("damage", DAMAGES)
-def test_a_damaged_index_is_parsed_again(damage, case_copy, ckptfs_bin, tmp_path):
+def indexed_copy(case_copy, ckptfs_bin, tmp_path):
+    """A copy of a case indexed by `ckptfs index`: (source, cache dir, index file, its bytes)."""
     src = case_copy("z1_bf16_dp2")
     cache = tmp_path / "cache"
     r = run_ckptfs(ckptfs_bin, "index", src, "--cache", cache)
     H.assert_ok(r)
     index_file = r.stdout.strip()
-    data = bytearray(open(index_file, "rb").read())
+    return src, cache, index_file, bytearray(open(index_file, "rb").read())
+
+
+DAMAGES = ["truncated", "garbage", "other version"] + [f"flipped byte at {k}/8" for k in range(1, 8)]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_index_is_parsed_again(damage, case_copy, ckptfs_bin, tmp_path):
+    src, cache, index_file, data = indexed_copy(case_copy, ckptfs_bin, tmp_path)
     if damage == "truncated":
         data = data[: len(data) // 2]
-    elif damage.startswith("flipped byte"):  # anywhere: a header field, the lz4 block's tokens or literals
+    elif damage.startswith("flipped byte"):  # anywhere: a header field, the lz4 frame's blocks or checksums
         k = int(damage.split()[-1].split("/")[0])
         data[len(data) * k // 8] ^= 0xFF
     elif damage == "garbage":
@@ -178,6 +185,26 @@ def test_default_cache_dir_is_under_xdg_cache_home(case_copy, ckptfs_bin, tmp_pa
         assert LOADED in stderr_of(p)
 
 
+def build_id_of(binary):
+    """The GNU build id of `binary` as binutils reads it (independent of ckptfs's own reader)."""
+    notes = subprocess.run(["readelf", "-n", str(binary)], capture_output=True, text=True, check=True).stdout
+    return re.search(r"Build ID: ([0-9a-f]+)", notes).group(1)
+
+
+def test_an_index_of_another_build_is_not_trusted(case_copy, ckptfs_bin, tmp_path):
+    src, cache, index_file, data = indexed_copy(case_copy, ckptfs_bin, tmp_path)
+    build_id = build_id_of(ckptfs_bin).encode()
+    at = data.find(build_id)
+    assert at > 0, "the index header does not hold the binary's build id"
+    data[at] = ord("0") if data[at] != ord("0") else ord("1")  # as if an older build had written it
+    open(index_file, "wb").write(bytes(data))
+    line, listing = mount_says(ckptfs_bin, src, tmp_path / "m1", cache)
+    assert PARSED in line and "another ckptfs build" in line, line
+    assert "model.safetensors" in listing
+    again, _ = mount_says(ckptfs_bin, src, tmp_path / "m2", cache)  # the parse rewrote it for this build
+    assert LOADED in again, again
+
+
 def test_an_unwritable_cache_dir_does_not_stop_the_mount(case_copy, ckptfs_bin, tmp_path):
     src = case_copy("z1_bf16_dp2")
     blocker = tmp_path / "a-file"
@@ -185,6 +212,19 @@ def test_an_unwritable_cache_dir_does_not_stop_the_mount(case_copy, ckptfs_bin, 
     with foreground(ckptfs_bin, src, tmp_path / "mnt", index_cache=f"{blocker}/cache") as p:
         assert PARSED in stderr_of(p)
         assert "model.safetensors" in os.listdir(tmp_path / "mnt")
+    warning = p.stderr.read()  # the index is written once the mount is live: a warning, not a failure
+    assert "index not written" in warning and str(blocker) in warning, warning
+    assert p.returncode == 0
+    with mounted(ckptfs_bin, src, tmp_path / "mnt2", "-o", f"index_cache={blocker}/cache") as mnt:  # exit 0
+        assert "model.safetensors" in os.listdir(mnt)
+
+
+def test_index_into_an_unwritable_cache_dir_is_an_output_failure(case_copy, ckptfs_bin, tmp_path):
+    src = case_copy("z1_bf16_dp2")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    r = run_ckptfs(ckptfs_bin, "index", src, "--cache", blocker / "cache")
+    H.assert_one_line_error(r, H.EXIT_OUTPUT, [str(blocker)])
 
 
 def test_tags_option_gets_its_own_index(case_copy, ckptfs_bin, tmp_path):

@@ -54,6 +54,7 @@ class BoxAssembly {
   // in order; each run is as long as both the logical and the source layout allow.
   void plan(uint64_t first, uint64_t count, std::vector<Piece>& out) const;
   const std::vector<Box>& boxes() const { return boxes_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
 
  private:
   size_t box_at(const std::vector<int64_t>& index) const;

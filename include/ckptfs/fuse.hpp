@@ -26,8 +26,9 @@ struct ServeOptions {
   // its own. 0 turns it off.
   unsigned prefetch_mb = 32;
   // Work that need not delay the mount (writing the index cache): run on a thread of its own once the
-  // mount is live, in the process that serves; serve returns only after it has finished. Must not throw.
-  std::function<void()> once_live;
+  // mount is live, in the process that serves; serve returns only after it has finished. Must not throw;
+  // what it returns, when not empty, is logged as a warning (stderr, and syslog when daemonised).
+  std::function<std::string()> once_live;
 };
 
 // A line of /proc/self/mountinfo.

@@ -1,9 +1,10 @@
 // The index cache: what indexing parsed from a checkpoint (catalogs, universal plans, state values,
-// side files) kept lz4-compressed on disk, so that mounting an unchanged checkpoint again reads no pickle
+// side files) kept on disk as an LZ4 frame with its content checksum, so that mounting an unchanged checkpoint again reads no pickle
 // (on Lustre, GPFS or NFS every pickle read costs milliseconds). An index is used only when every source
 // file still has the identity it had (path, device, inode, size, mtime, ctime) and the directories and
-// control files that decide the tags are unchanged; otherwise, or when the index is damaged or from
-// another ckptfs version, the checkpoint is parsed again and the index rewritten (docs/mount.md).
+// control files that decide the tags are unchanged; otherwise, or when the index is damaged or was written
+// by another ckptfs build (its GNU build id), the checkpoint is parsed again and the index rewritten
+// (docs/mount.md).
 #pragma once
 
 #include <filesystem>
@@ -32,12 +33,13 @@ Opened open_indexed(const std::filesystem::path& source, const OpenOptions& opti
                     const std::optional<std::filesystem::path>& cache_dir);
 
 // Writes the index of a checkpoint that open_indexed parsed; nothing when it came from the index or the
-// cache is off. Best effort: a read-only or full cache dir only costs the next mount a parse. Reads
-// `opened.checkpoint` only, so it may run while the mount serves the same checkpoint.
-void save_index(const Opened& opened);
+// cache is off. Best effort, never throws: a read-only or full cache dir only costs the next mount a
+// parse, and the returned warning (empty when written) says why. Reads `opened.checkpoint` only, so it
+// may run while the mount serves the same checkpoint.
+std::string save_index(const Opened& opened);
 
 // Parses `source` and writes its index into `cache_dir` (`ckptfs index`); returns the index file.
-// Throws what open_checkpoint throws, and SourceError when the index cannot be written.
+// Throws what open_checkpoint throws, and Error(output_failed) (exit 7) when the index cannot be written.
 std::filesystem::path write_index(const std::filesystem::path& source, const OpenOptions& options,
                                   const std::filesystem::path& cache_dir);
 

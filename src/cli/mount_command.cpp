@@ -191,7 +191,7 @@ int run_mount(int argc, char** argv) {
     // each shard to its end.
     io::set_kernel_readahead(m.serve.prefetch_mb == 0);
     const index::Opened opened = index::open_indexed(m.source, m.open, m.index_cache);
-    m.serve.once_live = [&opened] { index::save_index(opened); };
+    m.serve.once_live = [&opened] { return index::save_index(opened); };
     if (m.serve.foreground && !opened.index_file.empty())
       fmt::print(stderr, "ckptfs: {}\n",
                  opened.from_index ? fmt::format("index loaded from {}", opened.index_file.string())

@@ -143,7 +143,10 @@ void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
   }
   // After the fork: a thread does not survive fuse_daemonize.
   std::jthread once_live;
-  if (options.once_live) once_live = std::jthread(options.once_live);
+  if (options.once_live)
+    once_live = std::jthread([&] {
+      if (const std::string warning = options.once_live(); !warning.empty()) log_error(context, warning);
+    });
   std::unique_ptr<fuse_loop_config, LoopConfigDeleter> config(fuse_loop_cfg_create());
   fuse_loop_cfg_set_clone_fd(config.get(), 1);
   fuse_loop_cfg_set_max_threads(config.get(), options.max_threads);

@@ -1,13 +1,13 @@
-// The index file's encoding: varints, zigzag ints, length-prefixed strings, raw doubles. A reader
-// checks every length against what is left and throws FormatError on any inconsistency, so a damaged
-// index is reported (and re-parsed from the sources), never trusted.
+// The index file's primitives, what field_codec.hpp builds every field of: varints, zigzag ints,
+// length-prefixed strings, raw doubles. A reader checks every length against what is left and throws
+// FormatError on any inconsistency, so a damaged index is reported (and re-parsed), never trusted.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "ckptfs/error.hpp"
 
@@ -32,10 +32,6 @@ class ByteWriter {
   void text(std::string_view s) {
     u64(s.size());
     out_.append(s);
-  }
-  void ints(const std::vector<int64_t>& v) {
-    u64(v.size());
-    for (int64_t x : v) i64(x);
   }
   std::string& data() { return out_; }
 
@@ -75,11 +71,6 @@ class ByteReader {
     std::string s(in_.substr(at_, n));
     at_ += n;
     return s;
-  }
-  std::vector<int64_t> ints() {
-    std::vector<int64_t> v(count(1));
-    for (auto& x : v) x = i64();
-    return v;
   }
   // A count of items of at least `min_bytes` each: bounded by what is left, so a damaged count cannot
   // make the reader allocate without limit.

@@ -3,24 +3,22 @@
 // and of the files and directories that decide its tags. Decoding reopens the files and checks them.
 #pragma once
 
-#include <stdexcept>
+#include <cstddef>
+#include <span>
 #include <string>
-#include <string_view>
 
 #include "ckptfs/checkpoint.hpp"
+#include "index/checkpoint_fields.hpp"
 
 namespace ckptfs::index {
-
-// The sources changed since the index was written (a file replaced, touched, added or removed).
-struct StaleIndex : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 // Throws UnsupportedError when the checkpoint holds something the index cannot encode (then no index is
 // written and mounts parse as before).
 std::string encode_checkpoint(const Checkpoint& checkpoint);
 
-// Throws StaleIndex when a source is no longer what was indexed, FormatError when the bytes are damaged.
-Checkpoint decode_checkpoint(std::string_view data);
+// The decoder's one entry point (also the fuzz target's): any bytes at all give a Checkpoint, or
+// FormatError when they are damaged, or StaleIndex (a FormatError) when a source is no longer what was
+// indexed; never another exception, never a crash.
+Checkpoint decode_checkpoint(std::span<const std::byte> data);
 
 }  // namespace ckptfs::index

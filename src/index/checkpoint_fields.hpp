@@ -1,0 +1,266 @@
+// What the index holds of a Checkpoint: one field list per struct, run by both the Encoder and the
+// Decoder (field_codec.hpp). A field added to a struct and not here is not indexed: add it here, in the
+// order it is to be written, and bump kFormatVersion (index_file.hpp).
+#pragma once
+
+#include <stdexcept>
+
+#include "ckptfs/checkpoint.hpp"
+#include "ckptfs/torch.hpp"
+#include "index/field_codec.hpp"
+#include "io/decoded_item.hpp"
+
+namespace ckptfs::index {
+
+// The sources changed since the index was written (a file replaced, touched, added or removed): the
+// bytes are sound, but the index no longer describes the checkpoint.
+struct StaleIndex : FormatError {
+  using FormatError::FormatError;
+};
+
+// For a check: a pointer every reader dereferences, so null is damage.
+inline void require(bool present, const std::string& what) {
+  if (!present) throw FormatError("index: " + what + " is missing");
+}
+
+template <>
+inline constexpr DType kLastEnum<DType> = DType::C128;
+template <>
+inline constexpr pickle::Kind kLastEnum<pickle::Kind> = pickle::Kind::Native;
+template <>
+inline constexpr ViewRole kLastEnum<ViewRole> = ViewRole::hf;
+
+// A source file as indexed: reopened on decoding, and trusted only with the identity it had; a decoded
+// item (a compressed DCP item) is its backing file's range instead, with that file's identity.
+struct FileRecord {
+  std::filesystem::path path;
+  io::FileIdentity identity;
+  io::Origin origin;
+};
+
+template <>
+struct Wire<io::File> {
+  using type = FileRecord;
+  static FileRecord to(const io::File& f) { return {f.path(), f.identity(), f.origin()}; }
+  static io::FilePtr from(FileRecord&& r) {
+    return std::visit(Overloaded{
+                          [&](const io::OnDisk&) {
+                            io::FilePtr file;
+                            try {
+                              file = io::File::open(r.path);
+                            } catch (const SourceError& e) {
+                              throw StaleIndex(e.what());
+                            }
+                            if (!(file->identity() == r.identity))
+                              throw StaleIndex(r.path.string() + " changed since it was indexed");
+                            return file;
+                          },
+                          [](const io::Decoded& d) { return io::File::decoded(d.item); },  // checked non-null
+                      },
+                      r.origin);
+  }
+};
+
+struct DecodedRecord {
+  io::FilePtr backing;
+  uint64_t offset = 0, length = 0, size = 0;
+};
+
+template <>
+struct Wire<io::DecodedItem> {
+  using type = DecodedRecord;
+  static DecodedRecord to(const io::DecodedItem& d) { return {d.backing(), d.offset(), d.length(), d.size()}; }
+  static std::shared_ptr<const io::DecodedItem> from(DecodedRecord&& r) {
+    if (!r.backing) throw FormatError("index: a decoded item has no file");
+    return std::make_shared<const io::DecodedItem>(std::move(r.backing), r.offset, r.length, r.size);
+  }
+};
+
+// A box assembly is rebuilt from its boxes (its grid is derived from them).
+template <>
+struct Wire<catalog::BoxAssembly> {
+  using type = std::pair<std::vector<int64_t>, std::vector<catalog::Box>>;
+  static type to(const catalog::BoxAssembly& a) { return {a.shape(), a.boxes()}; }
+  static std::shared_ptr<const catalog::BoxAssembly> from(type&& w) {
+    return std::make_shared<const catalog::BoxAssembly>("a boxed tensor of the index", std::move(w.first),
+                                                        std::move(w.second));
+  }
+};
+
+// The natives a value tree may hold; any other makes the checkpoint unindexable (UnsupportedError).
+template <>
+struct Wire<pickle::Native> {
+  using type = std::variant<catalog::TensorValue, torch::TensorObject>;
+  static type to(const pickle::Native& n) {
+    if (const auto* tv = dynamic_cast<const catalog::TensorValue*>(&n)) return type(std::in_place_index<0>, *tv);
+    if (const auto* to = dynamic_cast<const torch::TensorObject*>(&n)) return type(std::in_place_index<1>, *to);
+    throw UnsupportedError("index: a value holds " + n.describe() + ", which the index cannot encode");
+  }
+  static std::shared_ptr<const pickle::Native> from(type&& w) {
+    return std::visit(
+        [](auto&& native) -> std::shared_ptr<const pickle::Native> {
+          return std::make_shared<const std::decay_t<decltype(native)>>(std::move(native));
+        },
+        std::move(w));
+  }
+};
+
+template <>
+struct Fields<io::FileIdentity> {
+  static void visit(auto& c, auto& t) { c(t.device, t.inode, t.size, t.mtime_ns, t.ctime_ns); }
+};
+template <>
+struct Fields<io::OnDisk> {
+  static void visit(auto& /*c*/, auto& /*t*/) {}
+};
+template <>
+struct Fields<io::Decoded> {
+  static void visit(auto& c, auto& t) {
+    c(t.item);
+    c.check([&t] { require(t.item != nullptr, "a decoded item"); });
+  }
+};
+template <>
+struct Fields<DecodedRecord> {
+  static void visit(auto& c, auto& t) { c(t.backing, t.offset, t.length, t.size); }
+};
+template <>
+struct Fields<FileRecord> {
+  static void visit(auto& c, auto& t) { c(t.path, t.identity, t.origin); }
+};
+
+template <>
+struct Fields<pickle::Value> {
+  static void visit(auto& c, auto& v) {
+    c(v.kind, v.boolean, v.integer, v.real, v.text, v.items, v.entries, v.module, v.name, v.member, v.args, v.state,
+      v.kwargs, v.made_by_new, v.native);
+  }
+};
+template <>
+struct Fields<torch::StorageSpan> {
+  static void visit(auto& c, auto& s) { c(s.file, s.offset, s.nbytes); }
+};
+template <>
+struct Fields<torch::SourceTensor> {
+  static void visit(auto& c, auto& s) {
+    c(s.storage, s.dtype, s.shape, s.strides, s.storage_offset, s.requires_grad);
+    c.check([&s] {
+      if (s.shape.size() != s.strides.size()) throw FormatError("index: a tensor's shape and strides differ in length");
+    });
+  }
+};
+template <>
+struct Fields<torch::TensorObject> {
+  static void visit(auto& c, auto& t) { c(t.tensor); }
+};
+template <>
+struct Fields<catalog::TensorRef> {
+  static void visit(auto& c, auto& r) {
+    c(r.catalog, r.index);
+    c.check([&r] {
+      if (r.catalog && r.index >= r.catalog->tensors.size()) throw FormatError("index: a tensor handle points past its catalog");
+    });
+  }
+};
+template <>
+struct Fields<catalog::TensorValue> {
+  static void visit(auto& c, auto& t) {
+    c(t.tensor, t.shape, t.requires_grad);
+    c.check([&t] { require(static_cast<bool>(t.tensor), "a tensor value's tensor"); });
+  }
+};
+
+template <>
+struct Fields<catalog::Piece> {
+  static void visit(auto& c, auto& p) {
+    c(p.dst_begin, p.count, p.file, p.src_offset, p.src_dtype);
+    c.check([&p] { require(p.file != nullptr, "a piece's file"); });
+  }
+};
+template <>
+struct Fields<catalog::Box> {
+  static void visit(auto& c, auto& b) {
+    c(b.offsets, b.sizes, b.source, b.inner);
+    c.check([&b] { require(b.inner || b.source.storage.file, "a box's file"); });
+  }
+};
+// A tensor's source: the variant's index, then the form's fields.
+template <>
+struct Fields<catalog::FlatRuns> {
+  static void visit(auto& c, auto& r) { c(r.pieces); }
+};
+template <>
+struct Fields<catalog::Boxed> {
+  static void visit(auto& c, auto& b) {
+    c(b.assembly);
+    c.check([&b] { require(b.assembly != nullptr, "a box assembly"); });
+  }
+};
+template <>
+struct Fields<catalog::Transposed> {
+  static void visit(auto& c, auto& t) {
+    c(t.of);
+    c.check([&t] { require(t.of != nullptr, "a transposed tensor's source"); });
+  }
+};
+template <>
+struct Fields<catalog::LogicalTensor> {
+  static void visit(auto& c, auto& t) {
+    c(t.name, t.dtype, t.shape, t.source, t.origin);
+    c.check([&t] { catalog::validate(t); });
+  }
+};
+template <>
+struct Fields<catalog::Catalog> {
+  static void visit(auto& c, auto& t) { c(t.tensors); }
+};
+
+template <>
+struct Fields<Topology> {
+  static void visit(auto& c, auto& t) { c(t.dp, t.tp, t.pp, t.zero_stage, t.ep, t.experts, t.optimizer, t.train_dtype); }
+};
+template <>
+struct Fields<UniversalParam> {
+  static void visit(auto& c, auto& p) {
+    c(p.name, p.fp32, p.state, p.step, p.merge_keys);
+    c.check([&p] {
+      require(static_cast<bool>(p.fp32), "a universal parameter's master");
+      for (const auto& s : p.state) require(static_cast<bool>(s), "a universal parameter's state");
+    });
+  }
+};
+template <>
+struct Fields<UniversalPlan> {
+  static void visit(auto& c, auto& p) {
+    c(p.bare_tensors, p.state_keys, p.params, p.optimizer_state, p.model_state_files);
+    c.check([&p] {
+      for (const auto& param : p.params)
+        if (param.state.size() != p.state_keys.size()) throw FormatError("index: a universal parameter's state keys differ");
+    });
+  }
+};
+template <>
+struct Fields<StateFile> {
+  static void visit(auto& c, auto& s) { c(s.path, s.value); }
+};
+template <>
+struct Fields<ExtraFile> {
+  static void visit(auto& c, auto& e) { c(e.path, e.text, e.source); }
+};
+template <>
+struct Fields<Tag> {
+  static void visit(auto& c, auto& t) {
+    c(t.name, t.dir, t.format, t.topology, t.models, t.states, t.universal, t.state_files, t.side_files, t.extra_files,
+      t.files, t.notes);
+  }
+};
+template <>
+struct Fields<LeftOutTag> {
+  static void visit(auto& c, auto& l) { c(l.name, l.error); }
+};
+template <>
+struct Fields<Checkpoint> {
+  static void visit(auto& c, auto& cp) { c(cp.framework, cp.root, cp.latest, cp.tags, cp.side_files, cp.left_out); }
+};
+
+}  // namespace ckptfs::index

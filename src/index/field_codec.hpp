@@ -1,0 +1,262 @@
+// The index's encoding, generated from one description per struct: `Fields<T>::visit(c, t)` names T's
+// fields in order (`c(t.dp, t.tp, ...)`), and the same description runs the Encoder (t const) and the
+// Decoder (t mutable), so writing and reading cannot drift apart. Built in: bools, integers (range
+// checked), enums (bounded by kLastEnum), doubles, strings, paths, vectors, maps, pairs, optionals,
+// variants (index, then the alternative), shared pointers (an object shared by several holders is written
+// once, later uses by number: the decoded checkpoint shares what the parsed one shared). Types rebuilt by
+// a function rather than field by field (a File reopens and checks its identity, a polymorphic Native, a
+// BoxAssembly) describe a Wire type instead.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <typeindex>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "ckptfs/error.hpp"
+#include "index/byte_stream.hpp"
+
+namespace ckptfs::index {
+
+// Specialised per struct: `static void visit(auto& c, auto& t)`, calling c on every field, in order. A
+// visit may also call `c.check(f)`, run by the Decoder only once the fields are decoded, and
+// `c.convert(field, to_wire, from_wire)` for a field rebuilt from another value.
+template <class T>
+struct Fields;
+
+// Specialised for a type held by shared pointer that is rebuilt from a wire value: `using type = W;`,
+// `static W to(const T&)`, `static std::shared_ptr<...T> from(W&&)` (may throw FormatError).
+template <class T>
+struct Wire {};
+
+// The last enumerator of each enum the index holds: a decoded value above it is damage.
+template <class E>
+inline constexpr E kLastEnum = E{};
+
+namespace codec_detail {
+
+template <class T, template <class...> class Of>
+inline constexpr bool kIs = false;
+template <template <class...> class Of, class... A>
+inline constexpr bool kIs<Of<A...>, Of> = true;
+
+template <class T>
+concept Wired = requires { typename Wire<T>::type; };
+
+template <class T>
+concept Signed = std::is_integral_v<T> && std::is_signed_v<T> && !std::is_same_v<T, bool>;
+template <class T>
+concept Unsigned = std::is_integral_v<T> && std::is_unsigned_v<T> && !std::is_same_v<T, bool>;
+
+// How a shared pointer starts: null, an object written here, or one written before (then its number).
+enum Reference : uint64_t { kNull = 0, kNew = 1, kSeen = 2 };
+
+}  // namespace codec_detail
+
+class Encoder {
+ public:
+  template <class... T>
+  void operator()(const T&... v) {
+    (one(v), ...);
+  }
+  template <class T, class ToWire, class FromWire>
+  void convert(const T& v, ToWire to_wire, FromWire /*from_wire*/) {
+    one(to_wire(v));
+  }
+  template <class F>
+  void check(F&& /*on the decoded value*/) {}
+  std::string take() { return std::move(out_.data()); }
+
+ private:
+  template <class T>
+  void one(const T& v) {
+    using namespace codec_detail;
+    if constexpr (std::is_same_v<T, bool>) {
+      out_.boolean(v);
+    } else if constexpr (std::is_enum_v<T> || Unsigned<T>) {
+      out_.u64(static_cast<uint64_t>(v));
+    } else if constexpr (Signed<T>) {
+      out_.i64(v);
+    } else if constexpr (std::is_same_v<T, double>) {
+      out_.real(v);
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      out_.text(v);
+    } else if constexpr (std::is_same_v<T, std::filesystem::path>) {
+      out_.text(v.string());
+    } else if constexpr (kIs<T, std::vector> || kIs<T, std::map>) {
+      out_.u64(v.size());
+      for (const auto& x : v) one(x);
+    } else if constexpr (kIs<T, std::pair>) {
+      one(v.first);
+      one(v.second);
+    } else if constexpr (kIs<T, std::optional>) {
+      out_.boolean(v.has_value());
+      if (v) one(*v);
+    } else if constexpr (kIs<T, std::variant>) {
+      out_.u64(v.index());
+      std::visit([this](const auto& alternative) { one(alternative); }, v);
+    } else if constexpr (kIs<T, std::shared_ptr>) {
+      shared(v);
+    } else {
+      Fields<T>::visit(*this, v);
+    }
+  }
+
+  template <class T>
+  void shared(const std::shared_ptr<T>& p) {
+    using U = std::remove_const_t<T>;
+    if (!p) return out_.u64(codec_detail::kNull);
+    auto& ids = ids_[typeid(U)];
+    if (auto it = ids.find(p.get()); it != ids.end()) {
+      out_.u64(codec_detail::kSeen);
+      out_.u64(it->second);
+      return;
+    }
+    out_.u64(codec_detail::kNew);
+    if constexpr (codec_detail::Wired<U>)
+      one(Wire<U>::to(*p));
+    else
+      one(*p);
+    // Numbered once written, so no object can refer to itself: object graphs are acyclic (the unpickler
+    // refuses a value that contains itself), and a decoded one is too, whatever the bytes.
+    ids.emplace(p.get(), ids.size());
+  }
+
+  ByteWriter out_;
+  std::unordered_map<std::type_index, std::unordered_map<const void*, uint64_t>> ids_;
+};
+
+// Reads what Encoder wrote; every inconsistency (a count past the end, a number out of its type's range,
+// an unknown enumerator or variant index, a reference to an object not read yet) throws FormatError.
+class Decoder {
+ public:
+  explicit Decoder(std::span<const std::byte> data)
+      : in_(std::string_view(reinterpret_cast<const char*>(data.data()), data.size())) {}
+
+  template <class... T>
+  void operator()(T&... v) {
+    (one(v), ...);
+  }
+  template <class T, class ToWire, class FromWire>
+  void convert(T& v, ToWire /*to_wire*/, FromWire from_wire) {
+    std::remove_cvref_t<std::invoke_result_t<ToWire, const T&>> wire;
+    one(wire);
+    v = from_wire(std::move(wire));
+  }
+  template <class F>
+  void check(F&& f) {
+    f();
+  }
+  void finish() const {
+    if (!in_.done()) in_.fail("bytes left after the end");
+  }
+
+ private:
+  template <class T>
+  void one(T& v) {
+    using namespace codec_detail;
+    if constexpr (std::is_same_v<T, bool>) {
+      v = in_.boolean();
+    } else if constexpr (std::is_enum_v<T>) {
+      const uint64_t x = in_.u64();
+      if (x > static_cast<uint64_t>(kLastEnum<T>)) in_.fail("an unknown enumerator");
+      v = static_cast<T>(x);
+    } else if constexpr (Unsigned<T>) {
+      const uint64_t x = in_.u64();
+      if (!std::in_range<T>(x)) in_.fail("a number out of range");
+      v = static_cast<T>(x);
+    } else if constexpr (Signed<T>) {
+      const int64_t x = in_.i64();
+      if (!std::in_range<T>(x)) in_.fail("a number out of range");
+      v = static_cast<T>(x);
+    } else if constexpr (std::is_same_v<T, double>) {
+      v = in_.real();
+    } else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::filesystem::path>) {
+      v = in_.text();
+    } else if constexpr (kIs<T, std::vector>) {
+      const uint64_t n = in_.count(1);  // every item takes a byte at least
+      v.clear();
+      for (uint64_t i = 0; i < n; ++i) one(v.emplace_back());
+    } else if constexpr (kIs<T, std::map>) {
+      const uint64_t n = in_.count(2);
+      v.clear();
+      for (uint64_t i = 0; i < n; ++i) {
+        std::pair<typename T::key_type, typename T::mapped_type> entry;
+        one(entry);
+        if (!v.insert(std::move(entry)).second) in_.fail("a key appears twice");
+      }
+    } else if constexpr (kIs<T, std::pair>) {
+      one(v.first);
+      one(v.second);
+    } else if constexpr (kIs<T, std::optional>) {
+      if (in_.boolean())
+        one(v.emplace());
+      else
+        v.reset();
+    } else if constexpr (kIs<T, std::variant>) {
+      alternative(v, in_.index(std::variant_size_v<T>), std::make_index_sequence<std::variant_size_v<T>>());
+    } else if constexpr (kIs<T, std::shared_ptr>) {
+      shared(v);
+    } else {
+      Fields<T>::visit(*this, v);
+    }
+  }
+
+  template <class V, size_t... I>
+  void alternative(V& v, size_t index, std::index_sequence<I...>) {
+    ((index == I ? (one(v.template emplace<I>()), true) : false) || ...);
+  }
+
+  template <class T>
+  void shared(std::shared_ptr<T>& p) {
+    using U = std::remove_const_t<T>;
+    auto& table = tables_[typeid(U)];
+    switch (in_.u64()) {
+      case codec_detail::kNull:
+        p = nullptr;
+        return;
+      case codec_detail::kSeen:
+        p = std::const_pointer_cast<U>(std::static_pointer_cast<const U>(table[in_.index(table.size())]));
+        return;
+      case codec_detail::kNew:
+        break;
+      default:
+        in_.fail("an unknown reference");
+    }
+    if (depth_ >= kMaxDepth) in_.fail("objects nested too deep");
+    const Nesting nesting(depth_);
+    if constexpr (codec_detail::Wired<U>) {
+      typename Wire<U>::type wire;
+      one(wire);
+      p = Wire<U>::from(std::move(wire));
+      table.push_back(p);
+    } else {
+      auto made = std::make_shared<U>();
+      one(*made);
+      table.push_back(made);
+      p = std::move(made);
+    }
+  }
+
+  struct Nesting {
+    int& depth;
+    explicit Nesting(int& d) : depth(++d) {}
+    ~Nesting() { --depth; }
+  };
+  static constexpr int kMaxDepth = 1024;  // the unpickler's own nesting bound is 512
+
+  ByteReader in_;
+  int depth_ = 0;
+  std::unordered_map<std::type_index, std::vector<std::shared_ptr<const void>>> tables_;
+};
+
+}  // namespace ckptfs::index
