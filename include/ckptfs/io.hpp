@@ -1,11 +1,14 @@
 // Read-only access to source files. A File remembers what the file was when it was indexed (device,
 // inode, size, mtime, ctime) and reads with pread through a process-wide, bounded cache of open
 // descriptors: thousands of rank files can be indexed and served under `ulimit -n 1024`, and a file
-// whose descriptor was evicted is reopened on demand and checked to be the same file.
+// whose descriptor was evicted is reopened on demand and checked to be the same file. A read takes no
+// process-wide lock: each File holds its open descriptor in a slot of its own (src/io/fd_cache.hpp).
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -45,7 +48,8 @@ class OpenFd {
 
 using OpenFdPtr = std::shared_ptr<const OpenFd>;
 
-class DecodedItem;  // src/io/decoded_item.hpp
+class DecodedItem;      // src/io/decoded_item.hpp
+struct DescriptorSlot;  // src/io/fd_cache.hpp
 
 class File {
  public:
@@ -87,14 +91,22 @@ class File {
   // starts no more than that per call): reads that follow find it there. Best effort: errors are ignored.
   void prefetch(uint64_t offset, uint64_t length) const;
 
-  // True while the file at path() still has the identity it had when opened.
+  // True while the file at path() still has the identity it had when opened (one stat).
   bool unchanged() const;
+  // As unchanged(), but trusts a check that passed less than `interval` ago instead of making another
+  // (a mount checks every source of a file on each open: a 1,024-rank view would cost 1,024 stats per
+  // open). A file once found changed stays changed: its ctime never goes back.
+  bool unchanged_within(std::chrono::nanoseconds interval) const;
 
  private:
   File(std::filesystem::path path, FileIdentity identity);
   std::filesystem::path path_;
   FileIdentity identity_;
   std::shared_ptr<const DecodedItem> decoded_;  // set: the bytes are this item's, decoded
+  std::unique_ptr<DescriptorSlot> slot_;        // the open descriptor (not for decoded items)
+  uint64_t readahead_bytes_ = 0;                // the device's readahead: one fadvise call's reach
+  mutable std::atomic<int64_t> checked_at_ns_{INT64_MIN};  // steady clock of the last check passed
+  mutable std::atomic<bool> changed_{false};
 };
 
 using FilePtr = std::shared_ptr<File>;
@@ -145,7 +157,9 @@ size_t open_file_count();
 // soft limit.
 uint64_t raise_open_file_limit();
 
-// Opens each path once and hands out the same File for later requests.
+// Opens each path once and hands out the same File for later requests. Opens run outside the lock, so
+// the threads reading rank files in parallel do not wait for each other's open and fstat; two threads
+// opening one path at once both open it, and the first to finish is the File both get.
 class FileSet {
  public:
   FilePtr open(const std::filesystem::path& path);
