@@ -1,5 +1,6 @@
 // The process-wide, bounded cache of open source descriptors behind io::File. Each File keeps its
-// descriptor in a slot of its own that reads load without a lock; the cache's lock and its ring of open
+// descriptor in a slot of its own that reads load without the cache's lock (an atomic shared_ptr: at most
+// a per-slot spin bit in libstdc++, never shared between files); the cache's lock and its ring of open
 // slots are only touched when a descriptor is opened (or reopened after an eviction) and when one is
 // evicted: clock order (second chance), the slots read since the cache last looked are spared.
 #pragma once
