@@ -42,7 +42,7 @@ struct Cache {
         continue;
       }
       ring.pop_back();
-      slot->fd.store(nullptr, std::memory_order_release);
+      slot->set(nullptr);
     }
   }
 };
@@ -91,7 +91,7 @@ void set_kernel_readahead(bool on) {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
   c.kernel_readahead = on;
-  for (const DescriptorSlot* slot : c.ring) c.advise(*slot->fd.load(std::memory_order_relaxed));
+  for (DescriptorSlot* slot : c.ring) c.advise(*slot->get());
 }
 
 size_t open_file_count() {
@@ -105,9 +105,9 @@ namespace fd_cache {
 OpenFdPtr insert(DescriptorSlot& slot, OpenFdPtr fd) {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
-  if (OpenFdPtr open = slot.fd.load(std::memory_order_relaxed)) return open;  // reopened meanwhile
+  if (OpenFdPtr open = slot.get()) return open;  // reopened meanwhile
   if (!c.kernel_readahead) c.advise(*fd);
-  slot.fd.store(fd, std::memory_order_release);
+  slot.set(fd);
   c.ring.push_front(&slot);
   slot.position = c.ring.begin();
   c.evict_beyond_capacity();
@@ -115,7 +115,7 @@ OpenFdPtr insert(DescriptorSlot& slot, OpenFdPtr fd) {
 }
 
 OpenFdPtr acquire(const File& file, DescriptorSlot& slot) {
-  if (OpenFdPtr fd = slot.fd.load(std::memory_order_acquire)) {
+  if (OpenFdPtr fd = slot.get()) {
     if (!slot.used.load(std::memory_order_relaxed)) slot.used.store(true, std::memory_order_relaxed);
     return fd;
   }
@@ -131,9 +131,9 @@ OpenFdPtr acquire(const File& file, DescriptorSlot& slot) {
 void forget(DescriptorSlot& slot) {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
-  if (!slot.fd.load(std::memory_order_relaxed)) return;
+  if (!slot.get()) return;
   c.ring.erase(slot.position);
-  slot.fd.store(nullptr, std::memory_order_relaxed);
+  slot.set(nullptr);
 }
 
 }  // namespace fd_cache

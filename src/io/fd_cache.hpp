@@ -1,6 +1,6 @@
 // The process-wide, bounded cache of open source descriptors behind io::File. Each File keeps its
-// descriptor in a slot of its own that reads load without the cache's lock (an atomic shared_ptr: at most
-// a per-slot spin bit in libstdc++, never shared between files); the cache's lock and its ring of open
+// descriptor in a slot of its own that reads copy under the slot's own mutex, held for that copy only
+// (never across I/O, never shared between files); the cache's lock and its ring of open
 // slots are only touched when a descriptor is opened (or reopened after an eviction) and when one is
 // evicted: clock order (second chance), the slots read since the cache last looked are spared.
 #pragma once
@@ -10,6 +10,7 @@
 #include <atomic>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "ckptfs/io.hpp"
@@ -21,12 +22,24 @@ FileIdentity identity_of(const struct stat& st);
 // Opens `path` read-only and returns it with its identity. Throws SourceError naming the path.
 std::pair<OpenFdPtr, FileIdentity> open_source(const std::filesystem::path& path);
 
-// Where a File keeps its descriptor. `fd` and `position` change only under the cache's lock; `fd` is set
-// exactly while the slot is in the cache's ring.
+// Where a File keeps its descriptor. `fd` is read under `mutex` and set only under the cache's lock as
+// well (taken first), so it is set exactly while the slot is in the cache's ring. Not std::atomic<
+// shared_ptr>: libstdc++ 12's load releases its spin bit relaxed, which orders nothing on weak memory
+// (and ThreadSanitizer reports it).
 struct DescriptorSlot {
-  std::atomic<OpenFdPtr> fd;        // null: not open (evicted, or never opened)
-  std::atomic<bool> used{false};    // read since the eviction clock last passed it
-  std::list<DescriptorSlot*>::iterator position;  // in the ring, while fd is set
+  std::mutex mutex;
+  OpenFdPtr fd;                    // null: not open (evicted, or never opened)
+  std::atomic<bool> used{false};   // read since the eviction clock last passed it
+  std::list<DescriptorSlot*>::iterator position;  // in the ring while fd is set; under the cache's lock
+
+  OpenFdPtr get() {
+    std::lock_guard lock(mutex);
+    return fd;
+  }
+  void set(OpenFdPtr to) {
+    std::lock_guard lock(mutex);
+    fd = std::move(to);
+  }
 };
 
 namespace fd_cache {
