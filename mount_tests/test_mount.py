@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 
 import pytest
@@ -272,6 +273,12 @@ def test_misses_and_wrong_types(side_case):
         open(os.path.join(mnt, "fp32"), "rb").read()
 
 
+def wait_out_source_check():
+    """An open trusts the last passed check of a source for -o source_check_ms (1000 ms by default,
+    docs/mount.md): a change right after an open is seen by the opens after that interval."""
+    time.sleep(1.05)
+
+
 def shard_of(src):
     return sorted(os.path.join(src, "global_step3", f) for f in os.listdir(os.path.join(src, "global_step3"))
                   if f.endswith("optim_states.pt"))[0]
@@ -287,6 +294,7 @@ def test_changed_source_gives_eio_for_its_views_only(ckptfs_bin, case_copy, tmp_
             shard = shard_of(src)
             size = os.path.getsize(shard)
             os.truncate(shard, size // 2)
+            wait_out_source_check()  # the open above checked the shard
             for v in ("fp32/model.safetensors", "fp32/pytorch_model.bin"):
                 with pytest.raises(OSError) as e:
                     open(os.path.join(mnt, v), "rb")
@@ -315,6 +323,7 @@ def test_deleted_shard_gives_eio_on_open_and_open_files_keep_their_bytes(ckptfs_
         try:
             shard = shard_of(src)
             os.unlink(shard)
+            wait_out_source_check()  # the open above checked the shard
             for v in ("fp32/model.safetensors", "fp32/pytorch_model.bin"):
                 with pytest.raises(OSError) as e:
                     open(os.path.join(mnt, v), "rb")
@@ -600,6 +609,7 @@ def test_relative_paths_survive_the_daemon_chdir(ckptfs_bin, case_copy, tmp_path
         with open("/proc/self/mountinfo") as f:
             assert any(l.split()[4] == mnt and f" {src} " in l for l in f), "fsname is not the absolute source"
         os.utime(shard_of(src), ns=(0, 0))  # the sources are still checked, by their absolute paths
+        wait_out_source_check()  # the reads above checked them
         with pytest.raises(OSError) as e:
             open(os.path.join(mnt, "fp32/model.safetensors"), "rb")
         assert e.value.errno == errno.EIO

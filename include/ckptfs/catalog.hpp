@@ -57,7 +57,7 @@ class BoxAssembly {
   const std::vector<int64_t>& shape() const { return shape_; }
 
  private:
-  size_t box_at(const std::vector<int64_t>& index) const;
+  size_t box_at(std::span<const int64_t> index) const;
 
   std::vector<int64_t> shape_;
   std::vector<Box> boxes_;

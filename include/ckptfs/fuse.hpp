@@ -25,6 +25,10 @@ struct ServeOptions {
   // WILLNEED, in each shard's order): the kernel reads the shards in parallel while the request waits on
   // its own. 0 turns it off.
   unsigned prefetch_mb = 32;
+  // How long an open trusts the last check that a source file is unchanged (one stat per source, at most
+  // once per interval, rather than a stat of each of a 1,024-rank view's sources on every open). 0: check
+  // on every open.
+  unsigned source_check_ms = 1000;
   // Work that need not delay the mount (writing the index cache): run on a thread of its own once the
   // mount is live, in the process that serves; serve returns only after it has finished. Must not throw;
   // what it returns, when not empty, is logged as a warning (stderr, and syslog when daemonised).

@@ -1,11 +1,15 @@
 // Read-only access to source files. A File remembers what the file was when it was indexed (device,
 // inode, size, mtime, ctime) and reads with pread through a process-wide, bounded cache of open
 // descriptors: thousands of rank files can be indexed and served under `ulimit -n 1024`, and a file
-// whose descriptor was evicted is reopened on demand and checked to be the same file.
+// whose descriptor was evicted is reopened on demand and checked to be the same file. A read or prefetch
+// takes no process-wide lock: each File holds its open descriptor in a slot of its own
+// (src/io/fd_cache.hpp) and its device's readahead size.
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -48,7 +52,8 @@ class OpenFd {
 
 using OpenFdPtr = std::shared_ptr<const OpenFd>;
 
-class DecodedItem;  // src/io/decoded_item.hpp
+class DecodedItem;      // src/io/decoded_item.hpp
+struct DescriptorSlot;  // src/io/fd_cache.hpp
 
 // Where a File's bytes come from, a closed kind visited wherever it matters (reads, splice eligibility,
 // prefetch, identity checks, the index codec): the file at its path, read with pread through the
@@ -99,16 +104,25 @@ class File {
   // starts no more than that per call): reads that follow find it there. Best effort: errors are ignored.
   void prefetch(uint64_t offset, uint64_t length) const;
 
-  // True while the file at path() still has the identity it had when opened.
+  // True while the file at path() still has the identity it had when opened (one stat).
   bool unchanged() const;
+  // As unchanged(), but trusts a check that passed less than `interval` ago instead of making another
+  // (a mount checks every source of a file on each open: a 1,024-rank view would cost 1,024 stats per
+  // open). A file once found changed stays changed: its ctime never goes back.
+  bool unchanged_within(std::chrono::nanoseconds interval) const;
 
  private:
   File(std::filesystem::path path, FileIdentity identity);
   void read_on_disk(uint64_t offset, std::span<std::byte> dst) const;
   void prefetch_on_disk(uint64_t offset, uint64_t length) const;
+  bool on_disk_unchanged_within(std::chrono::nanoseconds interval) const;
   std::filesystem::path path_;
   FileIdentity identity_;
   Origin origin_;
+  std::unique_ptr<DescriptorSlot> slot_;  // OnDisk: the open descriptor
+  uint64_t readahead_bytes_ = 0;          // OnDisk: the device's readahead: one fadvise call's reach
+  mutable std::atomic<int64_t> checked_at_ns_{INT64_MIN};  // steady clock of the last check passed
+  mutable std::atomic<bool> changed_{false};
 };
 
 using FilePtr = std::shared_ptr<File>;
@@ -159,7 +173,9 @@ size_t open_file_count();
 // soft limit.
 uint64_t raise_open_file_limit();
 
-// Opens each path once and hands out the same File for later requests.
+// Opens each path once and hands out the same File for later requests. Opens run outside the lock, so
+// the threads reading rank files in parallel do not wait for each other's open and fstat; two threads
+// opening one path at once both open it, and the first to finish is the File both get.
 class FileSet {
  public:
   FilePtr open(const std::filesystem::path& path);

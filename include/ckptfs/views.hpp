@@ -30,6 +30,9 @@ class VirtualFile {
   // Starts reading the source ranges behind [offset, offset + length) into the page cache, in each source
   // file's order, without waiting (io::File::prefetch); files with nothing worth prefetching ignore it.
   virtual void prefetch(uint64_t /*offset*/, uint64_t /*length*/) const {}
+  // What the reads of one open go to: null for the file itself; a file that keeps only indices and builds
+  // its layout when read (universal/) builds it here, once per open, and returns it.
+  virtual std::shared_ptr<const VirtualFile> open_layout() const { return nullptr; }
 };
 
 using VirtualFilePtr = std::shared_ptr<const VirtualFile>;

@@ -2,6 +2,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
+#include <span>
 
 #include "ckptfs/catalog.hpp"
 #include "ckptfs/error.hpp"
@@ -105,7 +107,7 @@ BoxAssembly::BoxAssembly(const std::string& name, std::vector<int64_t> shape, st
   for (const Box& b : boxes_) block_dim_.push_back(contiguous_block_dim(b, shape_));
 }
 
-size_t BoxAssembly::box_at(const std::vector<int64_t>& index) const {
+size_t BoxAssembly::box_at(std::span<const int64_t> index) const {
   uint64_t cell = 0;
   for (size_t d = 0; d < index.size(); ++d) {
     const auto& e = edges_[d];
@@ -116,7 +118,11 @@ size_t BoxAssembly::box_at(const std::vector<int64_t>& index) const {
 
 void BoxAssembly::plan(uint64_t first, uint64_t count, std::vector<Piece>& out) const {
   const size_t dims = shape_.size();
-  std::vector<int64_t> index(dims);
+  // The element's index, on the stack for up to kInlineDims dimensions: planning a read allocates nothing.
+  constexpr size_t kInlineDims = 8;
+  std::array<int64_t, kInlineDims> inline_index;
+  std::vector<int64_t> heap_index(dims > kInlineDims ? dims : 0);
+  const std::span<int64_t> index = dims > kInlineDims ? std::span(heap_index) : std::span(inline_index).first(dims);
   for (uint64_t e = first, end = first + count; e < end;) {
     for (size_t d = dims, rest = e; d-- > 0;) {  // unravel e (row-major)
       index[d] = static_cast<int64_t>(rest % static_cast<uint64_t>(shape_[d]));

@@ -51,6 +51,8 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      prefetch=MB      how far ahead of a sequential reader the source ranges it will need are
                       prefetched into the page cache, in each shard's order, in place of the
                       kernel's readahead on the shards (default 32; 0: off, the kernel's instead)
+     source_check_ms=N  how long a check that a source file is unchanged holds for the opens that
+                      follow (default 1000; 0: every open stats every source of the file opened)
      decoded_cache_mb=N  memory for decoded compressed items (DCP's ZStandard extension), in MiB
                       (default 256; 0: none); an item larger than it is decoded again for each read,
                       streamed to the range asked for
@@ -116,6 +118,8 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.index_cache = dir == "off" ? std::nullopt : std::optional<fs::path>(fs::absolute(dir));
   } else if (option.starts_with("prefetch=")) {
     m.serve.prefetch_mb = parse_number(option, 0);
+  } else if (option.starts_with("source_check_ms=")) {
+    m.serve.source_check_ms = parse_number(option, 0);
   } else if (option.starts_with("read_ahead_kb=")) {
     m.serve.read_ahead_kb = parse_number(option, 0);
   } else {

@@ -191,8 +191,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (node->is_dir) return (void)fuse_reply_err(req, EISDIR);
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC) != 0)
       return (void)fuse_reply_err(req, EROFS);
+    // Each source is stat'ed at most once per interval (io::File::unchanged_within), however many opens:
+    // a loader's open-read-close loop over a 1,024-rank view does not stat 1,024 files per open.
     for (const auto& source : node->sources) {
-      if (!source->unchanged()) {
+      if (!source->unchanged_within(c.source_check_interval)) {
         log_once(c, ino, source->path().string(),
                  fmt::format("open /{}: {}: changed since the mount (replaced, or its size, mtime or ctime "
                              "differ); remount to serve the new checkpoint",
@@ -202,7 +204,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     }
     fi->keep_cache = 1;  // immutable content: pages stay cached across opens; mmap stays shareable
     fi->direct_io = 0;
-    fi->fh = reinterpret_cast<uint64_t>(c.open_files->open(ino));
+    fi->fh = reinterpret_cast<uint64_t>(c.open_files->open(ino, node->file));
     fuse_reply_open(req, fi);
   });
 }
@@ -219,13 +221,15 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     // One buffer per worker thread, as large as the largest request it served (max_read bounds it).
     thread_local std::vector<std::byte> buffer;
     if (buffer.size() < length) buffer.resize(length);
-    if (fi != nullptr && fi->fh != 0 && c.prefetch_bytes > 0)
-      if (auto ahead = reinterpret_cast<ReadAhead*>(fi->fh)->next(start, length, c.prefetch_bytes, file_size))
-        node->file->prefetch(ahead->first, ahead->second);
+    OpenFile* open = fi != nullptr && fi->fh != 0 ? reinterpret_cast<OpenFile*>(fi->fh) : nullptr;
+    const views::VirtualFile& content = open != nullptr ? *open->content : *node->file;
+    if (open != nullptr && c.prefetch_bytes > 0)
+      if (auto ahead = open->read_ahead.next(start, length, c.prefetch_bytes, file_size))
+        content.prefetch(ahead->first, ahead->second);
     // Source bytes that need no conversion are not read here: the reply takes them from the files.
     thread_local std::vector<catalog::DeferredRun> deferred;
     deferred.clear();
-    node->file->read_deferring(start, std::span(buffer.data(), length), deferred);
+    content.read_deferring(start, std::span(buffer.data(), length), deferred);
     if (deferred.empty())
       fuse_reply_buf(req, reinterpret_cast<const char*>(buffer.data()), length);
     else if (const std::string problem = reply_with_runs(req, std::span(buffer.data(), length), deferred);

@@ -5,6 +5,8 @@
 #include <fuse_lowlevel.h>
 #include <sys/types.h>
 
+#include <chrono>
+
 #include "ckptfs/vfs.hpp"
 #include "fuse/read_ahead.hpp"
 
@@ -18,6 +20,7 @@ struct Context {
   bool use_syslog = false;  // daemonised: stderr is /dev/null
   uint64_t prefetch_bytes = 0;  // how far ahead of a sequential reader source ranges are prefetched
   OpenFiles* open_files = nullptr;  // the prefetch state of every open file
+  std::chrono::milliseconds source_check_interval{0};  // ServeOptions::source_check_ms
 };
 
 fuse_lowlevel_ops make_operations();

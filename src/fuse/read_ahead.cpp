@@ -37,11 +37,20 @@ std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, ui
   return std::pair{from, to - from};
 }
 
-ReadAhead* OpenFiles::open(uint64_t ino) {
+OpenFile* OpenFiles::open(uint64_t ino, const views::VirtualFilePtr& file) {
+  {
+    const std::lock_guard lock(mutex_);
+    if (auto it = files_.find(ino); it != files_.end()) {
+      ++it->second.handles;
+      return it->second.file.get();
+    }
+  }
+  views::VirtualFilePtr layout = file->open_layout();
   const std::lock_guard lock(mutex_);
   Entry& entry = files_[ino];
+  if (!entry.file) entry.file = std::make_unique<OpenFile>(layout ? std::move(layout) : file);
   ++entry.handles;
-  return entry.read_ahead.get();
+  return entry.file.get();
 }
 
 void OpenFiles::release(uint64_t ino) {

@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "ckptfs/views.hpp"
+
 namespace ckptfs::fuse {
 
 // A read that continues one of the recent streams of reads (a sequential reader, the kernel's readahead,
@@ -37,17 +39,25 @@ class ReadAhead {
   uint64_t clock_ = 0;
 };
 
-// One ReadAhead per open file, shared by all its handles: the threads of a loader each open the file and
+// An open file: what its reads go to (the file's open_layout(), else the file) and its prefetch state.
+struct OpenFile {
+  explicit OpenFile(views::VirtualFilePtr content) : content(std::move(content)) {}
+  const views::VirtualFilePtr content;
+  ReadAhead read_ahead;
+};
+
+// One OpenFile per open file, shared by all its handles: the threads of a loader each open the file and
 // read neighbouring tensors, one front moving through it that a window per handle would advise several
 // times over. Dropped when the last handle closes.
 class OpenFiles {
  public:
-  ReadAhead* open(uint64_t ino);
+  // The open state of inode `ino`, made from `file` by its first open (the layout built outside the lock).
+  OpenFile* open(uint64_t ino, const views::VirtualFilePtr& file);
   void release(uint64_t ino);
 
  private:
   struct Entry {
-    std::unique_ptr<ReadAhead> read_ahead = std::make_unique<ReadAhead>();
+    std::unique_ptr<OpenFile> file;
     size_t handles = 0;
   };
   std::mutex mutex_;

@@ -117,7 +117,8 @@ std::string check_mountpoint(const std::string& mountpoint) {
 void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
   const bool foreground = options.foreground || options.debug;
   OpenFiles open_files;
-  Context context{&tree, ::getuid(), ::getgid(), !foreground, uint64_t{options.prefetch_mb} << 20, &open_files};
+  Context context{&tree, ::getuid(), ::getgid(), !foreground, uint64_t{options.prefetch_mb} << 20, &open_files,
+                  std::chrono::milliseconds(options.source_check_ms)};
   const fuse_lowlevel_ops ops = make_operations();
   auto session = new_session(options, ops, context);
   fuse_session* se = session.get();

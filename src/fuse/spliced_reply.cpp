@@ -14,17 +14,23 @@ namespace ckptfs::fuse {
 
 namespace {
 
-// A fuse_bufvec with room for `count` buffers (the struct declares one; libfuse reads bufv->count).
+// A fuse_bufvec with room for `count` buffers (the struct declares one; libfuse reads bufv->count), empty.
+// One per server thread, grown to the largest reply it sent: a read allocates nothing.
 struct BufVecDeleter {
   void operator()(fuse_bufvec* v) const { std::free(v); }
 };
-using BufVecPtr = std::unique_ptr<fuse_bufvec, BufVecDeleter>;
 
-BufVecPtr make_bufvec(size_t count) {
-  const size_t bytes = sizeof(fuse_bufvec) + (count > 0 ? count - 1 : 0) * sizeof(fuse_buf);
-  BufVecPtr v(static_cast<fuse_bufvec*>(std::calloc(1, bytes)));
-  if (!v) throw std::bad_alloc();
-  return v;
+fuse_bufvec& empty_bufvec(size_t count) {
+  thread_local std::unique_ptr<fuse_bufvec, BufVecDeleter> v;
+  thread_local size_t capacity = 0;
+  if (capacity < count) {
+    const size_t bytes = sizeof(fuse_bufvec) + (count - 1) * sizeof(fuse_buf);
+    v.reset(static_cast<fuse_bufvec*>(std::malloc(bytes)));
+    capacity = v ? count : 0;
+    if (!v) throw std::bad_alloc();
+  }
+  v->count = v->idx = v->off = 0;
+  return *v;
 }
 
 // A run's file with its descriptor, held open and checked once per reply however many runs it gives.
@@ -63,12 +69,18 @@ std::string after_reply(int sent, size_t bytes, const std::vector<HeldSource>& h
 
 std::string reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer,
                             const std::vector<catalog::DeferredRun>& runs) {
-  BufVecPtr bufv = make_bufvec(2 * runs.size() + 1);
-  std::vector<HeldSource> held;  // every run's descriptor stays open until the reply is sent
+  fuse_bufvec* const bufv = &empty_bufvec(2 * runs.size() + 1);
+  // Every run's descriptor stays open until the reply is sent; the vector is the thread's, reused.
+  thread_local std::vector<HeldSource> held;
+  held.clear();
+  const struct Release {
+    ~Release() { held.clear(); }
+  } release;
   const std::byte* at = buffer.data();
   const auto add_memory = [&](const std::byte* end) {
     if (end == at) return;
     fuse_buf& b = bufv->buf[bufv->count++];
+    b = fuse_buf{};
     b.size = static_cast<size_t>(end - at);
     b.mem = const_cast<std::byte*>(at);  // libfuse only reads it
     at = end;
@@ -76,6 +88,7 @@ std::string reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer,
   for (const auto& run : runs) {
     add_memory(run.dst);
     fuse_buf& b = bufv->buf[bufv->count++];
+    b = fuse_buf{};
     b.size = run.length;
     b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
     b.fd = held_descriptor(held, *run.file);
@@ -84,7 +97,7 @@ std::string reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer,
   }
   add_memory(buffer.data() + buffer.size());
   // Never SPLICE_MOVE: the kernel would take pages out of the shards' own page cache.
-  const int sent = fuse_reply_data(req, bufv.get(), static_cast<fuse_buf_copy_flags>(0));
+  const int sent = fuse_reply_data(req, bufv, static_cast<fuse_buf_copy_flags>(0));
   // From here on the request is answered and gone: nothing may escape to the caller's error reply.
   try {
     return after_reply(sent, buffer.size(), held);

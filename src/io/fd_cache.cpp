@@ -9,7 +9,6 @@
 #include <cstring>
 #include <list>
 #include <mutex>
-#include <unordered_map>
 
 #include "ckptfs/error.hpp"
 
@@ -21,27 +20,29 @@ int64_t nanoseconds(const struct timespec& ts) {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-// LRU: the front of `order` is the most recently used file.
+// The ring of open slots: new and spared ones enter at the front, eviction looks at the back.
 struct Cache {
   std::mutex mutex;
   size_t capacity = 256;
   bool kernel_readahead = true;
-  std::list<const File*> order;
-  struct Entry {
-    OpenFdPtr fd;
-    std::list<const File*>::iterator position;
-  };
-  std::unordered_map<const File*, Entry> entries;
+  std::list<DescriptorSlot*> ring;
 
   void advise(const OpenFd& fd) const {
     ::posix_fadvise(fd.get(), 0, 0, kernel_readahead ? POSIX_FADV_NORMAL : POSIX_FADV_RANDOM);
   }
 
-  // Called with the mutex held. Evicted descriptors close once no read holds them.
+  // Called with the mutex held. A slot read since the clock last passed it gets a second chance (once
+  // per pass, so readers cannot keep the loop going); evicted descriptors close once no read holds them.
   void evict_beyond_capacity() {
-    while (entries.size() > capacity && !order.empty()) {
-      entries.erase(order.back());
-      order.pop_back();
+    for (size_t spared = 0; ring.size() > capacity;) {
+      DescriptorSlot* slot = ring.back();
+      if (spared < ring.size() && slot->used.exchange(false, std::memory_order_relaxed)) {
+        ring.splice(ring.begin(), ring, slot->position);
+        ++spared;
+        continue;
+      }
+      ring.pop_back();
+      slot->set(nullptr);
     }
   }
 };
@@ -90,40 +91,33 @@ void set_kernel_readahead(bool on) {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
   c.kernel_readahead = on;
-  for (const auto& [file, entry] : c.entries) c.advise(*entry.fd);
+  for (DescriptorSlot* slot : c.ring) c.advise(*slot->get());
 }
 
 size_t open_file_count() {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
-  return c.entries.size();
+  return c.ring.size();
 }
 
 namespace fd_cache {
 
-void insert(const File* file, OpenFdPtr fd) {
+OpenFdPtr insert(DescriptorSlot& slot, OpenFdPtr fd) {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
-  auto it = c.entries.find(file);
-  if (it != c.entries.end()) {
-    c.order.splice(c.order.begin(), c.order, it->second.position);
-    return;
-  }
+  if (OpenFdPtr open = slot.get()) return open;  // reopened meanwhile
   if (!c.kernel_readahead) c.advise(*fd);
-  c.order.push_front(file);
-  c.entries.emplace(file, Cache::Entry{std::move(fd), c.order.begin()});
+  slot.set(fd);
+  c.ring.push_front(&slot);
+  slot.position = c.ring.begin();
   c.evict_beyond_capacity();
+  return fd;
 }
 
-OpenFdPtr acquire(const File& file) {
-  Cache& c = cache();
-  {
-    std::lock_guard lock(c.mutex);
-    auto it = c.entries.find(&file);
-    if (it != c.entries.end()) {
-      c.order.splice(c.order.begin(), c.order, it->second.position);
-      return it->second.fd;
-    }
+OpenFdPtr acquire(const File& file, DescriptorSlot& slot) {
+  if (OpenFdPtr fd = slot.get()) {
+    if (!slot.used.load(std::memory_order_relaxed)) slot.used.store(true, std::memory_order_relaxed);
+    return fd;
   }
   // Reopen without the lock held (opens on network filesystems take milliseconds).
   auto [fd, identity] = open_source(file.path());
@@ -131,17 +125,15 @@ OpenFdPtr acquire(const File& file) {
     throw SourceError(fmt::format("{}: changed since it was indexed (replaced, or its size, mtime or ctime "
                                   "differ); remount to serve the new checkpoint",
                                   file.path().string()));
-  insert(&file, fd);
-  return fd;
+  return insert(slot, std::move(fd));
 }
 
-void forget(const File* file) {
+void forget(DescriptorSlot& slot) {
   Cache& c = cache();
   std::lock_guard lock(c.mutex);
-  auto it = c.entries.find(file);
-  if (it == c.entries.end()) return;
-  c.order.erase(it->second.position);
-  c.entries.erase(it);
+  if (!slot.get()) return;
+  c.ring.erase(slot.position);
+  slot.set(nullptr);
 }
 
 }  // namespace fd_cache

@@ -1,10 +1,16 @@
-// The process-wide cache of open source descriptors behind io::File: least recently used ones are
-// closed beyond the limit and reopened on demand.
+// The process-wide, bounded cache of open source descriptors behind io::File. Each File keeps its
+// descriptor in a slot of its own that reads copy under the slot's own mutex, held for that copy only
+// (never across I/O, never shared between files); the cache's lock and its ring of open
+// slots are only touched when a descriptor is opened (or reopened after an eviction) and when one is
+// evicted: clock order (second chance), the slots read since the cache last looked are spared.
 #pragma once
 
 #include <sys/stat.h>
 
+#include <atomic>
+#include <list>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "ckptfs/io.hpp"
@@ -16,14 +22,35 @@ FileIdentity identity_of(const struct stat& st);
 // Opens `path` read-only and returns it with its identity. Throws SourceError naming the path.
 std::pair<OpenFdPtr, FileIdentity> open_source(const std::filesystem::path& path);
 
+// Where a File keeps its descriptor. `fd` is read under `mutex` and set only under the cache's lock as
+// well (taken first), so it is set exactly while the slot is in the cache's ring. Not std::atomic<
+// shared_ptr>: libstdc++ 12's load releases its spin bit relaxed, which orders nothing on weak memory
+// (and ThreadSanitizer reports it).
+struct DescriptorSlot {
+  std::mutex mutex;
+  OpenFdPtr fd;                    // null: not open (evicted, or never opened)
+  std::atomic<bool> used{false};   // read since the eviction clock last passed it
+  std::list<DescriptorSlot*>::iterator position;  // in the ring while fd is set; under the cache's lock
+
+  OpenFdPtr get() {
+    std::lock_guard lock(mutex);
+    return fd;
+  }
+  void set(OpenFdPtr to) {
+    std::lock_guard lock(mutex);
+    fd = std::move(to);
+  }
+};
+
 namespace fd_cache {
 
-// Hands `fd` to the cache as the descriptor of `file` (just opened by File::open).
-void insert(const File* file, OpenFdPtr fd);
+// Hands `fd` (just opened by File::open) to the cache as the slot's descriptor; returns the descriptor
+// the slot holds after (another thread's, when it reopened the same file first).
+OpenFdPtr insert(DescriptorSlot& slot, OpenFdPtr fd);
 // The descriptor of `file`, reopened (and checked against its identity) when it was evicted.
-OpenFdPtr acquire(const File& file);
+OpenFdPtr acquire(const File& file, DescriptorSlot& slot);
 // Drops the descriptor of a File being destroyed.
-void forget(const File* file);
+void forget(DescriptorSlot& slot);
 
 }  // namespace fd_cache
 

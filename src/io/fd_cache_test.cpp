@@ -8,7 +8,10 @@
 
 #include <dirent.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ckptfs/error.hpp"
@@ -33,6 +36,14 @@ std::string read_all(const File& f) {
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
+// Files "0", "1", ... of `dir`, file i holding content(i), each opened.
+template <class Content>
+std::vector<FilePtr> open_numbered(const TempDir& dir, int count, Content content) {
+  std::vector<FilePtr> files;
+  for (int i = 0; i < count; ++i) files.push_back(File::open(dir.write(std::to_string(i), content(i))));
+  return files;
+}
+
 class FdCacheTest : public ::testing::Test {
  protected:
   void SetUp() override { saved_ = max_open_files(); }
@@ -44,9 +55,7 @@ TEST_F(FdCacheTest, ManyFilesReadThroughABoundedNumberOfDescriptors) {
   TempDir dir;
   set_max_open_files(8);
   const size_t before = process_fds();
-  std::vector<FilePtr> files;
-  for (int i = 0; i < 200; ++i)
-    files.push_back(File::open(dir.write(std::to_string(i), "content of file " + std::to_string(i))));
+  std::vector<FilePtr> files = open_numbered(dir, 200, [](int i) { return "content of file " + std::to_string(i); });
   EXPECT_LE(open_file_count(), 8u);
   for (int round = 0; round < 3; ++round)
     for (int i = 0; i < 200; ++i) ASSERT_EQ(read_all(*files[i]), "content of file " + std::to_string(i));
@@ -101,6 +110,75 @@ TEST_F(FdCacheTest, InPlaceChangeOfTheSameSizeIsDetected) {
   const struct timespec times[2] = {st.st_atim, st.st_mtim};  // mtime put back: ctime still moves
   ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
   EXPECT_FALSE(f->unchanged());
+}
+
+// Reads load each File's descriptor without a lock while other reads reopen evicted ones and the limit
+// moves under them: every read still returns its file's bytes, and the cache stays within its bound.
+TEST_F(FdCacheTest, ThreadsReadWhileTheCacheEvicts) {
+  TempDir dir;
+  set_max_open_files(4);
+  const size_t before = process_fds();
+  const std::vector<FilePtr> files =
+      open_numbered(dir, 64, [](int i) { return std::string(4096, static_cast<char>('a' + i % 26)); });
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> wrong{0}, reads{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 12; ++t) {
+    readers.emplace_back([&, t] {
+      std::vector<std::byte> buf(512);
+      for (unsigned i = static_cast<unsigned>(t); !stop.load(); i = i * 1103515245u + 12345u) {
+        const size_t f = (i >> 8) % files.size();
+        try {
+          files[f]->read_exact((i >> 4) % 3584, buf);
+          for (std::byte b : buf)
+            if (b != static_cast<std::byte>('a' + f % 26)) ++wrong;
+        } catch (const std::exception&) {
+          ++wrong;
+        }
+        ++reads;
+      }
+    });
+  }
+  std::thread limits([&] {
+    for (int round = 0; round < 200; ++round) {
+      set_max_open_files(round % 2 ? 1 : 4);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    set_max_open_files(4);
+  });
+  limits.join();
+  while (reads.load() < 20000) std::this_thread::yield();
+  stop = true;
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_LE(open_file_count(), 4u);
+  EXPECT_LE(process_fds(), before + 4);
+}
+
+TEST(FileSet, ThreadsOpeningOnePathGetOneFile) {
+  TempDir dir;
+  const auto path = dir.write("rank_0.pt", "rank zero");
+  FileSet set;
+  std::vector<FilePtr> got(8);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < got.size(); ++t) threads.emplace_back([&, t] { got[t] = set.open(path); });
+  for (auto& t : threads) t.join();
+  for (const auto& f : got) EXPECT_EQ(f, got[0]);
+  EXPECT_EQ(set.open(dir.path() / "." / "rank_0.pt"), got[0]);
+}
+
+// A check that passed is trusted for the interval; a change is seen by the first check after it, and
+// stays seen.
+TEST(SourceCheck, AChangeIsSeenOnceTheIntervalHasPassed) {
+  using namespace std::chrono_literals;
+  TempDir dir;
+  const auto path = dir.write("shard.pt", "12345678");
+  FilePtr f = File::open(path);
+  EXPECT_TRUE(f->unchanged_within(1h));
+  dir.write("shard.pt", "1234");
+  EXPECT_TRUE(f->unchanged_within(1h));  // within the interval of the check above: not stat'ed again
+  EXPECT_FALSE(f->unchanged_within(0ns));
+  EXPECT_FALSE(f->unchanged_within(1h));
 }
 
 TEST(OpenFileLimit, SoftLimitIsRaisedToTheHardLimit) {

@@ -20,13 +20,15 @@ File::File(std::filesystem::path path, FileIdentity identity)
     : path_(std::move(path)), identity_(identity) {}
 
 File::~File() {
-  fd_cache::forget(this);
+  if (slot_) fd_cache::forget(*slot_);
 }
 
 std::shared_ptr<File> File::open(const std::filesystem::path& path) {
   auto [fd, identity] = open_source(path);
   std::shared_ptr<File> file(new File(path, identity));
-  fd_cache::insert(file.get(), std::move(fd));  // the indexing that follows reads it at once
+  file->slot_ = std::make_unique<DescriptorSlot>();
+  file->readahead_bytes_ = readahead_bytes(identity.device);
+  fd_cache::insert(*file->slot_, std::move(fd));  // the indexing that follows reads it at once
   return file;
 }
 
@@ -54,7 +56,7 @@ void File::read_exact(uint64_t offset, std::span<std::byte> dst) const {
 
 void File::read_on_disk(uint64_t offset, std::span<std::byte> dst) const {
   const uint64_t size = identity_.size;
-  const OpenFdPtr fd = fd_cache::acquire(*this);
+  const OpenFdPtr fd = fd_cache::acquire(*this, *slot_);
   size_t done = 0;
   while (done < dst.size()) {
     ssize_t n = ::pread(fd->get(), dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
@@ -91,7 +93,7 @@ bool File::has_descriptor() const {
 
 OpenFdPtr File::descriptor() const {
   if (!has_descriptor()) throw std::logic_error(path_.string() + ": a decoded item has no descriptor");
-  return fd_cache::acquire(*this);
+  return fd_cache::acquire(*this, *slot_);
 }
 
 void File::check_descriptor(const OpenFd& fd) const {
@@ -116,9 +118,9 @@ void File::prefetch(uint64_t offset, uint64_t length) const {
 
 void File::prefetch_on_disk(uint64_t offset, uint64_t length) const {
   try {
-    const OpenFdPtr fd = fd_cache::acquire(*this);
+    const OpenFdPtr fd = fd_cache::acquire(*this, *slot_);
     // One call starts at most the device's readahead (128 KiB on FUSE or NFS): advise piece by piece.
-    const uint64_t step = readahead_bytes(identity_.device);
+    const uint64_t step = readahead_bytes_;
     const uint64_t end = offset + std::min(length, identity_.size - offset);
     for (uint64_t at = offset; at < end; at += step)
       ::posix_fadvise(fd->get(), static_cast<off_t>(at), static_cast<off_t>(std::min(step, end - at)),
@@ -137,6 +139,28 @@ bool File::unchanged() const {
                         [](const Decoded& decoded) { return decoded.item->backing()->unchanged(); },
                     },
                     origin_);
+}
+
+bool File::unchanged_within(std::chrono::nanoseconds interval) const {
+  return std::visit(Overloaded{
+                        [&](const OnDisk&) { return on_disk_unchanged_within(interval); },
+                        [&](const Decoded& decoded) { return decoded.item->backing()->unchanged_within(interval); },
+                    },
+                    origin_);
+}
+
+bool File::on_disk_unchanged_within(std::chrono::nanoseconds interval) const {
+  if (changed_.load(std::memory_order_relaxed)) return false;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t checked = checked_at_ns_.load(std::memory_order_relaxed);
+  if (checked != INT64_MIN && now - checked < interval.count()) return true;
+  if (!unchanged()) {
+    changed_.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  checked_at_ns_.store(now, std::memory_order_relaxed);
+  return true;
 }
 
 FileRange::FileRange(FilePtr file) : file_(std::move(file)), base_(0), length_(file_->size()) {}
@@ -170,12 +194,13 @@ FilePtr FileSet::open(const std::filesystem::path& path) {
   std::error_code ec;
   auto key = std::filesystem::weakly_canonical(path, ec);
   if (ec) key = path;
-  std::lock_guard lock(mutex_);
-  auto it = files_.find(key);
-  if (it != files_.end()) return it->second;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = files_.find(key); it != files_.end()) return it->second;
+  }
   auto file = File::open(path);
-  files_.emplace(key, file);
-  return file;
+  std::lock_guard lock(mutex_);
+  return files_.try_emplace(key, std::move(file)).first->second;  // a racing open of the path may have won
 }
 
 }  // namespace ckptfs::io

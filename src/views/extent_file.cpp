@@ -54,7 +54,8 @@ void ExtentFile::prefetch(uint64_t offset, uint64_t length) const {
   // The source runs behind the range, per file in file order, joined where they touch or nearly do (the
   // kernel reads whole pages anyway): a handful of fadvise calls per file, not one per run.
   constexpr uint64_t kJoinGap = 64 << 10;
-  std::vector<catalog::Piece> runs;
+  thread_local std::vector<catalog::Piece> runs;  // the thread's, reused: a prefetch allocates nothing
+  runs.clear();
   auto it = std::upper_bound(extents_.begin(), extents_.end(), offset,
                              [](uint64_t off, const Extent& e) { return off < e.offset; });
   for (--it; it != extents_.end() && it->offset < offset + length; ++it) {
@@ -75,6 +76,7 @@ void ExtentFile::prefetch(uint64_t offset, uint64_t length) const {
       hi = std::max(hi, runs[i].src_offset + runs[i].count * dtype_size(runs[i].src_dtype));
     file.prefetch(lo, hi - lo);
   }
+  runs.clear();  // holds no source file past the call
 }
 
 std::vector<io::FilePtr> distinct_sources(std::span<const catalog::TensorRef> tensors) {

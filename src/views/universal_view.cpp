@@ -1,7 +1,8 @@
 // universal/: a DeepSpeed universal checkpoint (docs/formats/universal.md) laid out from a tag's
 // UniversalPlan, in the zip layout of DeepSpeed's own files (torch 1.13's records). One directory per trainable parameter with a few small torch.save files each: tens of
 // thousands of files for a large model, so each file keeps only its indices and builds its zip layout
-// when read (a few microseconds, nothing next to the tensor bytes it serves).
+// when opened (open_layout: the mount's reads go to that layout) or, read without an open (export), per
+// read (a few microseconds, nothing next to the tensor bytes it serves).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -49,6 +50,7 @@ class UniversalParamFile final : public VirtualFile {
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, std::span<std::byte> dst) const override { build()->read(offset, dst); }
   void prefetch(uint64_t offset, uint64_t length) const override { build()->prefetch(offset, length); }
+  VirtualFilePtr open_layout() const override { return build(); }
   std::vector<io::FilePtr> sources() const override {
     const catalog::TensorRef t = tensor();
     return t ? distinct_sources(std::span(&t, 1)) : std::vector<io::FilePtr>{};
