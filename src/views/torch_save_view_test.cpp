@@ -200,7 +200,7 @@ TEST(TorchSave, Zip64RecordsPastFourGiB) {
   big.name = "big";
   big.dtype = DType::F32;
   big.shape = {(int64_t{1} << 30) + 5};
-  big.pieces.push_back({0, big.numel(), c->tensors[0].pieces[0].file, 0, DType::F32});
+  big.pieces.push_back({.count = big.numel(), .file = c->tensors[0].pieces[0].file, .src_dtype = DType::F32});
   c->tensors.insert(c->tensors.begin() + 1, big);
   const auto file = make_torch_save(c, "archive");
   const auto& extents = dynamic_cast<const ExtentFile&>(*file).extents();

@@ -119,7 +119,7 @@ LogicalTensor merge_sub_params(const std::string& name, const std::vector<format
       torch::SourceTensor piece = catalog::narrow(ranks[r].tensor, layout.dim, held[r], w);
       std::vector<int64_t> offsets(shape.size(), 0);
       offsets[layout.dim] = at;
-      boxes.push_back({offsets, piece.shape, std::move(piece), ranks[r].inner});
+      boxes.push_back({.offsets = offsets, .sizes = piece.shape, .source = std::move(piece), .inner = ranks[r].inner});
       held[r] += w;
       at += w;
     }

@@ -93,8 +93,8 @@ void add_role(Tag& tag, const RoleDir& role, bool at_root) {
   tag.catalogs.emplace(catalog_prefix + "model", bf16_model(*role.parameters));
   tag.catalogs.emplace(catalog_prefix + "fp32", formats::upcast_to_fp32(*role.parameters));
   for (const auto& f : role.hf_files) {
-    if (f.filename() == "config.json") tag.extra_files.push_back({prefix + "config.json", bf16_config(f), {}});
-    else tag.extra_files.push_back({prefix + f.filename().string(), "", f});
+    if (f.filename() == "config.json") tag.extra_files.push_back({.path = prefix + "config.json", .text = bf16_config(f), .source = {}});
+    else tag.extra_files.push_back({.path = prefix + f.filename().string(), .text = {}, .source = f});
   }
   tag.files.insert(tag.files.end(), role.files.begin(), role.files.end());
   tag.files.insert(tag.files.end(), role.hf_files.begin(), role.hf_files.end());
