@@ -2,6 +2,7 @@
 // actor's views at the root and every other role's (critic) under <role>/.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <re2/re2.h>
 
 #include <algorithm>
 #include <fstream>
@@ -76,9 +77,11 @@ std::shared_ptr<catalog::Catalog> bf16_model(const catalog::Catalog& parameters)
 std::string bf16_config(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw SourceError(fmt::format("{}: cannot read", path.string()));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  static const std::regex kDtype(R"re(("(?:torch_)?dtype"\s*:\s*)"[A-Za-z0-9_.]+")re");
-  return std::regex_replace(text, kDtype, "$1\"bfloat16\"");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // RE2, not std::regex: std::regex recurses per character and overflows the stack on a long value.
+  static const RE2 kDtype(R"re(("(?:torch_)?dtype"\s*:\s*)"[A-Za-z0-9_.]+")re");
+  RE2::GlobalReplace(&text, kDtype, R"(\1"bfloat16")");
+  return text;
 }
 
 // A role's catalogs and files in `tag`: its views at the root, or in its own folder (prefix "critic/";
