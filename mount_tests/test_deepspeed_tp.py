@@ -551,6 +551,33 @@ def test_without_universal_checkpoint_info_mount_exits_5(ckptfs_bin, without_inf
         unmount(str(mnt))
 
 
+def with_extra_pattern(key, pattern):
+    return lambda sd: sd["universal_checkpoint_info"].setdefault(key, []).insert(0, pattern)
+
+
+def test_pattern_outside_the_supported_syntax_exits_4(ckptfs_bin, tp_fixtures, tmp_path):
+    """A lookahead (valid Python, no RE2 equivalent) is refused with one line naming the file and the
+    pattern, not matched differently."""
+    pattern = r"(?=language_model)language_model\.embedding\.word_embeddings\.weight"
+    src = edited_copy(tp_fixtures, tmp_path, with_extra_pattern("tp_replicated_parameter_patterns", pattern))
+    proc = H.run([ckptfs_bin, "export", src, tmp_path / "out"])
+    H.assert_one_line_error(proc, H.EXIT_INVALID, ["mp_rank_00_model_states.pt"])
+    assert pattern in proc.stderr, proc.stderr
+
+
+def test_backtracking_pattern_merges_in_linear_time(ckptfs_bin, tp_fixtures, tmp_path):
+    """A nested repetition that matches no name: a backtracking engine (Python's re, std::regex) takes
+    2^len(name) steps on each ~70-character name; the export finishes and merges as before."""
+    src = edited_copy(tp_fixtures, tmp_path, with_extra_pattern("tp_replicated_parameter_patterns", r"(?:[a-z_.0-9]+)+!"))
+    proc = H.run([ckptfs_bin, "export", src, tmp_path / "out"], timeout=60)
+    H.assert_ok(proc)
+    exp = H.load_expected(os.path.join(expected_dir(tp_fixtures, CASES[0]), "model.pt"))
+    got = H.read_safetensors(tmp_path / "out" / "model.safetensors")
+    assert sorted(got) == sorted(exp)
+    for name in exp:
+        H.assert_tensor_equal(name, got[name], exp[name])
+
+
 PIPE_CASE = "pp2_tp2_z1_bf16_dp2"
 
 

@@ -676,6 +676,7 @@ def test_torch_dist_dp_fixture_layout(name, megatron_fixtures):
 TRACKERS = {
     "leading zeros": ("0000000000000000000005\n", 0, "iter_0000005"),
     "oversized number": ("9" * 40, H.EXIT_INVALID, None),
+    "200,000 digits": ("7" * 200_000, H.EXIT_INVALID, None),  # std::regex overflowed its stack on it
     "not a number": ("iter_5", H.EXIT_INVALID, None),
     "empty": (" \n", H.EXIT_INVALID, None),
 }

@@ -267,6 +267,20 @@ def test_world_size_disagreeing_with_fsdp_config_is_refused(verl_fixtures, ckptf
     assert_refused(ckptfs_bin, save, tmp_path, [f"fsdp_config.json: world_size {2 * w}"])
 
 
+def test_long_dtype_value_in_config_is_rewritten(verl_fixtures, ckptfs_bin, tmp_path):
+    """A config.json whose dtype value is 200,000 characters (std::regex recursed per character on it and
+    overflowed the stack): served as the merger writes it, the value replaced by "bfloat16"."""
+    save, actor, _ = broken_copy(fixtures(verl_fixtures), tmp_path)
+    with open(actor / "huggingface" / "config.json") as f:
+        saved = dict(json.load(f), dtype="x" * 200_000)
+    with open(actor / "huggingface" / "config.json", "w") as f:
+        json.dump(saved, f, indent=2)
+    proc = H.run([ckptfs_bin, "export", save, tmp_path / "out"])
+    H.assert_ok(proc)
+    with open(tmp_path / "out" / "config.json") as f:
+        assert json.load(f) == dict(saved, dtype="bfloat16")
+
+
 def test_shards_that_do_not_tile_are_refused(verl_fixtures, ckptfs_bin, tmp_path):
     """Rank 3's file replaced by rank 2's: its shards are rank 2's pieces."""
     save, actor, w = broken_copy(fixtures(verl_fixtures), tmp_path)

@@ -52,7 +52,7 @@ catalog::LogicalTensor merge_tensor_parallel(const std::string& name, Split spli
   std::vector<int64_t> full = shape;
   std::vector<catalog::Box> boxes;
   const auto place = [&](const RankTensor& rank, const torch::SourceTensor& src, std::vector<int64_t> offsets) {
-    boxes.push_back({std::move(offsets), src.shape, src, rank.inner});
+    boxes.push_back({.offsets = std::move(offsets), .sizes = src.shape, .source = src, .inner = rank.inner});
   };
   const std::vector<int64_t> origin(shape.size(), 0);
   switch (split) {

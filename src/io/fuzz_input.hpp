@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include "ckptfs/io.hpp"
@@ -28,6 +29,19 @@ class FuzzInput {
 
   const std::string& path() const { return path_; }
   FilePtr open() const { return File::open(path_); }
+  // The input under `name` in a directory of this process's own (for parsers that go by file names):
+  // a symlink, replaced by the next input's.
+  std::filesystem::path link_as(const std::string& name) const {
+    static const std::filesystem::path dir = [] {
+      std::string pattern = (std::filesystem::temp_directory_path() / "ckptfs-fuzz-XXXXXX").string();
+      return std::filesystem::path(::mkdtemp(pattern.data()));
+    }();
+    const std::filesystem::path link = dir / name;
+    std::error_code ec;
+    std::filesystem::remove(link, ec);
+    std::filesystem::create_symlink(path_, link, ec);
+    return link;
+  }
 
  private:
   int fd_;

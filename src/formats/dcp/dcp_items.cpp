@@ -130,7 +130,7 @@ catalog::LogicalTensor ItemReader::tensor(const Item& item) const {
     if (src.dtype != item.dtype)
       fail(item, fmt::format("a chunk in {} holds {}, the metadata says {}", c.location.relative_path,
                              dtype_torch_name(src.dtype), dtype_torch_name(item.dtype)));
-    boxes.push_back({c.offsets, c.sizes, src, nullptr});
+    boxes.push_back({.offsets = c.offsets, .sizes = c.sizes, .source = src, .inner = nullptr});
   }
   try {
     return catalog::assembled_tensor(item.fqn, item.dtype, item.size, std::move(boxes),

@@ -124,7 +124,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
     }
     const std::string state_path =
         dcp_dirs.size() == 1 ? "full_state.pt" : fmt::format("full_state/{}.pt", d.filename().string());
-    tag.state_files.push_back({state_path, nested.root()});
+    tag.state_files.push_back({.path = state_path, .value = nested.root()});
     tag.files.insert(tag.files.end(), md.files.begin(), md.files.end());
     std::set<fs::path> data_files;
     for (const auto& t : state->tensors)

@@ -131,7 +131,7 @@ catalog::LogicalTensor assemble(const ChunkedTensor& t, const fs::path& dir) {
                                     dtype_torch_name(first.source.dtype), fmt::join(first.source.shape, ", "),
                                     first.file.filename().string()));
     for (size_t d = 0; d < shape.size(); ++d) shape[d] = std::max(shape[d], c.offsets[d] + c.source.shape[d]);
-    boxes.push_back({c.offsets, c.source.shape, c.source, nullptr});
+    boxes.push_back({.offsets = c.offsets, .sizes = c.source.shape, .source = c.source, .inner = nullptr});
   }
   uint64_t numel = 1;  // offsets come from JSON: the extent they make must stay addressable
   for (int64_t d : shape) {

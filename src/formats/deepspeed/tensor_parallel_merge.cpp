@@ -25,13 +25,11 @@ UniversalInfo::Patterns read_patterns(const formats::Field& list) {
   if (!list.is_list()) list.fail("expected a list of patterns");
   for (size_t i = 0; i < list.size(); ++i) {
     const formats::Field item = list.at(i);
-    std::string text = item.as_string();
-    try {
-      out.compiled.emplace_back(text, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      item.fail(fmt::format("pattern '{}' does not compile: {}", text, e.what()));
-    }
-    out.text.push_back(std::move(text));
+    const std::string text = item.as_string();
+    std::string error;
+    NamePattern pattern = NamePattern::compile(text, &error);
+    if (!pattern.ok()) item.fail(fmt::format("pattern '{}' is not supported: {}", text, error));
+    out.list.push_back(std::move(pattern));
   }
   return out;
 }
@@ -123,7 +121,7 @@ LogicalTensor merge_sub_params(const std::string& name, const std::vector<format
       torch::SourceTensor piece = catalog::narrow(ranks[r].tensor, layout.dim, held[r], w);
       std::vector<int64_t> offsets(shape.size(), 0);
       offsets[layout.dim] = at;
-      boxes.push_back({offsets, piece.shape, std::move(piece), ranks[r].inner});
+      boxes.push_back({.offsets = offsets, .sizes = piece.shape, .source = std::move(piece), .inner = ranks[r].inner});
       held[r] += w;
       at += w;
     }
@@ -298,18 +296,17 @@ class Merger {
 
 const UniversalInfo::SubParams* UniversalInfo::sub_params_of(const std::string& name, std::string* pattern) const {
   for (const auto& sp : sub_params)
-    for (size_t i = 0; i < sp.patterns.compiled.size(); ++i)
-      if (std::regex_search(name, sp.patterns.compiled[i], std::regex_constants::match_continuous)) {
-        *pattern = sp.patterns.text[i];
-        return &sp;
-      }
+    if (const NamePattern* hit = sp.patterns.first_match(name)) {
+      *pattern = hit->text();
+      return &sp;
+    }
   return nullptr;
 }
 
-bool UniversalInfo::Patterns::matches(const std::string& name) const {
-  for (const auto& re : compiled)
-    if (std::regex_search(name, re, std::regex_constants::match_continuous)) return true;
-  return false;
+const NamePattern* UniversalInfo::Patterns::first_match(const std::string& name) const {
+  for (const auto& p : list)
+    if (p.matches(name)) return &p;
+  return nullptr;
 }
 
 Split UniversalInfo::split_of(const std::string& name) const {
@@ -324,8 +321,11 @@ Split UniversalInfo::split_of(const std::string& name) const {
 }
 
 UniversalInfo read_universal_info(io::FileSet& files, const fs::path& model_states) {
-  const auto archive = torch::TorchArchive::open(files.open(model_states));
-  const formats::Field info = formats::root_field(archive)["universal_checkpoint_info"];
+  return read_universal_info(torch::TorchArchive::open(files.open(model_states)).root(), model_states);
+}
+
+UniversalInfo read_universal_info(const pickle::ValuePtr& root, const fs::path& model_states) {
+  const formats::Field info = formats::Field(root.get(), &model_states, "")["universal_checkpoint_info"];
   if (!info.is_dict())
     throw UnsupportedError(fmt::format("{}: a tensor-parallel checkpoint without universal_checkpoint_info: nothing "
                                        "says how each parameter is split over the TP ranks",
@@ -344,7 +344,7 @@ UniversalInfo read_universal_info(io::FileSet& files, const fs::path& model_stat
       UniversalInfo::SubParams sp;
       sp.patterns = read_patterns(e["patterns"]);
       sp.partition_dim = e["partition_dim"].as_int();
-      sp.entry = std::shared_ptr<const pickle::Value>(archive.root(), &e.value());
+      sp.entry = std::shared_ptr<const pickle::Value>(root, &e.value());
       out.sub_params.push_back(std::move(sp));
     }
   }

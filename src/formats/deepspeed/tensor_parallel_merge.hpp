@@ -7,13 +7,13 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/io.hpp"
+#include "formats/deepspeed/name_pattern.hpp"
 #include "formats/tensor_parallel.hpp"
 
 namespace ckptfs::deepspeed {
@@ -24,13 +24,15 @@ struct RankTag {
   std::set<std::string> buffers;
 };
 
-// The pattern lists of universal_checkpoint_info (Python re.match: anchored at the start only).
+// universal_checkpoint_info: its pattern lists (Python re.match: anchored at the start only) and the
+// facts ds_to_universal merges by.
 class UniversalInfo {
  public:
   struct Patterns {
-    std::vector<std::string> text;
-    std::vector<std::regex> compiled;
-    bool matches(const std::string& name) const;
+    std::vector<NamePattern> list;
+    // The first pattern that matches `name`; nullptr when none.
+    const NamePattern* first_match(const std::string& name) const;
+    bool matches(const std::string& name) const { return first_match(name) != nullptr; }
   };
   // A parameter_with_sub_params entry: a fused parameter (an AutoTP qkv_proj) whose sub-parameters are
   // each split over the TP ranks along `partition_dim`; each rank holds its share of every sub-parameter,
@@ -56,8 +58,11 @@ class UniversalInfo {
 };
 
 // Reads universal_checkpoint_info from a model-state file. Throws UnsupportedError naming the file when it
-// has none (then nothing says how each parameter was split), FormatError when a pattern is malformed.
+// has none (then nothing says how each parameter was split), FormatError when a pattern is malformed or
+// outside the syntax NamePattern supports.
 UniversalInfo read_universal_info(io::FileSet& files, const std::filesystem::path& model_states);
+// The same from the unpickled state dict `root` of `model_states`.
+UniversalInfo read_universal_info(const pickle::ValuePtr& root, const std::filesystem::path& model_states);
 
 // The merged tag: catalogs merged name by name over the ranks (in rank order), the universal plan's
 // files as ds_to_universal writes them for a TP checkpoint (cat_dim, param_n_sub_params, vocab_tensor,

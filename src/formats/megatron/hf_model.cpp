@@ -306,12 +306,12 @@ void add_hf_view(Tag& tag, const ModelArgs& args, const std::vector<std::vector<
   config["torch_dtype"] = dtype_name(dtype);  // transformers < 5
   config["dtype"] = dtype_name(dtype);
   tag.add(ViewRole::hf, std::move(hf));
-  tag.extra_files.push_back({"hf/config.json", config.dump(2) + "\n", {}});
+  tag.extra_files.push_back({.path = "hf/config.json", .text = config.dump(2) + "\n", .source = {}});
   std::map<std::string, fs::path> tokenizer;  // a later list (the iteration dir) wins
   for (const auto& list : side_files)
     for (const auto& f : list)
       if (is_tokenizer_file(f.filename().string())) tokenizer[f.filename().string()] = f;
-  for (const auto& [name, path] : tokenizer) tag.extra_files.push_back({"hf/" + name, "", path});
+  for (const auto& [name, path] : tokenizer) tag.extra_files.push_back({.path = "hf/" + name, .text = {}, .source = path});
 }
 
 }  // namespace ckptfs::megatron

@@ -47,8 +47,9 @@ std::optional<std::string> tracked_iteration(const fs::path& root) {
   if (!tracked) return std::nullopt;
   std::string text = *tracked;
   if (text == "release") return text;
-  static const std::regex kNumber(R"(\d+)");
-  if (!std::regex_match(text, kNumber))
+  // A digit scan, not std::regex: its recursion per character overflows the stack on a long tracker.
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (text.empty() || !std::all_of(text.begin(), text.end(), is_digit))
     throw FormatError(fmt::format("{}: holds '{}', expected an iteration number or 'release'",
                                   (root / kTracker).string(), text.substr(0, 40)));
   // Megatron formats int(text) with %07d: digits as they are, leading zeros dropped, padded to 7 (no integer

@@ -83,7 +83,7 @@ SafetensorsHeader read_safetensors_blob(const io::FileRange& range) {
       e.tensor.strides.assign(e.tensor.shape.size(), 1);
       for (size_t d = e.tensor.shape.size(); d-- > 1;)
         e.tensor.strides[d - 1] = e.tensor.strides[d] * std::max<int64_t>(e.tensor.shape[d], 1);
-      e.tensor.storage = {file, range.base() + data_start + offsets[0], offsets[1] - offsets[0]};
+      e.tensor.storage = {.file = file, .offset = range.base() + data_start + offsets[0], .nbytes = offsets[1] - offsets[0]};
       found.emplace_back(offsets[0], std::move(e));
     }
   } catch (const nlohmann::json::exception& e) {

@@ -142,7 +142,7 @@ LogicalTensor merge_dtensor(const std::string& name, const std::vector<RankModel
                        dtype_torch_name(first.local.dtype)));
     bool replica = false;  // a copy of what the rank at coordinate 0 of a replicated dimension holds
     for (size_t m = 0; m < s.placements.size(); ++m) replica = replica || (s.placements[m].replicate && coordinate[m] != 0);
-    if (!replica) boxes.push_back({box.offsets, box.sizes, s.local, nullptr});
+    if (!replica) boxes.push_back({.offsets = box.offsets, .sizes = box.sizes, .source = s.local, .inner = nullptr});
   }
   const std::string origin = fmt::format("DTensor {} over mesh {}", placement_string(first.placements),
                                          mesh_string(first.mesh_shape, first.mesh_dim_names));
@@ -171,7 +171,7 @@ LogicalTensor merge_plain(const std::string& name, const std::vector<RankModel>&
     std::vector<int64_t> offsets(t.shape.size(), 0);
     offsets[0] = shape[0];
     shape[0] += t.shape[0];
-    boxes.push_back({offsets, t.shape, t, nullptr});
+    boxes.push_back({.offsets = offsets, .sizes = t.shape, .source = t, .inner = nullptr});
   }
   return catalog::assembled_tensor(name, first.dtype, shape, std::move(boxes), "plain tensors concatenated on dim 0");
 }

@@ -2,6 +2,7 @@
 // actor's views at the root and every other role's (critic) under <role>/.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <re2/re2.h>
 
 #include <algorithm>
 #include <fstream>
@@ -76,9 +77,11 @@ std::shared_ptr<catalog::Catalog> bf16_model(const catalog::Catalog& parameters)
 std::string bf16_config(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw SourceError(fmt::format("{}: cannot read", path.string()));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  static const std::regex kDtype(R"re(("(?:torch_)?dtype"\s*:\s*)"[A-Za-z0-9_.]+")re");
-  return std::regex_replace(text, kDtype, "$1\"bfloat16\"");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // RE2, not std::regex: std::regex recurses per character and overflows the stack on a long value.
+  static const RE2 kDtype(R"re(("(?:torch_)?dtype"\s*:\s*)"[A-Za-z0-9_.]+")re");
+  RE2::GlobalReplace(&text, kDtype, R"(\1"bfloat16")");
+  return text;
 }
 
 // A role's catalogs and files in `tag`: its views at the root, or in its own folder (critic/).
@@ -92,8 +95,8 @@ void add_role(Tag& tag, const RoleDir& role, bool at_root) {
   tag.add(ViewRole::model, bf16_model(*role.parameters), folder);
   tag.add(ViewRole::fp32, formats::upcast_to_fp32(*role.parameters), folder);
   for (const auto& f : role.hf_files) {
-    if (f.filename() == "config.json") tag.extra_files.push_back({prefix + "config.json", bf16_config(f), {}});
-    else tag.extra_files.push_back({prefix + f.filename().string(), "", f});
+    if (f.filename() == "config.json") tag.extra_files.push_back({.path = prefix + "config.json", .text = bf16_config(f), .source = {}});
+    else tag.extra_files.push_back({.path = prefix + f.filename().string(), .text = {}, .source = f});
   }
   tag.files.insert(tag.files.end(), role.files.begin(), role.files.end());
   tag.files.insert(tag.files.end(), role.hf_files.begin(), role.hf_files.end());
