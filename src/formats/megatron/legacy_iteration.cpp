@@ -10,6 +10,7 @@
 #include "formats/megatron/iteration.hpp"
 #include "formats/megatron/model_assembly.hpp"
 #include "formats/megatron/state_names.hpp"
+#include "formats/parallel_reads.hpp"
 
 namespace ckptfs::megatron {
 
@@ -145,35 +146,43 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
     if (args.ep > 1) n += fmt::format("_{:03}", ep);
     return n;
   };
-  std::vector<std::vector<std::vector<RankFile>>> ranks(args.pp);  // [pp][ep][tp]
-  const RankFile* reference = nullptr;
+  // Every rank file the args call for, read in parallel; the checks run per rank as a serial loop would.
+  RankFile reference{std::move(first), {}};
+  for (const Field& chunk : model_chunks(reference.root())) reference.chunks.push_back(flatten_state(chunk));
+  const fs::path reference_path = reference.archive.file()->path();
+  const auto read_rank = [&](const std::tuple<int, int, int>& rank) {
+    const auto [pp, ep, tp] = rank;
+    auto it = by_rank.find(rank);
+    if (it == by_rank.end())
+      throw FormatError(fmt::format("{}: rank dir {} is missing (the saved args say TP {}, PP {}, EP {})",
+                                    dir.string(), dir_name(pp, ep, tp), args.tp, args.pp, args.ep));
+    RankFile f{open(it->second), {}};
+    const ModelArgs own = read_model_args(f.root()["args"]);
+    if (own.tp != args.tp || own.pp != args.pp || own.ep != args.ep)
+      throw FormatError(fmt::format("{}: its args say TP {}, PP {}, EP {}; {} says TP {}, PP {}, EP {}",
+                                    f.archive.file()->path().string(), own.tp, own.pp, own.ep,
+                                    reference_path.string(), args.tp, args.pp, args.ep));
+    for (const Field& chunk : model_chunks(f.root())) f.chunks.push_back(flatten_state(chunk));
+    if (f.chunks.size() != reference.chunks.size())
+      throw FormatError(fmt::format("{}: {} model chunks, {} has {}", f.archive.file()->path().string(),
+                                    f.chunks.size(), reference_path.string(), reference.chunks.size()));
+    return f;
+  };
+  std::vector<std::tuple<int, int, int>> others;  // (pp, ep, tp) after (0, 0, 0), in order
   for (int pp = 0; pp < args.pp; ++pp)
-    for (int ep = 0; ep < args.ep; ++ep) {
-      ranks[pp].reserve(args.ep);
-      ranks[pp].emplace_back().reserve(args.tp);  // `reference` and the chunks point into these
-      for (int tp = 0; tp < args.tp; ++tp) {
-        auto it = by_rank.find({pp, ep, tp});
-        if (it == by_rank.end())
-          throw FormatError(fmt::format("{}: rank dir {} is missing (the saved args say TP {}, PP {}, EP {})",
-                                        dir.string(), dir_name(pp, ep, tp), args.tp, args.pp, args.ep));
-        RankFile f{reference == nullptr ? std::move(first) : open(it->second), {}};
-        const ModelArgs own = read_model_args(f.root()["args"]);
-        if (own.tp != args.tp || own.pp != args.pp || own.ep != args.ep)
-          throw FormatError(fmt::format("{}: its args say TP {}, PP {}, EP {}; {} says TP {}, PP {}, EP {}",
-                                        f.archive.file()->path().string(), own.tp, own.pp, own.ep,
-                                        reference->archive.file()->path().string(), args.tp, args.pp, args.ep));
-        for (const Field& chunk : model_chunks(f.root())) f.chunks.push_back(flatten_state(chunk));
-        if (reference != nullptr && f.chunks.size() != reference->chunks.size())
-          throw FormatError(fmt::format("{}: {} model chunks, {} has {}", f.archive.file()->path().string(),
-                                        f.chunks.size(), reference->archive.file()->path().string(),
-                                        reference->chunks.size()));
-        ranks[pp][ep].push_back(std::move(f));
-        if (reference == nullptr) reference = &ranks[0][0][0];
-      }
-    }
+    for (int ep = 0; ep < args.ep; ++ep)
+      for (int tp = 0; tp < args.tp; ++tp)
+        if (pp + ep + tp > 0) others.emplace_back(pp, ep, tp);
+  auto read = formats::read_all(others, read_rank);
+  std::vector<std::vector<std::vector<RankFile>>> ranks(args.pp, std::vector<std::vector<RankFile>>(args.ep));
+  ranks[0][0].push_back(std::move(reference));
+  for (size_t i = 0; i < others.size(); ++i) {
+    const auto [pp, ep, tp] = others[i];
+    ranks[pp][ep].push_back(std::move(read[i]));
+  }
 
   ChunkedModel model(args);
-  const size_t vp = reference->chunks.size();
+  const size_t vp = ranks[0][0][0].chunks.size();
   for (size_t v = 0; v < vp; ++v)
     for (int pp = 0; pp < args.pp; ++pp) {
       ModelChunk chunk;
