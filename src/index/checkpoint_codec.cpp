@@ -70,8 +70,8 @@ class Encoder {
     // Tables first: what later sections refer to by number.
     for (const auto& tag : cp.tags) {
       for (const auto& [role, c] : tag.catalogs) add_catalog(c);
-      if (tag.universal)
-        for (const auto& c : tag.universal->keep_alive) add_catalog(c);
+      if (const auto plan = tag.universal())
+        for (const auto& c : plan->keep_alive) add_catalog(c);
       for (const auto& s : tag.state_files)
         for (const auto& c : s.keep_alive) add_catalog(c);
     }
@@ -299,7 +299,6 @@ class Encoder {
       out_->i64(t.dp);
       out_->i64(t.tp);
       out_->i64(t.pp);
-      out_->i64(t.zero_stage);
       out_->i64(t.ep);
       out_->i64(t.experts);
       out_->text(t.optimizer);
@@ -309,8 +308,12 @@ class Encoder {
         out_->text(role);
         out_->u64(catalog_id_.at(c.get()));
       }
-      out_->boolean(tag.universal != nullptr);
-      if (tag.universal) universal(*tag.universal);
+      out_->boolean(tag.deepspeed.has_value());
+      if (tag.deepspeed) {
+        out_->i64(tag.deepspeed->zero_stage);
+        out_->boolean(tag.deepspeed->universal != nullptr);
+        if (tag.deepspeed->universal) universal(*tag.deepspeed->universal);
+      }
       out_->u64(tag.state_files.size());
       for (const auto& s : tag.state_files) {
         out_->text(s.path);
@@ -601,7 +604,6 @@ class Decoder {
       t.dp = static_cast<int>(in_.i64());
       t.tp = static_cast<int>(in_.i64());
       t.pp = static_cast<int>(in_.i64());
-      t.zero_stage = static_cast<int>(in_.i64());
       t.ep = static_cast<int>(in_.i64());
       t.experts = static_cast<int>(in_.i64());
       t.optimizer = in_.text();
@@ -611,7 +613,11 @@ class Decoder {
         std::string role = in_.text();
         tag.catalogs[std::move(role)] = catalogs_.at(in_.index(catalogs_.size()));
       }
-      if (in_.boolean()) tag.universal = universal();
+      if (in_.boolean()) {
+        auto& ds = tag.deepspeed.emplace();
+        ds.zero_stage = static_cast<int>(in_.i64());
+        if (in_.boolean()) ds.universal = universal();
+      }
       tag.state_files.resize(in_.count(3));
       for (auto& s : tag.state_files) {
         s.path = in_.text();

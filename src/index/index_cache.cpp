@@ -22,7 +22,9 @@ namespace {
 constexpr std::string_view kMagic = "CKPTFSIX";
 // Bump whenever what indexing produces, or its encoding, changes: an index of another version is parsed
 // again, never trusted.
-constexpr uint64_t kFormatVersion = 3;  // 3: left-out tags, topology ep and experts (DeepSpeed MoE), decoded items
+// 3: left-out tags, topology ep and experts (DeepSpeed MoE), decoded items; 4: zero_stage and the universal
+// plan in a DeepSpeed part of the tag
+constexpr uint64_t kFormatVersion = 4;
 
 // What an index must have been written for: this ckptfs, this source, these options.
 std::string index_key(const fs::path& source, const OpenOptions& options) {

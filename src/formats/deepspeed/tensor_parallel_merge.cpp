@@ -159,13 +159,14 @@ class Merger {
   // The universal plan of the merged tag: the ranks' parameters and state with the merged tensors, and
   // the keys ds_to_universal records for each.
   std::shared_ptr<const UniversalPlan> merge_universal(Tag& out) {
-    const auto& first = ranks_.front().tag.universal;
+    const auto first = ranks_.front().tag.universal();
     if (!first) return nullptr;
     auto plan = std::make_shared<UniversalPlan>(*first);
     plan->model_state_files.clear();
     for (const auto& r : ranks_) {
-      if (!r.tag.universal) return nullptr;
-      for (const auto& f : r.tag.universal->model_state_files) plan->model_state_files.push_back(f);
+      const auto rank_plan = r.tag.universal();
+      if (!rank_plan) return nullptr;
+      for (const auto& f : rank_plan->model_state_files) plan->model_state_files.push_back(f);
     }
     auto trimmed = std::make_shared<Catalog>();  // vocabulary tensors without their padding rows
     trimmed->tensors.reserve(plan->params.size() * (1 + plan->state_keys.size()));
@@ -240,8 +241,8 @@ class Merger {
     return ranks_.front().buffers.contains(name) ? Split::Replicated : info_.split_of(name);
   }
   fs::path rank_file(size_t r) const {
-    const auto& files = ranks_[r].tag.universal ? ranks_[r].tag.universal->model_state_files : std::vector<fs::path>{};
-    return files.empty() ? ranks_[r].tag.dir : files.front();
+    const auto plan = ranks_[r].tag.universal();
+    return !plan || plan->model_state_files.empty() ? ranks_[r].tag.dir : plan->model_state_files.front();
   }
 
   const std::vector<RankTag>& ranks_;
@@ -322,11 +323,12 @@ Tag merge_tensor_parallel_ranks(std::vector<RankTag> ranks, const UniversalInfo&
   out.format = first.format;
   out.topology = first.topology;
   out.topology.tp = static_cast<int>(ranks.size());
+  out.deepspeed = first.deepspeed.value_or(DeepSpeedTag{});
   out.files = first.files;
   out.notes = first.notes;
   Merger merger(ranks, info);
   merger.merge_catalogs(out);
-  out.universal = merger.merge_universal(out);
+  out.deepspeed->universal = merger.merge_universal(out);
   return out;
 }
 
