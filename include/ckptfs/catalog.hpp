@@ -7,10 +7,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "ckptfs/dtype.hpp"
 #include "ckptfs/io.hpp"
+#include "ckptfs/overloaded.hpp"
 #include "ckptfs/pickle.hpp"
 #include "ckptfs/torch.hpp"
 
@@ -67,18 +69,30 @@ class BoxAssembly {
   std::vector<size_t> block_dim_;
 };
 
+// Where a logical tensor's elements come from: one closed sum type, visited with an exhaustive set of
+// overloads (ckptfs::Overloaded, no generic branch) wherever a form matters, so a new form compiles
+// nowhere until every consumer handles it (docs/architecture.md, "How a read flows", lists them).
+// Flat runs, sorted by dst_begin, disjoint, tiling [0, numel) exactly.
+struct FlatRuns {
+  std::vector<Piece> pieces;
+};
+// N-d boxes whose runs are planned per read (DCP chunks, tensor-parallel slices).
+struct Boxed {
+  std::shared_ptr<const BoxAssembly> assembly;
+};
+// A 2-D tensor transposed (Hugging Face GPT-2's Conv1D weights), read through bounded tiles built with
+// large source reads (src/catalog/transposed_reader.cpp).
+struct Transposed {
+  std::shared_ptr<const LogicalTensor> of;
+};
+using TensorSource = std::variant<FlatRuns, Boxed, Transposed>;
+
 struct LogicalTensor {
   std::string name;
   DType dtype = DType::F32;  // the dtype it is served in; sources are converted to it when they differ
   std::vector<int64_t> shape;
-  // Where the elements come from: flat runs (sorted by dst_begin, disjoint, tiling [0, numel) exactly),
-  // or, when `boxes` is set (pieces then empty), N-d boxes whose runs are planned per read.
-  std::vector<Piece> pieces;
-  std::shared_ptr<const BoxAssembly> boxes;
+  TensorSource source;
   std::string origin;  // provenance shown by `ckptfs inspect --tensors`
-  // Or, for a 2-D tensor with neither: this tensor transposed (Hugging Face GPT-2's Conv1D weights), read
-  // through bounded tiles built with large source reads (src/catalog/transposed_reader.cpp).
-  std::shared_ptr<const LogicalTensor> transpose_of;
 
   uint64_t numel() const;
   uint64_t nbytes() const { return numel() * dtype_size(dtype); }
@@ -86,23 +100,34 @@ struct LogicalTensor {
   std::vector<io::FilePtr> files() const;
 };
 
+struct Catalog {
+  std::vector<LogicalTensor> tensors;  // in the order the views lay them out (source order)
+  uint64_t total_bytes() const;
+};
+
+// A tensor of a catalog by handle: it owns the catalog and names the tensor by its index, so it stays valid
+// as long as it is held, whatever is appended to the catalog meanwhile.
+struct TensorRef {
+  std::shared_ptr<const Catalog> catalog;
+  size_t index = 0;
+
+  const LogicalTensor& operator*() const { return catalog->tensors[index]; }
+  const LogicalTensor* operator->() const { return &catalog->tensors[index]; }
+  explicit operator bool() const { return catalog != nullptr; }  // false: no tensor (default-constructed)
+};
+
 // A logical tensor inside a pickle value tree: what views that write general values (universal files,
 // optimizer states) put where torch.save would write a tensor.
 struct TensorValue final : pickle::Native {
-  const LogicalTensor* tensor = nullptr;
+  TensorRef tensor;
   std::vector<int64_t> shape;  // as pickled: tensor->shape, or a reshape with the same element count
   bool requires_grad = false;
   std::string describe() const override { return "tensor " + tensor->name; }
 };
 
-// `tensor` as a pickle value (Kind::Native holding a TensorValue); `shape` defaults to tensor.shape.
-pickle::ValuePtr tensor_value(const LogicalTensor& tensor, bool requires_grad = false,
+// `tensor` as a pickle value (Kind::Native holding a TensorValue); `shape` defaults to tensor->shape.
+pickle::ValuePtr tensor_value(TensorRef tensor, bool requires_grad = false,
                               std::optional<std::vector<int64_t>> shape = std::nullopt);
-
-struct Catalog {
-  std::vector<LogicalTensor> tensors;  // in the order the views lay them out (source order)
-  uint64_t total_bytes() const;
-};
 
 // A whole source tensor as a logical tensor served in `dtype`.
 LogicalTensor whole_tensor(const std::string& name, const torch::SourceTensor& src, DType dtype,
@@ -123,9 +148,10 @@ void append_source_range(std::vector<Piece>& pieces, uint64_t dst_begin, const t
 // A box source viewing every element of `tensor` in row-major order (set Box::inner to the tensor).
 torch::SourceTensor element_view(const LogicalTensor& tensor);
 
-// Appends the source runs of elements [first, first + count) of `tensor` (flat runs or boxes) as pieces
-// whose dst_begin is the element index; for a transposed tensor, the runs of its source that the range is
-// read from, dst_begin then being the source's element index (for prefetch, not for placing bytes).
+// The run planner: appends the source runs of elements [first, first + count) of `tensor` (flat runs or
+// boxes) as pieces whose dst_begin is the element index; for a transposed tensor, the runs of its source
+// that the range is read from, dst_begin then being the source's element index (for prefetch and
+// validation, not for placing bytes: a box over a transposed tensor is refused by validate).
 void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out);
 
 // `src` restricted to [start, start + length) along dimension `dim`.
@@ -144,8 +170,10 @@ LogicalTensor transposed_tensor(std::string name, const LogicalTensor& tensor);
 LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<Box> boxes,
                                std::string origin);
 
-// Checks that the pieces tile [0, numel) and that every conversion is supported (same dtype, a 16-bit
-// float widened to F32, F32 rounded to BF16/F16). Throws FormatError naming the tensor.
+// Checks the source: flat runs tile [0, numel) inside their files, a transposed tensor is its source's
+// transpose, no box views a transposed tensor (its runs place no bytes), and every conversion is
+// supported (same dtype, a 16-bit float widened to F32, F32 rounded to BF16/F16). Throws FormatError
+// naming the tensor.
 void validate(const LogicalTensor& tensor);
 
 // A run of a read left unread: its bytes are bytes [file_offset, file_offset + length) of `file` as they

@@ -31,8 +31,8 @@ using CatalogPtr = std::shared_ptr<const catalog::Catalog>;
 // One trainable parameter of a universal checkpoint: zero/<name>/{fp32,<state keys>,step}.pt.
 struct UniversalParam {
   std::string name;
-  const catalog::LogicalTensor* fp32 = nullptr;        // in the tag's "fp32" catalog
-  std::vector<const catalog::LogicalTensor*> state;    // aligned with UniversalPlan::state_keys
+  catalog::TensorRef fp32;                             // its master (in the tag's "fp32" catalog)
+  std::vector<catalog::TensorRef> state;               // aligned with UniversalPlan::state_keys
   pickle::ValuePtr step;                               // step.pt (its group's step); null: no step.pt
   // The keys ds_to_universal writes before 'param' in the dict form (how tensor-parallel slices were
   // joined: cat_dim, param_n_sub_params, vocab_tensor); unset: {'cat_dim': 0}.
@@ -48,7 +48,6 @@ struct UniversalPlan {
   std::vector<UniversalParam> params;   // trainable parameters, as the optimizer lists them
   pickle::ValuePtr optimizer_state;     // zero/optimizer_state.pt (tensors as catalog::tensor_value)
   std::vector<std::filesystem::path> model_state_files;  // copied byte for byte
-  std::vector<CatalogPtr> keep_alive;                    // catalogs the pointers above refer to
 };
 
 // What only a DeepSpeed tag has: its ZeRO stage and the universal checkpoint it offers (universal/).
@@ -58,11 +57,10 @@ struct DeepSpeedTag {
 };
 
 // A whole nested state dict served as one torch.save file (DCP: full_state.pt, what dcp_to_torch_save
-// writes); its tensors are catalog::tensor_value references into `keep_alive`.
+// writes); its tensors are catalog::tensor_value handles.
 struct StateFile {
   std::string path;  // relative to the tag's views: "full_state.pt", "full_state/optimizer_0.pt"
   pickle::ValuePtr value;
-  std::vector<CatalogPtr> keep_alive;
 };
 
 // A file of a derived view (hf/config.json built from the saved args, a tokenizer file passed through):

@@ -14,7 +14,10 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
+
+#include "ckptfs/overloaded.hpp"
 
 namespace ckptfs::io {
 
@@ -47,6 +50,15 @@ using OpenFdPtr = std::shared_ptr<const OpenFd>;
 
 class DecodedItem;  // src/io/decoded_item.hpp
 
+// Where a File's bytes come from, a closed kind visited wherever it matters (reads, splice eligibility,
+// prefetch, identity checks, the index codec): the file at its path, read with pread through the
+// descriptor cache, or the decoded bytes of a compressed item of another file.
+struct OnDisk {};
+struct Decoded {
+  std::shared_ptr<const DecodedItem> item;
+};
+using Origin = std::variant<OnDisk, Decoded>;
+
 class File {
  public:
   // Opens `path` read-only and records its identity. Throws SourceError naming the path when it cannot
@@ -75,12 +87,12 @@ class File {
   // does): for a reply spliced straight from the file. Throws SourceError like read_exact; only for
   // files that have one (not decoded items).
   OpenFdPtr descriptor() const;
-  bool has_descriptor() const { return decoded_ == nullptr; }
+  bool has_descriptor() const;
   // Throws SourceError naming the file unless `fd` (from descriptor()) still shows the identity indexed:
   // one fstat, for a reply spliced from it, which libfuse would send short (the fd read stops at the new
   // end) from a shard truncated since the mount, or with the new bytes of one rewritten in place.
   void check_descriptor(const OpenFd& fd) const;
-  const DecodedItem* decoded_item() const { return decoded_.get(); }
+  const Origin& origin() const { return origin_; }
 
   // Asks the kernel to start reading [offset, offset + length) into the page cache and returns without
   // waiting (posix_fadvise WILLNEED, one call per readahead size of the file's device, since the kernel
@@ -92,9 +104,11 @@ class File {
 
  private:
   File(std::filesystem::path path, FileIdentity identity);
+  void read_on_disk(uint64_t offset, std::span<std::byte> dst) const;
+  void prefetch_on_disk(uint64_t offset, uint64_t length) const;
   std::filesystem::path path_;
   FileIdentity identity_;
-  std::shared_ptr<const DecodedItem> decoded_;  // set: the bytes are this item's, decoded
+  Origin origin_;
 };
 
 using FilePtr = std::shared_ptr<File>;

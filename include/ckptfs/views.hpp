@@ -40,14 +40,14 @@ struct Extent {
   uint64_t length = 0;
   std::shared_ptr<const std::string> bytes;  // inline: bytes[inline_offset, +length)
   uint64_t inline_offset = 0;
-  const catalog::LogicalTensor* tensor = nullptr;  // tensor: its bytes [tensor_offset, +length)
+  catalog::TensorRef tensor;  // tensor (when set): its bytes [tensor_offset, +length)
   uint64_t tensor_offset = 0;
 };
 
 class ExtentFile final : public VirtualFile {
  public:
-  // `extents` must tile [0, size) in order; `keep_alive` owns the tensors the extents point to.
-  ExtentFile(std::vector<Extent> extents, std::shared_ptr<const void> keep_alive);
+  // `extents` must tile [0, size) in order.
+  explicit ExtentFile(std::vector<Extent> extents);
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, std::span<std::byte> dst) const override;
   void read_deferring(uint64_t offset, std::span<std::byte> dst,
@@ -60,7 +60,6 @@ class ExtentFile final : public VirtualFile {
   void read_extents(uint64_t offset, std::span<std::byte> dst, std::vector<catalog::DeferredRun>* deferred) const;
 
   std::vector<Extent> extents_;
-  std::shared_ptr<const void> keep_alive_;
   uint64_t size_ = 0;
 };
 
@@ -78,7 +77,7 @@ VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog,
                                const std::string& archive_name);
 
 // The distinct source files the tensors are read from, in order of first use.
-std::vector<io::FilePtr> distinct_sources(std::span<const catalog::LogicalTensor* const> tensors);
+std::vector<io::FilePtr> distinct_sources(std::span<const catalog::TensorRef> tensors);
 
 // A small file held in memory (ckptfs.json, latest_universal).
 VirtualFilePtr make_bytes_file(std::string bytes);

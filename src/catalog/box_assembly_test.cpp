@@ -91,7 +91,7 @@ Built build(const GridCase& c, std::mt19937& rng, bool permuted = true) {
   }
   out.tensor.name = "t";
   out.tensor.shape = c.shape;
-  out.tensor.boxes = std::make_shared<BoxAssembly>("t", c.shape, std::move(boxes));
+  out.tensor.source = Boxed{std::make_shared<BoxAssembly>("t", c.shape, std::move(boxes))};
   validate(out.tensor);
   return out;
 }
@@ -133,11 +133,11 @@ TEST(BoxAssembly, ColumnSplitNeedsOneRunPerRowPerBoxNotPerElement) {
   std::mt19937 rng(1);
   const Built b = build({{64, 64}, {{}, {32}}}, rng, false);
   std::vector<Piece> runs;
-  b.tensor.boxes->plan(0, 64 * 64, runs);
+  std::get<Boxed>(b.tensor.source).assembly->plan(0, 64 * 64, runs);
   EXPECT_EQ(runs.size(), 128u);
   EXPECT_EQ(runs[0].count, 32u);
   runs.clear();  // a row split (Shard(0)) is one run per box
-  build({{64, 64}, {{32}, {}}}, rng, false).tensor.boxes->plan(0, 64 * 64, runs);
+  std::get<Boxed>(build({{64, 64}, {{32}, {}}}, rng, false).tensor.source).assembly->plan(0, 64 * 64, runs);
   EXPECT_EQ(runs.size(), 2u);
 }
 

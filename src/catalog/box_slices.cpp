@@ -19,24 +19,29 @@ torch::SourceTensor element_view(const LogicalTensor& tensor) {
   return out;
 }
 
-void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out) {
-  if (tensor.boxes) {
-    tensor.boxes->plan(first, count, out);
-    return;
-  }
-  if (tensor.transpose_of) {
-    append_transposed_runs(tensor, first, count, out);
-    return;
-  }
+namespace {
+
+void append_flat_runs(const FlatRuns& flat, uint64_t first, uint64_t count, std::vector<Piece>& out) {
   const uint64_t end = first + count;
-  auto it = std::upper_bound(tensor.pieces.begin(), tensor.pieces.end(), first,
+  auto it = std::upper_bound(flat.pieces.begin(), flat.pieces.end(), first,
                              [](uint64_t e, const Piece& p) { return e < p.dst_begin; });
-  if (it != tensor.pieces.begin()) --it;
-  for (; it != tensor.pieces.end() && it->dst_begin < end; ++it) {
+  if (it != flat.pieces.begin()) --it;
+  for (; it != flat.pieces.end() && it->dst_begin < end; ++it) {
     const uint64_t lo = std::max(first, it->dst_begin), hi = std::min(end, it->dst_begin + it->count);
     if (lo >= hi) continue;
     out.push_back({lo, hi - lo, it->file, it->src_offset + (lo - it->dst_begin) * dtype_size(it->src_dtype), it->src_dtype});
   }
+}
+
+}  // namespace
+
+void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out) {
+  std::visit(Overloaded{
+                 [&](const FlatRuns& flat) { append_flat_runs(flat, first, count, out); },
+                 [&](const Boxed& boxed) { boxed.assembly->plan(first, count, out); },
+                 [&](const Transposed& transposed) { append_transposed_runs(tensor, transposed, first, count, out); },
+             },
+             tensor.source);
 }
 
 torch::SourceTensor narrow(const torch::SourceTensor& src, size_t dim, int64_t start, int64_t length) {
@@ -50,8 +55,9 @@ torch::SourceTensor narrow(const torch::SourceTensor& src, size_t dim, int64_t s
 
 void append_slice(std::vector<Box>& out, const LogicalTensor& tensor, size_t dim, int64_t begin, int64_t end,
                   int64_t dst_begin) {
-  if (!tensor.boxes) throw std::logic_error("append_slice of tensor " + tensor.name + ", which has no boxes");
-  for (const Box& b : tensor.boxes->boxes()) {
+  const auto* boxed = std::get_if<Boxed>(&tensor.source);
+  if (!boxed) throw std::logic_error("append_slice of tensor " + tensor.name + ", which has no boxes");
+  for (const Box& b : boxed->assembly->boxes()) {
     const int64_t lo = std::max(begin, b.offsets[dim]);
     const int64_t hi = std::min(end, b.offsets[dim] + b.sizes[dim]);
     if (lo >= hi) continue;
@@ -70,7 +76,7 @@ LogicalTensor transposed_tensor(std::string name, const LogicalTensor& tensor) {
   t.dtype = tensor.dtype;
   t.shape = {tensor.shape[1], tensor.shape[0]};
   t.origin = tensor.origin + ", transposed";
-  t.transpose_of = std::make_shared<LogicalTensor>(tensor);
+  t.source = Transposed{std::make_shared<LogicalTensor>(tensor)};
   return t;
 }
 
@@ -81,7 +87,7 @@ LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_
   t.dtype = dtype;
   t.shape = std::move(shape);
   t.origin = std::move(origin);
-  t.boxes = std::make_shared<BoxAssembly>(t.name, t.shape, std::move(boxes));
+  t.source = Boxed{std::make_shared<BoxAssembly>(t.name, t.shape, std::move(boxes))};
   validate(t);
   return t;
 }

@@ -28,7 +28,7 @@ LogicalTensor make_tensor(std::string name, DType dtype, std::vector<int64_t> sh
   t.name = std::move(name);
   t.dtype = dtype;
   t.shape = std::move(shape);
-  t.pieces = std::move(pieces);
+  std::get<FlatRuns>(t.source).pieces = std::move(pieces);
   return t;
 }
 
@@ -60,7 +60,7 @@ std::vector<std::byte> reference_bytes(const LogicalTensor& t,
                                        const std::map<const io::File*, const SourceFile*>& files) {
   std::vector<std::byte> out(t.nbytes());
   const size_t size = dtype_size(t.dtype);
-  for (const Piece& p : t.pieces)
+  for (const Piece& p : std::get<FlatRuns>(t.source).pieces)
     for (uint64_t i = 0; i < p.count; ++i)
       reference_element(p, i, t.dtype, files.at(p.file.get())->bytes(),
                         out.data() + (p.dst_begin + i) * size);
@@ -85,14 +85,15 @@ LogicalTensor random_tensor(std::mt19937& rng, const std::vector<std::unique_ptr
   t.name = "t";
   t.dtype = std::array{DType::F32, DType::F16, DType::BF16, DType::I64}[rng() % 4];
   t.shape = {static_cast<int64_t>(rng() % 40), static_cast<int64_t>(1 + rng() % 50)};
+  auto& pieces = std::get<FlatRuns>(t.source).pieces;
   for (uint64_t e = 0; e < t.numel();) {
     Piece p;
     p.dst_begin = e;
     p.count = std::min<uint64_t>(t.numel() - e, 1 + rng() % (rng() % 4 ? 8 : 300));
     p.src_dtype = t.dtype == DType::I64 ? DType::I64 : random_source_dtype(rng, t.dtype);
     const size_t in_size = dtype_size(p.src_dtype);
-    if (!t.pieces.empty() && rng() % 2 && t.pieces.back().src_dtype == p.src_dtype) {
-      const Piece& last = t.pieces.back();
+    if (!pieces.empty() && rng() % 2 && pieces.back().src_dtype == p.src_dtype) {
+      const Piece& last = pieces.back();
       p.file = last.file;
       p.src_offset = last.src_offset + last.count * in_size;
     } else {
@@ -102,7 +103,7 @@ LogicalTensor random_tensor(std::mt19937& rng, const std::vector<std::unique_ptr
     if (p.src_offset + p.count * in_size > p.file->size()) {  // wrap to the file start
       p.src_offset = rng() % 8;
     }
-    t.pieces.push_back(p);
+    pieces.push_back(p);
     e += p.count;
   }
   return t;
@@ -164,7 +165,7 @@ TEST(Catalog, ConversionLargerThanScratchBuffer) {
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<uint16_t>(i * 2654435761u >> 16);
   SourceFile src = SourceFile::of(values);
   LogicalTensor t = make_tensor("big", DType::F32, {static_cast<int64_t>(values.size())});
-  t.pieces.push_back({0, values.size(), src.file(), 0, DType::F16});
+  std::get<FlatRuns>(t.source).pieces.push_back({0, values.size(), src.file(), 0, DType::F16});
   std::vector<uint32_t> out(values.size());
   read_tensor(t, 0, std::as_writable_bytes(std::span(out)));
   for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(out[i], ref::f16_to_f32(values[i])) << i;
@@ -233,8 +234,8 @@ TEST_F(CatalogStrided, EveryLayoutReadsInRowMajorOrder) {
   };
   for (const auto& [s, pieces] : cases) {
     LogicalTensor t = make_tensor("s", DType::I32, s.shape);
-    append_source_tensor(t.pieces, 0, tensor(s));
-    EXPECT_EQ(t.pieces.size(), pieces) << ::testing::PrintToString(s.shape);
+    append_source_tensor(std::get<FlatRuns>(t.source).pieces, 0, tensor(s));
+    EXPECT_EQ(std::get<FlatRuns>(t.source).pieces.size(), pieces) << ::testing::PrintToString(s.shape);
     ASSERT_NO_THROW(validate(t));
     std::vector<int32_t> expected = row_major_values(s);
     for (auto& v : expected) v += 2;  // storage starts at file element 2
@@ -265,7 +266,7 @@ TEST_F(CatalogStrided, RangesOfStridedSourcesMatchBruteForce) {
     LogicalTensor t = make_tensor("r", DType::I32, {static_cast<int64_t>(all.size())});
     for (uint64_t first = 0; first < all.size();) {
       const uint64_t count = std::min<uint64_t>(all.size() - first, rng() % 7);
-      append_source_range(t.pieces, first, tensor(s), first, count);
+      append_source_range(std::get<FlatRuns>(t.source).pieces, first, tensor(s), first, count);
       first += count;
     }
     ASSERT_NO_THROW(validate(t));
@@ -330,6 +331,25 @@ TEST(Catalog, ValidateNamesWhatIsWrong) {
   EXPECT_EQ(message(tensor({})).rfind("tensor layer.w: ", 0), 0u);
 }
 
+// A box views its inner tensor's elements through that tensor's runs; a transposed tensor's runs are its
+// source's and place no elements, so a box over one is refused when built, naming both tensors.
+TEST(Catalog, BoxOverATransposedTensorIsRefused) {
+  SourceFile src = SourceFile::of(std::vector<float>(16));
+  const auto flat = make_tensor("w", DType::F32, {4, 4}, {{0, 16, src.file(), 0, DType::F32}});
+  const auto boxed_over = [](const LogicalTensor& t) {
+    auto inner = std::make_shared<const LogicalTensor>(t);
+    return assembled_tensor("slice", DType::F32, {4, 4}, {Box{{0, 0}, {4, 4}, element_view(*inner), inner}}, "");
+  };
+  EXPECT_NO_THROW(boxed_over(flat));
+  try {
+    boxed_over(transposed_tensor("w.T", flat));
+    ADD_FAILURE() << "a box over a transposed tensor was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "tensor slice: a box views the transposed tensor w.T, whose runs place no elements");
+  }
+}
+
 // A stride-0 view repeats one storage element: a few thousand times is served, 2^40 times (a piece per
 // element) is refused instead of exhausting memory.
 TEST(Catalog, RepeatedElementsAreBounded) {
@@ -366,7 +386,8 @@ TEST(Catalog, PiecesBackToBackInOneFileAreOnePread) {
   if (read_syscalls() == 0) GTEST_SKIP() << "/proc/self/io unavailable";
   SourceFile src = SourceFile::of(std::vector<float>(1000, 1.5f));
   LogicalTensor t = make_tensor("t", DType::F32, {1000});
-  for (uint64_t i = 0; i < 1000; i += 10) t.pieces.push_back({i, 10, src.file(), i * 4, DType::F32});
+  auto& pieces = std::get<FlatRuns>(t.source).pieces;
+  for (uint64_t i = 0; i < 1000; i += 10) pieces.push_back({i, 10, src.file(), i * 4, DType::F32});
   std::vector<float> out(1000);
   const uint64_t overhead = [] {
     const uint64_t a = read_syscalls();

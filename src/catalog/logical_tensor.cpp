@@ -16,11 +16,10 @@ uint64_t LogicalTensor::numel() const {
   return n;
 }
 
-pickle::ValuePtr tensor_value(const LogicalTensor& tensor, bool requires_grad,
-                              std::optional<std::vector<int64_t>> shape) {
+pickle::ValuePtr tensor_value(TensorRef tensor, bool requires_grad, std::optional<std::vector<int64_t>> shape) {
   auto native = std::make_shared<TensorValue>();
-  native->tensor = &tensor;
-  native->shape = shape ? std::move(*shape) : tensor.shape;
+  native->shape = shape ? std::move(*shape) : tensor->shape;
+  native->tensor = std::move(tensor);
   native->requires_grad = requires_grad;
   auto v = pickle::make_value(pickle::Kind::Native);
   v->native = std::move(native);
@@ -33,17 +32,24 @@ std::vector<io::FilePtr> LogicalTensor::files() const {
   const auto add = [&](const io::FilePtr& f) {
     if (seen.insert(f.get()).second) out.push_back(f);
   };
-  for (const Piece& p : pieces) add(p.file);
-  if (transpose_of)
-    for (const auto& f : transpose_of->files()) add(f);
-  if (boxes)
-    for (const Box& b : boxes->boxes()) {
-      if (!b.inner) {
-        add(b.source.storage.file);
-        continue;
-      }
-      for (const auto& f : b.inner->files()) add(f);
-    }
+  std::visit(Overloaded{
+                 [&](const FlatRuns& flat) {
+                   for (const Piece& p : flat.pieces) add(p.file);
+                 },
+                 [&](const Boxed& boxed) {
+                   for (const Box& b : boxed.assembly->boxes()) {
+                     if (!b.inner) {
+                       add(b.source.storage.file);
+                       continue;
+                     }
+                     for (const auto& f : b.inner->files()) add(f);
+                   }
+                 },
+                 [&](const Transposed& transposed) {
+                   for (const auto& f : transposed.of->files()) add(f);
+                 },
+             },
+             source);
   return out;
 }
 
@@ -53,54 +59,77 @@ uint64_t Catalog::total_bytes() const {
   return total;
 }
 
-void validate(const LogicalTensor& tensor) {
-  const auto fail = [&](const std::string& what) {
-    throw FormatError(fmt::format("tensor {}: {}", tensor.name, what));
-  };
-  for (int64_t d : tensor.shape)
-    if (d < 0) fail(fmt::format("negative dimension in shape [{}]", fmt::join(tensor.shape, ", ")));
+namespace {
+
+[[noreturn]] void fail(const LogicalTensor& tensor, const std::string& what) {
+  throw FormatError(fmt::format("tensor {}: {}", tensor.name, what));
+}
+
+void check_conversion(const LogicalTensor& tensor, const Piece& run) {
+  if (!conversion_supported(run.src_dtype, tensor.dtype))
+    fail(tensor, fmt::format("{} holds it as {}, which cannot be served as {}", run.file->path().string(),
+                             dtype_torch_name(run.src_dtype), dtype_torch_name(tensor.dtype)));
+}
+
+void validate_flat(const LogicalTensor& tensor, const FlatRuns& flat) {
   const uint64_t numel = tensor.numel();
-  if (tensor.transpose_of) {  // the source was validated when it was built
-    const auto& src = tensor.transpose_of->shape;
-    if (tensor.shape.size() != 2 || src.size() != 2 || tensor.shape[0] != src[1] || tensor.shape[1] != src[0] ||
-        !tensor.pieces.empty() || tensor.boxes || tensor.dtype != tensor.transpose_of->dtype)
-      fail("is not the transpose of its source tensor");
-    return;
-  }
-  if (tensor.boxes) {  // the tiling was checked when the assembly was built; sources were bounds-checked
-    if (!tensor.pieces.empty()) fail("has both flat runs and boxes");
-    for (const Box& b : tensor.boxes->boxes()) {
-      std::vector<Piece> runs;  // an inner tensor's sources, else the box's own
-      if (b.inner)
-        append_runs(*b.inner, 0, b.inner->numel(), runs);
-      else
-        runs.push_back({0, 0, b.source.storage.file, 0, b.source.dtype});
-      for (const Piece& r : runs)
-        if (!conversion_supported(r.src_dtype, tensor.dtype))
-          fail(fmt::format("{} holds it as {}, which cannot be served as {}", r.file->path().string(),
-                           dtype_torch_name(r.src_dtype), dtype_torch_name(tensor.dtype)));
-    }
-    return;
-  }
   uint64_t next = 0;
-  for (const Piece& p : tensor.pieces) {
+  for (const Piece& p : flat.pieces) {
     if (p.dst_begin != next)
-      fail(fmt::format("elements [{}, {}) are {}", std::min(next, p.dst_begin), std::max(next, p.dst_begin),
-                       p.dst_begin > next ? "not covered by any source" : "covered twice"));
+      fail(tensor, fmt::format("elements [{}, {}) are {}", std::min(next, p.dst_begin), std::max(next, p.dst_begin),
+                               p.dst_begin > next ? "not covered by any source" : "covered twice"));
     if (p.count == 0 || p.count > numel - next)
-      fail(fmt::format("a source run of {} elements at element {} does not fit in {} elements", p.count,
-                       p.dst_begin, numel));
+      fail(tensor, fmt::format("a source run of {} elements at element {} does not fit in {} elements", p.count,
+                               p.dst_begin, numel));
     next += p.count;
-    if (!p.file) fail("a source run has no file");
-    if (!conversion_supported(p.src_dtype, tensor.dtype))
-      fail(fmt::format("{} holds it as {}, which cannot be served as {}", p.file->path().string(),
-                       dtype_torch_name(p.src_dtype), dtype_torch_name(tensor.dtype)));
+    if (!p.file) fail(tensor, "a source run has no file");
+    check_conversion(tensor, p);
     const uint64_t size = dtype_size(p.src_dtype);
     if (p.src_offset > p.file->size() || p.count > (p.file->size() - p.src_offset) / size)
-      fail(fmt::format("{}: {} bytes at offset {} run past the end of the file ({} bytes)",
-                       p.file->path().string(), p.count * size, p.src_offset, p.file->size()));
+      fail(tensor, fmt::format("{}: {} bytes at offset {} run past the end of the file ({} bytes)",
+                               p.file->path().string(), p.count * size, p.src_offset, p.file->size()));
   }
-  if (next != numel) fail(fmt::format("elements [{}, {}) are not covered by any source", next, numel));
+  if (next != numel) fail(tensor, fmt::format("elements [{}, {}) are not covered by any source", next, numel));
+}
+
+// The tiling was checked when the assembly was built and the sources were bounds-checked; what is left are
+// the conversions and the inner tensors, whose runs must place elements.
+void validate_boxed(const LogicalTensor& tensor, const Boxed& boxed) {
+  if (!boxed.assembly) fail(tensor, "has no boxes");
+  for (const Box& b : boxed.assembly->boxes()) {
+    if (!b.inner) {
+      if (!b.source.storage.file) fail(tensor, "a box has no file");
+      check_conversion(tensor, {0, 0, b.source.storage.file, 0, b.source.dtype});
+      continue;
+    }
+    if (std::holds_alternative<Transposed>(b.inner->source))
+      fail(tensor, fmt::format("a box views the transposed tensor {}, whose runs place no elements", b.inner->name));
+    std::vector<Piece> runs;
+    append_runs(*b.inner, 0, b.inner->numel(), runs);
+    for (const Piece& r : runs) check_conversion(tensor, r);
+  }
+}
+
+void validate_transposed(const LogicalTensor& tensor, const Transposed& transposed) {
+  // The source was validated when it was built.
+  if (!transposed.of) fail(tensor, "has no source tensor");
+  const auto& src = transposed.of->shape;
+  if (tensor.shape.size() != 2 || src.size() != 2 || tensor.shape[0] != src[1] || tensor.shape[1] != src[0] ||
+      tensor.dtype != transposed.of->dtype)
+    fail(tensor, "is not the transpose of its source tensor");
+}
+
+}  // namespace
+
+void validate(const LogicalTensor& tensor) {
+  for (int64_t d : tensor.shape)
+    if (d < 0) fail(tensor, fmt::format("negative dimension in shape [{}]", fmt::join(tensor.shape, ", ")));
+  std::visit(Overloaded{
+                 [&](const FlatRuns& flat) { validate_flat(tensor, flat); },
+                 [&](const Boxed& boxed) { validate_boxed(tensor, boxed); },
+                 [&](const Transposed& transposed) { validate_transposed(tensor, transposed); },
+             },
+             tensor.source);
 }
 
 }  // namespace ckptfs::catalog

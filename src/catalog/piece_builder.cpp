@@ -109,7 +109,9 @@ LogicalTensor whole_tensor(const std::string& name, const torch::SourceTensor& s
   t.dtype = dtype;
   t.shape = src.shape;
   t.origin = std::move(origin);
-  append_source_tensor(t.pieces, 0, src);
+  FlatRuns flat;
+  append_source_tensor(flat.pieces, 0, src);
+  t.source = std::move(flat);
   return t;
 }
 

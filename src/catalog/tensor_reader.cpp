@@ -41,21 +41,11 @@ void read_converted(const io::File& file, uint64_t src_offset, DType from, DType
   }
 }
 
-// Writes elements [first, first + count) of `tensor` into `out` (count * element size bytes), or defers
-// the runs read_tensor may defer.
-void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out,
-                   std::vector<DeferredRun>* deferred = nullptr) {
-  if (tensor.transpose_of) {
-    read_transposed(tensor, first, count, out);
-    return;
-  }
+// Writes elements [first, first + count) of `tensor`, whose runs are `pieces` (sorted by dst_begin, covering
+// the range), into `out` (count * element size bytes), or defers the runs read_tensor may defer.
+void read_runs(const LogicalTensor& tensor, const std::vector<Piece>& pieces, uint64_t first, uint64_t count,
+               std::span<std::byte> out, std::vector<DeferredRun>* deferred) {
   const uint64_t out_size = dtype_size(tensor.dtype);
-  thread_local std::vector<Piece> planned;  // the runs of a box-assembled tensor, for this request only
-  if (tensor.boxes) {
-    planned.clear();
-    tensor.boxes->plan(first, count, planned);
-  }
-  const std::vector<Piece>& pieces = tensor.boxes ? planned : tensor.pieces;
   auto it = std::upper_bound(pieces.begin(), pieces.end(), first,
                              [](uint64_t e, const Piece& p) { return e < p.dst_begin; });
   size_t i = static_cast<size_t>(it - pieces.begin()) - 1;
@@ -82,6 +72,22 @@ void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, 
     first += n;
     count -= n;
   }
+}
+
+// Writes elements [first, first + count) of `tensor` into `out`, or defers the runs read_tensor may defer.
+void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out,
+                   std::vector<DeferredRun>* deferred = nullptr) {
+  std::visit(Overloaded{
+                 [&](const FlatRuns& flat) { read_runs(tensor, flat.pieces, first, count, out, deferred); },
+                 [&](const Boxed& boxed) {
+                   thread_local std::vector<Piece> planned;  // for this request only
+                   planned.clear();
+                   boxed.assembly->plan(first, count, planned);
+                   read_runs(tensor, planned, first, count, out, deferred);
+                 },
+                 [&](const Transposed& transposed) { read_transposed(tensor, transposed, first, count, out); },
+             },
+             tensor.source);
 }
 
 }  // namespace

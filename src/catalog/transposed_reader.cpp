@@ -138,7 +138,8 @@ TileCache& tile_cache() {
 
 }  // namespace
 
-void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::span<std::byte> out) {
+void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
+                     std::span<std::byte> out) {
   const uint64_t size = dtype_size(tensor.dtype);
   const TileGrid grid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]), size);
   TileData tile;
@@ -147,7 +148,7 @@ void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count
     const uint64_t row = e / grid.cols, col = e % grid.cols;
     const uint64_t index = row / grid.tile_rows * grid.tiles_across() + col / grid.tile_cols;
     if (!tile || index != tile_index) {
-      tile = tile_cache().get(tensor.transpose_of, index, grid);
+      tile = tile_cache().get(source.of, index, grid);
       tile_index = index;
     }
     const uint64_t col0 = col / grid.tile_cols * grid.tile_cols;
@@ -159,14 +160,15 @@ void read_transposed(const LogicalTensor& tensor, uint64_t first, uint64_t count
   }
 }
 
-void append_transposed_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out) {
+void append_transposed_runs(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
+                            std::vector<Piece>& out) {
   if (count == 0) return;
   const uint64_t rows = static_cast<uint64_t>(tensor.shape[1]), cols = static_cast<uint64_t>(tensor.shape[0]);
   const uint64_t last = first + count - 1;
   const uint64_t col_lo = first / rows, col_hi = last / rows;  // source columns
   const uint64_t row_lo = col_lo == col_hi ? first % rows : 0, row_hi = col_lo == col_hi ? last % rows : rows - 1;
   for (uint64_t r = row_lo; r <= row_hi; ++r)
-    append_runs(*tensor.transpose_of, r * cols + col_lo, col_hi - col_lo + 1, out);
+    append_runs(*source.of, r * cols + col_lo, col_hi - col_lo + 1, out);
 }
 
 }  // namespace ckptfs::catalog

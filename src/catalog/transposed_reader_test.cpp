@@ -71,7 +71,7 @@ Case flat_case(int64_t rows, int64_t cols, DType from, DType to, std::mt19937& r
   src.shape = {rows, cols};
   for (uint64_t e = 0; e < numel;) {
     const uint64_t n = std::min<uint64_t>(numel - e, 1 + rng() % (numel / 3 + 1));
-    src.pieces.push_back({e, n, c.files[0]->file(), e * dtype_size(from), from});
+    std::get<FlatRuns>(src.source).pieces.push_back({e, n, c.files[0]->file(), e * dtype_size(from), from});
     e += n;
   }
   validate(src);

@@ -16,7 +16,7 @@ namespace ckptfs::formats {
 // decimal text).
 struct StateEntry {
   std::vector<std::string> path;
-  const catalog::LogicalTensor* tensor = nullptr;
+  catalog::TensorRef tensor;
 };
 
 // The model's tensors in their saved dtypes, named by their joined path (minus the 'model' key), in

@@ -13,10 +13,11 @@ namespace {
 using pickle::Value;
 using pickle::ValuePtr;
 
-// Two passes: the catalog grows first, then the values point into it.
+// Two passes: the catalog grows first, then the values refer to its entries.
 class TensorRebinder {
  public:
-  TensorRebinder(catalog::Catalog& tensors, std::string label) : tensors_(tensors), label_(std::move(label)) {}
+  TensorRebinder(std::shared_ptr<catalog::Catalog> tensors, std::string label)
+      : catalog_(std::move(tensors)), tensors_(*catalog_), label_(std::move(label)) {}
 
   // Pass 1: every distinct tensor, in pickling order, becomes a catalog entry.
   void collect(const ValuePtr& v) {
@@ -36,13 +37,13 @@ class TensorRebinder {
     collect(v->state);
   }
 
-  // Pass 2 (after collect, once the catalog no longer grows).
+  // Pass 2 (after collect).
   ValuePtr rebind(const ValuePtr& v) {
     if (!v) return v;
     if (auto it = done_.find(v.get()); it != done_.end()) return it->second;
     ValuePtr out = v;
     if (auto it = tensor_index_.find(v.get()); it != tensor_index_.end()) {
-      out = catalog::tensor_value(tensors_.tensors[it->second], torch::as_tensor(v.get())->requires_grad);
+      out = catalog::tensor_value({catalog_, it->second}, torch::as_tensor(v.get())->requires_grad);
     } else {
       auto copy = std::make_shared<Value>(*v);
       bool changed = false;
@@ -62,6 +63,7 @@ class TensorRebinder {
   }
 
  private:
+  std::shared_ptr<catalog::Catalog> catalog_;
   catalog::Catalog& tensors_;
   std::string label_;
   std::unordered_map<const Value*, ValuePtr> seen_, done_;
@@ -70,9 +72,9 @@ class TensorRebinder {
 
 }  // namespace
 
-pickle::ValuePtr with_logical_tensors(const pickle::ValuePtr& root, catalog::Catalog& tensors,
+pickle::ValuePtr with_logical_tensors(const pickle::ValuePtr& root, std::shared_ptr<catalog::Catalog> tensors,
                                       const std::string& label) {
-  TensorRebinder rebinder(tensors, label);
+  TensorRebinder rebinder(std::move(tensors), label);
   rebinder.collect(root);
   return rebinder.rebind(root);
 }

@@ -2,6 +2,7 @@
 // torch.save view can write: every tensor becomes a catalog::tensor_value of a logical tensor.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "ckptfs/catalog.hpp"
@@ -11,8 +12,8 @@ namespace ckptfs::formats {
 
 // Copies `root` with every tensor replaced by a catalog::tensor_value of a whole-tensor copy appended to
 // `tensors` (named "<label>[i]", in pickling order); subtrees without tensors and repeated references
-// are shared, not copied. `tensors` must not change afterwards while the result is in use.
-pickle::ValuePtr with_logical_tensors(const pickle::ValuePtr& root, catalog::Catalog& tensors,
+// are shared, not copied.
+pickle::ValuePtr with_logical_tensors(const pickle::ValuePtr& root, std::shared_ptr<catalog::Catalog> tensors,
                                       const std::string& label);
 
 }  // namespace ckptfs::formats

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/torch.hpp"
@@ -23,6 +24,8 @@ namespace {
 
 enum NativeKind : uint64_t { kNoNative = 0, kTensorValue = 1, kSourceTensor = 2 };
 enum TensorKind : uint64_t { kPieces = 0, kBoxes = 1, kTransposed = 2 };
+// A new form of catalog::TensorSource needs its kind here and in the decoder's switch.
+static_assert(std::variant_size_v<catalog::TensorSource> == 3);
 
 // What decides the tags besides the files the catalogs read: the directories walked (an added or
 // removed entry changes a directory's mtime) and the regular files directly in them (a tracker file
@@ -70,10 +73,15 @@ class Encoder {
     // Tables first: what later sections refer to by number.
     for (const auto& tag : cp.tags) {
       for (const auto& [role, c] : tag.catalogs) add_catalog(c);
-      if (const auto plan = tag.universal())
-        for (const auto& c : plan->keep_alive) add_catalog(c);
-      for (const auto& s : tag.state_files)
-        for (const auto& c : s.keep_alive) add_catalog(c);
+      if (const auto plan = tag.universal()) {
+        for (const auto& p : plan->params) {
+          add_catalog(p.fp32.catalog);
+          for (const auto& s : p.state) add_catalog(s.catalog);
+          add_catalogs_of(p.step);
+        }
+        add_catalogs_of(plan->optimizer_state);
+      }
+      for (const auto& s : tag.state_files) add_catalogs_of(s.value);
     }
     for (const auto* c : catalogs_)
       for (const auto& t : c->tensors) collect_pool(t);
@@ -93,14 +101,18 @@ class Encoder {
       all.i64(id.mtime_ns);
       all.i64(id.ctime_ns);
       // A decoded item: the file holding it (listed before it) and where; its identity is that file's.
-      const io::DecodedItem* d = f->decoded_item();
-      all.boolean(d != nullptr);
-      if (d != nullptr) {
-        all.u64(file_id_.at(d->backing().get()));
-        all.u64(d->offset());
-        all.u64(d->length());
-        all.u64(d->size());
-      }
+      std::visit(Overloaded{
+                     [&](const io::OnDisk&) { all.boolean(false); },
+                     [&](const io::Decoded& decoded) {
+                       const io::DecodedItem& d = *decoded.item;
+                       all.boolean(true);
+                       all.u64(file_id_.at(d.backing().get()));
+                       all.u64(d.offset());
+                       all.u64(d.length());
+                       all.u64(d.size());
+                     },
+                 },
+                 f->origin());
     }
     const auto watched = watched_of(cp);
     all.u64(watched.size());
@@ -119,8 +131,22 @@ class Encoder {
   void add_catalog(const CatalogPtr& c) {
     if (!c || catalog_id_.contains(c.get())) return;
     catalog_id_.emplace(c.get(), catalogs_.size());
-    for (size_t i = 0; i < c->tensors.size(); ++i) tensor_ref_.emplace(&c->tensors[i], std::pair{catalogs_.size(), i});
     catalogs_.push_back(c.get());
+  }
+
+  // The catalogs whose tensors a value tree holds by handle (catalog::TensorValue), walked with a stack of
+  // its own (a tree may be deeper than the call stack allows).
+  void add_catalogs_of(const pickle::ValuePtr& root) {
+    std::vector<const pickle::Value*> todo = {root.get()};
+    while (!todo.empty()) {
+      const pickle::Value* v = todo.back();
+      todo.pop_back();
+      if (v == nullptr || !walked_.insert(v).second) continue;
+      if (const auto* tv = dynamic_cast<const catalog::TensorValue*>(v->native.get())) add_catalog(tv->tensor.catalog);
+      for (const auto& item : v->items) todo.push_back(item.get());
+      for (const auto& [k, val] : v->entries) todo.insert(todo.end(), {k.get(), val.get()});
+      todo.insert(todo.end(), {v->args.get(), v->state.get(), v->kwargs.get()});
+    }
   }
 
   // Tensors that others are built on (a box's inner tensor, a transposed tensor's source), dependencies
@@ -132,13 +158,22 @@ class Encoder {
       pool_id_.emplace(p.get(), pool_.size());
       pool_.push_back(p.get());
     };
-    visit(t.transpose_of);
-    if (t.boxes)
-      for (const auto& b : t.boxes->boxes()) visit(b.inner);
+    std::visit(Overloaded{
+                   [](const catalog::FlatRuns&) {},
+                   [&](const catalog::Boxed& boxed) {
+                     for (const auto& b : boxed.assembly->boxes()) visit(b.inner);
+                   },
+                   [&](const catalog::Transposed& transposed) { visit(transposed.of); },
+               },
+               t.source);
   }
 
   size_t file_id(const io::FilePtr& f) {
-    if (const io::DecodedItem* d = f->decoded_item()) file_id(d->backing());  // its file first
+    std::visit(Overloaded{
+                   [](const io::OnDisk&) {},
+                   [&](const io::Decoded& decoded) { file_id(decoded.item->backing()); },  // its file first
+               },
+               f->origin());
     auto [it, inserted] = file_id_.try_emplace(f.get(), files_.size());
     if (inserted) files_.push_back(f.get());
     return it->second;
@@ -160,29 +195,34 @@ class Encoder {
     out_->u64(static_cast<uint64_t>(t.dtype));
     out_->ints(t.shape);
     out_->text(t.origin);
-    if (t.transpose_of) {
-      out_->u64(kTransposed);
-      out_->u64(pool_id_.at(t.transpose_of.get()));
-    } else if (t.boxes) {
-      out_->u64(kBoxes);
-      out_->u64(t.boxes->boxes().size());
-      for (const auto& b : t.boxes->boxes()) {
-        out_->ints(b.offsets);
-        out_->ints(b.sizes);
-        source_tensor(b.source);
-        out_->u64(b.inner ? pool_id_.at(b.inner.get()) + 1 : 0);
-      }
-    } else {
-      out_->u64(kPieces);
-      out_->u64(t.pieces.size());
-      for (const auto& p : t.pieces) {
-        out_->u64(p.dst_begin);
-        out_->u64(p.count);
-        out_->u64(file_id(p.file));
-        out_->u64(p.src_offset);
-        out_->u64(static_cast<uint64_t>(p.src_dtype));
-      }
-    }
+    std::visit(Overloaded{
+                   [&](const catalog::FlatRuns& flat) {
+                     out_->u64(kPieces);
+                     out_->u64(flat.pieces.size());
+                     for (const auto& p : flat.pieces) {
+                       out_->u64(p.dst_begin);
+                       out_->u64(p.count);
+                       out_->u64(file_id(p.file));
+                       out_->u64(p.src_offset);
+                       out_->u64(static_cast<uint64_t>(p.src_dtype));
+                     }
+                   },
+                   [&](const catalog::Boxed& boxed) {
+                     out_->u64(kBoxes);
+                     out_->u64(boxed.assembly->boxes().size());
+                     for (const auto& b : boxed.assembly->boxes()) {
+                       out_->ints(b.offsets);
+                       out_->ints(b.sizes);
+                       source_tensor(b.source);
+                       out_->u64(b.inner ? pool_id_.at(b.inner.get()) + 1 : 0);
+                     }
+                   },
+                   [&](const catalog::Transposed& transposed) {
+                     out_->u64(kTransposed);
+                     out_->u64(pool_id_.at(transposed.of.get()));
+                   },
+               },
+               t.source);
   }
 
   void encode_pool_and_catalogs() {
@@ -195,12 +235,13 @@ class Encoder {
     }
   }
 
-  void tensor_ref(const LogicalTensor* t) {
-    auto it = tensor_ref_.find(t);
-    if (it == tensor_ref_.end())
+  // A tensor by handle: its catalog's number and its index there.
+  void tensor_ref(const catalog::TensorRef& t) {
+    auto it = t ? catalog_id_.find(t.catalog.get()) : catalog_id_.end();
+    if (it == catalog_id_.end())
       throw UnsupportedError(fmt::format("index: tensor {} is in none of the tag's catalogs", t ? t->name : "(null)"));
-    out_->u64(it->second.first);
-    out_->u64(it->second.second);
+    out_->u64(it->second);
+    out_->u64(t.index);
   }
 
   // A value tree (shared subtrees once: later uses refer to the first).
@@ -255,10 +296,6 @@ class Encoder {
     for (const auto& p : list) out_->text(p.string());
   }
 
-  void catalog_ids(const std::vector<CatalogPtr>& list) {
-    out_->u64(list.size());
-    for (const auto& c : list) out_->u64(catalog_id_.at(c.get()));
-  }
 
   void universal(const UniversalPlan& plan) {
     out_->boolean(plan.bare_tensors);
@@ -269,7 +306,7 @@ class Encoder {
       out_->text(p.name);
       tensor_ref(p.fp32);
       out_->u64(p.state.size());
-      for (const auto* s : p.state) tensor_ref(s);
+      for (const auto& s : p.state) tensor_ref(s);
       value(p.step);
       out_->boolean(p.merge_keys.has_value());
       if (p.merge_keys) {
@@ -282,7 +319,6 @@ class Encoder {
     }
     value(plan.optimizer_state);
     paths(plan.model_state_files);
-    catalog_ids(plan.keep_alive);
   }
 
   void encode_checkpoint_fields(const Checkpoint& cp) {
@@ -318,7 +354,6 @@ class Encoder {
       for (const auto& s : tag.state_files) {
         out_->text(s.path);
         value(s.value);
-        catalog_ids(s.keep_alive);
       }
       paths(tag.side_files);
       out_->u64(tag.extra_files.size());
@@ -343,7 +378,7 @@ class Encoder {
   std::unordered_map<const io::File*, size_t> file_id_;
   std::vector<const Catalog*> catalogs_;
   std::unordered_map<const Catalog*, size_t> catalog_id_;
-  std::unordered_map<const LogicalTensor*, std::pair<size_t, size_t>> tensor_ref_;
+  std::unordered_set<const pickle::Value*> walked_;
   std::vector<const LogicalTensor*> pool_;
   std::unordered_map<const LogicalTensor*, size_t> pool_id_;
   std::unordered_map<const pickle::Value*, size_t> value_id_;
@@ -438,7 +473,7 @@ class Decoder {
     t.origin = in_.text();
     switch (in_.u64()) {
       case kTransposed:
-        t.transpose_of = pool_.at(in_.index(pool_.size()));
+        t.source = catalog::Transposed{pool_.at(in_.index(pool_.size()))};
         break;
       case kBoxes: {
         std::vector<catalog::Box> boxes(in_.count(4));
@@ -450,18 +485,20 @@ class Decoder {
           if (inner > pool_.size()) in_.fail("a reference points outside its table");
           if (inner > 0) b.inner = pool_[inner - 1];
         }
-        t.boxes = std::make_shared<catalog::BoxAssembly>(t.name, t.shape, std::move(boxes));
+        t.source = catalog::Boxed{std::make_shared<catalog::BoxAssembly>(t.name, t.shape, std::move(boxes))};
         break;
       }
       case kPieces: {
-        t.pieces.resize(in_.count(5));
-        for (auto& p : t.pieces) {
+        catalog::FlatRuns flat;
+        flat.pieces.resize(in_.count(5));
+        for (auto& p : flat.pieces) {
           p.dst_begin = in_.u64();
           p.count = in_.u64();
           p.file = file(in_.index(files_.size()));
           p.src_offset = in_.u64();
           p.src_dtype = dtype();
         }
+        t.source = std::move(flat);
         break;
       }
       default:
@@ -483,9 +520,9 @@ class Decoder {
     }
   }
 
-  const LogicalTensor* tensor_ref() {
+  catalog::TensorRef tensor_ref() {
     const auto& c = catalogs_.at(in_.index(catalogs_.size()));
-    return &c->tensors.at(in_.index(c->tensors.size()));
+    return {c, in_.index(c->tensors.size())};
   }
 
   pickle::ValuePtr value() {
@@ -557,11 +594,6 @@ class Decoder {
     return out;
   }
 
-  std::vector<CatalogPtr> catalog_ids() {
-    std::vector<CatalogPtr> out(in_.count(1));
-    for (auto& c : out) c = catalogs_.at(in_.index(catalogs_.size()));
-    return out;
-  }
 
   std::shared_ptr<const UniversalPlan> universal() {
     auto plan = std::make_shared<UniversalPlan>();
@@ -585,7 +617,6 @@ class Decoder {
     }
     plan->optimizer_state = value();
     plan->model_state_files = paths();
-    plan->keep_alive = catalog_ids();
     return plan;
   }
 
@@ -622,7 +653,6 @@ class Decoder {
       for (auto& s : tag.state_files) {
         s.path = in_.text();
         s.value = value();
-        s.keep_alive = catalog_ids();
       }
       tag.side_files = paths();
       tag.extra_files.resize(in_.count(3));

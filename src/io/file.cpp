@@ -34,7 +34,7 @@ std::shared_ptr<File> File::decoded(std::shared_ptr<const DecodedItem> item) {
   FileIdentity identity = item->backing()->identity();
   identity.size = item->size();
   std::shared_ptr<File> file(new File(item->backing()->path(), identity));
-  file->decoded_ = std::move(item);
+  file->origin_ = Decoded{std::move(item)};
   return file;
 }
 
@@ -45,7 +45,15 @@ void File::read_exact(uint64_t offset, std::span<std::byte> dst) const {
                                   path_.string(), dst.size(), offset, size));
   }
   if (dst.empty()) return;
-  if (decoded_) return decoded_->read(offset, dst);
+  std::visit(Overloaded{
+                 [&](const OnDisk&) { read_on_disk(offset, dst); },
+                 [&](const Decoded& decoded) { decoded.item->read(offset, dst); },
+             },
+             origin_);
+}
+
+void File::read_on_disk(uint64_t offset, std::span<std::byte> dst) const {
+  const uint64_t size = identity_.size;
   const OpenFdPtr fd = fd_cache::acquire(*this);
   size_t done = 0;
   while (done < dst.size()) {
@@ -73,8 +81,16 @@ std::vector<std::byte> File::read(uint64_t offset, uint64_t length) const {
   return out;
 }
 
+bool File::has_descriptor() const {
+  return std::visit(Overloaded{
+                        [](const OnDisk&) { return true; },
+                        [](const Decoded&) { return false; },
+                    },
+                    origin_);
+}
+
 OpenFdPtr File::descriptor() const {
-  if (decoded_) throw std::logic_error(path_.string() + ": a decoded item has no descriptor");
+  if (!has_descriptor()) throw std::logic_error(path_.string() + ": a decoded item has no descriptor");
   return fd_cache::acquire(*this);
 }
 
@@ -91,7 +107,14 @@ void File::check_descriptor(const OpenFd& fd) const {
 
 void File::prefetch(uint64_t offset, uint64_t length) const {
   if (offset >= identity_.size || length == 0) return;
-  if (decoded_) return decoded_->prefetch();
+  std::visit(Overloaded{
+                 [&](const OnDisk&) { prefetch_on_disk(offset, length); },
+                 [](const Decoded& decoded) { decoded.item->prefetch(); },
+             },
+             origin_);
+}
+
+void File::prefetch_on_disk(uint64_t offset, uint64_t length) const {
   try {
     const OpenFdPtr fd = fd_cache::acquire(*this);
     // One call starts at most the device's readahead (128 KiB on FUSE or NFS): advise piece by piece.
@@ -106,10 +129,14 @@ void File::prefetch(uint64_t offset, uint64_t length) const {
 }
 
 bool File::unchanged() const {
-  if (decoded_) return decoded_->backing()->unchanged();
-  struct stat st {};
-  if (::stat(path_.c_str(), &st) != 0) return false;
-  return identity_of(st) == identity_;
+  return std::visit(Overloaded{
+                        [&](const OnDisk&) {
+                          struct stat st {};
+                          return ::stat(path_.c_str(), &st) == 0 && identity_of(st) == identity_;
+                        },
+                        [](const Decoded& decoded) { return decoded.item->backing()->unchanged(); },
+                    },
+                    origin_);
 }
 
 FileRange::FileRange(FilePtr file) : file_(std::move(file)), base_(0), length_(file_->size()) {}

@@ -39,7 +39,7 @@ struct Fixture {
     for (const char* name : {"step1", "step2"}) {
       auto catalog = std::make_shared<catalog::Catalog>();
       catalog->tensors.push_back(
-          {"w", DType::F32, {2}, {{0, 2, shard, name[4] == '1' ? 0u : 8u, DType::F32}}, nullptr, "", nullptr});
+          {"w", DType::F32, {2}, catalog::FlatRuns{{{0, 2, shard, name[4] == '1' ? 0u : 8u, DType::F32}}}, ""});
       Tag tag;
       tag.name = name;
       tag.dir = dir.path() / name;

@@ -26,13 +26,14 @@ class ExtentBuilder {
     offset_ += bytes.size();
   }
 
-  void append(const catalog::LogicalTensor& tensor) {
-    if (tensor.nbytes() == 0) return;
+  void append(const catalog::TensorRef& tensor) {
+    const uint64_t nbytes = tensor->nbytes();
+    if (nbytes == 0) return;
     Extent& e = extents_.emplace_back();
     e.offset = offset_;
-    e.length = tensor.nbytes();
-    e.tensor = &tensor;
-    offset_ += tensor.nbytes();
+    e.length = nbytes;
+    e.tensor = tensor;
+    offset_ += nbytes;
   }
 
   std::vector<Extent> finish() && {

@@ -9,8 +9,7 @@
 
 namespace ckptfs::views {
 
-ExtentFile::ExtentFile(std::vector<Extent> extents, std::shared_ptr<const void> keep_alive)
-    : keep_alive_(std::move(keep_alive)) {
+ExtentFile::ExtentFile(std::vector<Extent> extents) {
   // Empty extents (zero-size tensors) are dropped so that every offset belongs to exactly one extent.
   std::erase_if(extents, [](const Extent& e) { return e.length == 0; });
   for (const Extent& e : extents) {
@@ -78,17 +77,17 @@ void ExtentFile::prefetch(uint64_t offset, uint64_t length) const {
   }
 }
 
-std::vector<io::FilePtr> distinct_sources(std::span<const catalog::LogicalTensor* const> tensors) {
+std::vector<io::FilePtr> distinct_sources(std::span<const catalog::TensorRef> tensors) {
   std::vector<io::FilePtr> files;
   std::unordered_set<const io::File*> seen;
-  for (const auto* t : tensors)
+  for (const auto& t : tensors)
     for (const auto& f : t->files())
       if (seen.insert(f.get()).second) files.push_back(f);
   return files;
 }
 
 std::vector<io::FilePtr> ExtentFile::sources() const {
-  std::vector<const catalog::LogicalTensor*> tensors;
+  std::vector<catalog::TensorRef> tensors;
   for (const Extent& e : extents_)
     if (e.tensor) tensors.push_back(e.tensor);
   return distinct_sources(tensors);

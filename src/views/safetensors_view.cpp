@@ -65,8 +65,8 @@ VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog)
   put_u64_le(prefix, json.size());
   out.append(prefix);
   out.append(json);
-  for (size_t i : order) out.append(tensors[i]);
-  return std::make_shared<ExtentFile>(std::move(out).finish(), std::move(catalog));
+  for (size_t i : order) out.append({catalog, i});
+  return std::make_shared<ExtentFile>(std::move(out).finish());
 }
 
 }  // namespace ckptfs::views

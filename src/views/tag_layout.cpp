@@ -62,8 +62,7 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
     for (const auto& state : tag.state_files) {
       // torch.save names the zip's top folder after the file: full_state.pt -> full_state/
       const std::string stem = std::filesystem::path(state.path).stem().string();
-      auto keep_alive = std::make_shared<std::vector<CatalogPtr>>(state.keep_alive);
-      views.push_back({state.path, views::make_torch_save_value(*state.value, stem, std::move(keep_alive))});
+      views.push_back({state.path, views::make_torch_save_value(*state.value, stem)});
     }
     if (with_universal)
       for (auto& v : views::universal_views(tag)) views.push_back(std::move(v));

@@ -31,7 +31,7 @@ class TestCatalog {
       std::vector<std::byte> bytes(t.nbytes() + 1);  // never empty: a file is opened for every tensor
       for (auto& b : bytes) b = static_cast<std::byte>(rng());
       files_.push_back(std::make_unique<SourceFile>(bytes));
-      if (t.numel() > 0) t.pieces.push_back({0, t.numel(), files_.back()->file(), 1, t.dtype});
+      if (t.numel() > 0) std::get<catalog::FlatRuns>(t.source).pieces.push_back({0, t.numel(), files_.back()->file(), 1, t.dtype});
       c->tensors.push_back(std::move(t));
     }
     catalog_ = std::move(c);

@@ -200,12 +200,13 @@ TEST(TorchSave, Zip64RecordsPastFourGiB) {
   big.name = "big";
   big.dtype = DType::F32;
   big.shape = {(int64_t{1} << 30) + 5};
-  big.pieces.push_back({0, big.numel(), c->tensors[0].pieces[0].file, 0, DType::F32});
+  const auto& file_of_a = std::get<catalog::FlatRuns>(c->tensors[0].source).pieces[0].file;
+  std::get<catalog::FlatRuns>(big.source).pieces.push_back({0, big.numel(), file_of_a, 0, DType::F32});
   c->tensors.insert(c->tensors.begin() + 1, big);
   const auto file = make_torch_save(c, "archive");
   const auto& extents = dynamic_cast<const ExtentFile&>(*file).extents();
   const auto big_extent = std::find_if(extents.begin(), extents.end(),
-                                       [&](const Extent& e) { return e.tensor == &c->tensors[1]; });
+                                       [&](const Extent& e) { return e.tensor && &*e.tensor == &c->tensors[1]; });
   ASSERT_NE(big_extent, extents.end());
   EXPECT_EQ(big_extent->offset % 64, 0u);
   EXPECT_EQ(big_extent->length, big.nbytes());

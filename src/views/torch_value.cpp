@@ -176,7 +176,7 @@ class ValuePickler {
   void save_native(const pickle::Value& v) {
     const auto* ref = dynamic_cast<const catalog::TensorValue*>(v.native.get());
     if (ref == nullptr) throw FormatError(fmt::format("torch.save view: cannot write a {}", v.describe()));
-    auto [it, inserted] = storage_keys_.try_emplace(ref->tensor, storages_.size());
+    auto [it, inserted] = storage_keys_.try_emplace(&*ref->tensor, storages_.size());  // one storage per tensor
     if (inserted) storages_.push_back(ref->tensor);
     write_tensor(*ref, it->second);
     remember(v);
@@ -231,7 +231,7 @@ class ValuePickler {
   pickle::PickleWriter w_;
   std::unordered_map<const pickle::Value*, uint32_t> memo_;
   std::unordered_map<const catalog::LogicalTensor*, size_t> storage_keys_;
-  std::vector<const catalog::LogicalTensor*> storages_;
+  std::vector<catalog::TensorRef> storages_;
 };
 
 }  // namespace
@@ -241,7 +241,7 @@ TorchPickle pickle_for_torch_save(const pickle::Value& root) {
 }
 
 VirtualFilePtr make_torch_save_value(const pickle::Value& root, const std::string& archive_name,
-                                     std::shared_ptr<const void> keep_alive, ZipRecords layout) {
+                                     ZipRecords layout) {
   TorchPickle pickled = pickle_for_torch_save(root);
   std::vector<ZipRecord> records;
   records.push_back({"data.pkl", std::move(pickled.data_pkl)});
@@ -255,7 +255,7 @@ VirtualFilePtr make_torch_save_value(const pickle::Value& root, const std::strin
   records.push_back({"version", "3\n"});
   ExtentBuilder out;
   append_zip(out, archive_name, records);
-  return std::make_shared<ExtentFile>(std::move(out).finish(), std::move(keep_alive));
+  return std::make_shared<ExtentFile>(std::move(out).finish());
 }
 
 }  // namespace ckptfs::views

@@ -16,7 +16,7 @@ namespace ckptfs::views {
 
 struct TorchPickle {
   std::string data_pkl;
-  std::vector<const catalog::LogicalTensor*> storages;  // storage key i holds storages[i]'s bytes
+  std::vector<catalog::TensorRef> storages;  // storage key i holds storages[i]'s bytes
 };
 
 // Pickles `root`. Every kind the unpickler produces is written back: None, bool, int (any size),
@@ -30,9 +30,8 @@ TorchPickle pickle_for_torch_save(const pickle::Value& root);
 // data.pkl, data/<key>..., version that torch 1.13 writes (and DeepSpeed's universal files hold).
 enum class ZipRecords { torch_2_1, torch_1_13 };
 
-// A torch.save zip of `root`; `keep_alive` owns the tensors.
+// A torch.save zip of `root` (its tensors' handles own them).
 VirtualFilePtr make_torch_save_value(const pickle::Value& root, const std::string& archive_name,
-                                     std::shared_ptr<const void> keep_alive,
                                      ZipRecords records = ZipRecords::torch_2_1);
 
 }  // namespace ckptfs::views

@@ -26,7 +26,7 @@ ValuePtr number(int64_t n) {
 }
 
 // A tree with one of every kind, a subtree referenced twice and a tensor referenced twice.
-ValuePtr sample(const catalog::LogicalTensor& tensor) {
+ValuePtr sample(const catalog::TensorRef& tensor) {
   auto root = make_value(Kind::Dict);
   auto add = [&](std::string key, ValuePtr v) { root->entries.emplace_back(text(Kind::String, key), v); };
   add("none", make_value(Kind::None));
@@ -81,13 +81,19 @@ const pickle::Value& at(const pickle::Value& dict, std::string_view key) {
   return *v;
 }
 
+// A tensor "w" [2, 3] in a catalog of its own.
+catalog::TensorRef lone_tensor() {
+  auto c = std::make_shared<catalog::Catalog>();
+  c->tensors.emplace_back().name = "w";
+  c->tensors.back().shape = {2, 3};
+  return {c, 0};
+}
+
 TEST(TorchValue, EveryKindRoundTrips) {
-  catalog::LogicalTensor tensor;
-  tensor.name = "w";
-  tensor.shape = {2, 3};
+  const catalog::TensorRef tensor = lone_tensor();
   const TorchPickle out = pickle_for_torch_save(*sample(tensor));
   ASSERT_EQ(out.storages.size(), 1u);  // one storage for the tensor referenced twice
-  EXPECT_EQ(out.storages[0], &tensor);
+  EXPECT_EQ(&*out.storages[0], &*tensor);
 
   std::vector<ValuePtr> pids;
   pickle::UnpickleOptions options;
@@ -132,9 +138,7 @@ TEST(TorchValue, EveryKindRoundTrips) {
 }
 
 TEST(TorchValue, ShapeOverrideWritesAFlatView) {
-  catalog::LogicalTensor tensor;
-  tensor.name = "w";
-  tensor.shape = {2, 3};
+  const catalog::TensorRef tensor = lone_tensor();
   const TorchPickle out = pickle_for_torch_save(*catalog::tensor_value(tensor, false, std::vector<int64_t>{6}));
   pickle::UnpickleOptions options;
   options.persistent_load = [](const ValuePtr&) { return make_value(Kind::None); };

@@ -32,8 +32,8 @@ class UniversalParamFile final : public VirtualFile {
   UniversalParamFile(std::shared_ptr<const UniversalPlan> plan, size_t param, size_t what,
                      std::unordered_map<std::string, uint64_t>& sizes)
       : plan_(std::move(plan)), param_(param), what_(what) {
-    const catalog::LogicalTensor* t = tensor();
-    if (t == nullptr) {  // a step kept as a plain number
+    const catalog::TensorRef t = tensor();
+    if (!t) {  // a step kept as a plain number
       size_ = build()->size();
       return;
     }
@@ -50,18 +50,18 @@ class UniversalParamFile final : public VirtualFile {
   void read(uint64_t offset, std::span<std::byte> dst) const override { build()->read(offset, dst); }
   void prefetch(uint64_t offset, uint64_t length) const override { build()->prefetch(offset, length); }
   std::vector<io::FilePtr> sources() const override {
-    const catalog::LogicalTensor* t = tensor();
+    const catalog::TensorRef t = tensor();
     return t ? distinct_sources(std::span(&t, 1)) : std::vector<io::FilePtr>{};
   }
 
-  // The tensor the file holds; null for a step that is a plain number.
-  const catalog::LogicalTensor* tensor() const {
+  // The tensor the file holds; none for a step that is a plain number.
+  catalog::TensorRef tensor() const {
     const UniversalParam& p = plan_->params[param_];
     if (what_ == kFp32) return p.fp32;
     if (what_ != kStep) return p.state[what_];
     const pickle::Value* v = p.step.get();
     const auto* step = v && v->native ? dynamic_cast<const catalog::TensorValue*>(v->native.get()) : nullptr;
-    return step ? step->tensor : nullptr;
+    return step ? step->tensor : catalog::TensorRef{};
   }
 
   std::string stem() const {
@@ -74,10 +74,10 @@ class UniversalParamFile final : public VirtualFile {
   pickle::ValuePtr value() const {
     const UniversalParam& p = plan_->params[param_];
     if (what_ == kStep) return p.step;
-    const catalog::LogicalTensor& t = what_ == kFp32 ? *p.fp32 : *p.state[what_];
+    const catalog::TensorRef& t = what_ == kFp32 ? p.fp32 : p.state[what_];
     const bool requires_grad = what_ == kFp32;
     if (plan_->bare_tensors)
-      return catalog::tensor_value(t, requires_grad, std::vector<int64_t>{static_cast<int64_t>(t.numel())});
+      return catalog::tensor_value(t, requires_grad, std::vector<int64_t>{static_cast<int64_t>(t->numel())});
     auto dict = pickle::make_value(pickle::Kind::Dict);
     if (p.merge_keys) {
       for (const auto& [key, value] : *p.merge_keys) dict->entries.emplace_back(text_value(key), value);
@@ -89,7 +89,7 @@ class UniversalParamFile final : public VirtualFile {
   }
 
   VirtualFilePtr build() const {
-    return make_torch_save_value(*value(), stem(), plan_, ZipRecords::torch_1_13);
+    return make_torch_save_value(*value(), stem(), ZipRecords::torch_1_13);
   }
 
   std::shared_ptr<const UniversalPlan> plan_;
@@ -116,8 +116,7 @@ std::vector<ViewFile> universal_views(const Tag& tag) {
   for (const auto& path : plan->model_state_files)
     out.push_back({fmt::format("{}/{}", dir, path.filename().string()), make_passthrough(io::File::open(path))});
   out.push_back({dir + "/zero/optimizer_state.pt",
-                 make_torch_save_value(*plan->optimizer_state, "optimizer_state", plan,
-                                       ZipRecords::torch_1_13)});
+                 make_torch_save_value(*plan->optimizer_state, "optimizer_state", ZipRecords::torch_1_13)});
   std::unordered_map<std::string, uint64_t> sizes;
   for (size_t i = 0; i < plan->params.size(); ++i) {
     const UniversalParam& p = plan->params[i];

@@ -23,7 +23,7 @@ catalog::LogicalTensor bytes_tensor(const SourceFile& src, uint64_t offset, uint
   t.name = "u8";
   t.dtype = DType::U8;
   t.shape = {static_cast<int64_t>(n)};
-  t.pieces.push_back({0, n, src.file(), offset, DType::U8});
+  std::get<catalog::FlatRuns>(t.source).pieces.push_back({0, n, src.file(), offset, DType::U8});
   return t;
 }
 
@@ -33,8 +33,7 @@ TEST(Views, ExtentFileReadsAcrossExtents) {
   const SourceFile src(std::as_bytes(std::span(text)));
   std::mt19937 rng(1);
   // Alternating inline and tensor extents of random lengths (some empty), and the expected bytes.
-  auto tensors = std::make_shared<std::vector<catalog::LogicalTensor>>();
-  tensors->reserve(100);
+  auto tensors = std::make_shared<catalog::Catalog>();
   auto inline_bytes = std::make_shared<const std::string>("0123456789ABCDEFGHIJ");
   std::vector<Extent> extents;
   std::string expected;
@@ -44,9 +43,9 @@ TEST(Views, ExtentFileReadsAcrossExtents) {
     if (i % 2) {
       e.length = rng() % 20;
       e.tensor_offset = rng() % 10;
-      tensors->push_back(bytes_tensor(src, rng() % 4000, e.tensor_offset + e.length + rng() % 3));
-      e.tensor = &tensors->back();
-      expected += text.substr(tensors->back().pieces[0].src_offset + e.tensor_offset, e.length);
+      tensors->tensors.push_back(bytes_tensor(src, rng() % 4000, e.tensor_offset + e.length + rng() % 3));
+      e.tensor = {tensors, tensors->tensors.size() - 1};
+      expected += text.substr(std::get<catalog::FlatRuns>(e.tensor->source).pieces[0].src_offset + e.tensor_offset, e.length);
     } else {
       e.inline_offset = rng() % 10;
       e.length = rng() % 10;
@@ -55,7 +54,7 @@ TEST(Views, ExtentFileReadsAcrossExtents) {
     }
     extents.push_back(e);
   }
-  const ExtentFile file(std::move(extents), tensors);
+  const ExtentFile file(std::move(extents));
   ASSERT_EQ(file.size(), expected.size());
   EXPECT_EQ(read_all(file, 0, expected.size()), expected);
   for (int r = 0; r < 2000; ++r) {
@@ -77,14 +76,14 @@ TEST(Views, ExtentFileRejectsHolesAndOverlaps) {
     e.bytes = bytes;
     return e;
   };
-  EXPECT_THROW(ExtentFile({extent(0, 2), extent(3, 2)}, nullptr), std::invalid_argument);
-  EXPECT_THROW(ExtentFile({extent(0, 2), extent(1, 2)}, nullptr), std::invalid_argument);
-  EXPECT_THROW(ExtentFile({extent(1, 2)}, nullptr), std::invalid_argument);
+  EXPECT_THROW(ExtentFile({extent(0, 2), extent(3, 2)}), std::invalid_argument);
+  EXPECT_THROW(ExtentFile({extent(0, 2), extent(1, 2)}), std::invalid_argument);
+  EXPECT_THROW(ExtentFile({extent(1, 2)}), std::invalid_argument);
   Extent neither;
   neither.length = 1;
-  EXPECT_THROW(ExtentFile({neither}, nullptr), std::invalid_argument);
-  EXPECT_EQ(ExtentFile({}, nullptr).size(), 0u);
-  const ExtentFile ok({extent(0, 2), extent(2, 0), extent(2, 3)}, nullptr);
+  EXPECT_THROW(ExtentFile({neither}), std::invalid_argument);
+  EXPECT_EQ(ExtentFile({}).size(), 0u);
+  const ExtentFile ok({extent(0, 2), extent(2, 0), extent(2, 3)});
   EXPECT_EQ(read_all(ok, 0, 5), "ababc");
   EXPECT_TRUE(ok.sources().empty());
 }

@@ -54,7 +54,7 @@ void append_zip(ExtentBuilder& out, std::string_view root, std::span<const ZipRe
     local.bytes("FB").u16(pad).bytes(std::string(pad, 'Z'));
     out.append(local.text);
     if (r.tensor)
-      out.append(*r.tensor);
+      out.append(r.tensor);
     else
       out.append(r.bytes);
     if (size > 0) {

@@ -34,7 +34,7 @@ std::vector<pickle::ValuePtr> path_of(const Item& item) {
 }
 
 // The model tensors of a DCP dir's state dict (formats::select_model's rule, on the planner paths).
-std::shared_ptr<Catalog> model_catalog(const std::vector<Item>& items, const Catalog& state,
+std::shared_ptr<Catalog> model_catalog(const std::vector<Item>& items, const CatalogPtr& state,
                                        const fs::path& metadata_path) {
   std::vector<formats::StateEntry> entries;
   size_t k = 0;
@@ -42,7 +42,7 @@ std::shared_ptr<Catalog> model_catalog(const std::vector<Item>& items, const Cat
     if (!item.is_tensor) continue;
     formats::StateEntry e;
     for (const auto& key : path_of(item)) e.path.push_back(key_string(*key));
-    e.tensor = &state.tensors[k++];
+    e.tensor = {state, k++};
     entries.push_back(std::move(e));
   }
   return formats::select_model(entries, metadata_path);
@@ -103,7 +103,6 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
     ItemReader reader(files, d, md.files.front());
     tag.format += storage_notes(md);
     auto state = std::make_shared<Catalog>();   // every tensor item
-    std::vector<CatalogPtr> keep_alive = {state};  // and one catalog per bytes item holding tensors
     for (const auto& item : md.items)
       if (item.is_tensor) state->tensors.push_back(reader.tensor(item));
     if (reader.read_safetensors_blobs()) tag.format += "; tensors in safetensors blobs (serialization_format=SAFETENSORS)";
@@ -112,12 +111,10 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
     for (const auto& item : md.items) {
       pickle::ValuePtr value;
       if (item.is_tensor) {
-        value = catalog::tensor_value(state->tensors[next_tensor++]);
+        value = catalog::tensor_value({state, next_tensor++});
       } else {
-        // Its own catalog: TensorValues point into it, so it must not grow once the item is rebound.
-        auto values = std::make_shared<Catalog>();
-        value = formats::with_logical_tensors(reader.archive(item, item.location).root(), *values, item.fqn);
-        if (!values->tensors.empty()) keep_alive.push_back(std::move(values));
+        value = formats::with_logical_tensors(reader.archive(item, item.location).root(), std::make_shared<Catalog>(),
+                                              item.fqn);  // its tensors in a catalog of their own
       }
       try {
         nested.set(path_of(item), std::move(value));
@@ -127,7 +124,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
     }
     const std::string state_path =
         dcp_dirs.size() == 1 ? "full_state.pt" : fmt::format("full_state/{}.pt", d.filename().string());
-    tag.state_files.push_back({state_path, nested.root(), std::move(keep_alive)});
+    tag.state_files.push_back({state_path, nested.root()});
     tag.files.insert(tag.files.end(), md.files.begin(), md.files.end());
     std::set<fs::path> data_files;
     for (const auto& t : state->tensors)
@@ -136,7 +133,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
     tag.topology.dp = std::max(tag.topology.dp, rank_count(d));
     const std::string role = dcp_dirs.size() == 1 ? "state" : "state/" + d.filename().string();
     if (&d == model_dir) {
-      auto model = model_catalog(md.items, *state, reader.metadata_path());
+      auto model = model_catalog(md.items, state, reader.metadata_path());
       for (const auto& t : model->tensors)
         if (dtype_is_floating(t.dtype)) {
           tag.topology.train_dtype = t.dtype;

@@ -106,7 +106,7 @@ std::vector<LogicalTensor> lay_out_flat_groups(const ModelStates& shapes_file,
         const uint64_t r = e / slice;
         const uint64_t local = e - r * slice;
         const uint64_t count = std::min(offset + param.numel - e, slice - local);
-        catalog::append_source_range(t.pieces, e - offset, *parts[r], local, count);
+        catalog::append_source_range(std::get<catalog::FlatRuns>(t.source).pieces, e - offset, *parts[r], local, count);
         e += count;
       }
       offset += param.numel;
@@ -139,7 +139,7 @@ std::vector<LogicalTensor> lay_out_zero3_groups(const ModelStates& shapes_file,
           fmt::format("{} sub-group {} offset {}, {} per rank over {} ranks", key, i, offset, part, n_ranks);
       for (uint64_t r = 0; r < n_ranks && r * part < param.numel; ++r) {
         const uint64_t count = std::min(part, param.numel - r * part);
-        catalog::append_source_range(t.pieces, r * part, *parts[r], offset, count);
+        catalog::append_source_range(std::get<catalog::FlatRuns>(t.source).pieces, r * part, *parts[r], offset, count);
       }
       offset += part;
       out.push_back(std::move(t));
@@ -233,7 +233,7 @@ std::vector<LogicalTensor> assemble_zero3_frozen(const std::vector<ModelStates>&
       if (r == 0) t.dtype = frag->tensor.dtype;
       if (r * part >= param.numel) continue;
       const uint64_t count = std::min(part, param.numel - r * part);
-      catalog::append_source_range(t.pieces, r * part, frag->tensor, 0, count);
+      catalog::append_source_range(std::get<catalog::FlatRuns>(t.source).pieces, r * part, frag->tensor, 0, count);
     }
     out.push_back(std::move(t));
   }

@@ -166,8 +166,9 @@ Catalog build_model_catalog(const TagParts& parts, bool zero3, std::vector<std::
 }
 
 // The file a merged tensor's first elements come from (the tag dir for an empty tensor), for messages.
-const fs::path& source_of(const LogicalTensor& t, const fs::path& dir) {
-  return t.pieces.empty() || !t.pieces.front().file ? dir : t.pieces.front().file->path();
+fs::path source_of(const LogicalTensor& t, const fs::path& dir) {
+  const auto files = t.files();
+  return files.empty() ? dir : files.front()->path();
 }
 
 // A view cannot hold two tensors of one name; the second comes from a file that repeats another's keys
@@ -222,8 +223,8 @@ void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim
   auto state = read_optimizer_state(ms, optim, false, why_not);
   if (first_stage) {
     parts.optimizer_state =
-        universal_optimizer_state(optim.front(), topo.dp, false, *parts.optimizer_state_tensors);
-    if (state) parts.optimizer = OptimizerState{state->keys, {}, {}, {}};
+        universal_optimizer_state(optim.front(), topo.dp, false, parts.optimizer_state_tensors);
+    if (state) parts.optimizer = OptimizerState{state->keys, {}, {}};
   }
   if (!state || (parts.optimizer && parts.optimizer->keys != state->keys)) {
     parts.optimizer.reset();
@@ -241,8 +242,6 @@ void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim
       parts.optimizer->steps.push_back(state->steps[i]);
     }
   }
-  if (parts.optimizer && state)
-    for (auto& c : state->keep_alive) parts.optimizer->keep_alive.push_back(std::move(c));
   parts.model_state_copies.push_back(ms.path);
 }
 
@@ -303,7 +302,7 @@ TagParts read_zero3(io::FileSet& files, const TagFiles& tf, DeepSpeedTopology& t
   parts.aliases = ms.shared_params;
   parts.optimizer = read_optimizer_state(ms, optim, true, parts.no_universal);
   parts.optimizer_state =
-      universal_optimizer_state(optim.front(), topo.dp, true, *parts.optimizer_state_tensors);
+      universal_optimizer_state(optim.front(), topo.dp, true, parts.optimizer_state_tensors);
   for (const auto& m : models) parts.model_state_copies.push_back(m.path);
   return parts;
 }
@@ -471,8 +470,6 @@ std::shared_ptr<const UniversalPlan> universal_plan(TagParts& parts, const std::
   plan->state_keys = state.keys;
   plan->optimizer_state = parts.optimizer_state;
   plan->model_state_files = parts.model_state_copies;
-  plan->keep_alive = {fp32, parts.optimizer_state_tensors};
-  for (auto& c : state.keep_alive) plan->keep_alive.push_back(std::move(c));
   std::vector<std::shared_ptr<Catalog>> by_key(state.keys.size());
   for (size_t k = 0; k < state.keys.size(); ++k) {
     by_key[k] = std::make_shared<Catalog>();
@@ -482,15 +479,12 @@ std::shared_ptr<const UniversalPlan> universal_plan(TagParts& parts, const std::
   for (size_t p = 0; p < parts.trainable.size(); ++p) {
     UniversalParam param;
     param.name = parts.trainable[p].name;
-    param.fp32 = find_in(fp32->tensors, masters, param.name);
-    for (const auto& c : by_key) param.state.push_back(&c->tensors[p]);
+    if (auto it = masters.find(param.name); it != masters.end()) param.fp32 = {fp32, it->second};
+    for (const auto& c : by_key) param.state.push_back({c, p});
     param.step = state.steps[p];
     plan->params.push_back(std::move(param));
   }
-  for (size_t k = 0; k < state.keys.size(); ++k) {
-    plan->keep_alive.push_back(by_key[k]);
-    tag.catalogs.emplace(state.keys[k], std::move(by_key[k]));
-  }
+  for (size_t k = 0; k < state.keys.size(); ++k) tag.catalogs.emplace(state.keys[k], std::move(by_key[k]));
   return plan;
 }
 
@@ -566,7 +560,7 @@ TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& 
 // A universal checkpoint's zero/<param>/fp32.pt files are files of the tag.
 void add_master_files(Tag& tag, const TagParts& parts) {
   for (const auto& t : parts.trainable)
-    if (!t.pieces.empty()) tag.files.push_back(t.pieces.front().file->path());
+    for (const auto& f : t.files()) tag.files.push_back(f->path());
 }
 
 // Checks the catalogs of a tag and adds them with its universal plan.

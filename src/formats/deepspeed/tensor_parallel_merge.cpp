@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 
@@ -169,22 +170,21 @@ class Merger {
       for (const auto& f : rank_plan->model_state_files) plan->model_state_files.push_back(f);
     }
     auto trimmed = std::make_shared<Catalog>();  // vocabulary tensors without their padding rows
-    trimmed->tensors.reserve(plan->params.size() * (1 + plan->state_keys.size()));
     const auto fp32 = out.catalog("fp32");
     std::vector<CatalogPtr> states;
     for (const auto& key : plan->state_keys) states.push_back(out.catalog(key));
     // Tensors by name per catalog: a lookup per parameter, not a scan.
     const auto index_of = [](const CatalogPtr& c) {
-      std::unordered_map<std::string_view, const LogicalTensor*> index;
-      for (const auto& t : c->tensors) index.emplace(t.name, &t);
+      std::unordered_map<std::string_view, size_t> index;
+      for (size_t i = 0; i < c->tensors.size(); ++i) index.emplace(c->tensors[i].name, i);
       return index;
     };
-    const auto find = [](const auto& index, const std::string& name) -> const LogicalTensor* {
+    const auto find = [](const CatalogPtr& c, const auto& index, const std::string& name) -> catalog::TensorRef {
       auto it = index.find(name);
-      return it == index.end() ? nullptr : it->second;
+      return it == index.end() ? catalog::TensorRef{} : catalog::TensorRef{c, it->second};
     };
     const auto fp32_index = index_of(fp32);
-    std::vector<std::unordered_map<std::string_view, const LogicalTensor*>> state_index;
+    std::vector<std::unordered_map<std::string_view, size_t>> state_index;
     for (const auto& c : states) state_index.push_back(index_of(c));
     for (auto& p : plan->params) {
       std::vector<std::pair<std::string, pickle::ValuePtr>> keys;
@@ -213,8 +213,8 @@ class Merger {
         keys.emplace_back("vocab_tensor", std::move(yes));
       }
       p.merge_keys = std::move(keys);
-      const auto pick = [&](const LogicalTensor* merged) -> const LogicalTensor* {
-        if (merged == nullptr || !vocab) return merged;
+      const auto pick = [&](const catalog::TensorRef& merged) -> catalog::TensorRef {
+        if (!merged || !vocab) return merged;
         std::vector<catalog::Box> boxes;
         const int64_t rows = std::min(merged->shape.at(0), *info_.original_vocab_size);
         catalog::append_slice(boxes, *merged, 0, 0, rows, 0);
@@ -222,17 +222,14 @@ class Merger {
         shape[0] = rows;
         trimmed->tensors.push_back(
             catalog::assembled_tensor(merged->name, merged->dtype, std::move(shape), std::move(boxes), "vocabulary rows"));
-        return &trimmed->tensors.back();
+        return {trimmed, trimmed->tensors.size() - 1};
       };
-      p.fp32 = pick(find(fp32_index, p.name));
-      for (size_t k = 0; k < states.size(); ++k) p.state[k] = pick(find(state_index[k], p.name));
-      if (p.fp32 == nullptr || std::find(p.state.begin(), p.state.end(), nullptr) != p.state.end())
+      p.fp32 = pick(find(fp32, fp32_index, p.name));
+      for (size_t k = 0; k < states.size(); ++k) p.state[k] = pick(find(states[k], state_index[k], p.name));
+      if (!p.fp32 || std::any_of(p.state.begin(), p.state.end(), [](const auto& s) { return !s; }))
         throw FormatError(fmt::format("{}: parameter {} has no merged fp32 master or optimizer state",
                                       out.dir.string(), p.name));
     }
-    plan->keep_alive = {fp32, trimmed};
-    for (const auto& c : states) plan->keep_alive.push_back(c);
-    for (const auto& c : first->keep_alive) plan->keep_alive.push_back(c);  // the optimizer state's tensors
     return plan;
   }
 

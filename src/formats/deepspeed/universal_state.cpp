@@ -84,8 +84,7 @@ std::optional<OptimizerState> read_optimizer_state(const ModelStates& shapes_fil
   }
   out.steps.resize(out.tensors.size());
   if (zero3) return out;  // ZeRO-3 keeps its step in optimizer_state.pt only
-  // Each group's step as ds_to_universal saves it in step.pt. Tensors go into a catalog first; the
-  // values refer to its entries once it stops growing.
+  // Each group's step as ds_to_universal saves it in step.pt: tensors go into a catalog of their own.
   auto steps = std::make_shared<catalog::Catalog>();
   const auto& groups = *shapes_file.param_shapes;
   std::vector<ValuePtr> raw(groups.size());
@@ -103,15 +102,15 @@ std::optional<OptimizerState> read_optimizer_state(const ModelStates& shapes_fil
   for (size_t g = 0; g < groups.size(); ++g) {
     ValuePtr step = raw[g];
     if (tensor_index[g] >= 0)
-      step = catalog::tensor_value(steps->tensors[tensor_index[g]], torch::as_tensor(raw[g].get())->requires_grad);
+      step = catalog::tensor_value({steps, static_cast<size_t>(tensor_index[g])},
+                                   torch::as_tensor(raw[g].get())->requires_grad);
     for (size_t i = 0; i < groups[g].size(); ++i) out.steps[p++] = step;
   }
-  out.keep_alive.push_back(std::move(steps));
   return out;
 }
 
 pickle::ValuePtr universal_optimizer_state(const OptimStates& rank0, int64_t world_size, bool zero3,
-                                           catalog::Catalog& tensors) {
+                                           std::shared_ptr<catalog::Catalog> tensors) {
   const ValuePtr& inner = rank0.inner;
   if (!inner || !inner->is(Kind::Dict))
     throw FormatError(fmt::format("{}: optimizer_state_dict is not a dict", rank0.path.string()));
@@ -137,7 +136,7 @@ pickle::ValuePtr universal_optimizer_state(const OptimStates& rank0, int64_t wor
     param_groups = entry(entry(inner.get(), "base_optimizer_state").get(), "param_groups");
   }
   if (param_groups) out->entries.emplace_back(string_value("param_groups"), param_groups);
-  return formats::with_logical_tensors(out, tensors, "optimizer_state");
+  return formats::with_logical_tensors(out, std::move(tensors), "optimizer_state");
 }
 
 }  // namespace ckptfs::deepspeed

@@ -18,7 +18,6 @@ struct OptimizerState {
   std::vector<std::string> keys;                    // per-parameter state besides fp32: exp_avg, exp_avg_sq
   std::vector<std::vector<catalog::LogicalTensor>> tensors;  // [param][key]
   std::vector<pickle::ValuePtr> steps;              // [param]: its group's step; null when none
-  std::vector<CatalogPtr> keep_alive;               // catalogs the step values refer to
 };
 
 // The per-parameter state of one MP rank's optimizer files, for the masters `assemble_flat_groups` /
@@ -30,8 +29,8 @@ std::optional<OptimizerState> read_optimizer_state(const ModelStates& shapes_fil
 
 // zero/optimizer_state.pt as ds_to_universal writes it from the DP-rank-0 file (`rank0`, of a run over
 // `world_size` ranks): ZeRO-0/1/2 keep the global keys only, ZeRO-3 the whole inner state; both add
-// `param_groups`. Tensors become catalog::tensor_value references into `tensors`, which it fills.
+// `param_groups`. Tensors become catalog::tensor_value handles into `tensors`, which it fills.
 pickle::ValuePtr universal_optimizer_state(const OptimStates& rank0, int64_t world_size, bool zero3,
-                                           catalog::Catalog& tensors);
+                                           std::shared_ptr<catalog::Catalog> tensors);
 
 }  // namespace ckptfs::deepspeed

@@ -192,6 +192,7 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
       for (int tp = 0; tp < args.tp; ++tp)
         if (pp + ep + tp > 0) others.emplace_back(pp, ep, tp);
   auto read = formats::read_all(others, read_rank);
+  // [pp][ep][tp]; complete before the model chunks below point into it.
   std::vector<std::vector<std::vector<RankFile>>> ranks(args.pp, std::vector<std::vector<RankFile>>(args.ep));
   ranks[0][0].push_back(std::move(reference));
   for (size_t i = 0; i < others.size(); ++i) {

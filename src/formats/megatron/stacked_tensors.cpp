@@ -22,7 +22,8 @@ catalog::LogicalTensor stacked_entry(const catalog::LogicalTensor& stacked, int6
 std::optional<catalog::LogicalTensor> unflatten_fragments(const catalog::LogicalTensor& stored,
                                                           const std::vector<int64_t>& model_shape) {
   const size_t rank = model_shape.size();
-  if (rank == 0 || stored.shape.size() != rank + 1 || !stored.boxes) return std::nullopt;
+  if (rank == 0 || stored.shape.size() != rank + 1 || !std::holds_alternative<catalog::Boxed>(stored.source))
+    return std::nullopt;
   std::vector<int64_t> local(rank);
   int64_t numel = 1;
   for (size_t d = 0; d < rank; ++d) {

@@ -70,7 +70,7 @@ Tag read_file_tag(io::FileSet& files, const std::string& name, const fs::path& s
     all->tensors.push_back(catalog::whole_tensor(joined, f.tensor, f.tensor.dtype, "saved tensor"));
   }
   std::vector<formats::StateEntry> entries;
-  for (size_t i = 0; i < found.size(); ++i) entries.push_back({found[i].path, &all->tensors[i]});
+  for (size_t i = 0; i < found.size(); ++i) entries.push_back({found[i].path, {all, i}});
   auto model = formats::select_model(entries, source);
   Tag tag;
   tag.name = name;
