@@ -28,6 +28,12 @@ struct Topology {
 
 using CatalogPtr = std::shared_ptr<const catalog::Catalog>;
 
+// What a catalog of a model's weights is served as, in that model's folder (the mount root, or verl's
+// critic/): model.safetensors (model: the training dtype), fp32/pytorch_model.bin and fp32/model.safetensors
+// (fp32: master weights, the zero_to_fp32 equivalent), hf/model.safetensors (hf: Hugging Face names).
+enum class ViewRole { model, fp32, hf };
+std::string_view role_name(ViewRole role);  // "model", "fp32", "hf"
+
 // One trainable parameter of a universal checkpoint: zero/<name>/{fp32,<state keys>,step}.pt.
 struct UniversalParam {
   std::string name;
@@ -76,11 +82,12 @@ struct Tag {
   std::filesystem::path dir;
   std::string format;  // what the tag dir holds: "DeepSpeed checkpoint", "DeepSpeed universal checkpoint"
   Topology topology;
-  // Catalogs by role: "fp32" (master weights, zero_to_fp32 equivalent; absent when the checkpoint has
-  // none), "model" (weights in the training dtype), per-parameter optimizer state ("exp_avg",
-  // "exp_avg_sq", ...) where partitioned, and "hf" (Hugging Face names, Megatron-LM); a further model's
-  // "<folder>:model" and "<folder>:fp32", served in <folder>/ (verl's critic: "critic:model").
-  std::map<std::string, CatalogPtr, std::less<>> catalogs;
+  // Weights by model folder ("": the root; verl's "critic") and view role (fp32 absent when the
+  // checkpoint has no masters, hf only for Megatron-LM).
+  std::map<std::string, std::map<ViewRole, CatalogPtr>, std::less<>> models;
+  // Catalogs served as no view of their own, by name, apart from the roles: per-parameter optimizer state
+  // ("exp_avg", "exp_avg_sq", ...) where partitioned, a whole saved state dict ("state", "state/<dir>").
+  std::map<std::string, CatalogPtr, std::less<>> states;
   std::optional<DeepSpeedTag> deepspeed;  // DeepSpeed tags only
   std::vector<StateFile> state_files;
   // Regular files of the tag dir that are not checkpoint data (an HF Trainer step dir's config.json,
@@ -90,8 +97,14 @@ struct Tag {
   std::vector<std::filesystem::path> files;        // every checkpoint file of the tag
   std::vector<std::string> notes;                  // deviations from the reference tools, for `inspect`
 
-  // The catalog of `role`; throws std::out_of_range when the tag has none.
-  const CatalogPtr& catalog(std::string_view role) const;
+  // The catalog of `role` in model `folder`; throws std::out_of_range when the tag has none.
+  const CatalogPtr& catalog(ViewRole role, std::string_view folder = "") const;
+  bool has(ViewRole role, std::string_view folder = "") const;
+  // Adds `catalog` as `role` of model `folder` unless the tag has one.
+  void add(ViewRole role, CatalogPtr catalog, const std::string& folder = "");
+  // Every catalog under the name inspect and ckptfs.json show, in that order: "model", "fp32", "hf" of the
+  // root, "<folder>:<role>" of a further model, a state's name.
+  std::vector<std::pair<std::string, CatalogPtr>> named_catalogs() const;
   // The universal checkpoint the tag offers; null for every tag but a DeepSpeed one with a plan.
   std::shared_ptr<const UniversalPlan> universal() const {
     return deepspeed ? deepspeed->universal : nullptr;

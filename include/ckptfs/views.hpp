@@ -40,7 +40,7 @@ struct Extent {
   uint64_t length = 0;
   std::shared_ptr<const std::string> bytes;  // inline: bytes[inline_offset, +length)
   uint64_t inline_offset = 0;
-  catalog::TensorRef tensor;  // tensor (when set): its bytes [tensor_offset, +length)
+  catalog::TensorRef tensor{};  // tensor (when set): its bytes [tensor_offset, +length)
   uint64_t tensor_offset = 0;
 };
 

@@ -43,7 +43,8 @@ void print_text(const Checkpoint& cp, bool tensors) {
     fmt::print("  optimizer:  {}\n", t.optimizer);
     fmt::print("  dtypes:     training {}, master float32\n", dtype_torch_name(t.train_dtype));
     fmt::print("  tensors:   ");
-    for (const auto& [role, c] : tag.catalogs) fmt::print(" {} {},", c->tensors.size(), role);
+    const auto catalogs = tag.named_catalogs();
+    for (const auto& [name, c] : catalogs) fmt::print(" {} {},", c->tensors.size(), name);
     fmt::print(" ({} source files)\n", tag.files.size());
     fmt::print("  views:\n");
     for (const auto& v : summarize_views(tag_views(tag))) {
@@ -55,7 +56,7 @@ void print_text(const Checkpoint& cp, bool tensors) {
     }
     for (const auto& note : tag.notes) fmt::print("  note: {}\n", note);
     if (tensors)
-      for (const auto& [role, c] : tag.catalogs) print_tensors(*c, role);
+      for (const auto& [name, c] : catalogs) print_tensors(*c, name);
   }
 }
 

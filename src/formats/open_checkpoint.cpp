@@ -1,6 +1,9 @@
 // Framework detection: the one place that knows every adapter.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <stdexcept>
+
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/dcp.hpp"
 #include "ckptfs/deepspeed.hpp"
@@ -14,10 +17,43 @@ namespace ckptfs {
 
 namespace fs = std::filesystem;
 
-const CatalogPtr& Tag::catalog(std::string_view role) const {
-  auto it = catalogs.find(role);
-  if (it == catalogs.end()) throw std::out_of_range(fmt::format("tag {} has no {} catalog", name, role));
-  return it->second;
+std::string_view role_name(ViewRole role) {
+  switch (role) {
+    case ViewRole::model:
+      return "model";
+    case ViewRole::fp32:
+      return "fp32";
+    case ViewRole::hf:
+      return "hf";
+  }
+  throw std::logic_error("unknown view role");
+}
+
+const CatalogPtr& Tag::catalog(ViewRole role, std::string_view folder) const {
+  auto model = models.find(folder);
+  if (model != models.end())
+    if (auto it = model->second.find(role); it != model->second.end()) return it->second;
+  throw std::out_of_range(fmt::format("tag {} has no {} catalog{}", name, role_name(role),
+                                      folder.empty() ? "" : fmt::format(" in {}/", folder)));
+}
+
+bool Tag::has(ViewRole role, std::string_view folder) const {
+  auto model = models.find(folder);
+  return model != models.end() && model->second.contains(role);
+}
+
+void Tag::add(ViewRole role, CatalogPtr catalog, const std::string& folder) {
+  models[folder].emplace(role, std::move(catalog));
+}
+
+std::vector<std::pair<std::string, CatalogPtr>> Tag::named_catalogs() const {
+  std::vector<std::pair<std::string, CatalogPtr>> out;
+  for (const auto& [folder, roles] : models)
+    for (const auto& [role, c] : roles)
+      out.emplace_back(folder.empty() ? std::string(role_name(role)) : fmt::format("{}:{}", folder, role_name(role)), c);
+  for (const auto& [state, c] : states) out.emplace_back(state, c);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
 }
 
 const Tag* Checkpoint::find(const std::string& tag) const {

@@ -24,7 +24,8 @@ namespace {
 
 enum NativeKind : uint64_t { kNoNative = 0, kTensorValue = 1, kSourceTensor = 2 };
 enum TensorKind : uint64_t { kPieces = 0, kBoxes = 1, kTransposed = 2 };
-// A new form of catalog::TensorSource needs its kind here and in the decoder's switch.
+// A new form of catalog::TensorSource needs its kind here and in the decoder's switch; view roles are
+// written as ViewRole's values, ViewRole::hf the last.
 static_assert(std::variant_size_v<catalog::TensorSource> == 3);
 
 // What decides the tags besides the files the catalogs read: the directories walked (an added or
@@ -72,7 +73,7 @@ class Encoder {
   std::string encode(const Checkpoint& cp) {
     // Tables first: what later sections refer to by number.
     for (const auto& tag : cp.tags) {
-      for (const auto& [role, c] : tag.catalogs) add_catalog(c);
+      for (const auto& [name, c] : tag.named_catalogs()) add_catalog(c);
       if (const auto plan = tag.universal()) {
         for (const auto& p : plan->params) {
           add_catalog(p.fp32.catalog);
@@ -339,9 +340,18 @@ class Encoder {
       out_->i64(t.experts);
       out_->text(t.optimizer);
       out_->u64(static_cast<uint64_t>(t.train_dtype));
-      out_->u64(tag.catalogs.size());
-      for (const auto& [role, c] : tag.catalogs) {
-        out_->text(role);
+      out_->u64(tag.models.size());
+      for (const auto& [folder, roles] : tag.models) {
+        out_->text(folder);
+        out_->u64(roles.size());
+        for (const auto& [role, c] : roles) {
+          out_->u64(static_cast<uint64_t>(role));
+          out_->u64(catalog_id_.at(c.get()));
+        }
+      }
+      out_->u64(tag.states.size());
+      for (const auto& [state, c] : tag.states) {
+        out_->text(state);
         out_->u64(catalog_id_.at(c.get()));
       }
       out_->boolean(tag.deepspeed.has_value());
@@ -639,10 +649,19 @@ class Decoder {
       t.experts = static_cast<int>(in_.i64());
       t.optimizer = in_.text();
       t.train_dtype = dtype();
-      const uint64_t roles = in_.count(2);
-      for (uint64_t i = 0; i < roles; ++i) {
-        std::string role = in_.text();
-        tag.catalogs[std::move(role)] = catalogs_.at(in_.index(catalogs_.size()));
+      const uint64_t models = in_.count(2);
+      for (uint64_t i = 0; i < models; ++i) {
+        auto& roles = tag.models[in_.text()];
+        const uint64_t n = in_.count(2);
+        for (uint64_t k = 0; k < n; ++k) {
+          const auto role = static_cast<ViewRole>(in_.index(static_cast<size_t>(ViewRole::hf) + 1));
+          roles[role] = catalogs_.at(in_.index(catalogs_.size()));
+        }
+      }
+      const uint64_t states = in_.count(2);
+      for (uint64_t i = 0; i < states; ++i) {
+        std::string state = in_.text();
+        tag.states[std::move(state)] = catalogs_.at(in_.index(catalogs_.size()));
       }
       if (in_.boolean()) {
         auto& ds = tag.deepspeed.emplace();

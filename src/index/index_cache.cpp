@@ -23,7 +23,8 @@ constexpr std::string_view kMagic = "CKPTFSIX";
 // Bump whenever what indexing produces, or its encoding, changes: an index of another version is parsed
 // again, never trusted.
 // 3: left-out tags, topology ep and experts (DeepSpeed MoE), decoded items; 4: tensor handles, no
-// keep-alive catalog lists, zero_stage and the universal plan in a DeepSpeed part of the tag
+// keep-alive catalog lists, view roles apart from states, zero_stage and the universal plan in a DeepSpeed
+// part of the tag
 constexpr uint64_t kFormatVersion = 4;
 
 // What an index must have been written for: this ckptfs, this source, these options.

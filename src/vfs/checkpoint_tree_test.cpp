@@ -43,7 +43,7 @@ struct Fixture {
       Tag tag;
       tag.name = name;
       tag.dir = dir.path() / name;
-      tag.catalogs = {{"fp32", catalog}, {"model", catalog}};
+      tag.models[""] = {{ViewRole::fp32, catalog}, {ViewRole::model, catalog}};
       checkpoint.tags.push_back(std::move(tag));
     }
     checkpoint.framework = "deepspeed";
@@ -64,6 +64,15 @@ TEST(VfsCheckpointTree, LatestTagAtTheRootAndEveryTagUnderTags) {
   }
   const std::string st = read(at(tree, "model.safetensors"));
   EXPECT_NE(st.find("\"w\""), std::string::npos);
+}
+
+// Optimizer states are kept apart from the view roles: a state named "model" leaves the model view alone.
+TEST(VfsCheckpointTree, AStateNamedModelLeavesTheModelView) {
+  Fixture f;
+  const std::string model = read(at(build_tree(f.checkpoint), "model.safetensors"));
+  f.checkpoint.tags[0].states["model"] = f.checkpoint.tags[1].catalog(ViewRole::model);
+  EXPECT_NE(read(at(build_tree(f.checkpoint), "tags/step2/model.safetensors")), model);
+  EXPECT_EQ(read(at(build_tree(f.checkpoint), "model.safetensors")), model);
 }
 
 TEST(VfsCheckpointTree, SideFilesPassThroughAndYieldToViews) {

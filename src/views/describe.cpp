@@ -45,14 +45,15 @@ nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
                       {"train_dtype", dtype_torch_name(t.train_dtype)}};
     if (tag.deepspeed) jt["topology"]["zero_stage"] = tag.deepspeed->zero_stage;  // ZeRO is DeepSpeed's
     jt["tensor_count"] = nlohmann::json::object();
-    for (const auto& [role, c] : tag.catalogs) jt["tensor_count"][role] = c->tensors.size();
+    const auto catalogs = tag.named_catalogs();
+    for (const auto& [name, c] : catalogs) jt["tensor_count"][name] = c->tensors.size();
     jt["views"] = nlohmann::json::array();
     for (const auto& v : summarize_views(views.at(i)))
       jt["views"].push_back({{"path", v.path}, {"size", v.bytes}, {"files", v.files}});
     jt["source_files"] = tag.files.size();
     jt["notes"] = tag.notes;
     if (with_tensors)
-      for (const auto& [role, c] : tag.catalogs) jt["tensors"][role] = describe_tensors(*c);
+      for (const auto& [name, c] : catalogs) jt["tensors"][name] = describe_tensors(*c);
     j["tags"].push_back(std::move(jt));
   }
   j["left_out"] = nlohmann::json::array();

@@ -29,13 +29,6 @@ void add_side_files(std::vector<ViewFile>& views, const std::vector<std::filesys
   }
 }
 
-// "critic" for the role "critic:model": a further model's catalogs, served in the folder of that name.
-std::optional<std::string> further_model_folder(const std::string& role) {
-  constexpr std::string_view kSuffix = ":model";
-  if (!role.ends_with(kSuffix) || role.size() == kSuffix.size() || role.find('/') != std::string::npos) return {};
-  return role.substr(0, role.size() - kSuffix.size());
-}
-
 }  // namespace
 
 std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
@@ -43,19 +36,20 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
   // twice, a header over the size limit) get the tag directory.
   try {
     std::vector<ViewFile> views;
-    // the model ("model", "fp32") at the root; a further model ("critic:model", "critic:fp32") in its folder
-    const auto add_model = [&](const std::string& role_prefix, const std::string& dir) {
-      views.push_back({dir + "model.safetensors", views::make_safetensors(tag.catalog(role_prefix + "model"))});
-      if (tag.catalogs.contains(role_prefix + "fp32")) {
+    // the root model, then a further model (verl's critic) in its folder, then the hf/ views
+    const auto dir_of = [](const std::string& folder) { return folder.empty() ? folder : folder + "/"; };
+    for (const auto& [folder, roles] : tag.models) {
+      const std::string dir = dir_of(folder);
+      views.push_back({dir + "model.safetensors", views::make_safetensors(tag.catalog(ViewRole::model, folder))});
+      if (tag.has(ViewRole::fp32, folder)) {
         views.push_back({dir + "fp32/pytorch_model.bin",
-                         views::make_torch_save(tag.catalog(role_prefix + "fp32"), "pytorch_model")});
-        views.push_back({dir + "fp32/model.safetensors", views::make_safetensors(tag.catalog(role_prefix + "fp32"))});
+                         views::make_torch_save(tag.catalog(ViewRole::fp32, folder), "pytorch_model")});
+        views.push_back({dir + "fp32/model.safetensors", views::make_safetensors(tag.catalog(ViewRole::fp32, folder))});
       }
-    };
-    add_model("", "");
-    for (const auto& [role, catalog] : tag.catalogs)
-      if (const auto folder = further_model_folder(role)) add_model(*folder + ":", *folder + "/");
-    if (tag.catalogs.contains("hf")) views.push_back({"hf/model.safetensors", views::make_safetensors(tag.catalog("hf"))});
+    }
+    for (const auto& [folder, roles] : tag.models)
+      if (tag.has(ViewRole::hf, folder))
+        views.push_back({dir_of(folder) + "hf/model.safetensors", views::make_safetensors(tag.catalog(ViewRole::hf, folder))});
     for (const auto& extra : tag.extra_files)
       views.push_back({extra.path, extra.source.empty() ? views::make_bytes_file(extra.text)
                                                         : views::make_passthrough(io::File::open(extra.source))});

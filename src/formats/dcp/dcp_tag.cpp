@@ -139,10 +139,10 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
           tag.topology.train_dtype = t.dtype;
           break;
         }
-      tag.catalogs.emplace("fp32", formats::upcast_to_fp32(*model));
-      tag.catalogs.emplace("model", std::move(model));
+      tag.add(ViewRole::fp32, formats::upcast_to_fp32(*model));
+      tag.add(ViewRole::model, std::move(model));
     }
-    tag.catalogs.emplace(role, std::move(state));
+    tag.states.emplace(role, std::move(state));
   }
   return tag;
 }

@@ -272,8 +272,8 @@ Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::stri
   tag.topology.optimizer = "-";
   if (data_dir == dir && fs::is_directory(dir / kShardedDir, ec))
     tag.notes.push_back("sharded/ is not read: the consolidated files beside it hold the same tensors");
-  tag.catalogs.emplace("fp32", formats::upcast_to_fp32(*model));
-  tag.catalogs.emplace("model", std::move(model));
+  tag.add(ViewRole::fp32, formats::upcast_to_fp32(*model));
+  tag.add(ViewRole::model, std::move(model));
   // The dir's other files (the index, config.json, ...), beside the views (a name a view takes moves to source/).
   tag.side_files = formats::side_files(dir, [&](const std::string& file) {
     return std::find(data_files.begin(), data_files.end(), dir / file) != data_files.end();

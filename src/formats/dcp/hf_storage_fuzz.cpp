@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fs::create_symlink(input.path(), shard, ec);
   try {
     const auto cp = ckptfs::dcp::open_hf_storage(dir, {});
-    for (const auto& t : cp.tags.at(0).catalog("model")->tensors) {
+    for (const auto& t : cp.tags.at(0).catalog(ViewRole::model)->tensors) {
       if (t.nbytes() > (1 << 16)) continue;
       std::vector<std::byte> out(t.nbytes());
       ckptfs::catalog::read_tensor(t, 0, out);

@@ -44,7 +44,7 @@ std::vector<float> read_all(const catalog::LogicalTensor& t) {
 }
 
 const catalog::LogicalTensor& model_tensor(const Checkpoint& cp, size_t i) {
-  return cp.tags.at(0).catalog("model")->tensors.at(i);
+  return cp.tags.at(0).catalog(ViewRole::model)->tensors.at(i);
 }
 
 std::string open_error(const fs::path& dir) {

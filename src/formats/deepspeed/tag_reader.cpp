@@ -484,7 +484,7 @@ std::shared_ptr<const UniversalPlan> universal_plan(TagParts& parts, const std::
     param.step = state.steps[p];
     plan->params.push_back(std::move(param));
   }
-  for (size_t k = 0; k < state.keys.size(); ++k) tag.catalogs.emplace(state.keys[k], std::move(by_key[k]));
+  for (size_t k = 0; k < state.keys.size(); ++k) tag.states.emplace(state.keys[k], std::move(by_key[k]));
   return plan;
 }
 
@@ -579,8 +579,8 @@ void finish_tag(Tag& tag, TagParts& parts, std::shared_ptr<Catalog> fp32, Catalo
   }
   tag.topology.train_dtype = training_dtype(*model, parts.trainable);
   tag.deepspeed.value().universal = universal_plan(parts, fp32, zero3, tag);
-  tag.catalogs.emplace("fp32", std::move(fp32));
-  tag.catalogs.emplace("model", std::move(model));
+  tag.add(ViewRole::fp32, std::move(fp32));
+  tag.add(ViewRole::model, std::move(model));
 }
 
 // The tag as one MP rank sees it: every rank of a data-parallel or pipeline tag, or tensor-parallel rank
@@ -624,7 +624,7 @@ Tag read_tensor_parallel_universal(io::FileSet& files, const TagFiles& tf, const
     rank.module = *ms.module;
     RankTag& r = ranks.emplace_back();
     r.tag.dir = dir;
-    r.tag.catalogs.emplace("model", std::make_shared<Catalog>(build_model_catalog(rank, false, r.tag.notes)));
+    r.tag.add(ViewRole::model, std::make_shared<Catalog>(build_model_catalog(rank, false, r.tag.notes)));
     r.buffers.insert(ms.buffer_names.begin(), ms.buffer_names.end());
     if (!first) first = std::move(ms);
   }
@@ -645,8 +645,8 @@ Tag read_tensor_parallel_universal(io::FileSet& files, const TagFiles& tf, const
   parts.trainable =
       read_universal_masters(files, dir, *first->param_shapes, static_cast<int>(tf.model_states.size()));
   add_master_files(tag, parts);
-  CatalogPtr model = tag.catalog("model");  // the merge's only catalog: finish_tag adds it back with fp32
-  tag.catalogs.clear();
+  CatalogPtr model = tag.catalog(ViewRole::model);  // the merge's only catalog: finish_tag adds it back with fp32
+  tag.models.clear();
   auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, model->tensors, tag.notes));
   finish_tag(tag, parts, fp32, model, false);
   return tag;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <unordered_map>
 
@@ -129,32 +130,44 @@ class Merger {
 
   // Every catalog of the ranks, merged name by name.
   void merge_catalogs(Tag& out) {
-    for (const auto& [role, first] : ranks_.front().tag.catalogs) {
-      auto merged = std::make_shared<Catalog>();
-      std::vector<std::unordered_map<std::string, size_t>> index(ranks_.size());
-      for (size_t r = 0; r < ranks_.size(); ++r) {
-        const auto& c = ranks_[r].tag.catalog(role);
-        for (size_t i = 0; i < c->tensors.size(); ++i) index[r].emplace(c->tensors[i].name, i);
+    for (const auto& [folder, roles] : ranks_.front().tag.models)
+      for (const auto& [role, first] : roles) {
+        const auto of_rank = [&, role = role, folder = folder](size_t r) { return ranks_[r].tag.catalog(role, folder); };
+        out.models[folder][role] = merge_catalog(std::string(role_name(role)), of_rank, out);
       }
-      for (const auto& t : first->tensors) {
-        std::vector<formats::RankTensor> slices;
-        for (size_t r = 0; r < ranks_.size(); ++r) {
-          const auto& c = ranks_[r].tag.catalog(role);
-          auto it = index[r].find(t.name);
-          if (it == index[r].end())
-            throw FormatError(fmt::format("{}: TP rank {} has no {} tensor {} (TP rank 0 has it)",
-                                          ranks_[r].tag.dir.string(), r, role, t.name));
-          slices.push_back(formats::rank_tensor(member(c, it->second), rank_file(r)));
-        }
-        std::string pattern;
-        const auto* sp = info_.sub_params_of(t.name, &pattern);
-        const formats::TensorParallelRule rule =
-            sp ? formats::TensorParallelRule(sub_layout(info_, *sp, pattern, t.name, slices)) : split_of(t.name);
-        merged->tensors.push_back(
-            formats::merge_tensor_parallel(t.name, rule, slices, t.dtype, &out.notes, fmt::format("{} {}", role, t.name)));
-      }
-      out.catalogs[role] = std::move(merged);
+    for (const auto& [state, first] : ranks_.front().tag.states) {
+      const auto of_rank = [&, state = state](size_t r) { return ranks_[r].tag.states.at(state); };
+      out.states[state] = merge_catalog(state, of_rank, out);
     }
+  }
+
+  // The catalog `role` of every rank (of_rank(r)) merged name by name.
+  CatalogPtr merge_catalog(const std::string& role, const std::function<CatalogPtr(size_t)>& of_rank, Tag& out) {
+    const CatalogPtr first = of_rank(0);
+    auto merged = std::make_shared<Catalog>();
+    std::vector<std::unordered_map<std::string, size_t>> index(ranks_.size());
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const auto c = of_rank(r);
+      for (size_t i = 0; i < c->tensors.size(); ++i) index[r].emplace(c->tensors[i].name, i);
+    }
+    for (const auto& t : first->tensors) {
+      std::vector<formats::RankTensor> slices;
+      for (size_t r = 0; r < ranks_.size(); ++r) {
+        const auto c = of_rank(r);
+        auto it = index[r].find(t.name);
+        if (it == index[r].end())
+          throw FormatError(fmt::format("{}: TP rank {} has no {} tensor {} (TP rank 0 has it)",
+                                        ranks_[r].tag.dir.string(), r, role, t.name));
+        slices.push_back(formats::rank_tensor(member(c, it->second), rank_file(r)));
+      }
+      std::string pattern;
+      const auto* sp = info_.sub_params_of(t.name, &pattern);
+      const formats::TensorParallelRule rule =
+          sp ? formats::TensorParallelRule(sub_layout(info_, *sp, pattern, t.name, slices)) : split_of(t.name);
+      merged->tensors.push_back(
+          formats::merge_tensor_parallel(t.name, rule, slices, t.dtype, &out.notes, fmt::format("{} {}", role, t.name)));
+    }
+    return merged;
   }
 
   // The universal plan of the merged tag: the ranks' parameters and state with the merged tensors, and
@@ -170,9 +183,9 @@ class Merger {
       for (const auto& f : rank_plan->model_state_files) plan->model_state_files.push_back(f);
     }
     auto trimmed = std::make_shared<Catalog>();  // vocabulary tensors without their padding rows
-    const auto fp32 = out.catalog("fp32");
+    const auto fp32 = out.catalog(ViewRole::fp32);
     std::vector<CatalogPtr> states;
-    for (const auto& key : plan->state_keys) states.push_back(out.catalog(key));
+    for (const auto& key : plan->state_keys) states.push_back(out.states.at(key));
     // Tensors by name per catalog: a lookup per parameter, not a scan.
     const auto index_of = [](const CatalogPtr& c) {
       std::unordered_map<std::string_view, size_t> index;

@@ -290,7 +290,7 @@ void add_hf_view(Tag& tag, const ModelArgs& args, const std::vector<std::vector<
   auto hf = std::make_shared<catalog::Catalog>();
   HfBuilder builder(args, *family, *hf);
   try {
-    for (const auto& t : tag.catalog("model")->tensors) builder.add(t);
+    for (const auto& t : tag.catalog(ViewRole::model)->tensors) builder.add(t);
   } catch (const UnsupportedError& e) {
     tag.notes.push_back(fmt::format("no hf/ view: {}", e.what()));
     return;
@@ -305,7 +305,7 @@ void add_hf_view(Tag& tag, const ModelArgs& args, const std::vector<std::vector<
   auto config = family->config(args, vocab);
   config["torch_dtype"] = dtype_name(dtype);  // transformers < 5
   config["dtype"] = dtype_name(dtype);
-  tag.catalogs.emplace("hf", std::move(hf));
+  tag.add(ViewRole::hf, std::move(hf));
   tag.extra_files.push_back({"hf/config.json", config.dump(2) + "\n", {}});
   std::map<std::string, fs::path> tokenizer;  // a later list (the iteration dir) wins
   for (const auto& list : side_files)

@@ -219,7 +219,7 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
   it.tag.name = name;
   it.tag.dir = dir;
   it.tag.format = "Megatron-LM checkpoint (legacy torch format)";
-  it.tag.catalogs.emplace("model", model.merge_model());
+  it.tag.add(ViewRole::model, model.merge_model());
   it.tag.notes = model.notes();
   for (const auto& pp : ranks)
     for (const auto& ep : pp)
@@ -227,9 +227,9 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
 
   // fp32 masters: per rank file, aligned with its parameters.
   if (args.params_dtype == DType::F32) {
-    it.tag.catalogs.emplace("fp32", it.tag.catalogs.at("model"));
+    it.tag.add(ViewRole::fp32, it.tag.catalog(ViewRole::model));
   } else if (auto fp32 = read_masters(files, args, model, ranks, it.tag)) {
-    it.tag.catalogs.emplace("fp32", std::move(fp32));
+    it.tag.add(ViewRole::fp32, std::move(fp32));
   }
   it.tag.topology.optimizer = args.distributed_optimizer ? "Megatron DistributedOptimizer" : "Megatron mixed-precision optimizer";
   return it;

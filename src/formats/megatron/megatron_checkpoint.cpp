@@ -91,7 +91,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     Iteration it = read_iteration(files, tag_dir, name);
     it.tag.side_files = side_files_of(tag_dir);
     add_hf_view(it.tag, it.args, {root_side_files, it.tag.side_files});
-    for (const auto& t : it.tag.catalogs.at("model")->tensors)
+    for (const auto& t : it.tag.catalog(ViewRole::model)->tensors)
       if (dtype_is_floating(t.dtype)) {
         it.tag.topology.train_dtype = t.dtype;
         break;

@@ -185,27 +185,27 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
     (master ? masters : model).add(std::string(key), std::move(t));
     has_masters = has_masters || master;
   }
-  it.tag.catalogs.emplace("model", model.finish(DType::F32, false));
-  check_against_args(*it.tag.catalogs.at("model"), args, reader.metadata_path().string());
+  it.tag.add(ViewRole::model, model.finish(DType::F32, false));
+  check_against_args(*it.tag.catalog(ViewRole::model), args, reader.metadata_path().string());
   if (args.params_dtype == DType::F32) {
-    it.tag.catalogs.emplace("fp32", it.tag.catalogs.at("model"));
+    it.tag.add(ViewRole::fp32, it.tag.catalog(ViewRole::model));
   } else if (has_masters) {
     auto fp32 = masters.finish(DType::F32, true);
-    if (const auto why = off_model_shape(*fp32, *it.tag.catalogs.at("model")))
+    if (const auto why = off_model_shape(*fp32, *it.tag.catalog(ViewRole::model)))
       it.tag.notes.push_back(fmt::format("no fp32 master weights: {}, so no fp32/ views", *why));
     else
-      it.tag.catalogs.emplace("fp32", std::move(fp32));
+      it.tag.add(ViewRole::fp32, std::move(fp32));
   } else if (bucketed) {
     try {
-      it.tag.catalogs.emplace("fp32", masters_from_buckets(md, reader, *it.tag.catalogs.at("model"), args));
+      it.tag.add(ViewRole::fp32, masters_from_buckets(md, reader, *it.tag.catalog(ViewRole::model), args));
     } catch (const UnsupportedError& e) {
       it.tag.notes.push_back(fmt::format("no fp32 master weights: {}, so no fp32/ views", e.what()));
     }
   } else {
     it.tag.notes.push_back("no fp32 master weights saved (no optimizer state): no fp32/ views");
   }
-  if (it.tag.catalogs.contains("fp32"))
-    for (const auto& t : it.tag.catalogs.at("fp32")->tensors)
+  if (it.tag.has(ViewRole::fp32))
+    for (const auto& t : it.tag.catalog(ViewRole::fp32)->tensors)
       for (const auto& f : t.files()) data_files.insert(f->path());
   it.tag.files.insert(it.tag.files.end(), data_files.begin(), data_files.end());
   it.tag.topology.optimizer = has_masters ? "Megatron optimizer (fp32 masters in model space)"

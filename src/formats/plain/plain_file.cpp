@@ -83,9 +83,9 @@ Tag read_file_tag(io::FileSet& files, const std::string& name, const fs::path& s
       break;
     }
   tag.topology.optimizer = "-";
-  tag.catalogs.emplace("fp32", formats::upcast_to_fp32(*model));
-  tag.catalogs.emplace("model", std::move(model));
-  tag.catalogs.emplace("state", std::move(all));
+  tag.add(ViewRole::fp32, formats::upcast_to_fp32(*model));
+  tag.add(ViewRole::model, std::move(model));
+  tag.states.emplace("state", std::move(all));
   return tag;
 }
 

@@ -68,17 +68,16 @@ std::string bf16_config(const fs::path& path) {
   return std::regex_replace(text, kDtype, "$1\"bfloat16\"");
 }
 
-// A role's catalogs and files in `tag`: its views at the root, or in its own folder (prefix "critic/";
-// catalogs "critic:model" and "critic:fp32", as tag_views names them).
+// A role's catalogs and files in `tag`: its views at the root, or in its own folder (critic/).
 void add_role(Tag& tag, const RoleDir& role, bool at_root) {
   const std::string prefix = at_root ? "" : role.name + "/";
-  const std::string catalog_prefix = at_root ? "" : role.name + ":";
   for (const auto& t : role.parameters->tensors)
     if (t.dtype == DType::F16)
       tag.notes.push_back(fmt::format("{}: {} is float16, served as float16 in {}model.safetensors (verl's merger "
                                       "casts it to bfloat16)", role.name, t.name, prefix));
-  tag.catalogs.emplace(catalog_prefix + "model", bf16_model(*role.parameters));
-  tag.catalogs.emplace(catalog_prefix + "fp32", formats::upcast_to_fp32(*role.parameters));
+  const std::string folder = at_root ? "" : role.name;
+  tag.add(ViewRole::model, bf16_model(*role.parameters), folder);
+  tag.add(ViewRole::fp32, formats::upcast_to_fp32(*role.parameters), folder);
   for (const auto& f : role.hf_files) {
     if (f.filename() == "config.json") tag.extra_files.push_back({prefix + "config.json", bf16_config(f), {}});
     else tag.extra_files.push_back({prefix + f.filename().string(), "", f});
