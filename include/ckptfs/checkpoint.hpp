@@ -1,6 +1,6 @@
 // A checkpoint directory as ckptfs understands it, whatever the framework: its tags (saved steps), and
 // per tag the topology and its named catalogs (fp32 master weights, model weights in the training dtype,
-// optimizer state), and what it offers as a universal checkpoint.
+// optimizer state); DeepSpeed tags also their ZeRO stage and what they offer as a universal checkpoint.
 #pragma once
 
 #include <filesystem>
@@ -20,10 +20,9 @@ struct Topology {
   int dp = 1;  // data-parallel world size the optimizer state is partitioned over
   int tp = 1;
   int pp = 1;
-  int zero_stage = 0;
   int ep = 1;       // expert-parallel size (DeepSpeed MoE)
   int experts = 0;  // experts of all MoE layers (0: no MoE)
-  std::string optimizer;  // "DeepSpeedZeroOptimizer", "DeepSpeedZeroOptimizer_Stage3", "BF16_Optimizer", ...
+  std::string optimizer;  // as the framework names it: "DeepSpeedZeroOptimizer", "Megatron ..."
   DType train_dtype = DType::F32;
 };
 
@@ -57,6 +56,12 @@ struct UniversalPlan {
   std::vector<std::filesystem::path> model_state_files;  // copied byte for byte
 };
 
+// What only a DeepSpeed tag has: its ZeRO stage and the universal checkpoint it offers (universal/).
+struct DeepSpeedTag {
+  int zero_stage = 0;
+  std::shared_ptr<const UniversalPlan> universal;  // null: no partitioned optimizer state to show
+};
+
 // A whole nested state dict served as one torch.save file (DCP: full_state.pt, what dcp_to_torch_save
 // writes); its tensors are catalog::tensor_value handles.
 struct StateFile {
@@ -83,7 +88,7 @@ struct Tag {
   // Catalogs served as no view of their own, by name, apart from the roles: per-parameter optimizer state
   // ("exp_avg", "exp_avg_sq", ...) where partitioned, a whole saved state dict ("state", "state/<dir>").
   std::map<std::string, CatalogPtr, std::less<>> states;
-  std::shared_ptr<const UniversalPlan> universal;  // null: no partitioned optimizer state to show
+  std::optional<DeepSpeedTag> deepspeed;  // DeepSpeed tags only
   std::vector<StateFile> state_files;
   // Regular files of the tag dir that are not checkpoint data (an HF Trainer step dir's config.json,
   // trainer_state.json), served beside the tag's views.
@@ -100,6 +105,10 @@ struct Tag {
   // Every catalog under the name inspect and ckptfs.json show, in that order: "model", "fp32", "hf" of the
   // root, "<folder>:<role>" of a further model, a state's name.
   std::vector<std::pair<std::string, CatalogPtr>> named_catalogs() const;
+  // The universal checkpoint the tag offers; null for every tag but a DeepSpeed one with a plan.
+  std::shared_ptr<const UniversalPlan> universal() const {
+    return deepspeed ? deepspeed->universal : nullptr;
+  }
 };
 
 // A tag of the save dir that could not be read (an older broken step, a damaged universal dir beside a

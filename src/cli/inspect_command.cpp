@@ -37,7 +37,7 @@ void print_text(const Checkpoint& cp, bool tensors) {
     fmt::print("\ntag {}  ({})\n", tag.name, tag.dir.string());
     fmt::print("  format:     {}\n", tag.format);
     // ZeRO stages are DeepSpeed's; other frameworks partition (or not) their own way.
-    const std::string zero = cp.framework == "deepspeed" ? fmt::format("ZeRO-{}, ", t.zero_stage) : "";
+    const std::string zero = tag.deepspeed ? fmt::format("ZeRO-{}, ", tag.deepspeed->zero_stage) : "";
     const std::string moe = t.experts > 0 ? fmt::format(", EP {} ({} experts)", t.ep, t.experts) : "";
     fmt::print("  topology:   {}DP {}, TP {}, PP {}{}\n", zero, t.dp, t.tp, t.pp, moe);
     fmt::print("  optimizer:  {}\n", t.optimizer);

@@ -47,9 +47,13 @@ void expect_same_tensors(const Checkpoint& parsed, const Checkpoint& decoded) {
         EXPECT_EQ(tensor_bytes(catalog->tensors[k]), tensor_bytes(other[k])) << role << " " << other[k].name;
       }
     }
-    ASSERT_EQ(a.universal != nullptr, b.universal != nullptr);
-    if (a.universal) {
-      EXPECT_EQ(a.universal->params.size(), b.universal->params.size());
+    ASSERT_EQ(a.deepspeed.has_value(), b.deepspeed.has_value());
+    if (a.deepspeed) {
+      EXPECT_EQ(a.deepspeed->zero_stage, b.deepspeed->zero_stage);
+    }
+    ASSERT_EQ(a.universal() != nullptr, b.universal() != nullptr);
+    if (a.universal()) {
+      EXPECT_EQ(a.universal()->params.size(), b.universal()->params.size());
     }
     EXPECT_EQ(a.state_files.size(), b.state_files.size());
   }

@@ -217,7 +217,7 @@ struct Fields<catalog::Catalog> {
 
 template <>
 struct Fields<Topology> {
-  static void visit(auto& c, auto& t) { c(t.dp, t.tp, t.pp, t.zero_stage, t.ep, t.experts, t.optimizer, t.train_dtype); }
+  static void visit(auto& c, auto& t) { c(t.dp, t.tp, t.pp, t.ep, t.experts, t.optimizer, t.train_dtype); }
 };
 template <>
 struct Fields<UniversalParam> {
@@ -240,6 +240,10 @@ struct Fields<UniversalPlan> {
   }
 };
 template <>
+struct Fields<DeepSpeedTag> {
+  static void visit(auto& c, auto& d) { c(d.zero_stage, d.universal); }
+};
+template <>
 struct Fields<StateFile> {
   static void visit(auto& c, auto& s) { c(s.path, s.value); }
 };
@@ -250,7 +254,7 @@ struct Fields<ExtraFile> {
 template <>
 struct Fields<Tag> {
   static void visit(auto& c, auto& t) {
-    c(t.name, t.dir, t.format, t.topology, t.models, t.states, t.universal, t.state_files, t.side_files, t.extra_files,
+    c(t.name, t.dir, t.format, t.topology, t.models, t.states, t.deepspeed, t.state_files, t.side_files, t.extra_files,
       t.files, t.notes);
   }
 };

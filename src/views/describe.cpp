@@ -36,14 +36,14 @@ nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
     jt["name"] = tag.name;
     jt["dir"] = tag.dir.string();
     jt["format"] = tag.format;
-    jt["topology"] = {{"zero_stage", t.zero_stage},
-                      {"dp", t.dp},
+    jt["topology"] = {{"dp", t.dp},
                       {"tp", t.tp},
                       {"pp", t.pp},
                       {"ep", t.ep},
                       {"experts", t.experts},
                       {"optimizer", t.optimizer},
                       {"train_dtype", dtype_torch_name(t.train_dtype)}};
+    if (tag.deepspeed) jt["topology"]["zero_stage"] = tag.deepspeed->zero_stage;  // ZeRO is DeepSpeed's
     jt["tensor_count"] = nlohmann::json::object();
     const auto catalogs = tag.named_catalogs();
     for (const auto& [name, c] : catalogs) jt["tensor_count"][name] = c->tensors.size();

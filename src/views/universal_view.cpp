@@ -111,7 +111,7 @@ void require_directory_name(const std::string& name, const Tag& tag) {
 
 std::vector<ViewFile> universal_views(const Tag& tag) {
   std::vector<ViewFile> out;
-  const auto& plan = tag.universal;
+  const auto plan = tag.universal();
   if (!plan) return out;
   const std::string dir = fmt::format("universal/{}_universal", tag.name);
   out.push_back({"universal/latest_universal", make_bytes_file(tag.name + "_universal")});

@@ -13,7 +13,9 @@
 #include "ckptfs/error.hpp"
 #include "formats/model_selection.hpp"
 #include "formats/natural_order.hpp"
+#include "formats/parallel_reads.hpp"
 #include "formats/plain/safetensors_reader.hpp"
+#include "formats/save_dir.hpp"
 
 namespace ckptfs::dcp {
 
@@ -79,37 +81,54 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> sharding_info(const fs
   return out;
 }
 
-// Adds the chunks of one file: its tensors placed where DCP_SHARDING_INFO says (every tensor must be listed
-// there, and only those), or at offset 0 when the file has none (a full tensor, as HuggingFaceStorageReader
+// One file's tensors, each with the offsets it is placed at: where DCP_SHARDING_INFO says (every tensor must
+// be listed there, and only those), or 0 when the file has none (a full tensor, as HuggingFaceStorageReader
 // reads it).
-void add_file(io::FileSet& files, const fs::path& path, std::vector<ChunkedTensor>& out,
-              std::map<std::string, size_t>& slot_of) {
-  const auto header = plain::read_safetensors_header(files.open(path));
+struct PlacedFile {
+  fs::path path;
+  std::vector<std::pair<plain::SafetensorsEntry, std::vector<int64_t>>> tensors;
+};
+
+PlacedFile read_placed_file(io::FileSet& files, const fs::path& path) {
+  auto header = plain::read_safetensors_header(files.open(path));
+  PlacedFile out{path, {}};
+  const auto it = header.metadata.find(std::string(kShardingInfoKey));
+  if (it == header.metadata.end()) {
+    for (auto& e : header.tensors) {
+      std::vector<int64_t> zeros(e.tensor.shape.size(), 0);
+      out.tensors.emplace_back(std::move(e), std::move(zeros));
+    }
+    return out;
+  }
   std::map<std::string, const plain::SafetensorsEntry*> by_name;
   for (const auto& e : header.tensors) by_name[e.name] = &e;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> placed;
-  if (auto it = header.metadata.find(std::string(kShardingInfoKey)); it != header.metadata.end()) {
-    placed = sharding_info(path, it->second);
-    std::set<std::string> listed;
-    for (const auto& [fqn, offsets] : placed) {
-      listed.insert(fqn);
-      if (!by_name.contains(fqn))
-        throw FormatError(fmt::format("{}: {} lists {}, which the file does not hold", path.string(), kShardingInfoKey, fqn));
-      if (offsets.size() != by_name[fqn]->tensor.shape.size())
-        throw FormatError(fmt::format("{}: {} gives {} {} offsets, the tensor has {} dimensions", path.string(),
-                                      kShardingInfoKey, fqn, offsets.size(), by_name[fqn]->tensor.shape.size()));
+  std::set<std::string> listed;
+  for (auto& [fqn, offsets] : sharding_info(path, it->second)) {
+    listed.insert(fqn);
+    if (!by_name.contains(fqn))
+      throw FormatError(fmt::format("{}: {} lists {}, which the file does not hold", path.string(), kShardingInfoKey, fqn));
+    if (offsets.size() != by_name[fqn]->tensor.shape.size())
+      throw FormatError(fmt::format("{}: {} gives {} {} offsets, the tensor has {} dimensions", path.string(),
+                                    kShardingInfoKey, fqn, offsets.size(), by_name[fqn]->tensor.shape.size()));
+    out.tensors.emplace_back(*by_name[fqn], std::move(offsets));
+  }
+  for (const auto& e : header.tensors)
+    if (!listed.contains(e.name))
+      throw FormatError(fmt::format("{}: tensor {} is missing from {}", path.string(), e.name, kShardingInfoKey));
+  return out;
+}
+
+// The chunks of every file, per tensor in the order the files first list them.
+std::vector<ChunkedTensor> chunked_tensors(io::FileSet& files, const std::vector<fs::path>& paths) {
+  std::vector<ChunkedTensor> out;
+  std::map<std::string, size_t> slot_of;
+  for (auto& file : formats::read_all(paths, [&](const fs::path& p) { return read_placed_file(files, p); }))
+    for (auto& [entry, offsets] : file.tensors) {
+      auto [slot, inserted] = slot_of.try_emplace(entry.name, out.size());
+      if (inserted) out.push_back({entry.name, {}});
+      out[slot->second].chunks.push_back({std::move(offsets), std::move(entry.tensor), file.path});
     }
-    for (const auto& e : header.tensors)
-      if (!listed.contains(e.name))
-        throw FormatError(fmt::format("{}: tensor {} is missing from {}", path.string(), e.name, kShardingInfoKey));
-  } else {
-    for (const auto& e : header.tensors) placed.emplace_back(e.name, std::vector<int64_t>(e.tensor.shape.size(), 0));
-  }
-  for (auto& [fqn, offsets] : placed) {
-    auto [slot, inserted] = slot_of.try_emplace(fqn, out.size());
-    if (inserted) out.push_back({fqn, {}});
-    out[slot->second].chunks.push_back({std::move(offsets), by_name[fqn]->tensor, path});
-  }
+  return out;
 }
 
 std::string file_names(const ChunkedTensor& t) {
@@ -232,9 +251,7 @@ Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::stri
   }
   Tag tag;
   tag.topology.dp = rank_count(data_dir, data_files);
-  std::vector<ChunkedTensor> chunked;
-  std::map<std::string, size_t> slot_of;
-  for (const auto& f : data_files) add_file(files, f, chunked, slot_of);
+  const std::vector<ChunkedTensor> chunked = chunked_tensors(files, data_files);
   tag.name = name;
   tag.dir = dir;
   tag.format = "PyTorch DCP Hugging Face storage (HuggingFaceStorageWriter): " + layout_name(dir, data_dir, chunked);
@@ -258,24 +275,19 @@ Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::stri
   tag.add(ViewRole::fp32, formats::upcast_to_fp32(*model));
   tag.add(ViewRole::model, std::move(model));
   // The dir's other files (the index, config.json, ...), beside the views (a name a view takes moves to source/).
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.is_regular_file(ec) && std::find(data_files.begin(), data_files.end(), entry.path()) == data_files.end())
-      tag.side_files.push_back(entry.path());
-  std::sort(tag.side_files.begin(), tag.side_files.end());
+  tag.side_files = formats::side_files(dir, [&](const std::string& file) {
+    return std::find(data_files.begin(), data_files.end(), dir / file) != data_files.end();
+  });
   return tag;
 }
 
 Checkpoint open_hf_storage(const fs::path& dir, const OpenOptions& options) {
-  const std::string name = dir.filename().string();
-  if (options.tag && *options.tag != name)
-    throw SourceError(fmt::format("{}: no tag '{}' (a Hugging Face storage dir is the one tag '{}')", dir.string(), *options.tag, name));
-  io::FileSet files;
-  Checkpoint cp;
-  cp.framework = "dcp";
-  cp.root = dir;
-  cp.latest = name;
-  cp.tags.push_back(read_hf_storage_tag(files, dir, name));
-  return cp;
+  formats::SaveDir<fs::path> save_dir("dcp", dir);
+  save_dir.tags.emplace_back(dir.filename().string(), dir);
+  return formats::open_save_dir(std::move(save_dir), options, [](io::FileSet& files, const std::string& name,
+                                                                 const fs::path& tag_dir) {
+    return read_hf_storage_tag(files, tag_dir, name);
+  });
 }
 
 }  // namespace ckptfs::dcp

@@ -10,6 +10,7 @@
 
 #include "ckptfs/error.hpp"
 #include "formats/dcp/dcp_metadata.hpp"
+#include "formats/parallel_reads.hpp"
 
 namespace ckptfs::dcp {
 
@@ -69,12 +70,12 @@ std::vector<fs::path> metadata_files(const fs::path& dir) {
 Metadata read_dir_metadata(const fs::path& dir) {
   const auto files = metadata_files(dir);
   if (files.empty()) throw SourceError(fmt::format("{}: no DCP metadata (.metadata or __<rank>.metadata)", dir.string()));
-  Metadata out = read_metadata(files.front());
+  auto ranks = formats::read_all(files, [](const fs::path& f) { return read_metadata(f); });
+  Metadata out = std::move(ranks.front());
   std::unordered_map<std::string, size_t> position;
   for (size_t i = 0; i < out.items.size(); ++i) position[out.items[i].fqn] = i;
   for (size_t f = 1; f < files.size(); ++f) {
-    Metadata rank = read_metadata(files[f]);
-    for (auto& item : rank.items) {
+    for (auto& item : ranks[f].items) {
       auto [it, fresh] = position.try_emplace(item.fqn, out.items.size());
       if (fresh)
         out.items.push_back(std::move(item));

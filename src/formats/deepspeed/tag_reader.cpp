@@ -27,6 +27,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A DeepSpeed tag's topology as its readers find it: the generic one and the ZeRO stage (DeepSpeedTag's).
+struct DeepSpeedTopology : Topology {
+  int zero_stage = 0;
+};
+
 // What one tag contributes before the catalogs are laid out.
 struct TagParts {
   std::vector<NamedTensor> module;  // weights as the model holds them (model view order)
@@ -193,7 +198,8 @@ std::string optimizer_name(const OptimStates& rank0) {
 }
 
 // The data-parallel size, ZeRO stage and optimizer of a ZeRO-1/2 or BF16_Optimizer MP rank.
-void set_flat_topology(const std::vector<OptimStates>& optim, const ModelStates& ms, Topology& topo) {
+void set_flat_topology(const std::vector<OptimStates>& optim, const ModelStates& ms,
+                       DeepSpeedTopology& topo) {
   if (optim.front().zero_stage && *optim.front().zero_stage == 3)
     throw FormatError(fmt::format("{}: ZeRO-3 optimizer state next to a ZeRO-0/1/2 model-state file {}",
                                   optim.front().path.string(), ms.path.filename().string()));
@@ -208,7 +214,7 @@ void set_flat_topology(const std::vector<OptimStates>& optim, const ModelStates&
 
 // Adds the trainable fp32 masters and optimizer state of one MP rank (a pipeline stage) of a ZeRO-1/2 or
 // BF16_Optimizer checkpoint to `parts`; a name an earlier stage added (a tied weight) is kept from there.
-void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim, Topology& topo,
+void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim, DeepSpeedTopology& topo,
                     TagParts& parts) {
   set_flat_topology(optim, ms, topo);
   auto masters = assemble_flat_groups(ms, optim);
@@ -241,7 +247,8 @@ void add_flat_stage(const ModelStates& ms, const std::vector<OptimStates>& optim
 
 // The fp32 masters of a Mixture-of-Experts ZeRO-1/2 tag, dense and expert ones in module order.
 void add_moe_stage(io::FileSet& files, const TagFiles& tf, int mp, const ModelStates& ms,
-                   const std::vector<MoeLayer>& moe, Topology& topo, TagParts& parts, std::vector<std::string>& notes) {
+                   const std::vector<MoeLayer>& moe, DeepSpeedTopology& topo, TagParts& parts,
+                   std::vector<std::string>& notes) {
   auto optim = read_optim_ranks(files, tf, mp);
   const ModelStates shaped = ms.param_shapes ? ms : with_shapes_from_slice_mappings(files, ms, optim, parts.module);
   if (!ms.param_shapes)
@@ -264,7 +271,7 @@ std::string model_state_optimizer_no_universal(std::string_view optimizer) {
   return fmt::format("{} state (no optimizer files; ds_to_universal cannot convert it)", optimizer);
 }
 
-TagParts read_zero3(io::FileSet& files, const TagFiles& tf, Topology& topo) {
+TagParts read_zero3(io::FileSet& files, const TagFiles& tf, DeepSpeedTopology& topo) {
   if (tf.zero3_model_states.size() > 1)
     throw UnsupportedError(
         fmt::format("{}: tensor-parallel ZeRO-3 checkpoints (several mp ranks) are not supported yet",
@@ -301,7 +308,7 @@ TagParts read_zero3(io::FileSet& files, const TagFiles& tf, Topology& topo) {
 }
 
 // One MP rank of a data-parallel tag (a tensor-parallel tag reads each rank this way, then merges them).
-TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, Topology& topo,
+TagParts read_data_parallel(io::FileSet& files, const TagFiles& tf, int mp, DeepSpeedTopology& topo,
                             std::vector<std::string>& notes) {
   const fs::path& path = tf.model_states.at(mp);
   ModelStates ms = read_model_states(files, path);
@@ -403,7 +410,7 @@ std::vector<std::vector<NamedShape>> shapes_from_slice_mappings(const std::vecto
 }
 
 // Pipeline engines: `module` is None and weights sit in layer_XX files, one per layer (docs/formats/deepspeed.md).
-TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, Topology& topo,
+TagParts read_pipeline(io::FileSet& files, const TagFiles& tf, DeepSpeedTopology& topo,
                        std::vector<std::string>& notes) {
   for (const auto& [layer, tps] : tf.layer_states)
     if (tps.size() > 1 || tps.begin()->first != 0)
@@ -494,7 +501,7 @@ std::vector<std::string> slice_names_of(const ModelStates& ms) {
 
 // A universal checkpoint (<tag>_universal/): the model-state copies give module, buffers, frozen params
 // and param_shapes, and zero/<param>/fp32.pt the fp32 masters in place of the optimizer files.
-TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& dir, Topology& topo,
+TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& dir, DeepSpeedTopology& topo,
                         std::vector<std::string>& notes) {
   TagParts parts;
   parts.no_universal = "the source is a universal checkpoint";
@@ -571,7 +578,7 @@ void finish_tag(Tag& tag, TagParts& parts, std::shared_ptr<Catalog> fp32, Catalo
     }
   }
   tag.topology.train_dtype = training_dtype(*model, parts.trainable);
-  tag.universal = universal_plan(parts, fp32, zero3, tag);
+  tag.deepspeed.value().universal = universal_plan(parts, fp32, zero3, tag);
   tag.add(ViewRole::fp32, std::move(fp32));
   tag.add(ViewRole::model, std::move(model));
 }
@@ -586,10 +593,13 @@ RankTag read_rank(io::FileSet& files, const TagFiles& tf, const fs::path& dir, c
   const bool zero3 = !tf.zero3_model_states.empty();
   const bool universal = is_universal_dir(dir);
   tag.format = universal ? "DeepSpeed universal checkpoint (ds_to_universal output)" : "DeepSpeed checkpoint";
-  TagParts parts = universal                  ? read_universal(files, tf, dir, tag.topology, tag.notes)
-                   : zero3                    ? read_zero3(files, tf, tag.topology)
-                   : !tf.layer_states.empty() ? read_pipeline(files, tf, tag.topology, tag.notes)
-                                              : read_data_parallel(files, tf, mp, tag.topology, tag.notes);
+  DeepSpeedTopology topo;
+  TagParts parts = universal                  ? read_universal(files, tf, dir, topo, tag.notes)
+                   : zero3                    ? read_zero3(files, tf, topo)
+                   : !tf.layer_states.empty() ? read_pipeline(files, tf, topo, tag.notes)
+                                              : read_data_parallel(files, tf, mp, topo, tag.notes);
+  tag.topology = topo;
+  tag.deepspeed = DeepSpeedTag{topo.zero_stage, nullptr};
   if (universal) add_master_files(tag, parts);
   auto model = std::make_shared<Catalog>(build_model_catalog(parts, zero3, tag.notes));
   auto fp32 = std::make_shared<Catalog>(build_fp32_catalog(parts, module_tensors(parts), tag.notes));
@@ -625,7 +635,7 @@ Tag read_tensor_parallel_universal(io::FileSet& files, const TagFiles& tf, const
   tag.name = name;
   tag.format = "DeepSpeed universal checkpoint (ds_to_universal output)";
   tag.files = tf.all();
-  tag.topology.zero_stage = static_cast<int>(first->config_zero_stage.value_or(0));
+  tag.deepspeed.value().zero_stage = static_cast<int>(first->config_zero_stage.value_or(0));
   tag.topology.dp = static_cast<int>(first->dp_world_size.value_or(1));
   tag.topology.optimizer = "none (universal checkpoint: fp32 masters from zero/<param>/fp32.pt)";
   TagParts parts;

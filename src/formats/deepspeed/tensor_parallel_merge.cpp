@@ -40,13 +40,6 @@ std::shared_ptr<pickle::Value> int_value(int64_t v) {
   return out;
 }
 
-// How a fused parameter's sub-parameters lie: their sizes along `dim`, and each TP rank's width of each.
-struct SubLayout {
-  size_t dim = 0;
-  std::vector<int64_t> sizes;                // per sub-parameter
-  std::vector<std::vector<int64_t>> widths;  // [sub-parameter][TP rank]
-};
-
 std::vector<int64_t> int_list(const formats::Field& f) {
   std::vector<int64_t> out;
   if (!f.is_list()) f.fail("expected a list of sizes");
@@ -56,13 +49,13 @@ std::vector<int64_t> int_list(const formats::Field& f) {
 
 // The layout ds_to_universal reconstructs: version 0.4 records the sizes (a tuple at partition_dim) and
 // every rank's widths; older versions a count of equal sub-parameters (or their sizes), split evenly.
-SubLayout sub_layout(const UniversalInfo& info, const UniversalInfo::SubParams& sp, const std::string& pattern,
+formats::SubParams sub_layout(const UniversalInfo& info, const UniversalInfo::SubParams& sp, const std::string& pattern,
                      const std::string& name, const std::vector<formats::RankTensor>& ranks) {
   const formats::Field entry(sp.entry.get(), &info.file, "universal_checkpoint_info.parameter_with_sub_params");
   const auto fail = [&](const std::string& what) -> void {
     throw FormatError(fmt::format("{}: parameter {}: {}", info.file.string(), name, what));
   };
-  SubLayout out;
+  formats::SubParams out;
   if (sp.partition_dim < 0) fail("negative partition_dim");
   out.dim = static_cast<size_t>(sp.partition_dim);
   for (const auto& r : ranks)
@@ -104,29 +97,6 @@ SubLayout sub_layout(const UniversalInfo& info, const UniversalInfo::SubParams& 
                        ranks[r].tensor.shape[out.dim], out.dim, held));
   }
   return out;
-}
-
-// Every sub-parameter whole: the ranks' pieces of it one after another, the sub-parameters in order.
-LogicalTensor merge_sub_params(const std::string& name, const std::vector<formats::RankTensor>& ranks,
-                               const SubLayout& layout, DType dtype) {
-  std::vector<catalog::Box> boxes;
-  std::vector<int64_t> shape = ranks.front().tensor.shape;
-  shape[layout.dim] = 0;
-  for (int64_t size : layout.sizes) shape[layout.dim] += size;
-  std::vector<int64_t> held(ranks.size(), 0);  // where each rank's next piece starts
-  int64_t at = 0;
-  for (size_t s = 0; s < layout.sizes.size(); ++s)
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      const int64_t w = layout.widths[s][r];
-      torch::SourceTensor piece = catalog::narrow(ranks[r].tensor, layout.dim, held[r], w);
-      std::vector<int64_t> offsets(shape.size(), 0);
-      offsets[layout.dim] = at;
-      boxes.push_back({.offsets = offsets, .sizes = piece.shape, .source = std::move(piece), .inner = ranks[r].inner});
-      held[r] += w;
-      at += w;
-    }
-  return catalog::assembled_tensor(name, dtype, std::move(shape), std::move(boxes),
-                                   fmt::format("{} TP ranks, {} sub-parameters", ranks.size(), layout.sizes.size()));
 }
 
 // The SubparamShape object ds_to_universal stores under 'sub_param_shape' (a dataclass: NEWOBJ + BUILD).
@@ -189,17 +159,11 @@ class Merger {
         slices.push_back(formats::rank_tensor(member(c, it->second), rank_file(r)));
       }
       std::string pattern;
-      if (const auto* sp = info_.sub_params_of(t.name, &pattern)) {
-        merged->tensors.push_back(merge_sub_params(t.name, slices, sub_layout(info_, *sp, pattern, t.name, slices), t.dtype));
-        continue;
-      }
-      const Split split = split_of(t.name);
-      if (split == Split::Replicated)
-        if (auto r = formats::differing_replica(t.name, slices))
-          out.notes.push_back(fmt::format("{} {} is replicated over TP ranks but differs on TP rank {}: rank 0's copy "
-                                          "is served",
-                                          role, t.name, *r));
-      merged->tensors.push_back(formats::merge_tensor_parallel(t.name, split, slices, t.dtype));
+      const auto* sp = info_.sub_params_of(t.name, &pattern);
+      const formats::TensorParallelRule rule =
+          sp ? formats::TensorParallelRule(sub_layout(info_, *sp, pattern, t.name, slices)) : split_of(t.name);
+      merged->tensors.push_back(
+          formats::merge_tensor_parallel(t.name, rule, slices, t.dtype, &out.notes, fmt::format("{} {}", role, t.name)));
     }
     return merged;
   }
@@ -207,13 +171,14 @@ class Merger {
   // The universal plan of the merged tag: the ranks' parameters and state with the merged tensors, and
   // the keys ds_to_universal records for each.
   std::shared_ptr<const UniversalPlan> merge_universal(Tag& out) {
-    const auto& first = ranks_.front().tag.universal;
+    const auto first = ranks_.front().tag.universal();
     if (!first) return nullptr;
     auto plan = std::make_shared<UniversalPlan>(*first);
     plan->model_state_files.clear();
     for (const auto& r : ranks_) {
-      if (!r.tag.universal) return nullptr;
-      for (const auto& f : r.tag.universal->model_state_files) plan->model_state_files.push_back(f);
+      const auto rank_plan = r.tag.universal();
+      if (!rank_plan) return nullptr;
+      for (const auto& f : rank_plan->model_state_files) plan->model_state_files.push_back(f);
     }
     auto trimmed = std::make_shared<Catalog>();  // vocabulary tensors without their padding rows
     const auto fp32 = out.catalog(ViewRole::fp32);
@@ -284,8 +249,8 @@ class Merger {
     return ranks_.front().buffers.contains(name) ? Split::Replicated : info_.split_of(name);
   }
   fs::path rank_file(size_t r) const {
-    const auto& files = ranks_[r].tag.universal ? ranks_[r].tag.universal->model_state_files : std::vector<fs::path>{};
-    return files.empty() ? ranks_[r].tag.dir : files.front();
+    const auto plan = ranks_[r].tag.universal();
+    return !plan || plan->model_state_files.empty() ? ranks_[r].tag.dir : plan->model_state_files.front();
   }
 
   const std::vector<RankTag>& ranks_;
@@ -368,11 +333,12 @@ Tag merge_tensor_parallel_ranks(std::vector<RankTag> ranks, const UniversalInfo&
   out.format = first.format;
   out.topology = first.topology;
   out.topology.tp = static_cast<int>(ranks.size());
+  out.deepspeed = first.deepspeed.value_or(DeepSpeedTag{});
   out.files = first.files;
   out.notes = first.notes;
   Merger merger(ranks, info);
   merger.merge_catalogs(out);
-  out.universal = merger.merge_universal(out);
+  out.deepspeed->universal = merger.merge_universal(out);
   return out;
 }
 

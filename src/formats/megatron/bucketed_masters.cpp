@@ -356,7 +356,8 @@ std::shared_ptr<catalog::Catalog> masters_from_buckets(const dcp::Metadata& md, 
   for (const auto& t : model.tensors) {
     const auto it = ranks.find(t.name);
     if (it == ranks.end()) throw FormatError(fmt::format("{}: no fp32 master of {} in the optimizer's buckets", file, t.name));
-    out->tensors.push_back(formats::merge_tensor_parallel(t.name, split_of(t.name, args), it->second, DType::F32));
+    out->tensors.push_back(
+        formats::merge_tensor_parallel(t.name, split_of(t.name, args), it->second, DType::F32, nullptr, t.name));
   }
   return out;
 }

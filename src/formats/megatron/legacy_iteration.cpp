@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <map>
 #include <regex>
+#include <tuple>
 
 #include "ckptfs/error.hpp"
 #include "formats/megatron/fp32_masters.hpp"
 #include "formats/megatron/iteration.hpp"
 #include "formats/megatron/model_assembly.hpp"
 #include "formats/megatron/state_names.hpp"
+#include "formats/parallel_reads.hpp"
 
 namespace ckptfs::megatron {
 
@@ -71,28 +73,42 @@ struct RankFile {
 std::shared_ptr<catalog::Catalog> read_masters(io::FileSet& files, const ModelArgs& args, const ChunkedModel& model,
                                                const std::vector<std::vector<std::vector<RankFile>>>& ranks, Tag& tag) {
   ChunkedModel::Masters masters(args.pp, std::vector<std::vector<std::vector<torch::SourceTensor>>>(args.ep));
-  std::vector<torch::TorchArchive> optim_files;  // what the masters point into stays open until merged
   std::string missing;
-  try {
-    for (int pp = 0; pp < args.pp && missing.empty(); ++pp)
-      for (int ep = 0; ep < args.ep && missing.empty(); ++ep)
-        for (int tp = 0; tp < args.tp && missing.empty(); ++tp) {
-          const auto params = model.params_of(pp, ep, tp);
-          const RankFile& f = ranks[pp][ep][tp];
+  // Every rank's distrib_optim.pt up to the first one missing, opened in parallel; what the masters point
+  // into stays open until merged.
+  std::vector<fs::path> optim_paths;
+  if (args.distributed_optimizer)
+    for (const auto& pp : ranks)
+      for (const auto& ep : pp)
+        for (const auto& f : ep) {
           const fs::path optim = f.archive.file()->path().parent_path() / "distrib_optim.pt";
           std::error_code ec;
+          if (missing.empty() && !fs::is_regular_file(optim, ec))
+            missing = fmt::format("{} is missing", optim.string());
+          if (missing.empty()) optim_paths.push_back(optim);
+        }
+  const auto optim_files = formats::read_all(
+      optim_paths, [&](const fs::path& p) { return torch::TorchArchive::open(files.open(p)); });
+  try {
+    size_t next_optim = 0;
+    bool done = false;  // at the first rank without masters
+    for (int pp = 0; pp < args.pp && !done; ++pp)
+      for (int ep = 0; ep < args.ep && !done; ++ep)
+        for (int tp = 0; tp < args.tp && !done; ++tp) {
+          const auto params = model.params_of(pp, ep, tp);
+          const RankFile& f = ranks[pp][ep][tp];
           if (args.distributed_optimizer) {
-            if (!fs::is_regular_file(optim, ec)) {
-              missing = fmt::format("{} is missing", optim.string());
-              break;
-            }
-            optim_files.push_back(torch::TorchArchive::open(files.open(optim)));
-            masters[pp][ep].push_back(masters_from_distrib_optim(optim_files.back(), params, args.dp, args.ddp_bucket_size, ep));
-            tag.files.push_back(optim);
+            done = next_optim == optim_files.size();  // the missing one
+            if (done) break;
+            const auto& optim = optim_files[next_optim++];
+            masters[pp][ep].push_back(
+                masters_from_distrib_optim(optim, params, args.dp, args.ddp_bucket_size, ep));
+            tag.files.push_back(optim.file()->path());
           } else if (const Field opt = f.root()["optimizer"]; opt.present()) {
             masters[pp][ep].push_back(masters_from_optimizer(opt, params));
           } else {
             missing = fmt::format("{} was saved without optimizer state", f.archive.file()->path().string());
+            done = true;
           }
         }
   } catch (const UnsupportedError& e) {
@@ -145,35 +161,47 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
     if (args.ep > 1) n += fmt::format("_{:03}", ep);
     return n;
   };
+  const auto rank_dir = [&](int pp, int ep, int tp) -> const fs::path& {
+    auto it = by_rank.find({pp, ep, tp});
+    if (it == by_rank.end())
+      throw FormatError(fmt::format("{}: rank dir {} is missing (the saved args say TP {}, PP {}, EP {})",
+                                    dir.string(), dir_name(pp, ep, tp), args.tp, args.pp, args.ep));
+    return it->second;
+  };
+  // Every rank file the args call for, read in parallel; the checks run per rank as a serial loop would.
+  rank_dir(0, 0, 0);  // when it is there, it is the first rank dir, already read
+  RankFile reference{std::move(first), {}};
+  for (const Field& chunk : model_chunks(reference.root())) reference.chunks.push_back(flatten_state(chunk));
+  const fs::path reference_path = reference.archive.file()->path();
+  const auto read_rank = [&](const std::tuple<int, int, int>& rank) {
+    RankFile f{open(std::apply(rank_dir, rank)), {}};
+    const ModelArgs own = read_model_args(f.root()["args"]);
+    if (own.tp != args.tp || own.pp != args.pp || own.ep != args.ep)
+      throw FormatError(fmt::format("{}: its args say TP {}, PP {}, EP {}; {} says TP {}, PP {}, EP {}",
+                                    f.archive.file()->path().string(), own.tp, own.pp, own.ep,
+                                    reference_path.string(), args.tp, args.pp, args.ep));
+    for (const Field& chunk : model_chunks(f.root())) f.chunks.push_back(flatten_state(chunk));
+    if (f.chunks.size() != reference.chunks.size())
+      throw FormatError(fmt::format("{}: {} model chunks, {} has {}", f.archive.file()->path().string(),
+                                    f.chunks.size(), reference_path.string(), reference.chunks.size()));
+    return f;
+  };
+  std::vector<std::tuple<int, int, int>> others;  // (pp, ep, tp) after (0, 0, 0), in order
+  for (int pp = 0; pp < args.pp; ++pp)
+    for (int ep = 0; ep < args.ep; ++ep)
+      for (int tp = 0; tp < args.tp; ++tp)
+        if (pp + ep + tp > 0) others.emplace_back(pp, ep, tp);
+  auto read = formats::read_all(others, read_rank);
   // [pp][ep][tp]; complete before the model chunks below point into it.
   std::vector<std::vector<std::vector<RankFile>>> ranks(args.pp, std::vector<std::vector<RankFile>>(args.ep));
-  const auto reference = [&ranks]() -> const RankFile& { return ranks[0][0][0]; };  // the first rank read
-  for (int pp = 0; pp < args.pp; ++pp)
-    for (int ep = 0; ep < args.ep; ++ep) {
-      for (int tp = 0; tp < args.tp; ++tp) {
-        const bool first_rank = pp == 0 && ep == 0 && tp == 0;
-        auto it = by_rank.find({pp, ep, tp});
-        if (it == by_rank.end())
-          throw FormatError(fmt::format("{}: rank dir {} is missing (the saved args say TP {}, PP {}, EP {})",
-                                        dir.string(), dir_name(pp, ep, tp), args.tp, args.pp, args.ep));
-        RankFile f{first_rank ? std::move(first) : open(it->second), {}};
-        const ModelArgs own = read_model_args(f.root()["args"]);
-        if (own.tp != args.tp || own.pp != args.pp || own.ep != args.ep)
-          throw FormatError(fmt::format("{}: its args say TP {}, PP {}, EP {}; {} says TP {}, PP {}, EP {}",
-                                        f.archive.file()->path().string(), own.tp, own.pp, own.ep,
-                                        (first_rank ? f : reference()).archive.file()->path().string(), args.tp,
-                                        args.pp, args.ep));
-        for (const Field& chunk : model_chunks(f.root())) f.chunks.push_back(flatten_state(chunk));
-        if (!first_rank && f.chunks.size() != reference().chunks.size())
-          throw FormatError(fmt::format("{}: {} model chunks, {} has {}", f.archive.file()->path().string(),
-                                        f.chunks.size(), reference().archive.file()->path().string(),
-                                        reference().chunks.size()));
-        ranks[pp][ep].push_back(std::move(f));
-      }
-    }
+  ranks[0][0].push_back(std::move(reference));
+  for (size_t i = 0; i < others.size(); ++i) {
+    const auto [pp, ep, tp] = others[i];
+    ranks[pp][ep].push_back(std::move(read[i]));
+  }
 
   ChunkedModel model(args);
-  const size_t vp = reference().chunks.size();
+  const size_t vp = ranks[0][0][0].chunks.size();
   for (size_t v = 0; v < vp; ++v)
     for (int pp = 0; pp < args.pp; ++pp) {
       ModelChunk chunk;

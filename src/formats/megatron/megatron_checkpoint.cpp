@@ -4,15 +4,12 @@
 
 #include <algorithm>
 #include <regex>
-#include <set>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/megatron.hpp"
 #include "formats/megatron/hf_model.hpp"
 #include "formats/megatron/iteration.hpp"
-#include "formats/natural_order.hpp"
 #include "formats/save_dir.hpp"
-#include "formats/tag_selection.hpp"
 
 namespace ckptfs::megatron {
 
@@ -30,15 +27,9 @@ bool is_iteration_name(const std::string& name) {
 bool is_iteration_dir(const fs::path& dir) { return is_legacy_iteration(dir) || is_torch_dist_iteration(dir); }
 
 std::vector<fs::path> iteration_dirs(const fs::path& root) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec))
-    if (entry.is_directory(ec) && is_iteration_name(entry.path().filename().string()) && is_iteration_dir(entry.path()))
-      out.push_back(entry.path());
-  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
-    return natural_less(a.filename().string(), b.filename().string());
+  return formats::sorted_subdirs(root, [](const fs::path& d) {
+    return is_iteration_name(d.filename().string()) && is_iteration_dir(d);
   });
-  return out;
 }
 
 // The iteration dir name the tracker names: "release", or iter_%07d of its integer.
@@ -58,17 +49,12 @@ std::optional<std::string> tracked_iteration(const fs::path& root) {
   return "iter_" + std::string(text.size() < 7 ? 7 - text.size() : 0, '0') + text;
 }
 
-// Regular files that are not checkpoint data, sorted (tokenizer files, configs beside the checkpoint).
+// Regular files that are not checkpoint data (tokenizer files, configs beside the checkpoint).
 std::vector<fs::path> side_files_of(const fs::path& dir) {
-  static const std::set<std::string> kData = {kTracker, "metadata.json", "common.pt", ".metadata"};
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file(ec) && !kData.contains(name) && !name.ends_with(".distcp")) out.push_back(entry.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+  return formats::side_files(dir, [](const std::string& name) {
+    return name == kTracker || name == "metadata.json" || name == "common.pt" || name == ".metadata" ||
+           name.ends_with(".distcp");
+  });
 }
 
 Iteration read_iteration(io::FileSet& files, const fs::path& dir, const std::string& name) {
@@ -89,29 +75,23 @@ bool is_megatron_source(const fs::path& source) {
 }
 
 Checkpoint open(const fs::path& source, const OpenOptions& options) {
-  Checkpoint cp;
-  cp.framework = "megatron";
-  cp.root = source;
-  std::vector<std::pair<std::string, fs::path>> tags;
+  formats::SaveDir<fs::path> dir("megatron", source,
+                                 "no Megatron-LM iteration dir (iter_NNNNNNN/ or release/ with mp_rank_* dirs or "
+                                 "torch_dist files)");
   if (is_iteration_dir(source) && !fs::exists(source / kTracker)) {
-    tags.emplace_back(source.filename().string(), source);
+    dir.tags.emplace_back(source.filename().string(), source);
   } else {
-    for (const auto& d : iteration_dirs(source)) tags.emplace_back(d.filename().string(), d);
-    cp.side_files = side_files_of(source);
+    for (const auto& d : iteration_dirs(source)) dir.tags.emplace_back(d.filename().string(), d);
+    // the tracker is read only beside iteration dirs: without any, the error says they are missing
+    if (auto tracked = dir.tags.empty() ? std::nullopt : tracked_iteration(source)) dir.tracked = formats::Tracked{source / kTracker, *tracked, "iteration dir"};
+    dir.side_files = side_files_of(source);
   }
-  if (tags.empty())
-    throw SourceError(fmt::format("{}: no Megatron-LM iteration dir (iter_NNNNNNN/ or release/ with mp_rank_* dirs "
-                                  "or torch_dist files)",
-                                  source.string()));
-  cp.latest = tags.back().first;
-  formats::follow_tracker(tags, tracked_iteration(source), source / kTracker, "iteration dir", cp.latest);
-  if (options.tag) formats::keep_only_tag(tags, *options.tag, source, cp.latest);
-  io::FileSet files;
-  formats::read_tags(cp, tags, options, [&](const auto& t) {
-    const auto& [name, dir] = t;
-    Iteration it = read_iteration(files, dir, name);
-    it.tag.side_files = side_files_of(dir);
-    add_hf_view(it.tag, it.args, {cp.side_files, it.tag.side_files});
+  const std::vector<fs::path> root_side_files = dir.side_files;
+  return formats::open_save_dir(std::move(dir), options, [&](io::FileSet& files, const std::string& name,
+                                                            const fs::path& tag_dir) {
+    Iteration it = read_iteration(files, tag_dir, name);
+    it.tag.side_files = side_files_of(tag_dir);
+    add_hf_view(it.tag, it.args, {root_side_files, it.tag.side_files});
     for (const auto& t : it.tag.catalog(ViewRole::model)->tensors)
       if (dtype_is_floating(t.dtype)) {
         it.tag.topology.train_dtype = t.dtype;
@@ -122,7 +102,6 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     it.tag.topology.dp = it.args.dp;
     return std::move(it.tag);
   });
-  return cp;
 }
 
 }  // namespace ckptfs::megatron

@@ -79,13 +79,6 @@ bool ChunkedModel::is_tied_copy(const ModelChunk& chunk, const std::string& name
          (ends_with_module(name, "output_layer.weight") || ends_with_module(name, "word_embeddings_for_head.weight"));
 }
 
-void ChunkedModel::compare_replicas(const std::string& name, const std::vector<RankTensor>& ranks) {
-  if (auto r = formats::differing_replica(name, ranks))
-    notes_.push_back(fmt::format("{} is replicated over TP ranks but differs between {} and {}: TP rank 0's copy "
-                                 "is served",
-                                 name, ranks.front().file.string(), ranks[*r].file.string()));
-}
-
 std::shared_ptr<catalog::Catalog> ChunkedModel::merge_model() {
   if (layers_ != args_.num_layers)
     throw FormatError(fmt::format("{}: the rank files hold {} layers, the saved args say num_layers {}",
@@ -94,9 +87,8 @@ std::shared_ptr<catalog::Catalog> ChunkedModel::merge_model() {
   auto out = std::make_shared<catalog::Catalog>();
   for (const Served& s : served_) {
     const auto ranks = rank_tensors(s);
-    const Split split = split_of(s.local_name, args_);
-    if (split == Split::Replicated) compare_replicas(s.name, ranks);
-    out->tensors.push_back(merge_tensor_parallel(s.name, split, ranks, ranks.front().tensor.dtype));
+    out->tensors.push_back(formats::merge_tensor_parallel(s.name, split_of(s.local_name, args_), ranks,
+                                                          ranks.front().tensor.dtype, &notes_, s.name));
   }
   check_against_args(*out, args_, chunks_.front().file_of(0, 0).string());
   return out;
@@ -170,7 +162,8 @@ std::shared_ptr<catalog::Catalog> ChunkedModel::merge_masters(const Masters& mas
     std::vector<RankTensor> ranks = rank_tensors(s);  // a buffer's own (float32) copy
     if (!is_buffer(s.local_name))
       for (int tp = 0; tp < args_.tp; ++tp) ranks[tp].tensor = *lookup.at({chunk.pp, s.ep, tp, chunk.vp, s.local_name});
-    out->tensors.push_back(merge_tensor_parallel(s.name, split_of(s.local_name, args_), ranks, DType::F32));
+    out->tensors.push_back(
+        formats::merge_tensor_parallel(s.name, split_of(s.local_name, args_), ranks, DType::F32, nullptr, s.name));
   }
   return out;
 }

@@ -68,7 +68,6 @@ class ChunkedModel {
   };
   bool is_tied_copy(const ModelChunk& chunk, const std::string& name) const;
   std::vector<RankTensor> rank_tensors(const Served& s) const;
-  void compare_replicas(const std::string& name, const std::vector<RankTensor>& ranks);
 
   ModelArgs args_;
   std::vector<ModelChunk> chunks_;

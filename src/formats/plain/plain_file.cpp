@@ -7,6 +7,7 @@
 #include "ckptfs/torch.hpp"
 #include "formats/model_selection.hpp"
 #include "formats/plain/safetensors_reader.hpp"
+#include "formats/save_dir.hpp"
 
 namespace ckptfs::plain {
 
@@ -59,18 +60,8 @@ std::vector<Found> tensors_of(io::FileSet& files, const fs::path& source) {
   return out;
 }
 
-}  // namespace
-
-bool is_plain_source(const fs::path& source) {
-  std::error_code ec;
-  return fs::is_regular_file(source, ec);
-}
-
-Checkpoint open(const fs::path& source, const OpenOptions& options) {
-  const std::string name = source.filename().string();
-  if (options.tag && *options.tag != name)
-    throw SourceError(fmt::format("{}: no tag '{}' (a single file is the one tag '{}')", source.string(), *options.tag, name));
-  io::FileSet files;
+// The file's one tag: its tensors as "state", the model views chosen among them.
+Tag read_file_tag(io::FileSet& files, const std::string& name, const fs::path& source) {
   const auto found = tensors_of(files, source);
   auto all = std::make_shared<Catalog>();
   for (const auto& f : found) {
@@ -95,12 +86,20 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
   tag.add(ViewRole::fp32, formats::upcast_to_fp32(*model));
   tag.add(ViewRole::model, std::move(model));
   tag.states.emplace("state", std::move(all));
-  Checkpoint cp;
-  cp.framework = source.extension() == ".safetensors" ? "safetensors" : "torch.save";
-  cp.root = source;
-  cp.latest = name;
-  cp.tags.push_back(std::move(tag));
-  return cp;
+  return tag;
+}
+
+}  // namespace
+
+bool is_plain_source(const fs::path& source) {
+  std::error_code ec;
+  return fs::is_regular_file(source, ec);
+}
+
+Checkpoint open(const fs::path& source, const OpenOptions& options) {
+  formats::SaveDir<fs::path> file(source.extension() == ".safetensors" ? "safetensors" : "torch.save", source);
+  file.tags.emplace_back(source.filename().string(), source);
+  return formats::open_save_dir(std::move(file), options, read_file_tag);
 }
 
 }  // namespace ckptfs::plain

@@ -13,6 +13,7 @@
 #include "ckptfs/torch.hpp"
 #include "formats/parallel_reads.hpp"
 #include "formats/pickle_access.hpp"
+#include "formats/save_dir.hpp"
 #include "formats/verl/dtensor.hpp"
 
 namespace ckptfs::formats::verl {
@@ -228,20 +229,12 @@ std::string describe_optimizer(io::FileSet& files, const fs::path& path) {
 }
 
 std::vector<fs::path> huggingface_files(const fs::path& dir, std::vector<std::string>& notes) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir / "huggingface", ec)) {
-    if (!entry.is_regular_file(ec)) continue;
-    const std::string name = entry.path().filename().string();
+  return formats::side_files(dir / "huggingface", [&](const std::string& name) {
     // save_contents "hf_model" adds the whole model: our model.safetensors takes its place
-    if (name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json") || name.ends_with(".bin")) {
-      notes.push_back(fmt::format("huggingface/{} not served: model.safetensors is merged from the shards", name));
-      continue;
-    }
-    out.push_back(entry.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+    const bool weights = name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json") || name.ends_with(".bin");
+    if (weights) notes.push_back(fmt::format("huggingface/{} not served: model.safetensors is merged from the shards", name));
+    return weights;
+  });
 }
 
 }  // namespace

@@ -11,9 +11,7 @@
 #include "ckptfs/error.hpp"
 #include "ckptfs/verl.hpp"
 #include "formats/model_selection.hpp"
-#include "formats/natural_order.hpp"
 #include "formats/save_dir.hpp"
-#include "formats/tag_selection.hpp"
 #include "formats/verl/dtensor.hpp"
 #include "formats/verl/role_dir.hpp"
 
@@ -31,29 +29,18 @@ bool is_step_name(const std::string& name) {
   return std::regex_match(name, kStep);
 }
 
-std::vector<fs::path> sorted_subdirs(const fs::path& dir, bool (*keep)(const fs::path&)) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.is_directory(ec) && keep(entry.path())) out.push_back(entry.path());
-  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
-    return natural_less(a.filename().string(), b.filename().string());
-  });
-  return out;
-}
-
-std::vector<fs::path> role_dirs(const fs::path& step) { return sorted_subdirs(step, formats::verl::is_role_dir); }
+std::vector<fs::path> role_dirs(const fs::path& step) { return formats::sorted_subdirs(step, formats::verl::is_role_dir); }
 
 bool is_step_dir(const fs::path& dir) { return is_step_name(dir.filename().string()) && !role_dirs(dir).empty(); }
 
 // The step dir the tracker names (RayPPOTrainer writes str(global_steps), no newline).
-std::optional<std::string> tracked_step(const fs::path& root) {
+std::optional<formats::Tracked> tracked_step(const fs::path& root) {
   const auto text = formats::read_tracker(root / kTracker);
   if (!text) return std::nullopt;
   static const std::regex kNumber(R"(\d{1,18})");
   if (!std::regex_match(*text, kNumber))
     throw FormatError(fmt::format("{}: holds '{}', expected a step number", (root / kTracker).string(), text->substr(0, 40)));
-  return "global_step_" + std::to_string(std::stoll(*text));
+  return formats::Tracked{root / kTracker, "global_step_" + std::to_string(std::stoll(*text)), "step dir"};
 }
 
 std::string describe_role(const RoleDir& role) {
@@ -134,45 +121,39 @@ Tag read_step(io::FileSet& files, const std::string& name, const fs::path& dir, 
   return tag;
 }
 
+// A tag: its step dir (or the one role dir given as SRC) and its role dirs.
+struct Step {
+  fs::path dir;
+  std::vector<fs::path> roles;
+};
+
 }  // namespace
 
 bool is_verl_source(const fs::path& source) {
   // step dirs by name first: no other framework's subdirs are listed
-  return formats::verl::is_role_dir(source) || is_step_dir(source) || !sorted_subdirs(source, is_step_dir).empty();
+  return formats::verl::is_role_dir(source) || is_step_dir(source) || !formats::sorted_subdirs(source, is_step_dir).empty();
 }
 
 Checkpoint open(const fs::path& source, const OpenOptions& options) {
-  Checkpoint cp;
-  cp.framework = "verl";
-  cp.root = source;
-  struct Step {
-    fs::path dir;
-    std::vector<fs::path> roles;
-  };
-  std::vector<std::pair<std::string, Step>> steps;  // tag name -> its dir and role dirs
-  const auto add = [&](std::string name, const fs::path& dir, std::vector<fs::path> roles) {
-    steps.emplace_back(std::move(name), Step{dir, std::move(roles)});
-  };
+  formats::SaveDir<Step> save_dir("verl", source,
+                                 "no verl checkpoint (global_step_N/actor/model_world_size_W_rank_R.pt)");
+  auto& steps = save_dir.tags;
   if (formats::verl::is_role_dir(source)) {
     // one role dir: the tag is its step (global_step_N/actor/) when it has one
-    const fs::path parent = source.parent_path();
-    add(is_step_name(parent.filename().string()) ? parent.filename().string() : source.filename().string(), source,
-        {source});
+    const std::string parent = source.parent_path().filename().string();
+    steps.emplace_back(is_step_name(parent) ? parent : source.filename().string(), Step{source, {source}});
   } else if (is_step_dir(source)) {
-    add(source.filename().string(), source, role_dirs(source));
+    steps.emplace_back(source.filename().string(), Step{source, role_dirs(source)});
   } else {
-    for (const auto& d : sorted_subdirs(source, is_step_dir)) add(d.filename().string(), d, role_dirs(d));
+    for (const auto& d : formats::sorted_subdirs(source, is_step_dir))
+      steps.emplace_back(d.filename().string(), Step{d, role_dirs(d)});
   }
-  if (steps.empty())
-    throw SourceError(fmt::format("{}: no verl checkpoint (global_step_N/actor/model_world_size_W_rank_R.pt)",
-                                  source.string()));
-  cp.latest = steps.back().first;
-  formats::follow_tracker(steps, tracked_step(source), source / kTracker, "step dir", cp.latest);
-  if (options.tag) formats::keep_only_tag(steps, *options.tag, source, cp.latest);
-  io::FileSet files;
-  formats::read_tags(cp, steps, options,
-                     [&](const auto& s) { return read_step(files, s.first, s.second.dir, s.second.roles); });
-  return cp;
+  // the tracker is read only beside step dirs: without any, the error says they are missing
+  if (!steps.empty()) save_dir.tracked = tracked_step(source);
+  return formats::open_save_dir(std::move(save_dir), options, [](io::FileSet& files, const std::string& name,
+                                                                 const Step& step) {
+    return read_step(files, name, step.dir, step.roles);
+  });
 }
 
 }  // namespace ckptfs::verl
