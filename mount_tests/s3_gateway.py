@@ -207,20 +207,22 @@ class Gateway:
         if status not in ok:
             raise RuntimeError(f"{what}: HTTP {status}: {body.decode(errors='replace')[:500]}")
 
-    def make_bucket(self, bucket):
-        status, body = self.curl("PUT", self.url(bucket))
+    def make_bucket(self, bucket, acl=None):
+        """`acl` "public-read": anonymous clients may list it (each object needs its own acl too)."""
+        status, body = self.curl("PUT", self.url(bucket), headers=[f"x-amz-acl: {acl}"] if acl else ())
         self._expect(f"create bucket {bucket}", status, body)
 
-    def put_file(self, bucket, key, path):
+    def put_file(self, bucket, key, path, acl=None):
         with open(path, "rb") as f:
-            status, body = self.curl("PUT", self.url(bucket, key), stdin=f)
+            status, body = self.curl("PUT", self.url(bucket, key), stdin=f,
+                                     headers=[f"x-amz-acl: {acl}"] if acl else ())
         self._expect(f"PUT {bucket}/{key}", status, body)
 
-    def put_bytes(self, bucket, key, data):
+    def put_bytes(self, bucket, key, data, acl=None):
         with tempfile.NamedTemporaryFile() as f:
             f.write(data)
             f.flush()
-            self.put_file(bucket, key, f.name)
+            self.put_file(bucket, key, f.name, acl)
 
     def delete(self, bucket, key):
         status, body = self.curl("DELETE", self.url(bucket, key))

@@ -4,12 +4,16 @@
 Covers: listing across pages (max-keys=2 over more objects), ranged reads byte-exact against the uploaded
 files, If-Match after the object is replaced (object changed), a wrong secret (SignatureDoesNotMatch), an
 unknown key id (InvalidAccessKeyId), a missing bucket (NoSuchBucket), the gateway stopped (an error within
-the bounded retry time) and restarted (works again). The gateway's ops log cross-checks what was sent.
+the bounded retry time) and restarted (works again), unsigned reads of a public bucket, credentials from a
+profile file. The gateway's ops log cross-checks what was sent. Retries on 503, 429 and a dropped connection
+are checked against a scripted HTTP server (the gateway cannot be made to answer those on demand).
 """
+import http.server
 import json
 import os
 import random
 import subprocess
+import threading
 import time
 
 import pytest
@@ -46,6 +50,7 @@ def store(s3_gateway, tmp_path_factory):  # noqa: F811
 
 
 def probe(gateway, *args, env=None, timeout=120):
+    """Runs the probe with the gateway's environment, or `env` instead."""
     return subprocess.run([PROBE, *args], env=dict(os.environ, **(env or gateway.env())), capture_output=True,
                           timeout=timeout)
 
@@ -183,3 +188,93 @@ def wait_for_log(gateway, key, n, timeout=10):
             assert len(gets) >= n, f"{len(gets)} GETs of {key} in the ops log, expected {n}"
             return gets
         time.sleep(0.1)
+
+
+def test_unsigned_reads_of_a_public_bucket(store):
+    gateway, _ = store
+    bucket, key = "ckptfs-public", "ckpt/latest"
+    gateway.make_bucket(bucket, acl="public-read")
+    gateway.put_bytes(bucket, key, b"global_step1\n", acl="public-read")
+    anonymous = {"AWS_ENDPOINT_URL": gateway.endpoint, "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
+                 "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    assert ok(probe(gateway, "--no-sign", "get", f"s3://{bucket}/{key}", "7", "5", env=anonymous)) == b"step1"
+    # The private bucket refuses the same anonymous read, and says so.
+    proc = probe(gateway, "--no-sign", "get", f"s3://{BUCKET}/{PREFIX}/latest", "0", "4", env=anonymous)
+    assert proc.returncode == 3 and b"HTTP 403 AccessDenied" in proc.stderr
+
+
+def test_credentials_from_a_profile_file(store, tmp_path):
+    gateway, files = store
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[default]\naws_access_key_id = WRONG\naws_secret_access_key = WRONG\n"
+                     f"[ckptfs]\naws_access_key_id = {gateway.access_key}\n"
+                     f"aws_secret_access_key = {gateway.secret_key}\n")
+    env = {"AWS_ENDPOINT_URL": gateway.endpoint, "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
+           "AWS_SHARED_CREDENTIALS_FILE": str(creds), "AWS_PROFILE": "ckptfs"}
+    key = f"{PREFIX}/latest"
+    assert ok(probe(gateway, "get", f"s3://{BUCKET}/{key}", "0", "6", env=env)) == files[key][:6]
+    proc = probe(gateway, "get", f"s3://{BUCKET}/{key}", "0", "6", env=dict(env, AWS_PROFILE="default"))
+    assert proc.returncode == 3 and b"InvalidAccessKeyId" in proc.stderr
+
+
+class Scripted(http.server.BaseHTTPRequestHandler):
+    """Answers the n-th request with script[n]: an HTTP status (with an S3 error body) or "drop" (the
+    connection closed without an answer); past the script, a one-object listing."""
+    script = []
+    seen = 0
+    LISTING = (b'<?xml version="1.0"?><ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>k</Key>'
+               b'<Size>3</Size><ETag>"e"</ETag></Contents></ListBucketResult>')
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        n, Scripted.seen = Scripted.seen, Scripted.seen + 1
+        step = Scripted.script[n] if n < len(Scripted.script) else 200
+        if step == "drop":
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        body = self.LISTING if step == 200 else b"<Error><Code>SlowDown</Code><Message>busy</Message></Error>"
+        self.send_response(step)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def scripted_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def run(script):
+        Scripted.script, Scripted.seen = script, 0
+        env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.server_port}", "AWS_ACCESS_KEY_ID": "K",
+               "AWS_SECRET_ACCESS_KEY": "S", "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+        return probe(None, "list", "s3://bucket1/ckpt", env=env, timeout=60), Scripted.seen
+    yield run
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("script", [[503], [429, 500], ["drop", 503, "drop"]], ids=str)
+def test_transient_failures_are_retried(scripted_server, script):
+    proc, served = scripted_server(script)
+    assert [json.loads(line)["key"] for line in ok(proc).decode().splitlines()] == ["k"]
+    assert counters(proc) == (len(script) + 1, len(script)) and served == len(script) + 1
+
+
+def test_retries_are_bounded(scripted_server):
+    start = time.monotonic()
+    proc, served = scripted_server([503] * 10)
+    err = proc.stderr.decode()
+    assert proc.returncode == 3 and "HTTP 503 SlowDown: busy (after 4 attempts)" in err, err
+    assert counters(proc) == (4, 3) and served == 4
+    assert time.monotonic() - start < REFUSED_BOUND_S
+
+
+def test_client_errors_are_not_retried(scripted_server):
+    proc, served = scripted_server([404])
+    assert proc.returncode == 3 and b"HTTP 404 SlowDown" in proc.stderr
+    assert counters(proc) == (1, 0) and served == 1
