@@ -175,6 +175,37 @@ def test_stopped_gateway_fails_in_bounded_time_then_recovers(store):
     assert len(listing(gateway, PREFIX + "/")[0]) == len(files)
 
 
+def test_one_client_sees_the_gateway_go_and_come_back(store):
+    """A long-lived client (a live mount's): its pooled connections die with the gateway; reads fail within
+    the bound while it is down, and succeed again, the right bytes, once it is back."""
+    gateway, files = store
+    key = f"{PREFIX}/mp_rank_00_model_states.pt"
+    etag = json.loads(ok(probe(gateway, "head", f"s3://{BUCKET}/{key}")))["etag"]
+    watcher = subprocess.Popen([PROBE, "watch", f"s3://{BUCKET}/{key}", "1000", "64", etag, "7"],
+                               env=dict(os.environ, **gateway.env()), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.5)
+        gateway.stop()
+        time.sleep(2.5)
+    finally:
+        gateway.start()
+    out, err = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0, err
+    reads = [json.loads(line) for line in out.decode().splitlines()]
+    states = [r["ok"] for r in reads]
+    # up, then down, then up again: each phase at least once, in that order
+    first_down = states.index(False)
+    back_up = states.index(True, first_down)
+    assert all(states[:first_down]) and first_down > 0, states
+    assert all(states[back_up:]), states
+    want = files[key][1000:1064].hex()
+    assert all(r["bytes"] == want for r in reads if r["ok"])
+    for r in reads:
+        if not r["ok"]:
+            assert "cannot reach the store" in r["error"] or "HTTP 5" in r["error"], r["error"]
+            assert r["ms"] < REFUSED_BOUND_S * 1000, r
+
+
 def gateway_log_gets(gateway, key):
     return [e for e in gateway.ops_log() if e["operation"] == "get_obj" and e["object"] == key]
 

@@ -4,12 +4,16 @@
 //   ckptfs_s3_probe [--endpoint URL] [--region R] [--no-sign] list s3://BUCKET/PREFIX [MAX_KEYS]
 //   ckptfs_s3_probe [...] head s3://BUCKET/KEY
 //   ckptfs_s3_probe [...] get s3://BUCKET/KEY OFFSET LENGTH [ETAG]
+//   ckptfs_s3_probe [...] watch s3://BUCKET/KEY OFFSET LENGTH ETAG SECONDS
 //
-// list and head print JSON (one object per line), get writes the bytes to stdout; the last stderr line is
-// "requests=N retries=M". Credentials come from the environment as for ckptfs. Exit 0, 2 usage, 3 an
+// list and head print JSON (one object per line), get writes the bytes to stdout; watch repeats the get
+// with one client (its pooled connections) for SECONDS, printing one JSON line per read: {"start_ms",
+// "ms", "ok", "bytes" (hex) or "error"}. The last stderr line is "requests=N retries=M". Credentials come from the environment as for ckptfs. Exit 0, 2 usage, 3 an
 // s3::Error (its message, then "code=CODE status=HTTP"), 10 ObjectChangedError.
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -25,6 +29,35 @@ nlohmann::json to_json(const s3::ObjectInfo& o) {
   return {{"key", o.key}, {"size", o.size}, {"etag", o.etag}, {"last_modified", o.last_modified}};
 }
 
+// Reads the range again and again: how a live mount sees the store go away and come back.
+void watch(s3::Client& client, const s3::Url& url, std::uint64_t offset, std::uint64_t length,
+           const std::string& etag, double seconds) {
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+  };
+  const auto begin = Clock::now();
+  std::vector<std::byte> bytes(length);
+  while (ms_since(begin) < seconds * 1000) {
+    auto start = Clock::now();
+    nlohmann::json line{{"start_ms", ms_since(begin)}};
+    try {
+      client.get_range(url.bucket, url.prefix, offset, length, etag, bytes.data());
+      std::string hex;
+      for (std::byte b : bytes) hex += fmt::format("{:02x}", static_cast<unsigned>(b));
+      line["ok"] = true;
+      line["bytes"] = hex;
+    } catch (const s3::Error& e) {
+      line["ok"] = false;
+      line["error"] = e.what();
+    }
+    line["ms"] = ms_since(start);
+    fmt::print("{}\n", line.dump());
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 int run(s3::Client& client, const std::vector<std::string>& args) {
   const std::string& command = args.at(0);
   s3::Url url = s3::parse_url(args.at(1));
@@ -38,6 +71,8 @@ int run(s3::Client& client, const std::vector<std::string>& args) {
     std::vector<std::byte> bytes(length);
     client.get_range(url.bucket, url.prefix, offset, length, args.size() > 4 ? args[4] : "", bytes.data());
     std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  } else if (command == "watch" && args.size() >= 6) {
+    watch(client, url, std::stoull(args[2]), std::stoull(args[3]), args[4], std::stod(args[5]));
   } else {
     throw std::invalid_argument("unknown command");
   }
