@@ -18,7 +18,9 @@ Quirks of this gateway (radosgw 20.2, POSIX driver), found setting it up:
   mount namespace with a fresh proc mounted on CHROOT/proc, gone when the command ends;
 - SigV4 requests need an x-amz-content-sha256 header (libcurl 7.88 does not send one);
 - the signature covers the query as sent: it must be in canonical form (sorted, '/' as %2F), or 403
-  SignatureDoesNotMatch.
+  SignatureDoesNotMatch;
+- its ops log (rgw_ops_log_file_path) is written shortly after the answers, and entries flushed together
+  have no newline between them.
 """
 import json
 import os
@@ -131,6 +133,7 @@ class Gateway:
         """Kills the gateway (the state stays: start() brings the same buckets back)."""
         if self.proc is None:
             return
+        self.proc.send_signal(signal.SIGCONT)  # were it paused, SIGTERM would wait
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=STOP_TIMEOUT)
@@ -138,6 +141,13 @@ class Gateway:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+    def pause(self):
+        """Freezes the gateway (SIGSTOP): connections are accepted by the kernel, nothing is answered."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
 
     def restart(self):
         self.stop()
@@ -183,9 +193,20 @@ class Gateway:
         bytes_sent, object, ...), oldest first."""
         try:
             with open(os.path.join(self.host_root, "ops.log")) as f:
-                return [json.loads(line) for line in f if line.strip()]
+                text = f.read()
         except FileNotFoundError:
             return []
+        # Entries written together come without a newline between them ({...}{...}), and the gateway appends
+        # while we read: decode object after object, up to a half-written last one.
+        decoder, entries, at = json.JSONDecoder(), [], 0
+        while True:
+            while at < len(text) and text[at].isspace():
+                at += 1
+            try:
+                entry, at = decoder.raw_decode(text, at)
+            except json.JSONDecodeError:
+                return entries
+            entries.append(entry)
 
     # -- writing the store (with the chroot's curl, which signs SigV4 itself) -----------------------------
     def curl(self, method, url, stdin=None, headers=()):

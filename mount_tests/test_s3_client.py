@@ -111,6 +111,18 @@ def test_ranged_reads_are_byte_exact(store, offset, length):
     assert gets[-1]["http_status"] in ("200", "206") and gets[-1]["bytes_sent"] >= length
 
 
+def test_parallel_reads_share_one_client(store):
+    gateway, files = store
+    key = f"{PREFIX}/mp_rank_00_model_states.pt"
+    size = len(files[key])
+    before = len(gateway_log_gets(gateway, key))
+    proc = probe(gateway, "get", f"s3://{BUCKET}/{key}", "0", str(size), "", "8")
+    assert ok(proc) == files[key]
+    assert counters(proc) == (8, 0)
+    gets = wait_for_log(gateway, key, before + 8)[before:]
+    assert sum(g["bytes_sent"] for g in gets) >= size and all(g["http_status"] == "206" for g in gets)
+
+
 def test_range_past_the_end_is_refused(store):
     gateway, files = store
     key = f"{PREFIX}/latest"
@@ -156,23 +168,41 @@ def test_missing_bucket_is_no_such_bucket(store):
         assert b"HTTP 404 NoSuchBucket" in proc.stderr and b"s3://no-such-bucket/ckpt" in proc.stderr
 
 
+def get_while_down(gateway, down, up, key, length, timeout):
+    """One probe get of `key`'s first `length` bytes with the gateway taken down by `down()` and brought back
+    by `up()` after it; returns (proc, seconds it took)."""
+    down()
+    try:
+        start = time.monotonic()
+        proc = probe(gateway, "get", f"s3://{BUCKET}/{key}", "0", str(length), timeout=timeout)
+        return proc, time.monotonic() - start
+    finally:
+        up()
+
+
 def test_stopped_gateway_fails_in_bounded_time_then_recovers(store):
     gateway, files = store
     key = f"{PREFIX}/sub dir/a+b=c~d.bin"
-    gateway.stop()
-    try:
-        start = time.monotonic()
-        proc = probe(gateway, "get", f"s3://{BUCKET}/{key}", "0", "16", timeout=60)
-        elapsed = time.monotonic() - start
-        err = proc.stderr.decode()
-        assert proc.returncode == 3, err
-        assert "cannot reach the store" in err and f"s3://{BUCKET}/{key}" in err
-        assert counters(proc) == (4, 3)  # kMaxAttempts
-        assert elapsed < REFUSED_BOUND_S
-    finally:
-        gateway.start()
+    proc, elapsed = get_while_down(gateway, gateway.stop, gateway.start, key, 16, timeout=60)
+    err = proc.stderr.decode()
+    assert proc.returncode == 3, err
+    assert "cannot reach the store" in err and f"s3://{BUCKET}/{key}" in err
+    assert counters(proc) == (4, 3)  # kMaxAttempts
+    assert elapsed < REFUSED_BOUND_S
     assert ok(probe(gateway, "get", f"s3://{BUCKET}/{key}", "0", "16")) == files[key][:16]
     assert len(listing(gateway, PREFIX + "/")[0]) == len(files)
+
+
+def test_frozen_gateway_fails_in_bounded_time(store):
+    """A store that accepts connections and never answers (SIGSTOP): each attempt gives up after the stall
+    timeout (kStallTimeoutS = 15 s), the request after kMaxAttempts of them: about a minute, not a hang."""
+    gateway, files = store
+    key = f"{PREFIX}/latest"
+    proc, elapsed = get_while_down(gateway, gateway.pause, gateway.resume, key, 4, timeout=120)
+    err = proc.stderr.decode()
+    assert proc.returncode == 3 and "cannot reach the store" in err and "after 4 attempts" in err, err
+    assert 4 * 15 <= elapsed < 4 * 15 + REFUSED_BOUND_S + 5, elapsed
+    assert ok(probe(gateway, "get", f"s3://{BUCKET}/{key}", "0", "4")) == files[key][:4]
 
 
 def test_one_client_sees_the_gateway_go_and_come_back(store):

@@ -3,15 +3,17 @@
 //
 //   ckptfs_s3_probe [--endpoint URL] [--region R] [--no-sign] list s3://BUCKET/PREFIX [MAX_KEYS]
 //   ckptfs_s3_probe [...] head s3://BUCKET/KEY
-//   ckptfs_s3_probe [...] get s3://BUCKET/KEY OFFSET LENGTH [ETAG]
+//   ckptfs_s3_probe [...] get s3://BUCKET/KEY OFFSET LENGTH [ETAG [THREADS]]
 //   ckptfs_s3_probe [...] watch s3://BUCKET/KEY OFFSET LENGTH ETAG SECONDS
 //
-// list and head print JSON (one object per line), get writes the bytes to stdout; watch repeats the get
+// list and head print JSON (one object per line), get writes the bytes to stdout (read as THREADS
+// contiguous parts at once, one thread each, all through the one client); watch repeats the get
 // with one client (its pooled connections) for SECONDS, printing one JSON line per read: {"start_ms",
 // "ms", "ok", "bytes" (hex) or "error"}. The last stderr line is "requests=N retries=M". Credentials come from the environment as for ckptfs. Exit 0, 2 usage, 3 an
 // s3::Error (its message, then "code=CODE status=HTTP"), 10 ObjectChangedError.
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +29,26 @@ using namespace ckptfs;
 
 nlohmann::json to_json(const s3::ObjectInfo& o) {
   return {{"key", o.key}, {"size", o.size}, {"etag", o.etag}, {"last_modified", o.last_modified}};
+}
+
+void parallel_get(s3::Client& client, const s3::Url& url, std::uint64_t offset, std::vector<std::byte>& out,
+                  const std::string& etag, int threads) {
+  std::uint64_t part = (out.size() + threads - 1) / threads;
+  std::vector<std::thread> readers;
+  std::vector<std::exception_ptr> failures(threads);
+  for (int i = 0; i < threads; ++i) {
+    std::uint64_t begin = std::min<std::uint64_t>(i * part, out.size()), end = std::min(begin + part, out.size());
+    readers.emplace_back([&, i, begin, end] {
+      try {
+        client.get_range(url.bucket, url.prefix, offset + begin, end - begin, etag, out.data() + begin);
+      } catch (...) {
+        failures[i] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  for (auto& f : failures)
+    if (f) std::rethrow_exception(f);
 }
 
 // Reads the range again and again: how a live mount sees the store go away and come back.
@@ -69,7 +91,7 @@ int run(s3::Client& client, const std::vector<std::string>& args) {
   } else if (command == "get" && args.size() >= 4) {
     std::uint64_t offset = std::stoull(args[2]), length = std::stoull(args[3]);
     std::vector<std::byte> bytes(length);
-    client.get_range(url.bucket, url.prefix, offset, length, args.size() > 4 ? args[4] : "", bytes.data());
+    parallel_get(client, url, offset, bytes, args.size() > 4 ? args[4] : "", args.size() > 5 ? std::stoi(args[5]) : 1);
     std::fwrite(bytes.data(), 1, bytes.size(), stdout);
   } else if (command == "watch" && args.size() >= 6) {
     watch(client, url, std::stoull(args[2]), std::stoull(args[3]), args[4], std::stod(args[5]));
