@@ -279,8 +279,9 @@ def test_credentials_from_a_profile_file(store, tmp_path):
 
 
 class Scripted(http.server.BaseHTTPRequestHandler):
-    """Answers the n-th request with script[n]: an HTTP status (with an S3 error body) or "drop" (the
-    connection closed without an answer); past the script, a one-object listing."""
+    """Answers the n-th request with script[n]: an HTTP status (with an S3 error body), "drop" (the
+    connection closed without an answer) or "short" (a 206 of 3 bytes); past the script, a 200 with a
+    one-object listing."""
     script = []
     seen = 0
     LISTING = (b'<?xml version="1.0"?><ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>k</Key>'
@@ -293,7 +294,10 @@ class Scripted(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(2)
             return
-        body = self.LISTING if step == 200 else b"<Error><Code>SlowDown</Code><Message>busy</Message></Error>"
+        if step == "short":
+            step, body = 206, b"abc"
+        else:
+            body = self.LISTING if step == 200 else b"<Error><Code>SlowDown</Code><Message>busy</Message></Error>"
         self.send_response(step)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -309,11 +313,11 @@ def scripted_server():
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
 
-    def run(script):
+    def run(script, *args):
         Scripted.script, Scripted.seen = script, 0
         env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.server_port}", "AWS_ACCESS_KEY_ID": "K",
                "AWS_SECRET_ACCESS_KEY": "S", "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
-        return probe(None, "list", "s3://bucket1/ckpt", env=env, timeout=60), Scripted.seen
+        return probe(None, *(args or ("list", "s3://bucket1/ckpt")), env=env, timeout=60), Scripted.seen
     yield run
     server.shutdown()
     server.server_close()
@@ -339,3 +343,15 @@ def test_client_errors_are_not_retried(scripted_server):
     proc, served = scripted_server([404])
     assert proc.returncode == 3 and b"HTTP 404 SlowDown" in proc.stderr
     assert counters(proc) == (1, 0) and served == 1
+
+
+@pytest.mark.parametrize("script,answer", [([200], "answered more bytes than the range asked for"),
+                                           (["short"], "asked for bytes 10-19, the store answered 3 bytes")],
+                         ids=["range ignored", "short"])
+def test_wrong_sized_answers_are_errors(scripted_server, script, answer):
+    """A store that ignores Range (radosgw's plain dbstore backend does) or answers short: an error, never
+    wrong or missing bytes."""
+    proc, _ = scripted_server(script, "get", "s3://bucket1/ckpt/x", "10", "10")
+    err = proc.stderr.decode()
+    assert proc.returncode == 3 and answer in err and "s3://bucket1/ckpt/x" in err, err
+    assert proc.stdout == b""

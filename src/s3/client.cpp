@@ -25,7 +25,7 @@ struct Exchange {
   std::byte* out = nullptr;  // the range's destination (ranged GET), else the body goes to `text`
   std::uint64_t capacity = 0;
   std::uint64_t written = 0;
-  bool overflow = false;
+  std::string aborted;  // why a callback stopped the transfer: the answer was not one we can use
   std::string text;
   std::string etag, last_modified;
   std::optional<std::uint64_t> content_length;
@@ -47,14 +47,17 @@ std::size_t on_body(char* data, std::size_t, std::size_t n, void* user) {
   auto& ex = *static_cast<Exchange*>(user);
   if (ex.out && success(ex.status())) {
     if (n > ex.capacity - ex.written) {
-      ex.overflow = true;
+      ex.aborted = "the store answered more bytes than the range asked for";
       return 0;  // aborts the transfer
     }
     std::memcpy(ex.out + ex.written, data, n);
     ex.written += n;
     return n;
   }
-  if (ex.text.size() + n > kMaxTextBody) return 0;
+  if (ex.text.size() + n > kMaxTextBody) {
+    ex.aborted = fmt::format("the store's answer is larger than {} MiB", kMaxTextBody >> 20);
+    return 0;
+  }
   ex.text.append(data, n);
   return n;
 }
@@ -151,7 +154,8 @@ struct Client::Impl {
       CURLcode rc = curl_easy_perform(ex.curl);
       long status = rc == CURLE_OK ? ex.status() : 0;
       if (rc == CURLE_OK && success(status)) return;
-      if (attempt == kMaxAttempts || ex.overflow || !retryable(rc, status)) fail(what, ex, rc, status, attempt);
+      if (attempt == kMaxAttempts || !ex.aborted.empty() || !retryable(rc, status))
+        fail(what, ex, rc, status, attempt);
       ++retries;
       sleep_before_retry(attempt);
     }
@@ -162,7 +166,7 @@ struct Client::Impl {
     curl_slist_free_all(ex.headers);
     ex.headers = nullptr;
     ex.written = 0;
-    ex.overflow = false;
+    ex.aborted.clear();
     ex.text.clear();
     ex.curl_error[0] = '\0';
   }
@@ -195,8 +199,7 @@ struct Client::Impl {
 
   [[noreturn]] void fail(const std::string& what, const Exchange& ex, CURLcode rc, long status, int attempts) const {
     std::string where = fmt::format("{} (endpoint {})", what, config.endpoint);
-    if (ex.overflow)
-      throw Error(fmt::format("{}: the store answered more bytes than the range asked for", where), status, "");
+    if (!ex.aborted.empty()) throw Error(fmt::format("{}: {}", where, ex.aborted), ex.status(), "");
     if (rc != CURLE_OK)
       throw Error(fmt::format("{}: cannot reach the store: {} (after {} attempt{})", where,
                               ex.curl_error[0] ? ex.curl_error : curl_easy_strerror(rc), attempts,
