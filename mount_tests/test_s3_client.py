@@ -28,11 +28,15 @@ PREFIX = "ckpt/global_step7"
 REFUSED_BOUND_S = 5
 
 
+@pytest.fixture(scope="module", autouse=True)
+def probe_built():
+    if not os.access(PROBE, os.X_OK):
+        pytest.fail(f"{PROBE} not built: cmake --build build -j2 --target ckptfs_s3_probe", pytrace=False)
+
+
 @pytest.fixture(scope="module")
 def store(s3_gateway, tmp_path_factory):  # noqa: F811
     """A bucket holding a small tree (two levels, odd key characters, an empty file, a 3 MiB file)."""
-    if not os.access(PROBE, os.X_OK):
-        pytest.fail(f"{PROBE} not built: cmake --build build -j2 --target ckptfs_s3_probe", pytrace=False)
     tree = tmp_path_factory.mktemp("s3-tree")
     rng = random.Random(19)
     files = {"latest": b"global_step7\n", "zero.bin": b"",
