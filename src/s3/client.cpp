@@ -34,7 +34,9 @@ struct Exchange {
 
   ~Exchange() { curl_slist_free_all(headers); }
   void add_header(const std::string& h) { headers = curl_slist_append(headers, h.c_str()); }
-  long status() const {
+  long answered = 0;  // the HTTP status of the last attempt, once it is over (the handle goes back to the pool)
+
+  long live_status() const {  // inside callbacks, while the handle is ours
     long s = 0;
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &s);
     return s;
@@ -45,7 +47,7 @@ bool success(long status) { return status == 200 || status == 206; }
 
 std::size_t on_body(char* data, std::size_t, std::size_t n, void* user) {
   auto& ex = *static_cast<Exchange*>(user);
-  if (ex.out && success(ex.status())) {
+  if (ex.out && success(ex.live_status())) {
     if (n > ex.capacity - ex.written) {
       ex.aborted = "the store answered more bytes than the range asked for";
       return 0;  // aborts the transfer
@@ -145,6 +147,10 @@ struct Client::Impl {
   void perform(const std::string& what, const std::string& url, Exchange& ex, Setup setup) {
     auto lease = pool.take();
     ex.curl = lease.get();
+    struct Release {  // the handle is the pool's again once we return
+      Exchange& ex;
+      ~Release() { ex.curl = nullptr; }
+    } release{ex};
     for (int attempt = 1;; ++attempt) {
       reset(ex);
       common_options(ex, url);
@@ -152,7 +158,7 @@ struct Client::Impl {
       curl_easy_setopt(ex.curl, CURLOPT_HTTPHEADER, ex.headers);
       ++requests;
       CURLcode rc = curl_easy_perform(ex.curl);
-      long status = rc == CURLE_OK ? ex.status() : 0;
+      long status = ex.answered = rc == CURLE_OK ? ex.live_status() : 0;
       if (rc == CURLE_OK && success(status)) return;
       if (attempt == kMaxAttempts || !ex.aborted.empty() || !retryable(rc, status))
         fail(what, ex, rc, status, attempt);
@@ -199,7 +205,7 @@ struct Client::Impl {
 
   [[noreturn]] void fail(const std::string& what, const Exchange& ex, CURLcode rc, long status, int attempts) const {
     std::string where = fmt::format("{} (endpoint {})", what, config.endpoint);
-    if (!ex.aborted.empty()) throw Error(fmt::format("{}: {}", where, ex.aborted), ex.status(), "");
+    if (!ex.aborted.empty()) throw Error(fmt::format("{}: {}", where, ex.aborted), ex.live_status(), "");
     if (rc != CURLE_OK)
       throw Error(fmt::format("{}: cannot reach the store: {} (after {} attempt{})", where,
                               ex.curl_error[0] ? ex.curl_error : curl_easy_strerror(rc), attempts,
@@ -254,10 +260,10 @@ void Client::get_range(const std::string& bucket, const std::string& key, std::u
     if (!etag.empty()) e.add_header("If-Match: " + etag);
   });
   // A 200 is the whole object: right only when the range was all of it (the byte count checks that).
-  if (ex.written != length || (ex.status() == 200 && offset != 0))
+  if (ex.written != length || (ex.answered == 200 && offset != 0))
     throw Error(fmt::format("{}: asked for bytes {}-{}, the store answered {} bytes (HTTP {})", what, offset,
-                            offset + length - 1, ex.written, ex.status()),
-                ex.status(), "");
+                            offset + length - 1, ex.written, ex.answered),
+                ex.answered, "");
 }
 
 ListPage Client::list_page(const std::string& bucket, const std::string& prefix,
@@ -271,7 +277,7 @@ ListPage Client::list_page(const std::string& bucket, const std::string& prefix,
   try {
     return parse_list_page(ex.text);
   } catch (const XmlError& e) {
-    throw Error(fmt::format("{}: malformed ListObjectsV2 answer: {}", what, e.what()), ex.status(), "");
+    throw Error(fmt::format("{}: malformed ListObjectsV2 answer: {}", what, e.what()), ex.answered, "");
   }
 }
 
