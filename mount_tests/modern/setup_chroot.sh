@@ -18,6 +18,8 @@ STAMP="$CHROOT/.ckptfs-chroot-complete"
 SUITE="${CKPTFS_CHROOT_SUITE:-trixie}"  # sid has python3-transformers (trixie does not)
 MIRROR="${CKPTFS_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PACKAGES=(python3 python3-torch python3-safetensors python3-numpy python3-zstandard)
+# The S3 gateway of mount_tests/s3_gateway.py (issue 19): Ceph 20's radosgw, with its POSIX driver, is in sid.
+if [ "$SUITE" = sid ]; then PACKAGES+=(radosgw curl); fi
 OPTIONAL=(python3-transformers)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo

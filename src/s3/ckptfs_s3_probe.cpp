@@ -1,0 +1,140 @@
+// A test hook, not part of the product (built with the tests, never installed): drives s3::Client from the
+// command line so that mount_tests/test_s3_client.py can exercise it against a real gateway.
+//
+//   ckptfs_s3_probe [--endpoint URL] [--region R] [--no-sign] list s3://BUCKET/PREFIX [MAX_KEYS]
+//   ckptfs_s3_probe [...] head s3://BUCKET/KEY
+//   ckptfs_s3_probe [...] get s3://BUCKET/KEY OFFSET LENGTH [ETAG [THREADS]]
+//   ckptfs_s3_probe [...] watch s3://BUCKET/KEY OFFSET LENGTH ETAG SECONDS
+//
+// list and head print JSON (one object per line), get writes the bytes to stdout (read as THREADS
+// contiguous parts at once, one thread each, all through the one client); watch repeats the get
+// with one client (its pooled connections) for SECONDS, printing one JSON line per read: {"start_ms",
+// "ms", "ok", "bytes" (hex) or "error"}. The last stderr line is "requests=N retries=M". Credentials come from the environment as for ckptfs. Exit 0, 2 usage, 3 an
+// s3::Error (its message, then "code=CODE status=HTTP"), 10 ObjectChangedError.
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ckptfs/s3.hpp"
+
+namespace {
+
+using namespace ckptfs;
+
+nlohmann::json to_json(const s3::ObjectInfo& o) {
+  return {{"key", o.key}, {"size", o.size}, {"etag", o.etag}, {"last_modified", o.last_modified}};
+}
+
+void parallel_get(s3::Client& client, const s3::Url& url, std::uint64_t offset, std::vector<std::byte>& out,
+                  const std::string& etag, int threads) {
+  std::uint64_t part = (out.size() + threads - 1) / threads;
+  std::vector<std::thread> readers;
+  std::vector<std::exception_ptr> failures(threads);
+  for (int i = 0; i < threads; ++i) {
+    std::uint64_t begin = std::min<std::uint64_t>(i * part, out.size()), end = std::min(begin + part, out.size());
+    readers.emplace_back([&, i, begin, end] {
+      try {
+        client.get_range(url.bucket, url.prefix, offset + begin, end - begin, etag, out.data() + begin);
+      } catch (...) {
+        failures[i] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : readers) t.join();
+  for (auto& f : failures)
+    if (f) std::rethrow_exception(f);
+}
+
+// Reads the range again and again: how a live mount sees the store go away and come back.
+void watch(s3::Client& client, const s3::Url& url, std::uint64_t offset, std::uint64_t length,
+           const std::string& etag, double seconds) {
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+  };
+  const auto begin = Clock::now();
+  std::vector<std::byte> bytes(length);
+  while (ms_since(begin) < seconds * 1000) {
+    auto start = Clock::now();
+    nlohmann::json line{{"start_ms", ms_since(begin)}};
+    try {
+      client.get_range(url.bucket, url.prefix, offset, length, etag, bytes.data());
+      std::string hex;
+      for (std::byte b : bytes) hex += fmt::format("{:02x}", static_cast<unsigned>(b));
+      line["ok"] = true;
+      line["bytes"] = hex;
+    } catch (const s3::Error& e) {
+      line["ok"] = false;
+      line["error"] = e.what();
+    }
+    line["ms"] = ms_since(start);
+    fmt::print("{}\n", line.dump());
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+int run(s3::Client& client, const std::vector<std::string>& args) {
+  const std::string& command = args.at(0);
+  s3::Url url = s3::parse_url(args.at(1));
+  if (command == "list") {
+    int max_keys = args.size() > 2 ? std::stoi(args[2]) : 0;
+    for (const auto& o : client.list(url.bucket, url.prefix, max_keys)) fmt::print("{}\n", to_json(o).dump());
+  } else if (command == "head") {
+    fmt::print("{}\n", to_json(client.head(url.bucket, url.prefix)).dump());
+  } else if (command == "get" && args.size() >= 4) {
+    std::uint64_t offset = std::stoull(args[2]), length = std::stoull(args[3]);
+    std::vector<std::byte> bytes(length);
+    parallel_get(client, url, offset, bytes, args.size() > 4 ? args[4] : "", args.size() > 5 ? std::stoi(args[5]) : 1);
+    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  } else if (command == "watch" && args.size() >= 6) {
+    watch(client, url, std::stoull(args[2]), std::stoull(args[3]), args[4], std::stod(args[5]));
+  } else {
+    throw std::invalid_argument("unknown command");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  s3::Options options;
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--endpoint" && i + 1 < argc) options.endpoint = argv[++i];
+    else if (a == "--region" && i + 1 < argc) options.region = argv[++i];
+    else if (a == "--no-sign") options.no_sign = true;
+    else args.push_back(a);
+  }
+  if (args.size() < 2) {
+    fmt::print(stderr, "usage: ckptfs_s3_probe [--endpoint URL] [--region R] [--no-sign] list|head|get URL ...\n");
+    return 2;
+  }
+  int rc = 0;
+  std::unique_ptr<s3::Client> client;
+  try {
+    client = std::make_unique<s3::Client>(s3::resolve_config(options));
+    rc = run(*client, args);
+  } catch (const s3::ObjectChangedError& e) {
+    fmt::print(stderr, "ckptfs_s3_probe: {}\ncode={} status={}\n", e.what(), e.code(), e.http_status());
+    rc = 10;
+  } catch (const s3::Error& e) {
+    fmt::print(stderr, "ckptfs_s3_probe: {}\ncode={} status={}\n", e.what(), e.code(), e.http_status());
+    rc = 3;
+  } catch (const ckptfs::Error& e) {
+    fmt::print(stderr, "ckptfs_s3_probe: {}\n", e.what());
+    rc = 3;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ckptfs_s3_probe: {}: {}\n", args[0], e.what());
+    return 2;
+  }
+  if (client) fmt::print(stderr, "requests={} retries={}\n", client->requests(), client->retries());
+  return rc;
+}
