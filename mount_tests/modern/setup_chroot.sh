@@ -8,8 +8,9 @@
 # CKPTFS_CHROOT_SUITE=sid (with another CKPTFS_CHROOT) builds the chroot from unstable, which has
 # python3-transformers: then test_check_hf_load_in_chroot runs the transformers checks too.
 #
-# Idempotent: a complete chroot carries CHROOT/.ckptfs-chroot-complete (the stamp the tests look for); a
-# chroot without it (an interrupted run) is set up again. Needs root and Debian's mirrors.
+# Idempotent: a complete chroot carries CHROOT/.ckptfs-chroot-complete (the stamp the tests look for, with
+# the installed packages); a chroot without it (an interrupted run), or whose stamp lacks a package of
+# PACKAGES, is set up again. Needs root and Debian's mirrors.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CHROOT="${CKPTFS_CHROOT:-build/trixie}"
@@ -30,7 +31,13 @@ report() {
   cat "$STAMP"
 }
 
-if [ -f "$STAMP" ]; then
+# Complete for this list when the stamp names every package (a chroot cached before a package joined the
+# list gets it installed, without a new debootstrap).
+stamp_has_packages() {
+  local p
+  for p in "${PACKAGES[@]}"; do grep -q "^$p " "$STAMP" || return 1; done
+}
+if [ -f "$STAMP" ] && stamp_has_packages; then
   report
   exit 0
 fi
