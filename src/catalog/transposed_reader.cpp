@@ -1,19 +1,23 @@
-// A transposed tensor of shape [C, R] over a source of shape [R, C] is served from tiles of the output:
-// whole output rows (source columns) when kMinTileRows of them fit in a tile, the tiles of a tensor equal
-// in size, each at most a quarter of the cache (16 MiB by default). A tile is built in bands of source
-// rows: the band's runs (one per source row and shard, from the source's own planner) are sorted by file
-// and offset and read in spans of at most kSpanBytes that take in the gaps between runs up to
-// kMaxGapBytes (a gap is cheaper to read than a pread), so a tile over a tensor-parallel source costs a
-// few large reads per shard, never one per row or element. Each band (kBandBytes, cache-resident) is
-// transposed into the tile in 8 x 8 (16-bit) or 4 x 4 (32-bit) SIMD blocks. The last kCacheTiles tiles
-// are shared by all server threads (a front-to-back read builds each tile once, whichever threads serve
-// it), and a reader past the middle of a tile has the next one built meanwhile on a thread of its own
-// (TilePrebuilder). Memory is bounded by the cache's size (64 MiB by default, -o transpose_cache_mb),
-// one spare tile buffer, a band and a span buffer per building thread, and tiles evicted while a thread
-// still copies from them.
+// A transposed tensor of shape [C, R] over a source of shape [R, C] is served from tiles of the output,
+// each at most an eighth of the cache (16 MiB by default; TileGrid says how a tensor is cut): whole
+// output columns (whole source rows, each source byte read once) when the tensor fits in half the
+// cache, else whole output rows (source columns) when kMinTileRows of them fit in a tile. A tile is
+// built in bands of source rows: the band's runs (one per source row and shard, from the source's own
+// planner) are sorted by file and offset and read in spans of at most kSpanBytes that take in the gaps
+// between runs up to kMaxGapBytes (a gap is cheaper to read than a pread), so a tile over a
+// tensor-parallel source costs a few large reads per shard, never one per row or element. Each band
+// (kBandBytes, cache-resident) is transposed into the tile in 8 x 8 (16-bit) or 4 x 4 (32-bit) SIMD
+// blocks. The last kCacheTiles tiles are shared by all server threads (a front-to-back read builds each
+// tile once, whichever threads serve it); the next tile of a row of tiles, or past the middle of a tile
+// of whole rows the next one, is built meanwhile on a thread of its own (TilePrebuilder). Replies take
+// their bytes straight from the tiles (catalog::HeldBytes). Memory is bounded by the cache's size
+// (128 MiB by default, -o transpose_cache_mb), one spare tile buffer, a band and a span buffer per
+// building thread, and tiles evicted while a reply or a thread still reads them.
 #include "catalog/transposed_reader.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstdlib>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -23,6 +27,8 @@
 #include <numeric>
 #include <optional>
 #include <thread>
+
+#include <sys/mman.h>
 
 #include "catalog/dtype_convert.hpp"
 
@@ -34,10 +40,10 @@ namespace ckptfs::catalog {
 
 namespace {
 
-constexpr size_t kCacheTiles = 4;
+constexpr size_t kCacheTiles = 8;
 std::atomic<uint64_t> tile_bytes = kDefaultTransposedCacheBytes / kCacheTiles;
 constexpr uint64_t kMinTileRows = 64;  // a tile is at least this many output rows when rows are very long
-constexpr uint64_t kBandBytes = uint64_t{256} << 10;  // the source elements a band gathers (fits L2)
+constexpr uint64_t kBandBytes = uint64_t{512} << 10;  // the source elements a band gathers (fits L2)
 constexpr uint64_t kSpanBytes = uint64_t{1} << 20;    // the most one coalesced read spans
 constexpr uint64_t kMaxGapBytes = uint64_t{16} << 10;  // unneeded bytes read rather than one more pread
 constexpr uint64_t kBlock = 32;  // the source rows a pass of the transpose covers (64 B of a bf16 output row)
@@ -51,14 +57,24 @@ uint64_t balanced_part(uint64_t extent, uint64_t most) {
 }
 
 // The output rows x columns of every tile of a [rows, cols] tensor of `size`-byte elements (edge tiles
-// are clipped).
+// are clipped). A tensor whose tiles fit in half the cache (two such tensors then fit: a front-to-back
+// reader's requests straddle the boundary of two) is cut into tiles of whole
+// output columns: each is a band of whole source rows, read with no byte it does not need, and a
+// front-to-back reader finds all the tiles of a row in the cache at once. A larger tensor is cut into
+// tiles of whole output rows where kMinTileRows of them fit (each reads the tile's columns of every
+// source row, taking in the gaps: more bytes than the tile, but as few reads), else into blocks.
 struct TileGrid {
   uint64_t rows, cols;  // of the tensor
   uint64_t tile_rows, tile_cols;
-  TileGrid(uint64_t rows_, uint64_t cols_, uint64_t size) : rows(rows_), cols(cols_) {
+  TileGrid(uint64_t rows_, uint64_t cols_, uint64_t size) : rows(std::max<uint64_t>(rows_, 1)), cols(std::max<uint64_t>(cols_, 1)) {
     const uint64_t most = tile_bytes.load(std::memory_order_relaxed) / size;
-    tile_cols = balanced_part(std::max<uint64_t>(cols, 1), std::max<uint64_t>(1, most / kMinTileRows));
-    tile_rows = balanced_part(std::max<uint64_t>(rows, 1), std::max<uint64_t>(1, most / tile_cols));
+    if (rows <= most && (cols + most / rows - 1) / (most / rows) <= kCacheTiles / 2) {
+      tile_rows = rows;
+      tile_cols = balanced_part(cols, most / rows);
+      return;
+    }
+    tile_cols = balanced_part(cols, std::max<uint64_t>(1, most / kMinTileRows));
+    tile_rows = balanced_part(rows, std::max<uint64_t>(1, most / tile_cols));
   }
   uint64_t tiles_across() const { return (cols + tile_cols - 1) / tile_cols; }
   bool operator==(const TileGrid&) const = default;
@@ -206,51 +222,64 @@ class BandReader {
   std::vector<std::byte> span_;
 };
 
-// Output rows [row0, row0 + n_rows) x columns [col0, col0 + n_cols) of the transpose of `src` ([R, C]),
-// row-major with stride n_cols.
 // Tile buffers given back by the last reader of an evicted tile, kept for the next tile: a fresh 16 MiB
-// buffer costs 4,096 page faults. At most kSpareTiles are kept, so memory stays bounded.
+// buffer costs 4,096 page faults and as many pages cleared. Every buffer has the capacity of the largest
+// tile, so that any spare fits any tile, and asks for transparent huge pages (8 faults for 16 MiB where the
+// kernel has them to give). At most kSpareTiles are kept, so memory stays bounded.
 class TilePool {
  public:
   // A buffer of at least `bytes` (contents unspecified: the tile writes every byte) that returns here
   // when its last holder drops it.
+  ~TilePool() {
+    for (const Spare& s : spares_) std::free(s.buffer);
+  }
   std::shared_ptr<std::byte[]> take(uint64_t bytes) {
-    std::unique_ptr<std::byte[]> buffer;
-    uint64_t capacity = bytes;
+    const uint64_t capacity = std::max(bytes, round_up(tile_bytes.load(std::memory_order_relaxed), kHugePage));
     {
       std::lock_guard lock(mutex_);
       const auto it = std::find_if(spares_.begin(), spares_.end(), [&](const Spare& s) { return s.capacity >= bytes; });
       if (it != spares_.end()) {
-        buffer = std::move(it->buffer);
-        capacity = it->capacity;
+        const Spare spare = *it;
         spares_.erase(it);
+        return {spare.buffer, [this, c = spare.capacity](std::byte* p) { give_back(p, c); }};
       }
     }
-    if (!buffer) buffer = std::make_unique_for_overwrite<std::byte[]>(bytes);
-    return {buffer.release(), [this, capacity](std::byte* p) { give_back(std::unique_ptr<std::byte[]>(p), capacity); }};
+    void* memory = std::aligned_alloc(kHugePage, round_up(capacity, kHugePage));
+    if (memory == nullptr) throw std::bad_alloc();
+    madvise(memory, round_up(capacity, kHugePage), MADV_HUGEPAGE);  // advice: fine if refused
+    return {static_cast<std::byte*>(memory), [this, capacity](std::byte* p) { give_back(p, capacity); }};
   }
 
  private:
   static constexpr size_t kSpareTiles = 1;
+  static constexpr uint64_t kHugePage = uint64_t{2} << 20;
+  static uint64_t round_up(uint64_t n, uint64_t unit) { return (n + unit - 1) / unit * unit; }
   struct Spare {
-    std::unique_ptr<std::byte[]> buffer;
+    std::byte* buffer;
     uint64_t capacity;
   };
-  void give_back(std::unique_ptr<std::byte[]> buffer, uint64_t capacity) {
-    std::lock_guard lock(mutex_);
-    if (spares_.size() < kSpareTiles) spares_.push_back({std::move(buffer), capacity});
+  void give_back(std::byte* buffer, uint64_t capacity) {
+    {
+      std::lock_guard lock(mutex_);
+      if (spares_.size() < kSpareTiles) return spares_.push_back({buffer, capacity});
+    }
+    std::free(buffer);
   }
   std::mutex mutex_;
   std::vector<Spare> spares_;
 };
 
+// Output rows [row0, row0 + n_rows) x columns [col0, col0 + n_cols) of the transpose of `src` ([R, C]),
+// row-major with stride n_cols.
 TileData build_tile(const LogicalTensor& src, uint64_t row0, uint64_t n_rows, uint64_t col0, uint64_t n_cols,
                     TilePool& pool) {
   const uint64_t size = dtype_size(src.dtype);
   const std::shared_ptr<std::byte[]> tile = pool.take(n_rows * n_cols * size);
   BandReader reader;  // not thread_local: a source may itself be transposed
   std::vector<std::byte> band;
-  const uint64_t band_rows = std::max<uint64_t>(1, kBandBytes / (n_rows * size));
+  // Whole passes of the transpose per band: each output row then gets whole cache lines from a band.
+  uint64_t band_rows = std::max<uint64_t>(1, kBandBytes / (n_rows * size));
+  if (band_rows > kBlock) band_rows = band_rows / kBlock * kBlock;
   for (uint64_t r = 0; r < n_cols; r += band_rows) {  // source rows col0 + r ...
     const uint64_t n = std::min(band_rows, n_cols - r);
     band.resize(n * n_rows * size);
@@ -375,23 +404,36 @@ TilePrebuilder& prebuilder() {
 void set_transposed_cache_bytes(uint64_t bytes) { tile_bytes = std::max<uint64_t>(bytes, 1 << 20) / kCacheTiles; }
 
 void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
-                     std::span<std::byte> out) {
+                     std::span<std::byte> out, std::vector<DeferredRun>* deferred) {
   const uint64_t size = dtype_size(tensor.dtype);
   const TileGrid grid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]), size);
-  TileData tile;
-  uint64_t tile_index = 0;
+  // The tiles this read has taken from the cache: a row crosses every tile of a tile row, and a read of
+  // many rows goes back to each many times.
+  std::array<std::pair<uint64_t, TileData>, kCacheTiles / 2> taken;
+  size_t next_slot = 0;
+  const auto take = [&](uint64_t index) -> const TileData& {
+    for (const auto& [i, data] : taken)
+      if (data && i == index) return data;
+    // The tiles of one row are all needed at once: the next is built meanwhile on the prebuilder's thread.
+    if ((index + 1) % grid.tiles_across() != 0) prebuilder().request(source.of, index + 1, grid);
+    auto& slot = taken[next_slot++ % taken.size()];
+    slot = {index, tile_cache().get(source.of, index, grid)};
+    return slot.second;
+  };
   for (uint64_t e = first, end = first + count; e < end;) {
     const uint64_t row = e / grid.cols, col = e % grid.cols;
-    const uint64_t index = row / grid.tile_rows * grid.tiles_across() + col / grid.tile_cols;
-    if (!tile || index != tile_index) {
-      tile = tile_cache().get(source.of, index, grid);
-      tile_index = index;
-    }
+    const TileData& tile = take(row / grid.tile_rows * grid.tiles_across() + col / grid.tile_cols);
     const uint64_t col0 = col / grid.tile_cols * grid.tile_cols;
     const uint64_t width = std::min(grid.tile_cols, grid.cols - col0);
-    const uint64_t n = std::min({end - e, col0 + width - col});
-    std::memcpy(out.data() + (e - first) * size,
-                tile.get() + ((row % grid.tile_rows) * width + (col - col0)) * size, n * size);
+    const uint64_t tile_end_row = std::min(row / grid.tile_rows * grid.tile_rows + grid.tile_rows, grid.rows);
+    // A tile of whole rows holds them one after another; others hold a part of each row.
+    const uint64_t n = std::min(end - e, width == grid.cols ? tile_end_row * grid.cols - e : col0 + width - col);
+    std::byte* const dst = out.data() + (e - first) * size;
+    const std::byte* const src = tile.get() + ((row % grid.tile_rows) * width + (col - col0)) * size;
+    if (deferred != nullptr && n * size >= kMinHeldRun && deferred->size() < kMaxDeferredRuns)
+      deferred->push_back({HeldBytes{tile, src}, dst, n * size});
+    else
+      std::memcpy(dst, src, n * size);
     e += n;
   }
   // A reader past the middle of a tile of whole rows is likely to read the next one soon: build it now.
