@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdlib>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <future>
@@ -48,7 +49,12 @@ constexpr uint64_t kSpanBytes = uint64_t{1} << 20;    // the most one coalesced 
 constexpr uint64_t kMaxGapBytes = uint64_t{16} << 10;  // unneeded bytes read rather than one more pread
 constexpr uint64_t kBlock = 32;  // the source rows a pass of the transpose covers (64 B of a bf16 output row)
 
-using TileData = std::shared_ptr<const std::byte[]>;
+// A tile's elements (row-major) in a buffer of the pool, and whether a reader has served its last one.
+struct Tile {
+  std::shared_ptr<std::byte[]> bytes;
+  mutable std::atomic<bool> read_to_end{false};
+};
+using TileData = std::shared_ptr<const Tile>;
 
 // `extent` cut into equal parts of at most `most` (the last one shorter by less than the part count).
 uint64_t balanced_part(uint64_t extent, uint64_t most) {
@@ -251,7 +257,7 @@ class TilePool {
   }
 
  private:
-  static constexpr size_t kSpareTiles = 1;
+  static constexpr size_t kSpareTiles = 2;
   static constexpr uint64_t kHugePage = uint64_t{2} << 20;
   static uint64_t round_up(uint64_t n, uint64_t unit) { return (n + unit - 1) / unit * unit; }
   struct Spare {
@@ -274,7 +280,8 @@ class TilePool {
 TileData build_tile(const LogicalTensor& src, uint64_t row0, uint64_t n_rows, uint64_t col0, uint64_t n_cols,
                     TilePool& pool) {
   const uint64_t size = dtype_size(src.dtype);
-  const std::shared_ptr<std::byte[]> tile = pool.take(n_rows * n_cols * size);
+  auto tile = std::make_shared<Tile>();
+  tile->bytes = pool.take(n_rows * n_cols * size);
   BandReader reader;  // not thread_local: a source may itself be transposed
   std::vector<std::byte> band;
   // Whole passes of the transpose per band: each output row then gets whole cache lines from a band.
@@ -284,7 +291,7 @@ TileData build_tile(const LogicalTensor& src, uint64_t row0, uint64_t n_rows, ui
     const uint64_t n = std::min(band_rows, n_cols - r);
     band.resize(n * n_rows * size);
     reader.read(src, col0 + r, n, row0, n_rows, band);
-    transpose(size, band.data(), n_rows, tile.get() + r * size, n_cols, n, n_rows);
+    transpose(size, band.data(), n_rows, tile->bytes.get() + r * size, n_cols, n, n_rows);
   }
   return tile;
 }
@@ -304,9 +311,7 @@ class TileCache {
           ready = e.data;
         }
       if (!ready.valid()) {
-        if (entries_.size() == kCacheTiles)
-          entries_.erase(std::min_element(entries_.begin(), entries_.end(),
-                                          [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; }));
+        make_room();
         entries_.push_back({src, grid, index, promise.get_future().share(), clock_});
       }
     }
@@ -327,6 +332,24 @@ class TileCache {
   }
 
  private:
+  // Under mutex_, before a new tile: a tile read to its end (a front-to-back reader has passed it) goes
+  // first, full or not, so that its buffer serves the new tile instead of fresh memory (which the kernel
+  // clears page by page); else, when the cache is full, the least recently used.
+  void make_room() {
+    const auto finished = std::find_if(entries_.begin(), entries_.end(), [](const Entry& e) {
+      if (e.data.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+      try {
+        return e.data.get()->read_to_end.load(std::memory_order_relaxed);
+      } catch (...) {
+        return true;  // a failed build, about to be erased
+      }
+    });
+    if (finished != entries_.end())
+      entries_.erase(finished);
+    else if (entries_.size() == kCacheTiles)
+      entries_.erase(std::min_element(entries_.begin(), entries_.end(),
+                                      [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; }));
+  }
   struct Entry {
     std::shared_ptr<const LogicalTensor> src;  // held, so that its address names no other tensor meanwhile
     TileGrid grid;                             // the tiling in force when it was built
@@ -429,11 +452,12 @@ void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint
     // A tile of whole rows holds them one after another; others hold a part of each row.
     const uint64_t n = std::min(end - e, width == grid.cols ? tile_end_row * grid.cols - e : col0 + width - col);
     std::byte* const dst = out.data() + (e - first) * size;
-    const std::byte* const src = tile.get() + ((row % grid.tile_rows) * width + (col - col0)) * size;
+    const std::byte* const src = tile->bytes.get() + ((row % grid.tile_rows) * width + (col - col0)) * size;
     if (deferred != nullptr && n * size >= kMinHeldRun && deferred->size() < kMaxDeferredRuns)
       deferred->push_back({HeldBytes{tile, src}, dst, n * size});
     else
       std::memcpy(dst, src, n * size);
+    if (e + n == (tile_end_row - 1) * grid.cols + col0 + width) tile->read_to_end.store(true, std::memory_order_relaxed);
     e += n;
   }
   // A reader past the middle of a tile of whole rows is likely to read the next one soon: build it now.
