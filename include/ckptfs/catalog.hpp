@@ -155,6 +155,10 @@ torch::SourceTensor element_view(const LogicalTensor& tensor);
 // validation, not for placing bytes: a box over a transposed tensor is refused by validate).
 void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out);
 
+// Starts in the background what a read of elements [first, first + count) of `tensor` will need besides
+// its source bytes (for prefetch): for a transposed tensor, the first of its tiles that starts in the range.
+void build_ahead(const LogicalTensor& tensor, uint64_t first, uint64_t count);
+
 // `src` restricted to [start, start + length) along dimension `dim`.
 torch::SourceTensor narrow(const torch::SourceTensor& src, size_t dim, int64_t start, int64_t length);
 

@@ -296,10 +296,16 @@ TileData build_tile(const LogicalTensor& src, uint64_t row0, uint64_t n_rows, ui
   return tile;
 }
 
+// Whether building a tile may evict a tile not yet read to its end: a reader's may, one built ahead may not
+// (it would push out what a reader still needs for what it may need later).
+enum class Eviction { any, finished_only };
+
 // The last tiles built, shared by all threads; a tile being built is waited for, not built twice.
 class TileCache {
  public:
-  TileData get(const std::shared_ptr<const LogicalTensor>& src, uint64_t index, const TileGrid& grid) {
+  // The tile, built if it is not cached; null when `eviction` forbids making room for it.
+  TileData get(const std::shared_ptr<const LogicalTensor>& src, uint64_t index, const TileGrid& grid,
+               Eviction eviction = Eviction::any) {
     std::promise<TileData> promise;
     std::shared_future<TileData> ready;
     {
@@ -311,7 +317,7 @@ class TileCache {
           ready = e.data;
         }
       if (!ready.valid()) {
-        make_room();
+        if (!make_room(eviction)) return nullptr;
         entries_.push_back({src, grid, index, promise.get_future().share(), clock_});
       }
     }
@@ -334,8 +340,9 @@ class TileCache {
  private:
   // Under mutex_, before a new tile: a tile read to its end (a front-to-back reader has passed it) goes
   // first, full or not, so that its buffer serves the new tile instead of fresh memory (which the kernel
-  // clears page by page); else, when the cache is full, the least recently used.
-  void make_room() {
+  // clears page by page); else, when the cache is full, the least recently used if `eviction` allows.
+  // False when there is no room.
+  bool make_room(Eviction eviction) {
     const auto finished = std::find_if(entries_.begin(), entries_.end(), [](const Entry& e) {
       if (e.data.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
       try {
@@ -344,11 +351,14 @@ class TileCache {
         return true;  // a failed build, about to be erased
       }
     });
-    if (finished != entries_.end())
+    if (finished != entries_.end()) {
       entries_.erase(finished);
-    else if (entries_.size() == kCacheTiles)
+    } else if (entries_.size() == kCacheTiles) {
+      if (eviction == Eviction::finished_only) return false;
       entries_.erase(std::min_element(entries_.begin(), entries_.end(),
                                       [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; }));
+    }
+    return true;
   }
   struct Entry {
     std::shared_ptr<const LogicalTensor> src;  // held, so that its address names no other tensor meanwhile
@@ -371,7 +381,8 @@ TileCache& tile_cache() {
 
 // Builds, on a thread of its own, the tile a front-to-back reader will need next while the threads serving
 // it copy from the current one, so that the reader does not wait for each tile in turn. One build at a
-// time; a request while it is busy is dropped (the reader then builds the tile itself).
+// time; a request while it is busy is dropped (the reader then builds the tile itself), and so is one
+// for which the cache has no room without evicting a tile not yet read to its end.
 class TilePrebuilder {
  public:
   void request(const std::shared_ptr<const LogicalTensor>& src, uint64_t index, const TileGrid& grid) {
@@ -400,7 +411,7 @@ class TilePrebuilder {
       job_.reset();
       lock.unlock();
       try {
-        tile_cache().get(job.src, job.index, job.grid);
+        tile_cache().get(job.src, job.index, job.grid, Eviction::finished_only);
       } catch (...) {  // not cached: the reader that needs the tile builds it and reports the error
       }
       lock.lock();
@@ -465,6 +476,22 @@ void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint
   if (count > 0 && grid.tiles_across() == 1 && last_row % grid.tile_rows >= grid.tile_rows / 2 &&
       last_row / grid.tile_rows + 1 < (grid.rows + grid.tile_rows - 1) / grid.tile_rows)
     prebuilder().request(source.of, last_row / grid.tile_rows + 1, grid);
+}
+
+void build_transposed_ahead(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count) {
+  const TileGrid grid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]),
+                      dtype_size(tensor.dtype));
+  // The first tile whose first element is in the range: in the range's row of tiles if it starts on the
+  // first row of one, else at the start of the next.
+  const uint64_t row = first / grid.cols, col = first % grid.cols;
+  const uint64_t band = row / grid.tile_rows * grid.tile_rows;
+  uint64_t row0 = band + grid.tile_rows, col0 = 0;
+  if (band == row && (col + grid.tile_cols - 1) / grid.tile_cols * grid.tile_cols < grid.cols) {
+    row0 = band;
+    col0 = (col + grid.tile_cols - 1) / grid.tile_cols * grid.tile_cols;
+  }
+  if (row0 >= grid.rows || row0 * grid.cols + col0 >= first + count) return;
+  prebuilder().request(source.of, row0 / grid.tile_rows * grid.tiles_across() + col0 / grid.tile_cols, grid);
 }
 
 void append_transposed_runs(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
