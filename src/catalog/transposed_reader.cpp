@@ -445,20 +445,21 @@ void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint
   // many rows goes back to each many times.
   std::array<std::pair<uint64_t, TileData>, kCacheTiles / 2> taken;
   size_t next_slot = 0;
-  const auto take = [&](uint64_t index) -> const TileData& {
+  const auto take = [&](uint64_t index, bool next_needed) -> const TileData& {
     for (const auto& [i, data] : taken)
       if (data && i == index) return data;
-    // The tiles of one row are all needed at once: the next is built meanwhile on the prebuilder's thread.
-    if ((index + 1) % grid.tiles_across() != 0) prebuilder().request(source.of, index + 1, grid);
+    // A row crossing several tiles needs them all: the next is built meanwhile on the prebuilder's thread.
+    if (next_needed) prebuilder().request(source.of, index + 1, grid);
     auto& slot = taken[next_slot++ % taken.size()];
     slot = {index, tile_cache().get(source.of, index, grid)};
     return slot.second;
   };
   for (uint64_t e = first, end = first + count; e < end;) {
     const uint64_t row = e / grid.cols, col = e % grid.cols;
-    const TileData& tile = take(row / grid.tile_rows * grid.tiles_across() + col / grid.tile_cols);
     const uint64_t col0 = col / grid.tile_cols * grid.tile_cols;
     const uint64_t width = std::min(grid.tile_cols, grid.cols - col0);
+    const TileData& tile = take(row / grid.tile_rows * grid.tiles_across() + col / grid.tile_cols,
+                                col0 + width < grid.cols && row * grid.cols + col0 + width < end);
     const uint64_t tile_end_row = std::min(row / grid.tile_rows * grid.tile_rows + grid.tile_rows, grid.rows);
     // A tile of whole rows holds them one after another; others hold a part of each row.
     const uint64_t n = std::min(end - e, width == grid.cols ? tile_end_row * grid.cols - e : col0 + width - col);
