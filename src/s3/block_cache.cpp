@@ -149,12 +149,12 @@ struct BlockCache::Impl {
     return true;
   }
 
-  // Whether a read should fetch up to the end of its block: it starts where an earlier read ended, and the
-  // caller does not prefetch this object itself.
+  // Whether a read should fetch up to the end of its block: it starts where an earlier read ended (or a
+  // little after), and the caller does not prefetch this object itself.
   bool looks_sequential(ObjectEntry& entry, std::uint64_t offset, std::uint64_t end) {
     bool sequential = false;
     for (std::uint64_t e : entry.read_ends)
-      if (e != UINT64_MAX && offset + options.align_bytes >= e && offset <= e + options.align_bytes) sequential = true;
+      if (e != UINT64_MAX && e <= offset && offset <= e + options.align_bytes) sequential = true;
     entry.read_ends[entry.next_read_end++ % kStreams] = end;
     return sequential && !entry.prefetched;
   }
