@@ -275,6 +275,26 @@ TEST_F(BlockCacheTest, APrefetchHoldsAtMostAQuarterOfTheMemory) {
   ASSERT_TRUE(eventually([&] { return store->bytes_got() == 512u << 10; }));
 }
 
+TEST_F(BlockCacheTest, ReadsOfAPrefetchedObjectFetchNoMoreThanTheyAsk) {
+  BlockCache cache(store, small_options());
+  cache.prefetch(id, 0, 100);
+  for (std::uint64_t at = 100000; at < 200000; at += 20000)  // sequential, but the caller prefetches
+    EXPECT_EQ(read(cache, id, at, 20000), slice(bytes, at, 20000));
+  EXPECT_EQ(store->bytes_got(), 4096u + (200704u - 98304u));  // [0, 4096) and [100000, 200000) rounded out
+}
+
+TEST_F(BlockCacheTest, AReaderOfAQueuedPrefetchGoesFirst) {
+  store->delay = 30ms;
+  BlockCacheOptions o = small_options();
+  o.connections = 1;
+  o.memory_bytes = 64 << 20;
+  BlockCache cache(store, o);
+  cache.prefetch(id, 0, bytes.size());  // 17 GETs one after the other: 510 ms
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(read(cache, id, bytes.size() - 100, 100), slice(bytes, bytes.size() - 100, 100));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 300ms);  // the GET in flight, then this one
+}
+
 TEST_F(BlockCacheTest, TheDestructorDoesNotWaitForQueuedPrefetches) {
   store->delay = 50ms;
   auto start = std::chrono::steady_clock::now();
