@@ -3,7 +3,7 @@ Debian unstable chroot (mount_tests/s3_gateway.py), driven through the test-only
 `cached` command (one BlockCache over one object, fed read / prefetch / stats lines on stdin).
 
 Checks the bytes against the uploaded files and what was fetched against the gateway's own ops log: a
-sequential reader fetches each byte once in block-sized GETs, a prefetched range costs exactly its blocks
+sequential reader fetches each byte once in block-sized GETs (reading one block ahead), a prefetched range costs exactly its blocks
 (rounded to 64 KiB at its ends) and its reads no GET, parallel readers of one range share the GETs, the
 on-disk cache serves a second process without a GET and never serves a replaced object's bytes, an object
 replaced under a live cache fails with PreconditionFailed, and a store stopped then restarted gives an
@@ -113,13 +113,13 @@ def test_a_sequential_reader_fetches_each_byte_once_in_blocks(gateway, obj, cach
     cache = caches(gateway, key)
     assert cache.info == {"etag": cache.info["etag"], "size": SIZE}
     assert cache.read(tmp_path, 0, SIZE, chunk=256 * KIB) == data
-    # The first read is fetched as asked (256 KiB), the rest of its block once it looks sequential, then
-    # whole blocks, the last one 5 bytes.
+    # The first read is fetched as asked (256 KiB), the rest of its block once it looks sequential (and the
+    # next block read ahead), then whole blocks, the last one 5 bytes.
     expected = [256 * KIB, BLOCK - 256 * KIB] + [BLOCK] * 4 + [5]
     gets = new_gets(gateway, key, 0, len(expected))
-    assert [g["bytes_sent"] for g in gets] == expected
+    assert sorted(g["bytes_sent"] for g in gets) == sorted(expected)
     stats = cache.stats()
-    assert (stats["requests"], stats["bytes_fetched"], stats["misses"]) == (len(expected), SIZE, len(expected))
+    assert (stats["requests"], stats["bytes_fetched"]) == (len(expected), SIZE)
 
 
 def test_a_prefetched_range_costs_its_blocks_and_its_reads_no_get(gateway, obj, caches, tmp_path):

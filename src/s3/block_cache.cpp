@@ -1,7 +1,8 @@
 // The block cache: an index of fetched ranges per object version, an LRU over them, the GET pool.
 //
 // What a read fetches: the gaps of its range, rounded out to align_bytes (never over a neighbour), and when
-// the read starts where an earlier read of the object ended (a sequential reader) up to the end of the block.
+// the read starts where an earlier read of the object ended (a sequential reader) up to the end of the block,
+// with the next block read ahead.
 // Every fetched range is one extent: one GET (or one disk file), never crossing a multiple of block_bytes,
 // evicted as a whole. Extents of one object never overlap, so two readers of one range share one GET.
 #include "ckptfs/s3_cache.hpp"
@@ -211,6 +212,24 @@ struct BlockCache::Impl {
                 [this, e] { fetch(e); });
   }
 
+  // Starts fetching the gaps of [begin, end) in the background, in order, as far as the prefetch share and
+  // memory allow: the rest is dropped.
+  void start_prefetch(ObjectEntry& entry, const ObjectId& object, const std::string& identity, std::uint64_t begin,
+                      std::uint64_t end) {
+    std::vector<ExtentPtr> present;
+    std::vector<Gap> gaps;
+    find(entry, object, begin, end, false, present, gaps);
+    for (Gap gap : gaps)
+      for (Gap piece : pieces(identity, gap)) {
+        ExtentPtr e = new_extent(object, identity, piece);
+        if (!reserve(e->size(), Mode::prefetch)) return;
+        e->prefetched_unread = true;
+        prefetch_unread += e->size();
+        entry.extents.emplace(e->begin, e);
+        submit(e, Mode::prefetch);
+      }
+  }
+
   // -- in a worker -------------------------------------------------------------------------------------------
   void fetch(const ExtentPtr& e) {
     {
@@ -275,7 +294,8 @@ void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<st
     std::vector<ExtentPtr> present;
     std::vector<Gap> gaps;
     ObjectEntry& entry = m.objects[identity];
-    m.find(entry, object, offset, end, m.looks_sequential(entry, offset, end), present, gaps);
+    const bool sequential = m.looks_sequential(entry, offset, end);
+    m.find(entry, object, offset, end, sequential, present, gaps);
     for (const ExtentPtr& e : present) {
       e->pins++;
       m.mark_read(*e);
@@ -298,6 +318,10 @@ void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<st
         m.submit(e, Impl::Mode::read);
         parts.push_back(e);
       }
+    if (sequential) {  // read ahead: the next block, so that a sequential reader never waits for a whole GET
+      std::uint64_t next = round_up(end, m.options.block_bytes);
+      m.start_prefetch(entry, object, identity, next, std::min(object.size, next + m.options.block_bytes));
+    }
   }
   // Every part must be finished before returning, even on failure: a worker may still write into dst.
   m.finished.wait(lock, [&] { return std::all_of(parts.begin(), parts.end(), [](auto& e) { return e->finished(); }); });
@@ -326,24 +350,9 @@ void BlockCache::prefetch(const ObjectId& object, std::uint64_t offset, std::uin
   Impl& m = *impl_;
   const std::string identity = identity_of(object);
   std::lock_guard lock(m.mutex);
-  std::vector<ExtentPtr> present;
-  std::vector<Gap> gaps;
   ObjectEntry& entry = m.objects[identity];
   entry.prefetched = true;
-  m.find(entry, object, offset, end, false, present, gaps);
-  // In order, as far as the prefetch share and memory allow: the rest is dropped.
-  auto start = [&](Gap piece) {
-    ExtentPtr e = m.new_extent(object, identity, piece);
-    if (!m.reserve(e->size(), Impl::Mode::prefetch)) return false;
-    e->prefetched_unread = true;
-    m.prefetch_unread += e->size();
-    entry.extents.emplace(e->begin, e);
-    m.submit(e, Impl::Mode::prefetch);
-    return true;
-  };
-  for (Gap gap : gaps)
-    for (Gap piece : m.pieces(identity, gap))
-      if (!start(piece)) return;
+  m.start_prefetch(entry, object, identity, offset, end);
 }
 
 BlockCacheStats BlockCache::stats() const {
