@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ckptfs/s3.hpp"
 
@@ -24,6 +25,10 @@ struct ObjectId {
   std::string etag;  // as the store sent it, quotes included; every GET carries If-Match with it
   std::uint64_t size = 0;
 };
+
+inline ObjectId object_id(const std::string& bucket, const ObjectInfo& info) {
+  return {bucket, info.key, info.etag, info.size};
+}
 
 struct BlockCacheOptions {
   std::uint64_t memory_bytes = 256ull << 20;  // -o cache_mb=N: the in-memory cache, pending GETs included
@@ -43,6 +48,13 @@ struct BlockCacheStats {
   std::uint64_t disk_hits = 0;      // pieces of reads and prefetches loaded from the disk cache
   std::uint64_t memory_bytes = 0;   // bytes held in memory now (pending GETs included)
   std::uint64_t disk_bytes = 0;     // bytes held in the disk cache now
+};
+
+// What the cache fetched of one object version (bytes fetched per source, for ckptfs.json).
+struct ObjectFetchStats {
+  std::string bucket, key, etag;
+  std::uint64_t bytes_fetched = 0;
+  std::uint64_t requests = 0;
 };
 
 // Where the cache's bytes come from: the store in the product (`client_reader`), a fake in tests.
@@ -78,6 +90,8 @@ class BlockCache {
   void prefetch(const ObjectId& object, std::uint64_t offset, std::uint64_t length);
 
   BlockCacheStats stats() const;
+  // One entry per object version read or prefetched so far, in no particular order.
+  std::vector<ObjectFetchStats> object_stats() const;
 
  private:
   struct Impl;

@@ -70,10 +70,12 @@ struct Extent {
 using ExtentPtr = std::shared_ptr<Extent>;
 
 struct ObjectEntry {
+  ObjectId object;
   std::map<std::uint64_t, ExtentPtr> extents;  // by begin, disjoint
   std::array<std::uint64_t, kStreams> read_ends;
   std::size_t next_read_end = 0;
   bool prefetched = false;  // the caller prefetches what it will read: reads fetch no more than they ask
+  std::uint64_t bytes_fetched = 0, requests = 0;  // this version's GETs
 
   ObjectEntry() { read_ends.fill(UINT64_MAX); }
 };
@@ -116,6 +118,12 @@ struct BlockCache::Impl {
   }
 
   // -- with the lock held ------------------------------------------------------------------------------------
+  ObjectEntry& entry_of(const ObjectId& object, const std::string& identity) {
+    auto [it, fresh] = objects.try_emplace(identity);
+    if (fresh) it->second.object = object;
+    return it->second;
+  }
+
   void drop(Extent& e) {
     memory_used -= e.size();
     if (e.in_lru) lru.erase(e.lru), e.in_lru = false;
@@ -253,6 +261,10 @@ struct BlockCache::Impl {
         bytes_fetched += bytes.size();
       }
       std::lock_guard lock(mutex);
+      if (!loaded) {
+        ObjectEntry& entry = objects.at(e->identity);
+        entry.requests++, entry.bytes_fetched += e->size();
+      }
       e->state = Extent::State::ready;
       if (e->cached) {
         lru.push_front(e.get());
@@ -293,7 +305,7 @@ void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<st
   {
     std::vector<ExtentPtr> present;
     std::vector<Gap> gaps;
-    ObjectEntry& entry = m.objects[identity];
+    ObjectEntry& entry = m.entry_of(object, identity);
     const bool sequential = m.looks_sequential(entry, offset, end);
     m.find(entry, object, offset, end, sequential, present, gaps);
     for (const ExtentPtr& e : present) {
@@ -350,9 +362,18 @@ void BlockCache::prefetch(const ObjectId& object, std::uint64_t offset, std::uin
   Impl& m = *impl_;
   const std::string identity = identity_of(object);
   std::lock_guard lock(m.mutex);
-  ObjectEntry& entry = m.objects[identity];
+  ObjectEntry& entry = m.entry_of(object, identity);
   entry.prefetched = true;
   m.start_prefetch(entry, object, identity, offset, end);
+}
+
+std::vector<ObjectFetchStats> BlockCache::object_stats() const {
+  const Impl& m = *impl_;
+  std::vector<ObjectFetchStats> out;
+  std::lock_guard lock(m.mutex);
+  for (const auto& [identity, entry] : m.objects)
+    out.push_back({entry.object.bucket, entry.object.key, entry.object.etag, entry.bytes_fetched, entry.requests});
+  return out;
 }
 
 BlockCacheStats BlockCache::stats() const {

@@ -323,6 +323,17 @@ TEST_F(BlockCacheTest, StatsCountWhatHappened) {
   EXPECT_EQ(s.hits, 1u);
   EXPECT_EQ(s.retries, 7u);  // the reader's own counter
   EXPECT_EQ(s.disk_hits, 0u);
+  ObjectId other = store->put("other", "\"o\"", random_bytes(10000, 9));
+  read(cache, other, 0, 10000);
+  auto per_object = cache.object_stats();
+  std::sort(per_object.begin(), per_object.end(), [](auto& a, auto& b) { return a.key < b.key; });
+  ASSERT_EQ(per_object.size(), 2u);
+  EXPECT_EQ(per_object[0].key, id.key);
+  EXPECT_EQ(per_object[0].etag, id.etag);
+  EXPECT_EQ(per_object[0].bytes_fetched, 4096u);
+  EXPECT_EQ(per_object[1].key, "other");
+  EXPECT_EQ(per_object[1].bytes_fetched, 10000u);
+  EXPECT_EQ(per_object[1].requests, 1u);
 }
 
 struct DiskCacheTest : BlockCacheTest {

@@ -118,8 +118,7 @@ nlohmann::json cached_read(s3::BlockCache& cache, const s3::ObjectId& object, st
 
 // The block cache driven line by line from stdin, so that a test can stop the store between two reads.
 void cached(s3::Client& client, const s3::Url& url, const std::vector<std::string>& settings) {
-  s3::ObjectInfo info = client.head(url.bucket, url.prefix);
-  s3::ObjectId object{url.bucket, url.prefix, info.etag, info.size};
+  s3::ObjectId object = s3::object_id(url.bucket, client.head(url.bucket, url.prefix));
   s3::BlockCacheOptions options;
   for (const std::string& setting : settings) {
     auto eq = setting.find('=');
