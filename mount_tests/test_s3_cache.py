@@ -3,11 +3,11 @@ Debian unstable chroot (mount_tests/s3_gateway.py), driven through the test-only
 `cached` command (one BlockCache over one object, fed read / prefetch / stats lines on stdin).
 
 Checks the bytes against the uploaded files and what was fetched against the gateway's own ops log: a
-sequential reader fetches each byte once in block-sized GETs (reading one block ahead), a prefetched range costs exactly its blocks
-(rounded to 64 KiB at its ends) and its reads no GET, parallel readers of one range share the GETs, the
-on-disk cache serves a second process without a GET and never serves a replaced object's bytes, an object
-replaced under a live cache fails with PreconditionFailed, and a store stopped then restarted gives an
-error, then the bytes (a failed fetch is not cached).
+sequential reader fetches each byte once in block-sized GETs (reading one block ahead), a prefetched range
+costs exactly its blocks (rounded to 64 KiB at its ends) and its reads no GET, parallel readers of one range
+share the GETs, the on-disk cache serves a second process without a GET and never serves a replaced
+object's bytes, an object replaced under a live cache fails with PreconditionFailed, and a store stopped
+then restarted gives an error, then the bytes (a failed fetch is not cached).
 """
 import json
 import os
@@ -53,8 +53,8 @@ class Cached:
     """One probe process holding one BlockCache over s3://BUCKET/key."""
 
     def __init__(self, gateway, key, *settings):
-        self.proc = subprocess.Popen([PROBE, "cached", f"s3://{BUCKET}/{key}", f"block_kb={BLOCK // KIB}", *settings],
-                                     env=dict(os.environ, **gateway.env()), stdin=subprocess.PIPE,
+        args = [PROBE, "cached", f"s3://{BUCKET}/{key}", f"block_kb={BLOCK // KIB}", *settings]
+        self.proc = subprocess.Popen(args, env=dict(os.environ, **gateway.env()), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.info = self._answer()
 
@@ -181,7 +181,8 @@ def test_an_object_replaced_under_a_live_cache_fails_its_uncached_reads(gateway,
     assert cache.read(tmp_path, 0, 1000) == data[:1000]
     gateway.put_bytes(BUCKET, key, random.Random(2).randbytes(SIZE))
     answer = cache.read(tmp_path, 4 * MIB, 1000)
-    assert answer["ok"] is False and answer["changed"] is True and answer["code"] == "PreconditionFailed", answer
+    assert answer["ok"] is False and answer["changed"] is True, answer
+    assert answer["code"] == "PreconditionFailed", answer
     assert cache.read(tmp_path, 0, 1000) == data[:1000]  # the old version's own bytes, never mixed
 
 

@@ -1,7 +1,7 @@
 // The block cache of remote objects (issue 19): every read of an object in the store goes through it. It
-// keeps recently read byte ranges in memory (bounded, LRU), optionally on a local disk (bounded, reused across
-// mounts, verified by ETag), and fetches what is missing with a bounded pool of parallel range GETs, each
-// pinned to the object's ETag. The rules (what a read fetches, what prefetch holds) are in docs/s3.md.
+// keeps recently read byte ranges in memory (bounded, LRU), optionally on a local disk (bounded, reused
+// across mounts, verified by ETag), and fetches what is missing with a bounded pool of parallel range GETs,
+// each pinned to the object's ETag. The rules (what a read fetches, what prefetch holds) are in docs/s3.md.
 #pragma once
 
 #include <cstddef>

@@ -5,7 +5,7 @@
 // with the next block read ahead.
 // Every fetched range is one extent: one GET (or one disk file), never crossing a multiple of block_bytes,
 // evicted as a whole. Extents of one object never overlap, so two readers of one range share one GET.
-#include "ckptfs/s3_cache.hpp"
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
@@ -17,8 +17,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include <fmt/format.h>
-
+#include "ckptfs/s3_cache.hpp"
 #include "s3/disk_cache.hpp"
 #include "s3/fetch_pool.hpp"
 
@@ -37,15 +36,21 @@ class ClientReader : public RangeReader {
   std::shared_ptr<Client> client_;
 };
 
-std::string identity_of(const ObjectId& o) { return o.bucket + '\0' + o.key + '\0' + o.etag; }
+std::string identity_of(const ObjectId& o) {
+  return o.bucket + '\0' + o.key + '\0' + o.etag;
+}
 
 // Read ends remembered per object: this many sequential readers of one object are recognised at once.
 constexpr std::size_t kStreams = 8;
 // The share of memory_bytes that prefetched, not yet read bytes may hold.
 constexpr std::uint64_t kPrefetchShareDivisor = 4;
 
-std::uint64_t round_down(std::uint64_t x, std::uint64_t unit) { return x / unit * unit; }
-std::uint64_t round_up(std::uint64_t x, std::uint64_t unit) { return (x + unit - 1) / unit * unit; }
+std::uint64_t round_down(std::uint64_t x, std::uint64_t unit) {
+  return x / unit * unit;
+}
+std::uint64_t round_up(std::uint64_t x, std::uint64_t unit) {
+  return (x + unit - 1) / unit * unit;
+}
 
 struct Extent {
   enum class State { queued, running, ready, failed };
@@ -112,12 +117,15 @@ struct BlockCache::Impl {
 
   Impl(std::shared_ptr<RangeReader> r, BlockCacheOptions o)
       : reader(std::move(r)), options(std::move(o)), pool(options.connections) {
-    if (options.block_bytes == 0 || options.align_bytes == 0 || options.block_bytes % options.align_bytes != 0)
-      throw std::invalid_argument("BlockCacheOptions: block_bytes must be a non-zero multiple of align_bytes");
+    if (options.block_bytes == 0 || options.align_bytes == 0 ||
+        options.block_bytes % options.align_bytes != 0)
+      throw std::invalid_argument(
+          "BlockCacheOptions: block_bytes must be a non-zero multiple of align_bytes");
     if (options.dir) disk.emplace(*options.dir, options.dir_bytes);
   }
 
-  // -- with the lock held ------------------------------------------------------------------------------------
+  // -- with the lock held
+  // ------------------------------------------------------------------------------------
   ObjectEntry& entry_of(const ObjectId& object, const std::string& identity) {
     auto [it, fresh] = objects.try_emplace(identity);
     if (fresh) it->second.object = object;
@@ -137,7 +145,8 @@ struct BlockCache::Impl {
     if (e.prefetched_unread) prefetch_unread -= e.size(), e.prefetched_unread = false;
   }
 
-  // Evicts the least recently used extent nobody waits on (for a prefetch: nor another prefetch's unread one).
+  // Evicts the least recently used extent nobody waits on (for a prefetch: nor another prefetch's unread
+  // one).
   bool evict_one(Mode mode) {
     for (auto it = lru.rbegin(); it != lru.rend(); ++it) {
       Extent& e = **it;
@@ -195,7 +204,8 @@ struct BlockCache::Impl {
   // `gap` as extents of at most one block each, from the disk cache where it has them.
   std::vector<Gap> pieces(const std::string& identity, Gap gap) const {
     std::vector<DiskCache::Segment> segments =
-        disk ? disk->cover(identity, gap.begin, gap.end) : std::vector{DiskCache::Segment{gap.begin, gap.end, false}};
+        disk ? disk->cover(identity, gap.begin, gap.end)
+             : std::vector{DiskCache::Segment{gap.begin, gap.end, false}};
     std::vector<Gap> out;
     for (const auto& s : segments)
       for (std::uint64_t at = s.begin; at < s.end;) {
@@ -222,8 +232,8 @@ struct BlockCache::Impl {
 
   // Starts fetching the gaps of [begin, end) in the background, in order, as far as the prefetch share and
   // memory allow: the rest is dropped.
-  void start_prefetch(ObjectEntry& entry, const ObjectId& object, const std::string& identity, std::uint64_t begin,
-                      std::uint64_t end) {
+  void start_prefetch(ObjectEntry& entry, const ObjectId& object, const std::string& identity,
+                      std::uint64_t begin, std::uint64_t end) {
     std::vector<ExtentPtr> present;
     std::vector<Gap> gaps;
     find(entry, object, begin, end, false, present, gaps);
@@ -238,7 +248,8 @@ struct BlockCache::Impl {
       }
   }
 
-  // -- in a worker -------------------------------------------------------------------------------------------
+  // -- in a worker
+  // -------------------------------------------------------------------------------------------
   void fetch(const ExtentPtr& e) {
     {
       std::lock_guard lock(mutex);
@@ -321,7 +332,8 @@ void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<st
         e->pins = 1;
         if (m.reserve(e->size(), Impl::Mode::read)) {
           entry.extents.emplace(e->begin, e);
-        } else {  // memory is full of what readers wait on: fetch the bytes needed straight into dst, uncached
+        } else {  // memory is full of what readers wait on: fetch the bytes needed straight into dst,
+                  // uncached
           e->cached = false;
           e->begin = std::max(e->begin, offset), e->end = std::min(e->end, end);
           e->data = dst.data() + (e->begin - offset);
@@ -336,7 +348,8 @@ void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<st
     }
   }
   // Every part must be finished before returning, even on failure: a worker may still write into dst.
-  m.finished.wait(lock, [&] { return std::all_of(parts.begin(), parts.end(), [](auto& e) { return e->finished(); }); });
+  m.finished.wait(
+      lock, [&] { return std::all_of(parts.begin(), parts.end(), [](auto& e) { return e->finished(); }); });
   std::exception_ptr error;
   for (const ExtentPtr& e : parts)
     if (e->state == Extent::State::failed && !error) error = e->error;
@@ -372,7 +385,8 @@ std::vector<ObjectFetchStats> BlockCache::object_stats() const {
   std::vector<ObjectFetchStats> out;
   std::lock_guard lock(m.mutex);
   for (const auto& [identity, entry] : m.objects)
-    out.push_back({entry.object.bucket, entry.object.key, entry.object.etag, entry.bytes_fetched, entry.requests});
+    out.push_back(
+        {entry.object.bucket, entry.object.key, entry.object.etag, entry.bytes_fetched, entry.requests});
   return out;
 }
 

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -9,8 +10,6 @@
 #include <mutex>
 #include <random>
 #include <thread>
-
-#include <unistd.h>
 
 #include "ckptfs/s3_cache.hpp"
 
@@ -43,7 +42,8 @@ class FakeStore : public RangeReader {
   }
   void read_range(const ObjectId& o, std::uint64_t offset, std::span<std::byte> dst) override {
     int now = ++in_flight_;
-    for (int seen = max_in_flight_; now > seen && !max_in_flight_.compare_exchange_weak(seen, now);) {}
+    for (int seen = max_in_flight_; now > seen && !max_in_flight_.compare_exchange_weak(seen, now);) {
+    }
     std::this_thread::sleep_for(delay);
     --in_flight_;
     std::lock_guard lock(mutex_);
@@ -53,7 +53,8 @@ class FakeStore : public RangeReader {
       throw Error("s3://bucket/" + o.key + ": HTTP 503 ServiceUnavailable", 503, "ServiceUnavailable");
     }
     const auto& [etag, bytes] = objects_.at(o.key);
-    if (etag != o.etag) throw ObjectChangedError("s3://bucket/" + o.key + ": HTTP 412", 412, "PreconditionFailed");
+    if (etag != o.etag)
+      throw ObjectChangedError("s3://bucket/" + o.key + ": HTTP 412", 412, "PreconditionFailed");
     ASSERT_LE(offset + dst.size(), bytes.size());
     std::memcpy(dst.data(), bytes.data() + offset, dst.size());
   }
@@ -90,7 +91,8 @@ BlockCacheOptions small_options() {
   return o;
 }
 
-std::vector<std::byte> read(BlockCache& cache, const ObjectId& id, std::uint64_t offset, std::uint64_t length) {
+std::vector<std::byte> read(BlockCache& cache, const ObjectId& id, std::uint64_t offset,
+                            std::uint64_t length) {
   std::vector<std::byte> out(length);
   cache.read(id, offset, out);
   return out;
@@ -119,7 +121,8 @@ TEST_F(BlockCacheTest, ReadsAreByteExactAcrossBlockBoundaries) {
   BlockCache cache(store, small_options());
   std::mt19937_64 rng(2);
   for (int i = 0; i < 300; ++i) {
-    std::uint64_t offset = rng() % bytes.size(), length = rng() % std::min<std::uint64_t>(300000, bytes.size() - offset);
+    std::uint64_t offset = rng() % bytes.size(),
+                  length = rng() % std::min<std::uint64_t>(300000, bytes.size() - offset);
     ASSERT_EQ(read(cache, id, offset, length), slice(bytes, offset, length)) << offset << "+" << length;
   }
   EXPECT_EQ(read(cache, id, 0, bytes.size()), bytes);
@@ -127,7 +130,8 @@ TEST_F(BlockCacheTest, ReadsAreByteExactAcrossBlockBoundaries) {
   EXPECT_TRUE(read(cache, id, bytes.size(), 0).empty());
   for (const auto& g : store->gets()) {
     EXPECT_LE(g.length, 64u << 10);
-    EXPECT_EQ(g.offset / (64 << 10), (g.offset + g.length - 1) / (64 << 10)) << "a GET crossed a block boundary";
+    EXPECT_EQ(g.offset / (64 << 10), (g.offset + g.length - 1) / (64 << 10))
+        << "a GET crossed a block boundary";
   }
   EXPECT_LE(cache.stats().memory_bytes, 1u << 20);
 }
@@ -337,8 +341,9 @@ TEST_F(BlockCacheTest, StatsCountWhatHappened) {
 }
 
 struct DiskCacheTest : BlockCacheTest {
-  fs::path dir = fs::temp_directory_path() / ("ckptfs-cache-test-" + std::to_string(::getpid()) + "-" +
-                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path dir =
+      fs::temp_directory_path() / ("ckptfs-cache-test-" + std::to_string(::getpid()) + "-" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   BlockCacheOptions options() {
     BlockCacheOptions o = small_options();
     o.memory_bytes = 4 << 20;  // the whole object fits (a read larger than memory is not cached)

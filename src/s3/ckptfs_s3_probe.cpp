@@ -5,15 +5,16 @@
 //   ckptfs_s3_probe [...] head s3://BUCKET/KEY
 //   ckptfs_s3_probe [...] get s3://BUCKET/KEY OFFSET LENGTH [ETAG [THREADS]]
 //   ckptfs_s3_probe [...] watch s3://BUCKET/KEY OFFSET LENGTH ETAG SECONDS
-//   ckptfs_s3_probe [...] cached s3://BUCKET/KEY [etag=E] [memory_kb=N] [block_kb=N] [connections=N] [dir=D] [dir_kb=N]
+//   ckptfs_s3_probe [...] cached s3://BUCKET/KEY [etag=E] [memory_kb=N] [block_kb=N] [connections=N]
+//                                                [dir=D] [dir_kb=N]
 //
 // list and head print JSON (one object per line), get writes the bytes to stdout (read as THREADS
 // contiguous parts at once, one thread each, all through the one client); watch repeats the get
 // with one client (its pooled connections) for SECONDS, printing one JSON line per read: {"start_ms",
 // "ms", "ok", "bytes" (hex) or "error"}. cached reads through an s3::BlockCache over the object (its size and
 // ETag from a HEAD, or pinned to etag=E) the commands of stdin, one a line, answering one JSON line each:
-// "read OFFSET LENGTH PATH [CHUNK [THREADS]]" (THREADS readers each read the range in CHUNK-byte reads; the bytes
-// go to PATH), "prefetch OFFSET LENGTH", "stats". The last stderr line is "requests=N retries=M". Credentials come from the environment as for ckptfs. Exit 0, 2 usage, 3 an
+// "read OFFSET LENGTH PATH [CHUNK [THREADS]]" (THREADS readers each read the range in CHUNK-byte reads; the
+// bytes go to PATH), "prefetch OFFSET LENGTH", "stats". The last stderr line is "requests=N retries=M". Credentials come from the environment as for ckptfs. Exit 0, 2 usage, 3 an
 // s3::Error (its message, then "code=CODE status=HTTP"), 10 ObjectChangedError.
 #include <chrono>
 #include <cstdio>
@@ -149,8 +150,8 @@ void cached(s3::Client& client, const s3::Url& url, const std::vector<std::strin
         answer = {{"ok", true}};
       } else if (command == "stats") {
         s3::BlockCacheStats s = cache.stats();
-        answer = {{"ok", true}, {"bytes_fetched", s.bytes_fetched}, {"requests", s.requests}, {"retries", s.retries},
-                  {"hits", s.hits}, {"misses", s.misses}, {"disk_hits", s.disk_hits},
+        answer = {{"ok", true},       {"bytes_fetched", s.bytes_fetched}, {"requests", s.requests},
+                  {"retries", s.retries}, {"hits", s.hits}, {"misses", s.misses}, {"disk_hits", s.disk_hits},
                   {"memory_bytes", s.memory_bytes}, {"disk_bytes", s.disk_bytes}};
       } else {
         answer = {{"ok", false}, {"error", "unknown command " + command}};

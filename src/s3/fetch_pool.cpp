@@ -5,7 +5,8 @@
 namespace ckptfs::s3 {
 
 FetchPool::FetchPool(std::size_t threads) {
-  for (std::size_t i = 0; i < std::max<std::size_t>(threads, 1); ++i) threads_.emplace_back([this] { work(); });
+  for (std::size_t i = 0; i < std::max<std::size_t>(threads, 1); ++i)
+    threads_.emplace_back([this] { work(); });
 }
 
 FetchPool::~FetchPool() {
