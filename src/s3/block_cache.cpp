@@ -5,7 +5,7 @@
 // with the next block read ahead.
 // Every fetched range is one extent: one GET (or one disk file), never crossing a multiple of block_bytes,
 // evicted as a whole. Extents of one object never overlap, so two readers of one range share one GET.
-#include <fmt/format.h>
+#include "ckptfs/s3_cache.hpp"
 
 #include <algorithm>
 #include <array>
@@ -17,7 +17,8 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "ckptfs/s3_cache.hpp"
+#include <fmt/format.h>
+
 #include "s3/disk_cache.hpp"
 #include "s3/fetch_pool.hpp"
 

@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -10,6 +9,8 @@
 #include <mutex>
 #include <random>
 #include <thread>
+
+#include <unistd.h>
 
 #include "ckptfs/s3_cache.hpp"
 
