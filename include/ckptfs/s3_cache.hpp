@@ -54,7 +54,7 @@ struct BlockCacheStats {
 struct ObjectFetchStats {
   std::string bucket, key, etag;
   std::uint64_t bytes_fetched = 0;
-  std::uint64_t requests = 0;
+  std::uint64_t requests = 0;  // its GETs that succeeded (BlockCacheStats::requests counts failed ones too)
 };
 
 // Where the cache's bytes come from: the store in the product (`client_reader`), a fake in tests.

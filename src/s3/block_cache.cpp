@@ -125,8 +125,7 @@ struct BlockCache::Impl {
     if (options.dir) disk.emplace(*options.dir, options.dir_bytes);
   }
 
-  // -- with the lock held
-  // ------------------------------------------------------------------------------------
+  // -- with the lock held ----------------------------------------------------------------------------
   ObjectEntry& entry_of(const ObjectId& object, const std::string& identity) {
     auto [it, fresh] = objects.try_emplace(identity);
     if (fresh) it->second.object = object;
@@ -249,8 +248,7 @@ struct BlockCache::Impl {
       }
   }
 
-  // -- in a worker
-  // -------------------------------------------------------------------------------------------
+  // -- in a worker -----------------------------------------------------------------------------------
   void fetch(const ExtentPtr& e) {
     {
       std::lock_guard lock(mutex);
