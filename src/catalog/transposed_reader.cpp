@@ -11,13 +11,12 @@
 // tile once, whichever threads serve it); the next tile of a row of tiles, or past the middle of a tile
 // of whole rows the next one, is built meanwhile on a thread of its own (TilePrebuilder). Replies take
 // their bytes straight from the tiles (catalog::HeldBytes). Memory is bounded by the cache's size
-// (128 MiB by default, -o transpose_cache_mb), one spare tile buffer, a band and a span buffer per
+// (128 MiB by default, -o transpose_cache_mb) and one more tile buffer, a band and a span buffer per
 // building thread, and tiles evicted while a reply or a thread still reads them.
 #include "catalog/transposed_reader.hpp"
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -28,8 +27,6 @@
 #include <numeric>
 #include <optional>
 #include <thread>
-
-#include <sys/mman.h>
 
 #include "catalog/dtype_convert.hpp"
 
@@ -44,7 +41,7 @@ namespace {
 constexpr size_t kCacheTiles = 8;
 std::atomic<uint64_t> tile_bytes = kDefaultTransposedCacheBytes / kCacheTiles;
 constexpr uint64_t kMinTileRows = 64;  // a tile is at least this many output rows when rows are very long
-constexpr uint64_t kBandBytes = uint64_t{512} << 10;  // the source elements a band gathers (fits L2)
+constexpr uint64_t kBandBytes = uint64_t{1} << 20;  // the source elements a band gathers (fits L2)
 constexpr uint64_t kSpanBytes = uint64_t{1} << 20;    // the most one coalesced read spans
 constexpr uint64_t kMaxGapBytes = uint64_t{16} << 10;  // unneeded bytes read rather than one more pread
 constexpr uint64_t kBlock = 32;  // the source rows a pass of the transpose covers (64 B of a bf16 output row)
@@ -130,16 +127,18 @@ void transpose_4x4_32(const std::byte* s, uint64_t ss, std::byte* d, uint64_t ds
   _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * ds), _mm_unpackhi_epi64(t1, t3));
 }
 
-// The blocks of kMicro x kMicro elements through `kernel`, the edges element by element.
+// The blocks of kMicro x kMicro elements through `kernel`, the edges element by element. Each kMicro output
+// rows take all n_k source rows in turn: the n_k lines of the band they read stay in L1 for the next
+// kMicro, and each output row is written n_k elements at a stretch (whole cache lines): about 1.5x the rate
+// of passes of kBlock source rows over the band's whole width (measured on bf16 column tiles).
 template <size_t kSize, uint64_t kMicro, auto kernel>
 void transpose_simd(const std::byte* src, uint64_t src_stride, std::byte* dst, uint64_t dst_stride, uint64_t n_k,
                     uint64_t n_i) {
   const uint64_t k_main = n_k / kMicro * kMicro, i_main = n_i / kMicro * kMicro;
-  for (uint64_t kb = 0; kb < k_main; kb += kBlock)
-    for (uint64_t i = 0; i < i_main; i += kMicro)
-      for (uint64_t k = kb; k < std::min(k_main, kb + kBlock); k += kMicro)
-        kernel(src + (k * src_stride + i) * kSize, src_stride * kSize, dst + (i * dst_stride + k) * kSize,
-               dst_stride * kSize);
+  for (uint64_t i = 0; i < i_main; i += kMicro)
+    for (uint64_t k = 0; k < k_main; k += kMicro)
+      kernel(src + (k * src_stride + i) * kSize, src_stride * kSize, dst + (i * dst_stride + k) * kSize,
+             dst_stride * kSize);
   transpose_scalar<kSize>(src + k_main * src_stride * kSize, src_stride, dst + k_main * kSize, dst_stride,
                           n_k - k_main, n_i);
   transpose_scalar<kSize>(src + i_main * kSize, src_stride, dst + i_main * dst_stride * kSize, dst_stride, k_main,
@@ -229,50 +228,47 @@ class BandReader {
 };
 
 // Tile buffers given back by the last reader of an evicted tile, kept for the next tile: a fresh 16 MiB
-// buffer costs 4,096 page faults and as many pages cleared. Every buffer has the capacity of the largest
-// tile, so that any spare fits any tile, and asks for transparent huge pages (8 faults for 16 MiB where the
-// kernel has them to give). At most kSpareTiles are kept, so memory stays bounded.
+// buffer costs 4,096 page faults and as many pages cleared by the kernel (in a virtual machine, often the
+// host's faults too: the largest cost of a first read). Every buffer has the capacity of the largest tile,
+// so that any spare fits any tile. A buffer given back is kept while the buffers in use and kept number
+// at most kCacheTiles + 1 (the cache's tiles and one being built), so memory stays bounded. (Transparent
+// huge pages were tried: fewer faults, but a first read 1.3x slower in a VM, whose host backs fresh huge
+// pages on first touch.)
 class TilePool {
  public:
   // A buffer of at least `bytes` (contents unspecified: the tile writes every byte) that returns here
   // when its last holder drops it.
-  ~TilePool() {
-    for (const Spare& s : spares_) std::free(s.buffer);
-  }
   std::shared_ptr<std::byte[]> take(uint64_t bytes) {
-    const uint64_t capacity = std::max(bytes, round_up(tile_bytes.load(std::memory_order_relaxed), kHugePage));
+    std::unique_ptr<std::byte[]> buffer;
+    uint64_t capacity = std::max(bytes, tile_bytes.load(std::memory_order_relaxed));
     {
       std::lock_guard lock(mutex_);
       const auto it = std::find_if(spares_.begin(), spares_.end(), [&](const Spare& s) { return s.capacity >= bytes; });
       if (it != spares_.end()) {
-        const Spare spare = *it;
+        buffer = std::move(it->buffer);
+        capacity = it->capacity;
         spares_.erase(it);
-        return {spare.buffer, [this, c = spare.capacity](std::byte* p) { give_back(p, c); }};
       }
+      ++in_use_;
     }
-    void* memory = std::aligned_alloc(kHugePage, round_up(capacity, kHugePage));
-    if (memory == nullptr) throw std::bad_alloc();
-    madvise(memory, round_up(capacity, kHugePage), MADV_HUGEPAGE);  // advice: fine if refused
-    return {static_cast<std::byte*>(memory), [this, capacity](std::byte* p) { give_back(p, capacity); }};
+    if (!buffer) buffer = std::make_unique_for_overwrite<std::byte[]>(capacity);
+    return {buffer.release(), [this, capacity](std::byte* p) { give_back(std::unique_ptr<std::byte[]>(p), capacity); }};
   }
 
  private:
-  static constexpr size_t kSpareTiles = 2;
-  static constexpr uint64_t kHugePage = uint64_t{2} << 20;
-  static uint64_t round_up(uint64_t n, uint64_t unit) { return (n + unit - 1) / unit * unit; }
+  static constexpr size_t kMostBuffers = kCacheTiles + 1;
   struct Spare {
-    std::byte* buffer;
+    std::unique_ptr<std::byte[]> buffer;
     uint64_t capacity;
   };
-  void give_back(std::byte* buffer, uint64_t capacity) {
-    {
-      std::lock_guard lock(mutex_);
-      if (spares_.size() < kSpareTiles) return spares_.push_back({buffer, capacity});
-    }
-    std::free(buffer);
+  void give_back(std::unique_ptr<std::byte[]> buffer, uint64_t capacity) {
+    std::lock_guard lock(mutex_);
+    --in_use_;
+    if (in_use_ + spares_.size() < kMostBuffers) spares_.push_back({std::move(buffer), capacity});
   }
   std::mutex mutex_;
   std::vector<Spare> spares_;
+  size_t in_use_ = 0;
 };
 
 // Output rows [row0, row0 + n_rows) x columns [col0, col0 + n_cols) of the transpose of `src` ([R, C]),
@@ -341,9 +337,13 @@ class TileCache {
   // Under mutex_, before a new tile: a tile read to its end (a front-to-back reader has passed it) goes
   // first, full or not, so that its buffer serves the new tile instead of fresh memory (which the kernel
   // clears page by page); else, when the cache is full, the least recently used if `eviction` allows.
-  // False when there is no room.
+  // False when there is no room. A tile read to its end stays while it was used in the last
+  // kStragglerGets: the kernel's readahead sends several reads at once, and the one that reads a tile's end
+  // may be served before one that still needs the tile.
+  static constexpr uint64_t kStragglerGets = 64;
   bool make_room(Eviction eviction) {
-    const auto finished = std::find_if(entries_.begin(), entries_.end(), [](const Entry& e) {
+    const auto finished = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
+      if (e.last_use + kStragglerGets > clock_) return false;
       if (e.data.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
       try {
         return e.data.get()->read_to_end.load(std::memory_order_relaxed);
