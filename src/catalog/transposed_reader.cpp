@@ -28,6 +28,8 @@
 #include <optional>
 #include <thread>
 
+#include <sys/mman.h>
+
 #include "catalog/dtype_convert.hpp"
 
 #if defined(__SSE2__)
@@ -239,7 +241,7 @@ class TilePool {
   // A buffer of at least `bytes` (contents unspecified: the tile writes every byte) that returns here
   // when its last holder drops it.
   std::shared_ptr<std::byte[]> take(uint64_t bytes) {
-    std::unique_ptr<std::byte[]> buffer;
+    Buffer buffer;
     uint64_t capacity = std::max(bytes, tile_bytes.load(std::memory_order_relaxed));
     {
       std::lock_guard lock(mutex_);
@@ -251,17 +253,29 @@ class TilePool {
       }
       ++in_use_;
     }
-    if (!buffer) buffer = std::make_unique_for_overwrite<std::byte[]>(capacity);
-    return {buffer.release(), [this, capacity](std::byte* p) { give_back(std::unique_ptr<std::byte[]>(p), capacity); }};
+    if (!buffer) buffer = fresh_buffer(capacity);
+    // The tile's pages made at once, not a fault per page; best effort (before Linux 5.14: faults).
+    ::madvise(buffer.get(), (bytes + 4095) / 4096 * 4096, MADV_POPULATE_WRITE);
+    return {buffer.release(), [this, capacity](std::byte* p) { give_back(Buffer(p, Unmap{capacity}), capacity); }};
   }
 
  private:
   static constexpr size_t kMostBuffers = kCacheTiles + 1;
+  struct Unmap {
+    uint64_t bytes;
+    void operator()(std::byte* p) const { ::munmap(p, bytes); }
+  };
+  using Buffer = std::unique_ptr<std::byte[], Unmap>;
+  static Buffer fresh_buffer(uint64_t bytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return Buffer(static_cast<std::byte*>(p), Unmap{bytes});
+  }
   struct Spare {
-    std::unique_ptr<std::byte[]> buffer;
+    Buffer buffer;
     uint64_t capacity;
   };
-  void give_back(std::unique_ptr<std::byte[]> buffer, uint64_t capacity) {
+  void give_back(Buffer buffer, uint64_t capacity) {
     std::lock_guard lock(mutex_);
     --in_use_;
     if (in_use_ + spares_.size() < kMostBuffers) spares_.push_back({std::move(buffer), capacity});
