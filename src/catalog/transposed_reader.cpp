@@ -26,6 +26,8 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include <sys/mman.h>
@@ -48,10 +50,14 @@ constexpr uint64_t kSpanBytes = uint64_t{1} << 20;    // the most one coalesced 
 constexpr uint64_t kMaxGapBytes = uint64_t{16} << 10;  // unneeded bytes read rather than one more pread
 constexpr uint64_t kBlock = 32;  // the source rows a pass of the transpose covers (64 B of a bf16 output row)
 
-// A tile's elements (row-major) in a buffer of the pool, and whether a reader has served its last one.
+// A tile's elements (row-major) in a buffer of the pool, and how many of its bytes readers have served: a
+// tile served as many bytes as it holds has been read to its end by a front-to-back reader, whatever order
+// the kernel's concurrent readahead requests were served in.
 struct Tile {
   std::shared_ptr<std::byte[]> bytes;
-  mutable std::atomic<bool> read_to_end{false};
+  uint64_t size = 0;
+  mutable std::atomic<uint64_t> served{0};
+  bool read_to_end() const { return served.load(std::memory_order_relaxed) >= size; }
 };
 using TileData = std::shared_ptr<const Tile>;
 
@@ -69,6 +75,9 @@ uint64_t balanced_part(uint64_t extent, uint64_t most) {
 // tiles of whole output rows where kMinTileRows of them fit (each reads the tile's columns of every
 // source row, taking in the gaps: more bytes than the tile, but as few reads), else into blocks.
 struct TileGrid {
+  // The grid of a transposed tensor.
+  explicit TileGrid(const LogicalTensor& tensor)
+      : TileGrid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]), dtype_size(tensor.dtype)) {}
   uint64_t rows, cols;  // of the tensor
   uint64_t tile_rows, tile_cols;
   TileGrid(uint64_t rows_, uint64_t cols_, uint64_t size) : rows(std::max<uint64_t>(rows_, 1)), cols(std::max<uint64_t>(cols_, 1)) {
@@ -159,7 +168,8 @@ void transpose(uint64_t size, const std::byte* src, uint64_t src_stride, std::by
     case 2: return transpose_scalar<2>(src, src_stride, dst, dst_stride, n_k, n_i);
     case 4: return transpose_scalar<4>(src, src_stride, dst, dst_stride, n_k, n_i);
 #endif
-    default: return transpose_scalar<8>(src, src_stride, dst, dst_stride, n_k, n_i);
+    case 8: return transpose_scalar<8>(src, src_stride, dst, dst_stride, n_k, n_i);
+    default: throw std::logic_error("a transpose of elements of " + std::to_string(size) + " bytes");  // validate refuses them
   }
 }
 
@@ -172,7 +182,7 @@ class BandReader {
   void read(const LogicalTensor& src, uint64_t row0, uint64_t n, uint64_t col0, uint64_t width,
             std::span<std::byte> band) {
     const uint64_t cols = static_cast<uint64_t>(src.shape[1]), size = dtype_size(src.dtype);
-    if (std::holds_alternative<Transposed>(src.source)) {  // its runs are its own source's, not placeable: read row by row
+    if (!runs_place_elements(src)) {  // a transposed source: read row by row
       for (uint64_t k = 0; k < n; ++k)
         read_tensor(src, ((row0 + k) * cols + col0) * size, band.subspan(k * width * size, width * size));
       return;
@@ -238,6 +248,7 @@ class BandReader {
 // pages on first touch.)
 class TilePool {
  public:
+  TilePool() { spares_.reserve(kMostBuffers); }  // give_back, in a deleter, must not throw
   // A buffer of at least `bytes` (contents unspecified: the tile writes every byte) that returns here
   // when its last holder drops it.
   std::shared_ptr<std::byte[]> take(uint64_t bytes) {
@@ -291,7 +302,8 @@ TileData build_tile(const LogicalTensor& src, uint64_t row0, uint64_t n_rows, ui
                     TilePool& pool) {
   const uint64_t size = dtype_size(src.dtype);
   auto tile = std::make_shared<Tile>();
-  tile->bytes = pool.take(n_rows * n_cols * size);
+  tile->size = n_rows * n_cols * size;
+  tile->bytes = pool.take(tile->size);
   BandReader reader;  // not thread_local: a source may itself be transposed
   std::vector<std::byte> band;
   // Whole passes of the transpose per band: each output row then gets whole cache lines from a band.
@@ -318,6 +330,7 @@ class TileCache {
                Eviction eviction = Eviction::any) {
     std::promise<TileData> promise;
     std::shared_future<TileData> ready;
+    uint64_t serial = 0;
     {
       std::lock_guard lock(mutex_);
       ++clock_;
@@ -328,7 +341,8 @@ class TileCache {
         }
       if (!ready.valid()) {
         if (!make_room(eviction)) return nullptr;
-        entries_.push_back({src, grid, index, promise.get_future().share(), clock_});
+        serial = clock_;
+        entries_.push_back({src, grid, index, promise.get_future().share(), clock_, serial});
       }
     }
     if (ready.valid()) return ready.get();
@@ -342,45 +356,48 @@ class TileCache {
     } catch (...) {
       promise.set_exception(std::current_exception());
       std::lock_guard lock(mutex_);  // a failed read is retried by the next request
-      std::erase_if(entries_, [&](const Entry& e) { return e.src == src && e.grid == grid && e.index == index; });
+      std::erase_if(entries_, [&](const Entry& e) { return e.serial == serial; });
       throw;
     }
   }
 
  private:
-  // Under mutex_, before a new tile: a tile read to its end (a front-to-back reader has passed it) goes
-  // first, full or not, so that its buffer serves the new tile instead of fresh memory (which the kernel
-  // clears page by page); else, when the cache is full, the least recently used if `eviction` allows.
-  // False when there is no room. A tile read to its end stays while it was used in the last
-  // kStragglerGets: the kernel's readahead sends several reads at once, and the one that reads a tile's end
-  // may be served before one that still needs the tile.
-  static constexpr uint64_t kStragglerGets = 64;
-  bool make_room(Eviction eviction) {
-    const auto finished = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
-      if (e.last_use + kStragglerGets > clock_) return false;
-      if (e.data.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
-      try {
-        return e.data.get()->read_to_end.load(std::memory_order_relaxed);
-      } catch (...) {
-        return true;  // a failed build, about to be erased
-      }
-    });
-    if (finished != entries_.end()) {
-      entries_.erase(finished);
-    } else if (entries_.size() == kCacheTiles) {
-      if (eviction == Eviction::finished_only) return false;
-      entries_.erase(std::min_element(entries_.begin(), entries_.end(),
-                                      [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; }));
-    }
-    return true;
-  }
   struct Entry {
     std::shared_ptr<const LogicalTensor> src;  // held, so that its address names no other tensor meanwhile
     TileGrid grid;                             // the tiling in force when it was built
     uint64_t index;
     std::shared_future<TileData> data;
     uint64_t last_use;
+    uint64_t serial;  // this entry's own, apart from a later one of the same tile
   };
+  // Under mutex_, before a new tile: a tile read to its end (a front-to-back reader has passed it) goes
+  // first, full or not, so that its buffer serves the new tile instead of fresh memory (which the kernel
+  // clears page by page); else, when the cache is full, the least recently used built tile if `eviction`
+  // allows. A tile being built is never evicted (its builder would build it twice over): with every tile
+  // in the cache being built, a reader's tile goes in beyond the count (by at most the building threads).
+  // False when there is no room.
+  bool make_room(Eviction eviction) {
+    const auto built = [](const Entry& e) { return e.data.wait_for(std::chrono::seconds(0)) == std::future_status::ready; };
+    const auto finished = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
+      if (!built(e)) return false;
+      try {
+        return e.data.get()->read_to_end();
+      } catch (...) {
+        return true;  // a failed build, about to be erased by its builder
+      }
+    });
+    if (finished != entries_.end()) {
+      entries_.erase(finished);
+      return true;
+    }
+    if (entries_.size() < kCacheTiles) return true;
+    if (eviction == Eviction::finished_only) return false;
+    auto oldest = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (built(*it) && (oldest == entries_.end() || it->last_use < oldest->last_use)) oldest = it;
+    if (oldest != entries_.end()) entries_.erase(oldest);
+    return true;
+  }
   TilePool pool_;  // before entries_: the tiles they hold go back to it when they are destroyed
   std::mutex mutex_;
   std::vector<Entry> entries_;
@@ -404,8 +421,6 @@ class TilePrebuilder {
       std::lock_guard lock(mutex_);
       if (busy_ || (src.get() == last_src_ && index == last_index_)) return;
       busy_ = true;
-      last_src_ = src.get();  // compared only: a reader asks again on each read past a tile's middle
-      last_index_ = index;
       job_ = Job{src, index, grid};
     }
     ready_.notify_one();
@@ -424,12 +439,17 @@ class TilePrebuilder {
       const Job job = std::move(*job_);
       job_.reset();
       lock.unlock();
+      bool built = false;
       try {
-        tile_cache().get(job.src, job.index, job.grid, Eviction::finished_only);
+        built = tile_cache().get(job.src, job.index, job.grid, Eviction::finished_only) != nullptr;
       } catch (...) {  // not cached: the reader that needs the tile builds it and reports the error
       }
       lock.lock();
       busy_ = false;
+      if (built) {  // a reader asks again on each read past a tile's middle: the cache has it now
+        last_src_ = job.src.get();  // compared only
+        last_index_ = job.index;
+      }
     }
   }
   std::mutex mutex_;
@@ -454,7 +474,7 @@ void set_transposed_cache_bytes(uint64_t bytes) { tile_bytes = std::max<uint64_t
 void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
                      std::span<std::byte> out, std::vector<DeferredRun>* deferred) {
   const uint64_t size = dtype_size(tensor.dtype);
-  const TileGrid grid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]), size);
+  const TileGrid grid(tensor);
   // The tiles this read has taken from the cache: a row crosses every tile of a tile row, and a read of
   // many rows goes back to each many times.
   std::array<std::pair<uint64_t, TileData>, kCacheTiles / 2> taken;
@@ -483,7 +503,7 @@ void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint
       deferred->push_back({HeldBytes{tile, src}, dst, n * size});
     else
       std::memcpy(dst, src, n * size);
-    if (e + n == (tile_end_row - 1) * grid.cols + col0 + width) tile->read_to_end.store(true, std::memory_order_relaxed);
+    tile->served.fetch_add(n * size, std::memory_order_relaxed);
     e += n;
   }
   // A reader past the middle of a tile of whole rows is likely to read the next one soon: build it now.
@@ -494,8 +514,7 @@ void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint
 }
 
 void build_transposed_ahead(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count) {
-  const TileGrid grid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]),
-                      dtype_size(tensor.dtype));
+  const TileGrid grid(tensor);
   // The first tile whose first element is in the range: in the range's row of tiles if it starts on the
   // first row of one, else at the start of the next.
   const uint64_t row = first / grid.cols, col = first % grid.cols;
@@ -511,8 +530,7 @@ void build_transposed_ahead(const LogicalTensor& tensor, const Transposed& sourc
 
 void append_transposed_runs(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
                             std::vector<Piece>& out) {
-  const TileGrid grid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]),
-                      dtype_size(tensor.dtype));
+  const TileGrid grid(tensor);
   const uint64_t end = first + count;
   for (uint64_t row0 = (first / grid.cols + grid.tile_rows - 1) / grid.tile_rows * grid.tile_rows;
        row0 < grid.rows && row0 * grid.cols < end; row0 += grid.tile_rows)
