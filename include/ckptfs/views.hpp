@@ -2,10 +2,13 @@
 // Nothing is materialised; read(offset, length) is a binary search plus tensor reads.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ckptfs/catalog.hpp"
@@ -33,6 +36,9 @@ class VirtualFile {
   // What the reads of one open go to: null for the file itself; a file that keeps only indices and builds
   // its layout when read (universal/) builds it here, once per open, and returns it.
   virtual std::shared_ptr<const VirtualFile> open_layout() const { return nullptr; }
+  // Whether the bytes differ from one open to the next (made by open_layout, of a size known only then):
+  // such a file is served without the page cache, and its size() is 0.
+  virtual bool live() const { return false; }
 };
 
 using VirtualFilePtr = std::shared_ptr<const VirtualFile>;
@@ -82,8 +88,18 @@ VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog,
 // The distinct source files the tensors are read from, in order of first use.
 std::vector<io::FilePtr> distinct_sources(std::span<const catalog::TensorRef> tensors);
 
+// The names ckptfs itself takes at a mount's root (the description, the live figures, every tag's views):
+// a side file of the same name is served as source/<name> instead.
+inline constexpr std::string_view kInfoFile = "ckptfs.json";
+inline constexpr std::string_view kStatsFile = "ckptfs-stats.json";
+inline constexpr std::string_view kTagsDir = "tags";
+inline constexpr std::array<std::string_view, 3> kRootNames = {kInfoFile, kStatsFile, kTagsDir};
+
 // A small file held in memory (ckptfs.json, latest_universal).
 VirtualFilePtr make_bytes_file(std::string bytes);
+
+// A file whose bytes are make() at each open (ckptfs-stats.json), live() (see VirtualFile).
+VirtualFilePtr make_live_file(std::function<std::string()> make);
 
 // A source file served as is (side files such as config.json). Reads do not check whether the file
 // changed; sources() returns it so the caller can check on open.

@@ -18,7 +18,7 @@ namespace {
 // A tag's side files beside its views; one whose name a view (or, at the mount root, ckptfs.json or tags/)
 // takes is served as source/<name> instead, as the mount does with the root's side files (docs/mount.md).
 void add_side_files(std::vector<ViewFile>& views, const std::vector<std::filesystem::path>& side_files) {
-  std::set<std::string, std::less<>> taken = {"ckptfs.json", "tags"};
+  std::set<std::string, std::less<>> taken(views::kRootNames.begin(), views::kRootNames.end());
   for (const auto& v : views) taken.insert(v.path.substr(0, v.path.find('/')));
   const bool any_moved = std::any_of(side_files.begin(), side_files.end(),
                                      [&](const auto& f) { return taken.contains(f.filename().string()); });
