@@ -36,6 +36,9 @@ class VirtualFile {
   // What the reads of one open go to: null for the file itself; a file that keeps only indices and builds
   // its layout when read (universal/) builds it here, once per open, and returns it.
   virtual std::shared_ptr<const VirtualFile> open_layout() const { return nullptr; }
+  // Appends the source runs a read of the whole file takes its bytes from (for inspect: what a view
+  // reads from the source, or fetches from object storage); none for bytes held in memory.
+  virtual void append_source_runs(std::vector<catalog::Piece>& /*out*/) const {}
   // Whether the bytes differ from one open to the next (made by open_layout, of a size known only then):
   // such a file is served without the page cache, and its size() is 0.
   virtual bool live() const { return false; }
@@ -63,6 +66,7 @@ class ExtentFile final : public VirtualFile {
                       std::vector<catalog::DeferredRun>& deferred) const override;
   std::vector<io::FilePtr> sources() const override;
   void prefetch(uint64_t offset, uint64_t length) const override;
+  void append_source_runs(std::vector<catalog::Piece>& out) const override;
   const std::vector<Extent>& extents() const { return extents_; }
 
  private:
@@ -84,6 +88,9 @@ VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog)
 // ("pytorch_model" for pytorch_model.bin).
 VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog,
                                const std::string& archive_name);
+
+// The bytes of source files that `runs` cover, each byte once however many runs cover it.
+uint64_t distinct_source_bytes(std::vector<catalog::Piece> runs);
 
 // The distinct source files the tensors are read from, in order of first use.
 std::vector<io::FilePtr> distinct_sources(std::span<const catalog::TensorRef> tensors);

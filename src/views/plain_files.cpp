@@ -38,6 +38,9 @@ class PassthroughFile final : public VirtualFile {
   }
   std::vector<io::FilePtr> sources() const override { return {file_}; }
   void prefetch(uint64_t offset, uint64_t length) const override { file_->prefetch(offset, length); }
+  void append_source_runs(std::vector<catalog::Piece>& out) const override {
+    out.push_back({0, file_->size(), file_, 0, DType::U8});  // the whole file, a byte per element
+  }
 
  private:
   io::FilePtr file_;

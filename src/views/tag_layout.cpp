@@ -69,21 +69,29 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
   }
 }
 
-std::vector<ViewSummary> summarize_views(const std::vector<ViewFile>& views) {
+std::vector<ViewSummary> summarize_views(const std::vector<ViewFile>& views, bool source_bytes) {
   std::vector<ViewSummary> out;
+  std::vector<std::vector<catalog::Piece>> runs;  // per row, with source_bytes
   std::map<std::string, size_t> trees;  // "universal/" -> its row
   for (const auto& v : views) {
     size_t row = out.size();
     if (v.path.starts_with("universal/")) {
       auto [it, inserted] = trees.try_emplace("universal/", out.size());
-      if (inserted) out.push_back({"universal/", 0, 0});
+      if (inserted) out.push_back({"universal/", 0, 0, std::nullopt});
       row = it->second;
     } else {
-      out.push_back({v.path, 0, 0});
+      out.push_back({v.path, 0, 0, std::nullopt});
     }
     out[row].bytes += v.file->size();
     out[row].files += 1;
+    if (source_bytes) {
+      runs.resize(out.size());
+      v.file->append_source_runs(runs[row]);
+    }
   }
+  if (source_bytes)
+    for (size_t row = 0; row < out.size(); ++row)
+      out[row].source_bytes = row < runs.size() ? views::distinct_source_bytes(std::move(runs[row])) : 0;
   return out;
 }
 
