@@ -9,6 +9,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/index.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "index/build_id.hpp"
 #include "index/checkpoint_codec.hpp"
 #include "index/index_file.hpp"
@@ -40,6 +41,7 @@ constexpr std::string_view kNoBuildId = "this ckptfs has no build id (linked wit
 }
 
 fs::path canonical_source(const fs::path& source) {
+  if (io::is_remote(source)) return source;  // its one spelling; the ETags in the index say the rest
   std::error_code ec;
   fs::path p = fs::canonical(source, ec);
   return ec ? fs::absolute(source).lexically_normal() : p;
