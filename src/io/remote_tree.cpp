@@ -38,7 +38,14 @@ struct Tree {
   std::map<std::string, s3::ObjectInfo> files;
   std::map<std::string, std::map<std::string, bool>> dirs;
 
+  // Throws SourceError when the listing names `relative` twice with different sizes or ETags (a store that
+  // does is not to be trusted with byte ranges; radosgw's POSIX driver has been seen to, docs/s3.md).
   void add(const std::string& relative, const s3::ObjectInfo& info) {
+    if (const auto it = files.find(relative); it != files.end()) {
+      if (it->second.size == info.size && it->second.etag == info.etag) return;
+      throw SourceError(fmt::format("s3://{}/{}: the store lists this key twice ({} bytes, ETag {}; then {} bytes, "
+                                    "ETag {})", root[0], info.key, it->second.size, it->second.etag, info.size, info.etag));
+    }
     std::string dir;
     for (size_t at = 0;;) {
       const size_t slash = relative.find('/', at);
