@@ -19,11 +19,19 @@ import time
 import pytest
 
 import helpers as H
+from mount_walk import tree_of
 from mounting import foreground, mounted, run_ckptfs
 from s3_gateway import s3_gateway  # noqa: F401 (the session fixture)
 
 REPO = H.REPO
 BUCKET = "ckptfs-mount"
+# Buckets of their own for the tests that replace an object and that are refused. Everything is uploaded
+# before the first listing: radosgw's POSIX driver (Ceph 20.2) lists an object uploaded after a listing of
+# its bucket twice, the second time with a wrong size (which ckptfs refuses: docs/s3.md).
+REPLACED_BUCKET = "ckptfs-replaced"
+REFUSED_BUCKET = "ckptfs-refused"
+# rank files larger than the parse read-ahead (src/io/remote_object.hpp): a view read fetches from them
+REPLACED_SOURCE = "mount_tests/fixtures/megatron-real/legacy_tp2_pp2/checkpoint"
 # (label, local source relative to the repo)
 SOURCES = [
     ("deepspeed-z3-real", "mount_tests/fixtures/deepspeed-real/z3_fp16_ws2/checkpoint"),
@@ -38,18 +46,6 @@ SOURCES = [
 # read may need a few requests.
 STOPPED_BOUND_S = 30
 OPS_LOG_SETTLE_S = 2  # the gateway writes its ops log a little after each answer
-
-
-def tree_of(mnt):
-    """{path relative to the mount: bytes, or None for a directory} of everything in a mount."""
-    tree = {}
-    for root, dirs, files in os.walk(mnt):
-        for d in dirs:
-            tree[os.path.relpath(os.path.join(root, d), mnt)] = None
-        for f in files:
-            with open(os.path.join(root, f), "rb") as fh:
-                tree[os.path.relpath(os.path.join(root, f), mnt)] = fh.read()
-    return tree
 
 
 def files_below(root):
@@ -94,6 +90,10 @@ def store(s3_gateway):  # noqa: F811
         else:
             s3_gateway.upload_tree(local, BUCKET, key)
         urls[label] = (f"s3://{BUCKET}/{key}", local)
+    s3_gateway.make_bucket(REPLACED_BUCKET)
+    s3_gateway.upload_tree(os.path.join(REPO, REPLACED_SOURCE), REPLACED_BUCKET, "checkpoint")
+    s3_gateway.make_bucket(REFUSED_BUCKET)
+    s3_gateway.put_bytes(REFUSED_BUCKET, "ckpt/latest", b"global_step1\n")
     return s3_gateway, urls
 
 
@@ -148,28 +148,18 @@ def test_endpoint_flags_instead_of_the_environment(store, ckptfs_bin, monkeypatc
     assert "framework:" in proc.stdout
 
 
-@pytest.fixture(scope="module")
-def refused_bucket(store):
-    """A bucket of its own for the refused requests: after a listing refused with 403, radosgw's POSIX driver
-    (Ceph 20.2) has been seen to list every key of that bucket twice, the second time with wrong sizes."""
-    gateway, _ = store
-    gateway.make_bucket("ckptfs-refused")
-    gateway.put_bytes("ckptfs-refused", "ckpt/latest", b"global_step1\n")
-    return "ckptfs-refused"
-
-
 @pytest.mark.parametrize("case,code", [("wrong-secret", "SignatureDoesNotMatch"), ("no-bucket", "NoSuchBucket"),
                                        ("empty-prefix", "no objects under this prefix")])
-def test_refused_at_mount_with_url_and_code(store, refused_bucket, ckptfs_bin, tmp_path, case, code):
+def test_refused_at_mount_with_url_and_code(store, ckptfs_bin, tmp_path, case, code):
     gateway, _ = store
-    url = f"s3://{refused_bucket}/ckpt"
+    url = f"s3://{REFUSED_BUCKET}/ckpt"
     env = ckptfs_env(gateway)
     if case == "wrong-secret":
         env = ckptfs_env(gateway, secret_key="not-the-secret")
     elif case == "no-bucket":
         url = "s3://ckptfs-no-such-bucket/ckpt"
     else:
-        url = f"s3://{refused_bucket}/nothing-here"
+        url = f"s3://{REFUSED_BUCKET}/nothing-here"
     os.makedirs(tmp_path / "mnt")
     proc = run_with(env, ckptfs_bin, url, tmp_path / "mnt", "-o", "index_cache=off")
     assert proc.returncode == 3, proc.stderr
@@ -189,16 +179,14 @@ def read_errno(path):
 
 def test_object_replaced_under_a_live_mount(store, gateway_env, ckptfs_bin, tmp_path):
     gateway, _ = store
-    # rank files larger than the parse read-ahead (src/io/remote_object.hpp), so that a view read fetches
-    local = os.path.join(REPO, "mount_tests/fixtures/megatron-real/legacy_tp2_pp2/checkpoint")
-    prefix = "replaced/checkpoint"
-    uploaded = gateway.upload_tree(local, BUCKET, prefix)
-    rank_file = max((k for k in uploaded if k.endswith("model_optim_rng.pt")), key=lambda k: os.path.getsize(uploaded[k]))
-    assert os.path.getsize(uploaded[rank_file]) > 1 << 20
-    with foreground(ckptfs_bin, f"s3://{BUCKET}/{prefix}", tmp_path / "mnt") as proc:
+    local = os.path.join(REPO, REPLACED_SOURCE)
+    rank_file = "iter_0000003/mp_rank_00_000/model_optim_rng.pt"
+    assert os.path.getsize(os.path.join(local, rank_file)) > 1 << 20
+    with foreground(ckptfs_bin, f"s3://{REPLACED_BUCKET}/checkpoint", tmp_path / "mnt") as proc:
         mnt = tmp_path / "mnt"
-        data = open(uploaded[rank_file], "rb").read()
-        gateway.put_bytes(BUCKET, rank_file, data[:-1] + bytes([data[-1] ^ 1]))  # same size, another ETag
+        data = open(os.path.join(local, rank_file), "rb").read()
+        # same size, another ETag
+        gateway.put_bytes(REPLACED_BUCKET, f"checkpoint/{rank_file}", data[:-1] + bytes([data[-1] ^ 1]))
         assert read_errno(mnt / "fp32" / "pytorch_model.bin") == errno.EIO
         # the files no replaced object backs are served as before
         with mounted(ckptfs_bin, local, tmp_path / "local") as local_mnt:
@@ -224,6 +212,28 @@ def test_gateway_stopped_then_restarted(store, gateway_env, ckptfs_bin, tmp_path
         assert os.path.isdir(os.path.join(mnt, "fp32"))  # the mount stayed up
         with open(os.path.join(mnt, "fp32", "pytorch_model.bin"), "rb") as f:
             assert f.read() == expected
+
+
+def test_parsing_costs_few_requests_per_rank_file(store, gateway_env, ckptfs_bin):
+    """A torch.save rank file is parsed in a few GETs: its first bytes, its suffix (zip end records and central
+    directory), data.pkl, the storages' local headers together; never much more than the file."""
+    gateway, urls = store
+    url, local = urls["megatron-legacy-real"]
+    time.sleep(OPS_LOG_SETTLE_S)
+    before = len(gateway.ops_log())
+    proc = run_ckptfs(ckptfs_bin, "inspect", url)
+    assert proc.returncode == 0, proc.stderr
+    time.sleep(OPS_LOG_SETTLE_S)
+    per_object = {}
+    for e in object_gets(gateway, before):
+        gets, sent = per_object.get(e["object"], (0, 0))
+        per_object[e["object"]] = (gets + 1, sent + e["bytes_sent"])
+    prefix = url[len(f"s3://{BUCKET}/"):] + "/"
+    rank_files = {k: v for k, v in per_object.items() if k.endswith("model_optim_rng.pt")}
+    assert len(rank_files) == 4, per_object
+    for key, (gets, sent) in rank_files.items():
+        size = os.path.getsize(os.path.join(local, key[len(prefix):]))
+        assert gets <= 10 and sent <= size + (256 << 10), (key, gets, sent, size)
 
 
 def object_gets(gateway, since):

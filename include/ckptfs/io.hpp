@@ -75,6 +75,8 @@ struct Remote {
 };
 using Origin = std::variant<OnDisk, Decoded, Remote>;
 
+inline constexpr uint64_t kRemoteReadGap = uint64_t{256} << 10;  // File::read_gap_bytes of an object
+
 class File {
  public:
   // Opens `path` read-only and records its identity. Throws SourceError naming the path when it cannot
@@ -115,6 +117,11 @@ class File {
   // waiting (posix_fadvise WILLNEED, one call per readahead size of the file's device, since the kernel
   // starts no more than that per call): reads that follow find it there. Best effort: errors are ignored.
   void prefetch(uint64_t offset, uint64_t length) const;
+
+  // How many bytes between two ranges a parse wants cost less to read through than to skip with a request
+  // of their own: 0 for a local file (a pread each), kRemoteReadGap for an object (a GET's latency buys
+  // that many bytes).
+  uint64_t read_gap_bytes() const;
 
   // True while the file at path() still has the identity it had when opened (one stat).
   bool unchanged() const;

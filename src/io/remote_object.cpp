@@ -22,24 +22,27 @@ void RemoteReader::fetch(uint64_t offset, std::span<std::byte> dst) const {
   }
 }
 
+RemoteReader::Block RemoteReader::fetch_block(uint64_t offset, uint64_t length) const {
+  Block block{offset, std::vector<std::byte>(length)};
+  fetch(offset, block.bytes);
+  return block;
+}
+
 void RemoteReader::read(uint64_t offset, std::span<std::byte> dst) const {
   if (dst.size() > kSmallRemoteRead) return fetch(offset, dst);
+  const uint64_t size = info_.size;
+  const uint64_t suffix_start = size - std::min(size, kReadAheadSuffix);
   std::lock_guard lock(mutex_);
-  const auto holds = [&] { return offset >= block_offset_ && offset + dst.size() <= block_offset_ + block_.size(); };
-  if (!holds()) {
-    const uint64_t size = info_.size;
-    uint64_t start = offset;
-    uint64_t end = std::min(size, offset + std::max<uint64_t>(dst.size(), kReadAheadBlock));
-    if (size - offset <= kReadAheadSuffix) {  // near the end: the whole suffix
-      start = std::min(offset, size - std::min(size, kReadAheadSuffix));
-      end = size;
-    }
-    std::vector<std::byte> block(end - start);
-    fetch(start, block);
-    block_ = std::move(block);
-    block_offset_ = start;
+  const Block* from = nullptr;
+  if (offset >= suffix_start) {
+    if (suffix_.bytes.empty()) suffix_ = fetch_block(suffix_start, size - suffix_start);
+    from = &suffix_;
+  } else {
+    if (!block_.holds(offset, dst.size()))
+      block_ = fetch_block(offset, std::min(size, offset + std::max<uint64_t>(dst.size(), kReadAheadBlock)) - offset);
+    from = &block_;
   }
-  std::memcpy(dst.data(), block_.data() + (offset - block_offset_), dst.size());
+  std::memcpy(dst.data(), from->bytes.data() + (offset - from->offset), dst.size());
 }
 
 void RemoteReader::prefetch(uint64_t, uint64_t) const {}
