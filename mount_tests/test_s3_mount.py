@@ -148,6 +148,23 @@ def test_endpoint_flags_instead_of_the_environment(store, ckptfs_bin, monkeypatc
     assert "framework:" in proc.stdout
 
 
+def test_mount_options_instead_of_the_environment(store, ckptfs_bin, tmp_path, monkeypatch):
+    gateway, urls = store
+    url, local = urls["dcp-zstd-real"]
+    env = gateway.env()
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.setenv(k, env[k])
+    options = f"endpoint={gateway.endpoint},region={gateway.region},s3_path_style"
+    with mounted(ckptfs_bin, local, tmp_path / "local") as mnt:
+        expected = open(os.path.join(mnt, "model.safetensors"), "rb").read()
+    with mounted(ckptfs_bin, url, tmp_path / "s3", "-o", options) as mnt:
+        assert open(os.path.join(mnt, "model.safetensors"), "rb").read() == expected
+        with open("/proc/self/mountinfo") as f:
+            assert any(url in line and str(tmp_path / "s3") in line for line in f)  # fsname: the URL
+
+
 @pytest.mark.parametrize("case,code", [("wrong-secret", "SignatureDoesNotMatch"), ("no-bucket", "NoSuchBucket"),
                                        ("empty-prefix", "no objects under this prefix")])
 def test_refused_at_mount_with_url_and_code(store, ckptfs_bin, tmp_path, case, code):
