@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace ckptfs::s3 {
@@ -51,6 +52,10 @@ std::optional<PathState> path_state(const std::filesystem::path& path);
 
 // Whether `path` names an object-store source or something below one (s3://...).
 bool is_remote(const std::filesystem::path& path);
+
+// std::filesystem::canonical for a local path (symlinks, `.`, `..` and trailing slashes resolved; `ec` set
+// when it does not exist); a remote path as it is, already in its one spelling.
+std::filesystem::path canonical(const std::filesystem::path& path, std::error_code& ec);
 
 // Lists every object under `url` once (ListObjectsV2, all pages) and registers the listing, so that the
 // functions above and File::open answer for paths below it; returns the source's path (url.str()).

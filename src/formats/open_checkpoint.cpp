@@ -71,12 +71,10 @@ const Tag& Checkpoint::latest_tag() const {
 namespace {
 
 // `source` with symlinks, `.`, `..` and trailing slashes resolved: adapters take tag names from the last
-// path component, so "ckpt/", "./ckpt" and a link to ckpt must all read as ckpt. An object-store source
-// is already in its one spelling (io::open_remote_source).
+// path component, so "ckpt/", "./ckpt" and a link to ckpt must all read as ckpt.
 fs::path resolved(const fs::path& source) {
-  if (io::is_remote(source)) return source;
   std::error_code ec;
-  fs::path p = fs::canonical(source, ec);
+  fs::path p = io::canonical(source, ec);
   if (ec) throw SourceError(fmt::format("{}: {}", source.string(), ec == std::errc::no_such_file_or_directory
                                                                        ? "no such file or directory"
                                                                        : ec.message()));

@@ -41,9 +41,8 @@ constexpr std::string_view kNoBuildId = "this ckptfs has no build id (linked wit
 }
 
 fs::path canonical_source(const fs::path& source) {
-  if (io::is_remote(source)) return source;  // its one spelling; the ETags in the index say the rest
   std::error_code ec;
-  fs::path p = fs::canonical(source, ec);
+  fs::path p = io::canonical(source, ec);
   return ec ? fs::absolute(source).lexically_normal() : p;
 }
 

@@ -26,6 +26,11 @@ std::string human_size(uint64_t bytes) {
 
 bool is_remote(const fs::path& path) { return remote_tree::is_s3_path(path); }
 
+fs::path canonical(const fs::path& path, std::error_code& ec) {
+  ec.clear();
+  return is_remote(path) ? path : fs::canonical(path, ec);
+}
+
 bool is_file(const fs::path& path) {
   if (is_remote(path)) return remote_tree::kind(path) == remote_tree::Kind::file;
   std::error_code ec;
