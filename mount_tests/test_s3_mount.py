@@ -184,7 +184,8 @@ def test_mount_options_instead_of_the_environment(store, ckptfs_bin, tmp_path, m
 
 
 @pytest.mark.parametrize("case,code", [("wrong-secret", "SignatureDoesNotMatch"), ("no-bucket", "NoSuchBucket"),
-                                       ("empty-prefix", "no objects under this prefix")])
+                                       ("empty-prefix", "no objects under this prefix"),
+                                       ("unreachable", "http://127.0.0.1:9")])
 def test_refused_at_mount_with_url_and_code(store, ckptfs_bin, tmp_path, case, code):
     gateway, _ = store
     url = f"s3://{REFUSED_BUCKET}/ckpt"
@@ -193,6 +194,8 @@ def test_refused_at_mount_with_url_and_code(store, ckptfs_bin, tmp_path, case, c
         env = ckptfs_env(gateway, secret_key="not-the-secret")
     elif case == "no-bucket":
         url = "s3://ckptfs-no-such-bucket/ckpt"
+    elif case == "unreachable":  # nothing listens on the discard port: refused, retried within the bound
+        env["AWS_ENDPOINT_URL"] = "http://127.0.0.1:9"
     else:
         url = f"s3://{REFUSED_BUCKET}/nothing-here"
     os.makedirs(tmp_path / "mnt")
