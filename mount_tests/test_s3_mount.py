@@ -216,11 +216,14 @@ def read_errno(path):
 
 
 def test_object_replaced_under_a_live_mount(store, gateway_env, ckptfs_bin, tmp_path):
+    """A read that needs the store after an object was replaced gets EIO (bytes already in the block cache
+    are the mounted version's and would be served as they are: a 1 MiB cache, smaller than the rank file,
+    makes the read fetch)."""
     gateway, _ = store
     local = os.path.join(REPO, REPLACED_SOURCE)
     rank_file = "iter_0000003/mp_rank_00_000/model_optim_rng.pt"
     assert os.path.getsize(os.path.join(local, rank_file)) > 1 << 20
-    with foreground(ckptfs_bin, f"s3://{REPLACED_BUCKET}/checkpoint", tmp_path / "mnt") as proc:
+    with foreground(ckptfs_bin, f"s3://{REPLACED_BUCKET}/checkpoint", tmp_path / "mnt", "-o", "cache_mb=1") as proc:
         mnt = tmp_path / "mnt"
         data = open(os.path.join(local, rank_file), "rb").read()
         # same size, another ETag
@@ -298,3 +301,31 @@ def test_remount_of_unchanged_prefix_sends_no_get(store, gateway_env, ckptfs_bin
             assert not gets, [e.get("object") for e in gets]
             ops = {e["operation"] for e in gateway.ops_log()[before:]}
             assert ops <= {"list_bucket"}, ops
+
+
+def test_a_view_fetches_what_it_reads_and_says_so(store, gateway_env, ckptfs_bin, tmp_path):
+    """Reading one view from the store (index loaded, so no parse request) fetches at most 1.05x the source
+    bytes inspect says it reads, plus the block cache's 64 KiB alignment per object; ckptfs-stats.json's
+    figures agree with the gateway's own log of the bytes it sent, and count what was served."""
+    gateway, urls = store
+    url, _ = urls["deepspeed-z3-real"]
+    proc = run_ckptfs(ckptfs_bin, "inspect", "--json", url)
+    assert proc.returncode == 0, proc.stderr
+    views = {v["path"]: v for v in json.loads(proc.stdout)["tags"][0]["views"]}
+    reads = views["fp32/model.safetensors"]["reads"]
+    cache = tmp_path / "index"
+    with mounted(ckptfs_bin, url, tmp_path / "warm", index_cache=cache):
+        pass  # writes the index: the next mount parses nothing
+    time.sleep(OPS_LOG_SETTLE_S)
+    before = len(gateway.ops_log())
+    with mounted(ckptfs_bin, url, tmp_path / "mnt", "-o", "stats", index_cache=cache) as mnt:
+        data = open(os.path.join(mnt, "fp32", "model.safetensors"), "rb").read()
+        with open(os.path.join(mnt, "ckptfs-stats.json")) as f:
+            stats = json.load(f)
+    time.sleep(OPS_LOG_SETTLE_S)
+    sent = sum(e["bytes_sent"] for e in object_gets(gateway, before))
+    fetched = stats[f"fetched from {url}"]
+    objects = len(fetched["objects"])
+    assert reads <= fetched["fetched"] <= 1.05 * reads + objects * (128 << 10), (reads, fetched)
+    assert fetched["fetched"] == sent, (fetched, sent)
+    assert stats["served"]["fp32/model.safetensors"] == len(data)

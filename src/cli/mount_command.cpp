@@ -19,6 +19,7 @@
 #include "cli/arguments.hpp"
 #include "cli/commands.hpp"
 #include "cli/source_argument.hpp"
+#include "io/remote_object.hpp"
 
 namespace ckptfs::cli {
 
@@ -66,6 +67,11 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      region=R         the store's region (default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1)
      s3_path_style    http://HOST/BUCKET/KEY addressing (the default for a custom endpoint)
      s3_no_sign       anonymous requests (a public bucket)
+     cache_mb=N       s3:// sources: memory for fetched bytes, in MiB (default 256; LRU, GETs in flight
+                      included: docs/s3.md)
+     cache_dir=DIR    s3:// sources: also keep fetched bytes in DIR, reused by later mounts and
+                      checked against each object's ETag; cache_dir_mb=N bounds it (default 8192)
+     s3_connections=N s3:// sources: at most N ranged GETs in flight (default 16)
      stats            add ckptfs-stats.json at the root: the daemon's figures (bytes served per
                       file so far, and for s3:// sources what was fetched) at each open
      index_cache=DIR  where the index of SRC is kept (default $XDG_CACHE_HOME/ckptfs, else
@@ -82,6 +88,7 @@ struct MountArguments {
   std::string source_text;  // as given: a path, or s3://BUCKET/PREFIX
   fs::path source, mountpoint;
   s3::Options s3;
+  s3::BlockCacheOptions remote_cache;  // -o cache_mb=, cache_dir=, cache_dir_mb=, s3_connections=
   OpenOptions open;
   fuse::ServeOptions serve;
   std::optional<unsigned> max_open;
@@ -139,6 +146,15 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.s3.path_style = true;
   } else if (option == "s3_no_sign") {
     m.s3.no_sign = true;
+  } else if (option.starts_with("cache_mb=")) {
+    m.remote_cache.memory_bytes = uint64_t{parse_number(option, 1)} << 20;
+  } else if (option.starts_with("cache_dir=")) {
+    if (option.size() == 10) throw UsageError(fmt::format("-o {}: expected a directory", option));
+    m.remote_cache.dir = fs::absolute(option.substr(10));
+  } else if (option.starts_with("cache_dir_mb=")) {
+    m.remote_cache.dir_bytes = uint64_t{parse_number(option, 1)} << 20;
+  } else if (option.starts_with("s3_connections=")) {
+    m.remote_cache.connections = parse_number(option, 1);
   } else if (option.starts_with("prefetch=")) {
     m.serve.prefetch_mb = parse_number(option, 0);
   } else if (option.starts_with("source_check_ms=")) {
@@ -210,6 +226,7 @@ int run_mount(int argc, char** argv) {
   try {
     MountArguments m = parse(argc, argv);
     m.serve.mountpoint = fuse::check_mountpoint(m.mountpoint.string());  // before the long indexing
+    io::set_remote_cache_options(m.remote_cache);
     m.source = open_source(m.source_text, m.s3);
     if (m.max_open) io::set_max_open_files(*m.max_open);
     if (m.decoded_cache_mb) io::set_decoded_cache_bytes(uint64_t{*m.decoded_cache_mb} << 20);

@@ -34,7 +34,7 @@ std::shared_ptr<File> File::open(const std::filesystem::path& path) {
     identity.etag = object->info.etag;
     identity.last_modified = object->info.last_modified;
     std::shared_ptr<File> file(new File(path, std::move(identity)));
-    file->origin_ = Remote{std::make_shared<RemoteReader>(object->client, object->bucket, object->info)};
+    file->origin_ = Remote{std::make_shared<RemoteReader>(object->cache, object->bucket, object->info)};
     return file;
   }
   auto [fd, identity] = open_source(path);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ckptfs/io_tree.hpp"
+#include "ckptfs/live_stats.hpp"
 
 namespace ckptfs::io {
 namespace remote_tree {
@@ -34,6 +35,7 @@ std::string joined(const std::vector<std::string>& parts, size_t from) {
 // One source's listing: its objects and directories by path relative to the source ("" is the source).
 struct Tree {
   std::shared_ptr<s3::Client> client;
+  std::shared_ptr<const RemoteCache> cache;
   std::vector<std::string> root;  // bucket, then the prefix's parts
   std::map<std::string, s3::ObjectInfo> files;
   std::map<std::string, std::map<std::string, bool>> dirs;
@@ -106,7 +108,7 @@ std::optional<Object> object(const std::filesystem::path& path) {
   const Found f = find(path);
   const auto it = f.tree->files.find(f.relative);
   if (it == f.tree->files.end() || f.tree->dirs.contains(f.relative)) return std::nullopt;
-  return Object{f.tree->client, f.tree->root[0], it->second};
+  return Object{f.tree->cache, f.tree->root[0], it->second};
 }
 
 std::map<std::string, bool> children(const std::filesystem::path& path) {
@@ -120,6 +122,7 @@ std::map<std::string, bool> children(const std::filesystem::path& path) {
 std::filesystem::path open_remote_source(const s3::Url& url, std::shared_ptr<s3::Client> client) {
   auto tree = std::make_shared<remote_tree::Tree>();
   tree->client = client;
+  tree->cache = std::make_shared<RemoteCache>(client);
   tree->root = remote_tree::components(url.str());
   const std::string prefix = remote_tree::joined(tree->root, 1);
   const std::filesystem::path source = fmt::format("s3://{}", remote_tree::joined(tree->root, 0));
@@ -132,6 +135,7 @@ std::filesystem::path open_remote_source(const s3::Url& url, std::shared_ptr<s3:
       if (info.key == prefix) tree->files[""] = info;
   if (tree->files.empty())
     throw SourceError(fmt::format("{}: no objects under this prefix", source.string()));
+  live_stats::add_section("fetched from " + source.string(), [cache = tree->cache] { return cache->figures(); });
   std::lock_guard lock(remote_tree::registry().mutex);
   remote_tree::registry().trees.push_back(std::move(tree));
   return source;

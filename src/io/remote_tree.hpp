@@ -9,12 +9,13 @@
 #include <string>
 
 #include "ckptfs/s3.hpp"
+#include "io/remote_object.hpp"
 
 namespace ckptfs::io::remote_tree {
 
 // An object below a registered source, as its listing showed it.
 struct Object {
-  std::shared_ptr<s3::Client> client;
+  std::shared_ptr<const RemoteCache> cache;  // the source's, over its client
   std::string bucket;
   s3::ObjectInfo info;
 };
