@@ -127,7 +127,8 @@ class File {
   bool unchanged() const;
   // As unchanged(), but trusts a check that passed less than `interval` ago instead of making another
   // (a mount checks every source of a file on each open: a 1,024-rank view would cost 1,024 stats per
-  // open). A file once found changed stays changed: its ctime never goes back.
+  // open). A file once found changed stays changed: its ctime never goes back (a stat that fails is no
+  // finding: the next check tries again).
   bool unchanged_within(std::chrono::nanoseconds interval) const;
 
  private:
@@ -135,6 +136,9 @@ class File {
   void read_on_disk(const OnDisk& disk, uint64_t offset, std::span<std::byte> dst) const;
   void prefetch_on_disk(const OnDisk& disk, uint64_t offset, uint64_t length) const;
   bool on_disk_unchanged_within(std::chrono::nanoseconds interval) const;
+  // The file at path_ against the identity indexed: the same, another (changed), or no answer from stat.
+  enum class DiskState { same, changed, unreadable };
+  DiskState on_disk_state() const;
   const OnDisk& on_disk() const;  // throws std::logic_error for the other origins
   std::filesystem::path path_;
   FileIdentity identity_;

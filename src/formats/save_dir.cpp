@@ -26,6 +26,10 @@ std::vector<fs::path> side_files(const fs::path& dir, const std::function<bool(c
   return out;
 }
 
+bool is_decimal(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 std::optional<std::string> read_tracker(const fs::path& file) {
   auto read = io::read_small_file(file, uint64_t{1} << 20);
   if (!read) return std::nullopt;

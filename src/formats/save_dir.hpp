@@ -14,6 +14,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,10 @@ std::vector<std::filesystem::path> side_files(const std::filesystem::path& dir,
 // The text of a tracker file (DeepSpeed's `latest`, Megatron-LM's and verl's
 // latest_checkpointed_iteration.txt) without surrounding white space; nullopt when there is no such file.
 std::optional<std::string> read_tracker(const std::filesystem::path& file);
+
+// True when `text` is one or more ASCII digits (a step or iteration number as trackers and dir names
+// write it). A scan, not std::regex, whose recursion per character overflows the stack on long input.
+bool is_decimal(std::string_view text);
 
 // A tracker file and the tag it names: `what` the tag is in the framework's words ("iteration dir").
 struct Tracked {

@@ -146,10 +146,7 @@ uint64_t File::read_gap_bytes() const { return std::holds_alternative<Remote>(or
 
 bool File::unchanged() const {
   return std::visit(Overloaded{
-                        [&](const OnDisk&) {
-                          struct stat st {};
-                          return ::stat(path_.c_str(), &st) == 0 && identity_of(st) == identity_;
-                        },
+                        [&](const OnDisk&) { return on_disk_state() == DiskState::same; },
                         [](const Decoded& decoded) { return decoded.item->backing()->unchanged(); },
                         // the listing taken at the mount is trusted; every read is pinned to its ETag
                         [](const Remote&) { return true; },
@@ -172,12 +169,19 @@ bool File::on_disk_unchanged_within(std::chrono::nanoseconds interval) const {
                           std::chrono::steady_clock::now().time_since_epoch()).count();
   const int64_t checked = checked_at_ns_.load(std::memory_order_relaxed);
   if (checked != INT64_MIN && now - checked < interval.count()) return true;
-  if (!unchanged()) {
-    changed_.store(true, std::memory_order_relaxed);
-    return false;
+  switch (on_disk_state()) {
+    case DiskState::same: break;
+    case DiskState::changed: changed_.store(true, std::memory_order_relaxed); return false;
+    case DiskState::unreadable: return false;  // not for good: a failed stat (ESTALE, EIO) may pass next time
   }
   checked_at_ns_.store(now, std::memory_order_relaxed);
   return true;
+}
+
+File::DiskState File::on_disk_state() const {
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0) return DiskState::unreadable;
+  return identity_of(st) == identity_ ? DiskState::same : DiskState::changed;
 }
 
 FileRange::FileRange(FilePtr file) : file_(std::move(file)), base_(0), length_(file_->size()) {}

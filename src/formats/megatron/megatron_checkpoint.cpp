@@ -3,7 +3,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <regex>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io_tree.hpp"
@@ -21,8 +20,8 @@ namespace {
 constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
 
 bool is_iteration_name(const std::string& name) {
-  static const std::regex kIter(R"(iter_\d{7,})");
-  return name == "release" || std::regex_match(name, kIter);
+  return name == "release" || (name.starts_with("iter_") && name.size() >= 12 &&
+                               formats::is_decimal(std::string_view(name).substr(5)));
 }
 
 bool is_iteration_dir(const fs::path& dir) { return is_legacy_iteration(dir) || is_torch_dist_iteration(dir); }
@@ -39,9 +38,7 @@ std::optional<std::string> tracked_iteration(const fs::path& root) {
   if (!tracked) return std::nullopt;
   std::string text = *tracked;
   if (text == "release") return text;
-  // A digit scan, not std::regex: its recursion per character overflows the stack on a long tracker.
-  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
-  if (text.empty() || !std::all_of(text.begin(), text.end(), is_digit))
+  if (!formats::is_decimal(text))
     throw FormatError(fmt::format("{}: holds '{}', expected an iteration number or 'release'",
                                   (root / kTracker).string(), text.substr(0, 40)));
   // Megatron formats int(text) with %07d: digits as they are, leading zeros dropped, padded to 7 (no integer

@@ -5,7 +5,6 @@
 #include <re2/re2.h>
 
 #include <algorithm>
-#include <regex>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io_tree.hpp"
@@ -25,8 +24,7 @@ namespace {
 constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
 
 bool is_step_name(const std::string& name) {
-  static const std::regex kStep(R"(global_step_\d+)");
-  return std::regex_match(name, kStep);
+  return name.starts_with("global_step_") && formats::is_decimal(std::string_view(name).substr(12));
 }
 
 std::vector<fs::path> role_dirs(const fs::path& step) { return formats::sorted_subdirs(step, formats::verl::is_role_dir); }
@@ -37,8 +35,7 @@ bool is_step_dir(const fs::path& dir) { return is_step_name(dir.filename().strin
 std::optional<formats::Tracked> tracked_step(const fs::path& root) {
   const auto text = formats::read_tracker(root / kTracker);
   if (!text) return std::nullopt;
-  static const std::regex kNumber(R"(\d{1,18})");
-  if (!std::regex_match(*text, kNumber))
+  if (!formats::is_decimal(*text) || text->size() > 18)  // std::stoll's range
     throw FormatError(fmt::format("{}: holds '{}', expected a step number", (root / kTracker).string(), text->substr(0, 40)));
   return formats::Tracked{root / kTracker, "global_step_" + std::to_string(std::stoll(*text)), "step dir"};
 }
