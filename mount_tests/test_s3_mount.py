@@ -241,17 +241,17 @@ def test_gateway_stopped_then_restarted(store, gateway_env, ckptfs_bin, tmp_path
     gateway, urls = store
     url, local = urls["megatron-legacy-real"]
     with mounted(ckptfs_bin, local, tmp_path / "local") as mnt:
-        expected = open(os.path.join(mnt, "fp32", "pytorch_model.bin"), "rb").read()
+        expected = open(os.path.join(mnt, "model.safetensors"), "rb").read()
     with mounted(ckptfs_bin, url, tmp_path / "s3") as mnt:
         gateway.stop()
         try:
             started = time.monotonic()
-            assert read_errno(os.path.join(mnt, "fp32", "pytorch_model.bin")) == errno.EIO
+            assert read_errno(os.path.join(mnt, "model.safetensors")) == errno.EIO
             assert time.monotonic() - started < STOPPED_BOUND_S
         finally:
             gateway.start()
         assert os.path.isdir(os.path.join(mnt, "fp32"))  # the mount stayed up
-        with open(os.path.join(mnt, "fp32", "pytorch_model.bin"), "rb") as f:
+        with open(os.path.join(mnt, "model.safetensors"), "rb") as f:
             assert f.read() == expected
 
 

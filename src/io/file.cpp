@@ -19,7 +19,7 @@
 namespace ckptfs::io {
 
 File::File(std::filesystem::path path, FileIdentity identity)
-    : path_(std::move(path)), identity_(identity) {}
+    : path_(std::move(path)), identity_(std::move(identity)) {}
 
 File::~File() {
   if (const auto* disk = std::get_if<OnDisk>(&origin_); disk != nullptr && disk->slot) fd_cache::forget(*disk->slot);

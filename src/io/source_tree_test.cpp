@@ -15,8 +15,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A tree of the test's own (ctest runs the tests of this file at once).
 fs::path make_tree() {
-  const fs::path root = fs::path(testing::TempDir()) / "io_tree";
+  const fs::path root =
+      fs::path(testing::TempDir()) / (std::string("io_tree_") + testing::UnitTest::GetInstance()->current_test_info()->name());
   fs::remove_all(root);
   fs::create_directories(root / "global_step1");
   std::ofstream(root / "latest") << "global_step1\n";
