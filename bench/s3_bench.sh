@@ -3,14 +3,16 @@
 # The store: Ceph's radosgw with its POSIX driver (mount_tests/s3_gateway.py, the tests' gateway, in the
 # Debian unstable chroot) on 127.0.0.1, holding the 64-rank bench checkpoint (bench_z3_dp64 of
 # mount_tests/gen/generate.py: 128 shard files, 3.24 GB; every merged view is made from its 1.08 GB of fp32
-# masters). Two configurations: "loopback" (clients talk to the gateway directly) and "+1 ms" (every request
-# waits 1 ms in a relay in front of it, bench/s3_delay_proxy.py: this kernel has no sch_netem for `tc netem`,
-# and the slow passthrough of latency_bench.sh under the gateway's POSIX root would delay every 128 KiB the
-# gateway reads from its disk, a bandwidth cap, not a per-request latency). Cases, each cold (caches dropped,
-# fresh mounts, index cache off, no disk cache):
+# masters). Three configurations: "loopback" (clients talk to the gateway directly), "relay +1 ms" (every
+# request waits 1 ms in a relay in front of it, bench/s3_delay_proxy.py: this kernel has no sch_netem for
+# `tc netem`, and the slow passthrough of latency_bench.sh under the gateway's POSIX root would delay every
+# 128 KiB the gateway reads from its disk, a bandwidth cap, not a per-request latency) and "relay +0 ms" (the
+# same relay without the delay: what the relay itself costs, two more loopback hops per byte on 2 CPUs).
+# Cases, each cold (caches dropped, fresh mounts, index cache off, no disk cache):
 #   (a) `ckptfs s3://BUCKET/PREFIX MNT -o endpoint=...,s3_path_style,s3_connections=N`, then cat of
 #       fp32/model.safetensors, and on another fresh mount of model.safetensors; skipped, saying why, when the
-#       binary refuses s3:// (extra mount options: CKPTFS_S3_OPTS="opt=v,...");
+#       binary refuses s3:// (a binary without -o s3_connections mounts without it; more mount options:
+#       CKPTFS_S3_OPTS="opt=v,...");
 #   (b) every object downloaded with N parallel connections (one curl, --parallel, SigV4), then
 #       `ckptfs export` of the local copy (every view, to WORKDIR); and "b fp32": the download, then a local
 #       mount and cat of fp32/model.safetensors (the least a download-first reader pays);
@@ -27,10 +29,10 @@
 #       WORKDIR       default build/bench (the 64-rank checkpoint is shared with the other benches)
 #       --ranks N     the bench model saved at N ranks instead of 64 (generate.py's generate_bench)
 #       --dims ...    the bench model's vocab,hidden,ffn,layers (default 32003,1031,4099,28); a quick check:
-#                     --ranks 8 --dims 8009,515,2053,4 (27 MB of masters, 16 objects; ~1 min)
+#                     --ranks 8 --dims 8009,515,2053,4 (50 MB of masters, 151 MB in 17 objects; ~1 min)
 #       --connections N   parallel connections of every client (default 8)
 #   CKPTFS_BIN: the binary (default build/ckptfs). Root (FUSE, drop_caches, the chroot). Installs Debian's s3fs
-#   with apt-get when it is missing. The full size takes ~10 min on 2 CPUs, disk ~10 GB (store, download,
+#   with apt-get when it is missing. The full size takes ~10 min on 2 CPUs (?), disk ~10 GB (store, download,
 #   export). Every mount is made under WORKDIR/mnt and unmounted at the end, the gateway stopped and its
 #   state (CHROOT/tmp/ckptfs-rgw-*) removed.
 set -euo pipefail
@@ -50,8 +52,10 @@ done
 bench_setup "$workdir"  # $work, $bin
 [ "$(id -u)" -eq 0 ] || { echo "run as root (FUSE mounts, drop_caches, the chroot)" >&2; exit 1; }
 sid=${CKPTFS_SID_CHROOT:-/var/cache/ckptfs/sid}
-[ -x "$sid/usr/bin/radosgw" ] ||
-  { echo "no radosgw in the unstable chroot $sid (mount_tests/modern/setup_chroot.sh with CKPTFS_CHROOT_SUITE=sid)" >&2; exit 1; }
+[ -x "$sid/usr/bin/radosgw" ] || {
+  echo "no radosgw in the unstable chroot $sid (mount_tests/modern/setup_chroot.sh, CKPTFS_CHROOT_SUITE=sid)" >&2
+  exit 1
+}
 command -v s3fs >/dev/null || apt-get install -y --no-install-recommends s3fs >/dev/null ||
   { echo "s3fs is needed (apt-get install s3fs failed)" >&2; exit 1; }
 mkdir -p "$work/mnt"
