@@ -27,8 +27,6 @@ PREFIX = "ckpt"
 VIEWS = {"fp32": "fp32/model.safetensors", "bf16": "model.safetensors"}
 READ_TIMEOUT = 900
 OPS_SETTLE_S = 1.5  # the ops log is written a little after each answer: quiet this long = complete
-TARGETS = {"a_fetched_over_needed": ("<=", 1.05), "a_vs_b_end_to_end_fp32": (">=", 2.0),
-           "a_rate_vs_b_download_rate": (">=", 0.8), "a_vs_c_fp32": (">", 1.0)}
 
 
 # ---- machine helpers ------------------------------------------------------------------------------------
@@ -310,39 +308,49 @@ class Bench:
 
 
 # ---- report -------------------------------------------------------------------------------------------------
+RATIOS = (  # name, heading, target (operator, value) or None
+    ("a_fetched_over_needed", "(a) fp32: fetched / needed", ("<=", 1.05)),
+    ("a_bf16_fetched_over_needed", "(a) bf16: fetched / needed", ("<=", 1.05)),
+    ("a_vs_b_end_to_end_fp32", "(b export) s / (a fp32) s", (">=", 2.0)),
+    ("a_rate_vs_b_download_rate", "(a fp32) GB/s fetched / (b) download GB/s", (">=", 0.8)),
+    ("a_vs_c_fp32", "(c fp32) s / (a fp32) s", (">", 1.0)),
+    ("c_fetched_over_needed", "(c) fp32: fetched / needed", None))
+
+
 def ratios(rows, needed):
-    """The issue's four ratios per config (None where a side was not measured)."""
+    """The issue's ratios per config (None where a side was not measured)."""
     by = {(r["config"], r["case"]): r for r in rows}
     out = {}
     for config in dict.fromkeys(r["config"] for r in rows):
         a, a16 = by.get((config, "a fp32")), by.get((config, "a bf16"))
         b, c = by.get((config, "b export")), by.get((config, "c fp32"))
-        q = {}
-        q["a_fetched_over_needed"] = a and a["get_bytes"] / needed
-        q["a_bf16_fetched_over_needed"] = a16 and a16["get_bytes"] / needed
-        q["a_vs_b_end_to_end_fp32"] = a and b and b["seconds"] / a["seconds"]
-        q["a_rate_vs_b_download_rate"] = a and b and ((a["get_bytes"] / a["seconds"])
-                                                     / (b["get_bytes"] / b["download_s"]))
-        q["a_vs_c_fp32"] = a and c and c["seconds"] / a["seconds"]
-        q["c_fetched_over_needed"] = c and c["get_bytes"] / needed
-        out[config] = q
+        out[config] = {
+            "a_fetched_over_needed": a and a["get_bytes"] / needed,
+            "a_bf16_fetched_over_needed": a16 and a16["get_bytes"] / needed,
+            "a_vs_b_end_to_end_fp32": a and b and b["seconds"] / a["seconds"],
+            "a_rate_vs_b_download_rate": a and b and fetch_rate(a) / fetch_rate(b),
+            "a_vs_c_fp32": a and c and c["seconds"] / a["seconds"],
+            "c_fetched_over_needed": c and c["get_bytes"] / needed}
     return out
 
 
-def verdict(name, value):
-    if name not in TARGETS:
-        return ""
-    op, t = TARGETS[name]
-    if value is None:
-        return f"{op} {t}: not measured"
+def fetch_rate(row):
+    """GB/s of the bytes fetched, over the download (b) or the whole case (a, c)."""
+    return row["get_bytes"] / row.get("download_s", row["seconds"]) / 1e9
+
+
+def verdict(target, value):
+    if target is None or value is None:
+        return "" if target is None else "not measured"
+    op, t = target
     ok = value <= t if op == "<=" else value >= t if op == ">=" else value > t
-    return f"{op} {t}: {'met' if ok else '**not met**'}"
+    return "met" if ok else "**not met**"
 
 
 def table(rows, needed):
     lines = ["| config | case | seconds | mount s | download s | read / export s | view bytes | bytes fetched (GET) "
-             "| GETs | requests | fetched / needed | peak RSS (MiB) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| GETs | requests | fetched / needed | GB/s fetched | peak RSS (MiB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda r, k: f"{r[k]:.2f}" if k in r else "—"  # noqa: E731
     for r in rows:
         rss = ", ".join(f"{k} {v / 1024:.0f}" for k, v in r["rss_kib"].items() if v)
@@ -351,7 +359,19 @@ def table(rows, needed):
             got += f" (mount: {r['mount_get_bytes']:,} in {r['mount_requests']} requests)"
         lines.append(f"| {r['config']} | {r['case']} | {r['seconds']:.2f} | {f(r, 'mount_s')} | {f(r, 'download_s')} | "
                      f"{r.get('read_s', r.get('export_s', 0)):.2f} | {r['view_bytes']:,} | {got} | "
-                     f"{r['gets']} | {r['requests']} | {r['get_bytes'] / needed:.2f} | {rss} |")
+                     f"{r['gets']} | {r['requests']} | {r['get_bytes'] / needed:.2f} | {fetch_rate(r):.2f} | {rss} |")
+    return lines
+
+
+def ratio_table(q):
+    lines = ["| config | " + " | ".join(h for _, h, _ in RATIOS) + " |", "|---|" + "---|" * len(RATIOS),
+             "| target | " + " | ".join(f"{t[0]} {t[1]}" if t else "" for _, _, t in RATIOS) + " |"]
+    for config, vals in q.items():
+        cells = []
+        for name, _, target in RATIOS:
+            v = vals[name]
+            cells.append("—" if v is None else f"{v:.2f}" + (f" ({verdict(target, v)})" if target else ""))
+        lines.append(f"| {config} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -376,38 +396,28 @@ def plot(rows, path):
     plt.close(fig)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--ranks", type=int, default=64)
-    ap.add_argument("--dims", type=lambda s: [int(x) for x in s.split(",")], default=None,
-                    help="vocab,hidden,ffn,layers of the bench model (default: generate.py's BENCH_DIMS)")
-    ap.add_argument("--connections", type=int, default=8)
-    ap.add_argument("--delay-ms", type=float, default=1.0)
-    ap.add_argument("--doc", default="-", help="markdown page to write (table, facts, targets); - for none")
-    ap.add_argument("--command", default="bash bench/s3_bench.sh")
-    args = ap.parse_args()
+def measure_all(args):
+    """Every configuration and case; returns the results (facts, rows, what was skipped)."""
     t_start = time.time()
     case_dir = checkpoint(args.work, args.ranks, args.dims)
     src = os.path.join(case_dir, "checkpoint")
     with open(os.path.join(case_dir, "case.json")) as f:
         needed = json.load(f)["fp32_master_bytes"]  # what every merged view here is made from
     bench = Bench(args)
-    facts = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "nproc": os.cpu_count(),
-             "loadavg_start": open("/proc/loadavg").read().split()[:3], "checkpoint": src, "ranks": args.ranks,
+    version = subprocess.run([args.bin, "--version"], capture_output=True, text=True).stdout.strip()
+    facts = {"command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+             "nproc": os.cpu_count(), "loadavg_start": loadavg(), "checkpoint": src, "ranks": args.ranks,
              "connections": args.connections, "delay_ms": args.delay_ms, "fp32_master_bytes": needed,
-             "binary": args.bin, "binary_version": subprocess.run([args.bin, "--version"], capture_output=True,
-                                                                   text=True).stdout.strip()}
+             "binary": args.bin, "binary_version": version}
     try:
         bench.start_store(src)
-        facts.update(objects=len(bench.keys), object_bytes=bench.object_bytes, upload_s=round(bench.upload_s, 1),
-                     gateway="radosgw (Ceph) POSIX driver, " + s3_gateway.SID)
+        facts.update(objects=len(bench.keys), object_bytes=bench.object_bytes, upload_s=round(bench.upload_s, 1))
         print(f"store: {len(bench.keys)} objects, {bench.object_bytes} bytes uploaded in {bench.upload_s:.1f} s; "
               f"the views need {needed} bytes (fp32 masters)", flush=True)
         a_works = True
         # the relay itself costs CPU (2 more loopback hops per byte): "relay +0 ms" isolates the delay's effect
-        for config, delay in (("loopback", None), ("relay +0 ms", 0), (f"relay +{args.delay_ms:g} ms", args.delay_ms)):
+        configs = (("loopback", None), ("relay +0 ms", 0), (f"relay +{args.delay_ms:g} ms", args.delay_ms))
+        for config, delay in configs:
             bench.configure(delay)
             for view in VIEWS:
                 if a_works and bench.measure(config, f"a {view}", bench.case_a(view)) is None:
@@ -418,46 +428,77 @@ def main():
                 bench.measure(config, f"c {view}", bench.case_c(view))
     finally:
         bench.close()
-    facts["loadavg_end"] = open("/proc/loadavg").read().split()[:3]
-    facts["bench_s"] = round(time.time() - t_start)
-    q = ratios(bench.results, needed)
-    result = {"facts": facts, "results": bench.results, "ratios": q, "skipped": bench.skipped}
-    with open(os.path.join(bench.out, "results.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    lines = table(bench.results, needed)
-    lines += ["", "| config | ratio | value | target |", "|---|---|---|---|"]
-    for config, vals in q.items():
-        for name, v in vals.items():
-            lines.append(f"| {config} | {name} | {'—' if v is None else f'{v:.2f}'} | {verdict(name, v)} |")
+    facts.update(loadavg_end=loadavg(), bench_s=round(time.time() - t_start))
+    return {"facts": facts, "results": bench.results, "ratios": ratios(bench.results, needed),
+            "skipped": bench.skipped}
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def report(result, doc_path):
+    """Prints the tables; writes the page (and its JSON and plot beside it) unless doc_path is "-"."""
+    facts, rows = result["facts"], result["results"]
+    lines = table(rows, facts["fp32_master_bytes"]) + ["", "The issue's targets:", ""] + ratio_table(result["ratios"])
     print("\n".join(lines))
-    for case, why in bench.skipped.items():
-        print(f"(a) not measured: {case}: {why}")
-    print(f"results: {os.path.join(bench.out, 'results.json')}; {facts['bench_s']} s in all")
-    if args.doc != "-":
-        write_doc(args, facts, lines, bench, os.path.join(bench.out, "results.json"))
-
-
-def write_doc(args, facts, lines, bench, json_path):
-    has_a = any(r["case"].startswith("a ") for r in bench.results)
-    png = os.path.splitext(args.doc)[0] + ".png"
+    skipped = [f"{case}: {why}" for case, why in result["skipped"].items()]
+    for s in skipped:
+        print(f"(a) not measured: {s}")
+    if doc_path == "-":
+        return
+    base = os.path.splitext(doc_path)[0]
+    has_a = any(r["case"].startswith("a ") for r in rows)
     if has_a:
-        plot(bench.results, png)
-    doc = ["# Object-storage bench (issue 19)", "", "Generated by", "", "```", args.command, "```", "",
-           f"on {facts['date']}: {facts['nproc']} CPUs, load average {' '.join(facts['loadavg_start'])} at the "
-           f"start, {' '.join(facts['loadavg_end'])} at the end; {facts['bench_s']} s in all. Checkpoint: "
-           f"{facts['ranks']} ranks, {facts['objects']} objects, {facts['object_bytes']:,} bytes in the store; "
-           f"every view is made from the {facts['fp32_master_bytes']:,} bytes of fp32 masters (\"needed\"). "
-           f"{facts['connections']} parallel connections for every client. One run, numbers never asserted; on "
-           "2 CPUs the gateway, the clients and ckptfs share the cores, so single figures are noisy.", ""]
+        plot(rows, base + ".png")
+    with open(base + ".json", "w") as f:
+        json.dump(result, f, indent=1)
+    doc = ["# Object-storage bench (issue 19)", "", "Generated by", "", "```", facts["command"], "```", "",
+           f"on {facts['date']} (bench/s3_bench.sh's header says what each case does): {facts['nproc']} CPUs, load "
+           f"average {facts['loadavg_start']} at the start, {facts['loadavg_end']} at the end; {facts['bench_s']} s "
+           f"in all; `{facts['binary_version']}`. Checkpoint: {facts['ranks']} ranks, {facts['objects']} objects, "
+           f"{facts['object_bytes']:,} bytes in the store; every view is made from the "
+           f"{facts['fp32_master_bytes']:,} bytes of fp32 masters (\"needed\"). {facts['connections']} parallel "
+           "connections for every client. Bytes fetched and requests: the gateway's ops log. One run, numbers "
+           "never asserted; on 2 CPUs the gateway, the relay, the clients and ckptfs share the cores with whatever "
+           "else runs (see the load average), so single figures are noisy.", ""]
     doc += lines
-    if bench.skipped:
-        doc += ["", "(a) not measured: " + "; ".join(f"{c}: {w}" for c, w in bench.skipped.items())]
+    if skipped:
+        doc += ["", "(a) not measured: " + "; ".join(skipped)]
     if has_a:
-        doc += ["", f"![s3 bench]({os.path.basename(png)})"]
-    doc += ["", f"Raw figures: `{json_path}` (JSON)."]
-    with open(args.doc, "w") as f:
+        doc += ["", f"![s3 bench]({os.path.basename(base)}.png)"]
+    doc += ["", f"Raw figures: [{os.path.basename(base)}.json]({os.path.basename(base)}.json)."]
+    with open(doc_path, "w") as f:
         f.write("\n".join(doc) + "\n")
-    print(f"wrote {args.doc}" + (f" and {png}" if has_a else ""))
+    print(f"wrote {doc_path}, {base}.json" + (f" and {base}.png" if has_a else ""))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work", help="the bench's WORKDIR (mounts, download, export, the generated checkpoint)")
+    ap.add_argument("--bin", help="the ckptfs binary")
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--dims", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                    help="vocab,hidden,ffn,layers of the bench model (default: generate.py's BENCH_DIMS)")
+    ap.add_argument("--connections", type=int, default=8)
+    ap.add_argument("--delay-ms", type=float, default=1.0)
+    ap.add_argument("--doc", default="-", help="markdown page to write (table, facts, targets); - for none")
+    ap.add_argument("--command", default="bash bench/s3_bench.sh")
+    ap.add_argument("--from-json", metavar="FILE", help="no measuring: the report of an earlier run's JSON")
+    args = ap.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            result = json.load(f)
+    else:
+        if not (args.work and args.bin):
+            ap.error("--work and --bin are needed to measure")
+        result = measure_all(args)
+        path = os.path.join(args.work, "s3", "results.json")
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"results: {path}; {result['facts']['bench_s']} s in all")
+    report(result, args.doc)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@
 # issue's ratios: (a) bytes fetched / bytes needed (target <= 1.05), (b) / (a) seconds for fp32 (>= 2),
 # (a)'s rate on the bytes it fetched / (b)'s download rate (>= 0.8), (c) / (a) seconds (> 1). Prints a
 # markdown table, writes WORKDIR/s3/results.json and the page S3_DOC (default docs/s3-bench.md; "-": none),
-# with a plot (docs/s3-bench.png) once (a) was measured. Numbers are reported, never asserted.
+# with its JSON (docs/s3-bench.json) and a plot (docs/s3-bench.png) once (a) was measured. Numbers are
+# reported, never asserted. `/usr/bin/python3 bench/s3_bench.py --from-json docs/s3-bench.json --doc F`
+# rewrites the page from the JSON without measuring.
 #
 #   bash bench/s3_bench.sh [WORKDIR] [--ranks N] [--dims V,H,F,L] [--connections N]
 #       WORKDIR       default build/bench (the 64-rank checkpoint is shared with the other benches)
@@ -32,7 +34,7 @@
 #                     --ranks 8 --dims 8009,515,2053,4 (50 MB of masters, 151 MB in 17 objects; ~1 min)
 #       --connections N   parallel connections of every client (default 8)
 #   CKPTFS_BIN: the binary (default build/ckptfs). Root (FUSE, drop_caches, the chroot). Installs Debian's s3fs
-#   with apt-get when it is missing. The full size takes ~10 min on 2 CPUs (?), disk ~10 GB (store, download,
+#   with apt-get when it is missing. The full size takes ~5 min on 2 CPUs (plus ~25 s generating the checkpoint once), disk ~10 GB (store, download,
 #   export). Every mount is made under WORKDIR/mnt and unmounted at the end, the gateway stopped and its
 #   state (CHROOT/tmp/ckptfs-rgw-*) removed.
 set -euo pipefail
