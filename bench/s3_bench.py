@@ -193,6 +193,11 @@ class Bench:
               f"requests ({row['requests']} in all)  peak RSS {row.get('rss_kib', {})} KiB", flush=True)
         return row
 
+    def fetched_since(self, before):
+        """What the mount fetched (listing, parsing), apart from the read; the wait is outside both times."""
+        mount = fetched(settled_ops(self.gateway)[before:])
+        return {"mount_get_bytes": mount["get_bytes"], "mount_requests": mount["requests"]}
+
     # -- (a) ckptfs on s3:// ---------------------------------------------------------------------------------
     def mount_s3(self):
         """ckptfs on s3://; a binary without -o s3_connections (issue 19's pool, a later step) mounts without it."""
@@ -215,12 +220,10 @@ class Bench:
             d, opts = self.mount_s3()
             file = os.path.join(self.mnt, VIEWS[view])
             size = os.path.getsize(file)
-            # what the mount fetched (listing, parsing), apart from the read; the wait is outside both times
-            mount = fetched(settled_ops(self.gateway)[before:])
+            mount = self.fetched_since(before)
             read_s = timed_cat(file)
             return {"seconds": d.mount_s + read_s, "mount_s": d.mount_s, "read_s": read_s, "view_bytes": size,
-                    "rss_kib": {"ckptfs": d.stop()}, "options": ",".join(opts),
-                    "mount_get_bytes": mount["get_bytes"], "mount_requests": mount["requests"]}
+                    "rss_kib": {"ckptfs": d.stop()}, "options": ",".join(opts), **mount}
         return run
 
     # -- (b) download every object, then export or mount locally ----------------------------------------------
@@ -281,6 +284,7 @@ class Bench:
             with open(os.open(passwd, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
                 f.write(f"{g.access_key}:{g.secret_key}\n")
             lower = os.path.join(self.work, "mnt", "s3fs")
+            before = len(settled_ops(self.gateway))
             t0 = time.monotonic()
             s3fs = Daemon(self, "s3fs", ["s3fs", f"{BUCKET}:/{PREFIX}", lower, "-f", "-o",
                                          f"url={self.endpoint},use_path_request_style,passwd_file={passwd},"
@@ -290,11 +294,12 @@ class Bench:
             mount_s = time.monotonic() - t0
             file = os.path.join(self.mnt, VIEWS[view])
             size = os.path.getsize(file)
+            mount = self.fetched_since(before)
             read_s = timed_cat(file)
             rss = {"ckptfs": ck.stop()}
             rss["s3fs"] = s3fs.stop()
             return {"seconds": mount_s + read_s, "mount_s": mount_s, "read_s": read_s, "view_bytes": size,
-                    "rss_kib": rss}
+                    "rss_kib": rss, **mount}
         return run
 
     def close(self):

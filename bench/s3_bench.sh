@@ -18,6 +18,7 @@
 #       mount and cat of fp32/model.safetensors (the least a download-first reader pays);
 #   (c) Debian's s3fs (1.90) mounting the bucket's prefix (no cache dir), ckptfs mounted on it, cat of each
 #       view (fresh mounts of both).
+# For (a) and (c), the bytes and requests of the mount alone (listing, parsing) are reported apart.
 # Per case: seconds end to end (mount + read, download + export, ...), the bytes the gateway sent for GETs and
 # the number of requests (its ops log, s3_gateway.Gateway.ops_log), peak RSS (VmHWM) of the daemons; then the
 # issue's ratios: (a) bytes fetched / bytes needed (target <= 1.05), (b) / (a) seconds for fp32 (>= 2),
@@ -34,9 +35,9 @@
 #                     --ranks 8 --dims 8009,515,2053,4 (50 MB of masters, 151 MB in 17 objects; ~1 min)
 #       --connections N   parallel connections of every client (default 8)
 #   CKPTFS_BIN: the binary (default build/ckptfs). Root (FUSE, drop_caches, the chroot). Installs Debian's s3fs
-#   with apt-get when it is missing. The full size takes ~5 min on 2 CPUs (plus ~25 s generating the checkpoint once), disk ~10 GB (store, download,
-#   export). Every mount is made under WORKDIR/mnt and unmounted at the end, the gateway stopped and its
-#   state (CHROOT/tmp/ckptfs-rgw-*) removed.
+#   with apt-get when it is missing. The full size takes ~5 min on 2 CPUs (plus ~25 s generating the
+#   checkpoint once), disk ~10 GB (store, download, export). Every mount is made under WORKDIR/mnt and
+#   unmounted at the end, the gateway stopped and its state (CHROOT/tmp/ckptfs-rgw-*) removed.
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
