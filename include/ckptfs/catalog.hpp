@@ -155,6 +155,10 @@ torch::SourceTensor element_view(const LogicalTensor& tensor);
 // validation, not for placing bytes: a box over a transposed tensor is refused by validate).
 void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out);
 
+// Starts in the background what a read of elements [first, first + count) of `tensor` will need besides
+// its source bytes (for prefetch): for a transposed tensor, the first of its tiles that starts in the range.
+void build_ahead(const LogicalTensor& tensor, uint64_t first, uint64_t count);
+
 // `src` restricted to [start, start + length) along dimension `dim`.
 torch::SourceTensor narrow(const torch::SourceTensor& src, size_t dim, int64_t start, int64_t length);
 
@@ -177,12 +181,21 @@ LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_
 // naming the tensor.
 void validate(const LogicalTensor& tensor);
 
-// A run of a read left unread: its bytes are bytes [file_offset, file_offset + length) of `file` as they
-// are (no conversion), and belong at `dst` of the caller's buffer. A server replies with them straight
-// from the file (splice) instead of copying them through its own memory.
-struct DeferredRun {
+// Bytes [offset, offset + length) of a source file as they are (no conversion).
+struct FileBytes {
   const io::File* file = nullptr;
-  uint64_t file_offset = 0;
+  uint64_t offset = 0;
+};
+// Bytes in memory that `holder` keeps alive (a tile of a transposed tensor, shared by the server threads).
+struct HeldBytes {
+  std::shared_ptr<const void> holder;
+  const std::byte* data = nullptr;
+};
+// A run of a read left unread: `length` bytes that belong at `dst` of the caller's buffer, taken from a
+// file or from memory that outlives the read. A server replies with them where they are (a splice from
+// the file, an iovec of the memory) instead of copying them through its buffer.
+struct DeferredRun {
+  std::variant<FileBytes, HeldBytes> from;
   std::byte* dst = nullptr;
   uint64_t length = 0;
 };
@@ -190,10 +203,12 @@ struct DeferredRun {
 // Reads bytes [offset, offset + dst.size()) of `tensor` served in tensor.dtype. Reads only the source
 // ranges it needs, coalescing adjacent runs into single preads, with bounded scratch memory. With
 // `deferred`, runs of at least kMinDeferredRun bytes that need no conversion are appended to it (in order)
-// instead of read. Throws SourceError when a source file cannot be read or has changed since it was
+// instead of read, and so are the parts of a transposed tensor's tiles of at least kMinHeldRun bytes. Throws SourceError when a source file cannot be read or has changed since it was
 // indexed.
 void read_tensor(const LogicalTensor& tensor, uint64_t offset, std::span<std::byte> dst,
                  std::vector<DeferredRun>* deferred = nullptr);
 inline constexpr uint64_t kMinDeferredRun = 16 << 10;  // below it, a copy costs less than a splice
+inline constexpr uint64_t kMinHeldRun = 2 << 10;       // below it, a copy costs less than an iovec
+inline constexpr size_t kMaxDeferredRuns = 256;        // a reply's runs beyond it are copied (IOV_MAX is 1024)
 
 }  // namespace ckptfs::catalog

@@ -44,6 +44,15 @@ void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, st
              tensor.source);
 }
 
+void build_ahead(const LogicalTensor& tensor, uint64_t first, uint64_t count) {
+  std::visit(Overloaded{
+                 [](const FlatRuns&) {},  // bytes as they are: nothing to build
+                 [](const Boxed&) {},
+                 [&](const Transposed& transposed) { build_transposed_ahead(tensor, transposed, first, count); },
+             },
+             tensor.source);
+}
+
 torch::SourceTensor narrow(const torch::SourceTensor& src, size_t dim, int64_t start, int64_t length) {
   if (dim >= src.shape.size() || start < 0 || length < 0 || start > src.shape[dim] || length > src.shape[dim] - start)
     throw std::logic_error(fmt::format("narrow of dimension {} to [{}, +{}) outside the tensor", dim, start, length));

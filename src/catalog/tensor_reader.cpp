@@ -62,8 +62,9 @@ void read_runs(const LogicalTensor& tensor, const std::vector<Piece>& pieces, ui
     }
     ++i;
     const auto dst = out.first(n * out_size);
-    if (p.src_dtype == tensor.dtype && deferred != nullptr && dst.size() >= kMinDeferredRun && p.file->has_descriptor())
-      deferred->push_back({p.file.get(), src_offset, dst.data(), dst.size()});
+    if (p.src_dtype == tensor.dtype && deferred != nullptr && dst.size() >= kMinDeferredRun &&
+        deferred->size() < kMaxDeferredRuns && p.file->has_descriptor())
+      deferred->push_back({FileBytes{p.file.get(), src_offset}, dst.data(), dst.size()});
     else if (p.src_dtype == tensor.dtype)
       p.file->read_exact(src_offset, dst);
     else
@@ -85,7 +86,7 @@ void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, 
                    boxed.assembly->plan(first, count, planned);
                    read_runs(tensor, planned, first, count, out, deferred);
                  },
-                 [&](const Transposed& transposed) { read_transposed(tensor, transposed, first, count, out); },
+                 [&](const Transposed& transposed) { read_transposed(tensor, transposed, first, count, out, deferred); },
              },
              tensor.source);
 }

@@ -57,14 +57,17 @@ inline torch::SourceTensor float_slice(const SourceFile& file, uint64_t first, u
 }
 
 // /proc/self/io's syscr: the read system calls (read, pread) this process has made; 0 without it.
-inline uint64_t read_syscalls() {
+// A counter of this process's /proc/self/io ("syscr:" read calls, "rchar:" bytes read).
+inline uint64_t io_counter(const std::string& name) {
   std::ifstream io("/proc/self/io");
   std::string key;
   uint64_t value = 0;
   while (io >> key >> value)
-    if (key == "syscr:") return value;
+    if (key == name) return value;
   return 0;
 }
+inline uint64_t read_syscalls() { return io_counter("syscr:"); }
+inline uint64_t bytes_read() { return io_counter("rchar:"); }
 
 namespace reference {
 

@@ -10,14 +10,20 @@
 
 namespace ckptfs::catalog {
 
-// Writes elements [first, first + count) of the transposed `tensor` into `out`.
+// Writes elements [first, first + count) of the transposed `tensor` into `out`; with `deferred`, the parts
+// of kMinHeldRun bytes or more are left to it as bytes of the tiles they are in (see read_tensor).
 void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
-                     std::span<std::byte> out);
+                     std::span<std::byte> out, std::vector<DeferredRun>* deferred = nullptr);
 
-// The memory the tiles of transposed tensors may hold, shared by all threads: kCacheTiles tiles of at
-// most a quarter of it each (default 64 MiB; `-o transpose_cache_mb=N`, at least 1 MiB). Set before serving.
+// The memory the tiles of transposed tensors may hold, shared by all threads: kCacheTiles (8) tiles of at
+// most an eighth of it each (default 128 MiB; `-o transpose_cache_mb=N`, at least 1 MiB). Set before serving.
 void set_transposed_cache_bytes(uint64_t bytes);
-inline constexpr uint64_t kDefaultTransposedCacheBytes = uint64_t{64} << 20;
+inline constexpr uint64_t kDefaultTransposedCacheBytes = uint64_t{128} << 20;
+
+// Has the first tile whose first element is in [first, first + count) of the transposed `tensor` built
+// in the background, unless the cache has no room for it without evicting a tile not yet read to its end
+// (for prefetch: a reader reaching the tensor then finds it built).
+void build_transposed_ahead(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count);
 
 // Appends the source runs that a front-to-back read of elements [first, first + count) of the transposed
 // `tensor` newly reads, for prefetch: the source block (every source row's segment) of each tile that

@@ -16,6 +16,7 @@
 namespace ckptfs::catalog {
 namespace {
 
+using testing::bytes_read;
 using testing::read_syscalls;
 using testing::SourceFile;
 namespace ref = testing::reference;
@@ -143,7 +144,7 @@ TEST(TransposedReader, FlatSourcesOfManyShapesMatchBruteForce) {
 TEST(TransposedReader, SourceFarAboveTheCacheReadFrontToBackAndAtRandom) {
   std::mt19937 rng(11);
   const Case c = flat_case(3000, 5000, DType::F32, DType::F32, rng);  // 60 MB
-  for (const uint64_t cache : {uint64_t{4} << 20, kDefaultTransposedCacheBytes}) {  // 15x the cache; 0.9x
+  for (const uint64_t cache : {uint64_t{4} << 20, kDefaultTransposedCacheBytes}) {  // 15x the cache; 0.45x
     const CacheSize size(cache);
     for (uint64_t off = 0; off < c.expected.size(); off += 128 << 10)
       expect_range(c, off, std::min<uint64_t>(128 << 10, c.expected.size() - off));
@@ -165,6 +166,30 @@ TEST(TransposedReader, TensorParallelSourceFarAboveTheCacheIsReadInFewLargeReads
     ASSERT_EQ(std::memcmp(chunk.data(), c.expected.data() + off, chunk.size()), 0) << "bytes at " << off;
   }
   EXPECT_LT(read_syscalls() - before, 1000u);
+}
+
+// A row-parallel weight of TP 2 that fits in half the cache but not in a tile, read front to back as the
+// kernel asks: tiles of whole output columns, so each source byte is read once (tiles of whole output
+// rows would read every source row once per tile), and each reply comes straight from the tiles.
+TEST(TransposedReader, SourceThatFitsHalfTheCacheIsReadOnce) {
+  const CacheSize size(uint64_t{16} << 20);  // tiles of 2 MiB
+  const Case c = boxed_case(4096, 1024, 400, DType::BF16, DType::BF16);  // 8.4 MB: 4 tiles of 1024 columns
+  std::vector<std::byte> got(128 << 10);
+  std::vector<DeferredRun> deferred;
+  uint64_t held = 0;
+  const uint64_t before = bytes_read();
+  for (uint64_t off = 0; off < c.expected.size(); off += got.size()) {
+    const auto chunk = std::span(got).first(std::min<uint64_t>(got.size(), c.expected.size() - off));
+    deferred.clear();
+    read_tensor(c.transposed, off, chunk, &deferred);
+    for (const DeferredRun& run : deferred) {
+      std::memcpy(run.dst, std::get<HeldBytes>(run.from).data, run.length);
+      held += run.length;
+    }
+    ASSERT_EQ(std::memcmp(chunk.data(), c.expected.data() + off, chunk.size()), 0) << "bytes at " << off;
+  }
+  EXPECT_EQ(held, c.expected.size());
+  EXPECT_LE(bytes_read() - before, c.expected.size() + (64 << 10));
 }
 
 TEST(TransposedReader, ConvertsDtypes) {

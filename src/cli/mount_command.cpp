@@ -57,7 +57,7 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
                       (default 256; 0: none); an item larger than it is decoded again for each read,
                       streamed to the range asked for
      transpose_cache_mb=N  memory for the tiles transposed tensors (GPT-2's Conv1D weights in hf/) are
-                      served from, shared by all server threads, in MiB (default 64, at least 1)
+                      served from, shared by all server threads, in MiB (default 128, at least 1)
      index_cache=DIR  where the index of SRC is kept (default $XDG_CACHE_HOME/ckptfs, else
                       ~/.cache/ckptfs); a mount of unchanged sources loads it instead of parsing;
                       index_cache=off neither reads nor writes one (docs/mount.md)

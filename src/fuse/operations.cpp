@@ -229,6 +229,9 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     // Source bytes that need no conversion are not read here: the reply takes them from the files.
     thread_local std::vector<catalog::DeferredRun> deferred;
     deferred.clear();
+    const struct Release {  // the tiles a run holds go back to their cache's bounds once the reply is sent
+      ~Release() { deferred.clear(); }
+    } release;
     content.read_deferring(start, std::span(buffer.data(), length), deferred);
     if (deferred.empty())
       fuse_reply_buf(req, reinterpret_cast<const char*>(buffer.data()), length);

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <sys/uio.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +12,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
+#include "ckptfs/overloaded.hpp"
 
 namespace ckptfs::fuse {
 
@@ -65,10 +69,41 @@ std::string after_reply(int sent, size_t bytes, const std::vector<HeldSource>& h
   return {};
 }
 
+// Calls memory(data, size) and file(bytes, size) for the parts of the reply in order: the caller's buffer
+// between the runs, and each run from where it is.
+template <class Memory, class File>
+void for_each_part(std::span<const std::byte> buffer, const std::vector<catalog::DeferredRun>& runs, Memory memory,
+                   File file) {
+  const std::byte* at = buffer.data();
+  for (const auto& run : runs) {
+    if (run.dst != at) memory(at, static_cast<size_t>(run.dst - at));
+    std::visit(Overloaded{[&](const catalog::FileBytes& bytes) { file(bytes, run.length); },
+                          [&](const catalog::HeldBytes& bytes) { memory(bytes.data, run.length); }},
+               run.from);
+    at = run.dst + run.length;
+  }
+  if (at != buffer.data() + buffer.size()) memory(at, static_cast<size_t>(buffer.data() + buffer.size() - at));
+}
+
+// A reply whose runs are all in memory goes out in one writev of iovecs over them: libfuse would copy a
+// bufvec of several memory buffers into one of its own first.
+std::string reply_from_memory(fuse_req_t req, std::span<const std::byte> buffer,
+                              const std::vector<catalog::DeferredRun>& runs) {
+  thread_local std::vector<iovec> iov;
+  iov.clear();
+  for_each_part(buffer, runs, [&](const std::byte* data, size_t size) {
+    iov.push_back({const_cast<std::byte*>(data), size});  // only read
+  }, [](const catalog::FileBytes&, size_t) {});
+  const int sent = fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
+  return after_reply(sent, buffer.size(), {});
+}
+
 }  // namespace
 
 std::string reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer,
                             const std::vector<catalog::DeferredRun>& runs) {
+  if (std::all_of(runs.begin(), runs.end(), [](const auto& r) { return std::holds_alternative<catalog::HeldBytes>(r.from); }))
+    return reply_from_memory(req, buffer, runs);
   fuse_bufvec* const bufv = &empty_bufvec(2 * runs.size() + 1);
   // Every run's descriptor stays open until the reply is sent; the vector is the thread's, reused.
   thread_local std::vector<HeldSource> held;
@@ -76,26 +111,20 @@ std::string reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer,
   const struct Release {
     ~Release() { held.clear(); }
   } release;
-  const std::byte* at = buffer.data();
-  const auto add_memory = [&](const std::byte* end) {
-    if (end == at) return;
+  const auto add_memory = [&](const std::byte* data, size_t size) {
     fuse_buf& b = bufv->buf[bufv->count++];
     b = fuse_buf{};
-    b.size = static_cast<size_t>(end - at);
-    b.mem = const_cast<std::byte*>(at);  // libfuse only reads it
-    at = end;
+    b.size = size;
+    b.mem = const_cast<std::byte*>(data);  // libfuse only reads it
   };
-  for (const auto& run : runs) {
-    add_memory(run.dst);
+  for_each_part(buffer, runs, add_memory, [&](const catalog::FileBytes& bytes, size_t size) {
     fuse_buf& b = bufv->buf[bufv->count++];
     b = fuse_buf{};
-    b.size = run.length;
+    b.size = size;
     b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
-    b.fd = held_descriptor(held, *run.file);
-    b.pos = static_cast<off_t>(run.file_offset);
-    at = run.dst + run.length;
-  }
-  add_memory(buffer.data() + buffer.size());
+    b.fd = held_descriptor(held, *bytes.file);
+    b.pos = static_cast<off_t>(bytes.offset);
+  });
   // Never SPLICE_MOVE: the kernel would take pages out of the shards' own page cache.
   const int sent = fuse_reply_data(req, bufv, static_cast<fuse_buf_copy_flags>(0));
   // From here on the request is answered and gone: nothing may escape to the caller's error reply.

@@ -1,7 +1,8 @@
 // Replying to a read without copying source bytes through the server's memory: the runs a view left
 // unread (catalog::DeferredRun) go to the kernel straight from their source files through
 // fuse_reply_data, which splices them (file -> pipe -> /dev/fuse) where the kernel allows it and reads
-// them itself otherwise. Private to src/fuse.
+// them itself otherwise, or straight from the memory holding them (the tiles of transposed tensors).
+// Private to src/fuse.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +15,8 @@
 
 namespace ckptfs::fuse {
 
-// Replies with `buffer`, whose deferred runs (in order, inside it) are taken from their files instead.
+// Replies with `buffer`, whose deferred runs (in order, inside it) are taken from where they are instead:
+// their files, or the memory holding them (a reply of memory alone is one writev over it).
 // Throws SourceError before replying when a run's file cannot be opened again or has changed since the
 // mount (its open descriptor checked once per file: libfuse would otherwise send a short reply, or the
 // new bytes, without telling anyone). Once it has replied it returns what went wrong, empty when

@@ -5,15 +5,22 @@
 //   ckptfs_s3_probe [...] head s3://BUCKET/KEY
 //   ckptfs_s3_probe [...] get s3://BUCKET/KEY OFFSET LENGTH [ETAG [THREADS]]
 //   ckptfs_s3_probe [...] watch s3://BUCKET/KEY OFFSET LENGTH ETAG SECONDS
+//   ckptfs_s3_probe [...] cached s3://BUCKET/KEY [etag=E] [memory_kb=N] [block_kb=N] [connections=N]
+//                                                [dir=D] [dir_kb=N]
 //
 // list and head print JSON (one object per line), get writes the bytes to stdout (read as THREADS
 // contiguous parts at once, one thread each, all through the one client); watch repeats the get
 // with one client (its pooled connections) for SECONDS, printing one JSON line per read: {"start_ms",
-// "ms", "ok", "bytes" (hex) or "error"}. The last stderr line is "requests=N retries=M". Credentials come from the environment as for ckptfs. Exit 0, 2 usage, 3 an
+// "ms", "ok", "bytes" (hex) or "error"}. cached reads through an s3::BlockCache over the object (its size and
+// ETag from a HEAD, or pinned to etag=E) the commands of stdin, one a line, answering one JSON line each:
+// "read OFFSET LENGTH PATH [CHUNK [THREADS]]" (THREADS readers each read the range in CHUNK-byte reads; the
+// bytes go to PATH), "prefetch OFFSET LENGTH", "stats". The last stderr line is "requests=N retries=M". Credentials come from the environment as for ckptfs. Exit 0, 2 usage, 3 an
 // s3::Error (its message, then "code=CODE status=HTTP"), 10 ObjectChangedError.
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckptfs/s3.hpp"
+#include "ckptfs/s3_cache.hpp"
 
 namespace {
 
@@ -80,6 +88,83 @@ void watch(s3::Client& client, const s3::Url& url, std::uint64_t offset, std::ui
   }
 }
 
+nlohmann::json cached_read(s3::BlockCache& cache, const s3::ObjectId& object, std::istringstream& words) {
+  std::uint64_t offset = 0, length = 0, chunk = 0;
+  int threads = 1;
+  std::string path;
+  words >> offset >> length >> path >> chunk >> threads;
+  chunk = chunk ? chunk : std::max<std::uint64_t>(length, 1);
+  std::vector<std::vector<std::byte>> copies(std::max(threads, 1), std::vector<std::byte>(length));
+  std::vector<std::exception_ptr> failures(copies.size());
+  std::vector<std::thread> readers;
+  for (std::size_t t = 0; t < copies.size(); ++t)
+    readers.emplace_back([&, t] {
+      try {
+        for (std::uint64_t at = 0; at < length; at += chunk)
+          cache.read(object, offset + at, std::span(copies[t]).subspan(at, std::min(chunk, length - at)));
+      } catch (...) {
+        failures[t] = std::current_exception();
+      }
+    });
+  for (auto& r : readers) r.join();
+  for (auto& f : failures)
+    if (f) std::rethrow_exception(f);
+  for (const auto& c : copies)
+    if (c != copies[0]) return {{"ok", false}, {"error", "readers of one range got different bytes"}};
+  std::FILE* out = std::fopen(path.c_str(), "wb");
+  bool written = out && std::fwrite(copies[0].data(), 1, length, out) == length;
+  if (out) written = std::fclose(out) == 0 && written;
+  return {{"ok", written}};
+}
+
+// The block cache driven line by line from stdin, so that a test can stop the store between two reads.
+void cached(s3::Client& client, const s3::Url& url, const std::vector<std::string>& settings) {
+  s3::ObjectId object = s3::object_id(url.bucket, client.head(url.bucket, url.prefix));
+  s3::BlockCacheOptions options;
+  for (const std::string& setting : settings) {
+    auto eq = setting.find('=');
+    std::string name = setting.substr(0, eq), value = setting.substr(eq + 1);
+    if (name == "etag") object.etag = value;
+    else if (name == "memory_kb") options.memory_bytes = std::stoull(value) << 10;
+    else if (name == "block_kb") options.block_bytes = std::stoull(value) << 10;
+    else if (name == "connections") options.connections = std::stoul(value);
+    else if (name == "dir") options.dir = value;
+    else if (name == "dir_kb") options.dir_bytes = std::stoull(value) << 10;
+    else throw std::invalid_argument("unknown setting " + setting);
+  }
+  s3::BlockCache cache(std::shared_ptr<s3::Client>(&client, [](s3::Client*) {}), options);
+  fmt::print("{}\n", nlohmann::json{{"etag", object.etag}, {"size", object.size}}.dump());
+  std::fflush(stdout);
+  for (std::string line; std::getline(std::cin, line);) {
+    std::istringstream words(line);
+    std::string command;
+    words >> command;
+    nlohmann::json answer;
+    try {
+      if (command == "read") {
+        answer = cached_read(cache, object, words);
+      } else if (command == "prefetch") {
+        std::uint64_t offset = 0, length = 0;
+        words >> offset >> length;
+        cache.prefetch(object, offset, length);
+        answer = {{"ok", true}};
+      } else if (command == "stats") {
+        s3::BlockCacheStats s = cache.stats();
+        answer = {{"ok", true},       {"bytes_fetched", s.bytes_fetched}, {"requests", s.requests},
+                  {"retries", s.retries}, {"hits", s.hits}, {"misses", s.misses}, {"disk_hits", s.disk_hits},
+                  {"memory_bytes", s.memory_bytes}, {"disk_bytes", s.disk_bytes}};
+      } else {
+        answer = {{"ok", false}, {"error", "unknown command " + command}};
+      }
+    } catch (const s3::Error& e) {
+      answer = {{"ok", false}, {"error", e.what()}, {"code", e.code()},
+                {"changed", dynamic_cast<const s3::ObjectChangedError*>(&e) != nullptr}};
+    }
+    fmt::print("{}\n", answer.dump());
+    std::fflush(stdout);
+  }
+}
+
 int run(s3::Client& client, const std::vector<std::string>& args) {
   const std::string& command = args.at(0);
   s3::Url url = s3::parse_url(args.at(1));
@@ -93,6 +178,8 @@ int run(s3::Client& client, const std::vector<std::string>& args) {
     std::vector<std::byte> bytes(length);
     parallel_get(client, url, offset, bytes, args.size() > 4 ? args[4] : "", args.size() > 5 ? std::stoi(args[5]) : 1);
     std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  } else if (command == "cached") {
+    cached(client, url, std::vector<std::string>(args.begin() + 2, args.end()));
   } else if (command == "watch" && args.size() >= 6) {
     watch(client, url, std::stoull(args[2]), std::stoull(args[3]), args[4], std::stod(args[5]));
   } else {

@@ -65,6 +65,7 @@ void ExtentFile::prefetch(uint64_t offset, uint64_t length) const {
     const uint64_t end = it->tensor_offset + (std::min(offset + length, it->offset + it->length) - it->offset);
     const uint64_t first = begin / size;
     catalog::append_runs(*it->tensor, first, (end + size - 1) / size - first, runs);
+    catalog::build_ahead(*it->tensor, first, (end + size - 1) / size - first);
   }
   std::sort(runs.begin(), runs.end(), [](const catalog::Piece& a, const catalog::Piece& b) {
     return a.file != b.file ? a.file.get() < b.file.get() : a.src_offset < b.src_offset;

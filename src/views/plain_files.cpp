@@ -34,7 +34,7 @@ class PassthroughFile final : public VirtualFile {
                       std::vector<catalog::DeferredRun>& deferred) const override {
     if (dst.size() < catalog::kMinDeferredRun) return read(offset, dst);
     if (offset > file_->size() || dst.size() > file_->size() - offset) return read(offset, dst);  // read says why
-    deferred.push_back({file_.get(), offset, dst.data(), dst.size()});
+    deferred.push_back({catalog::FileBytes{file_.get(), offset}, dst.data(), dst.size()});
   }
   std::vector<io::FilePtr> sources() const override { return {file_}; }
   void prefetch(uint64_t offset, uint64_t length) const override { file_->prefetch(offset, length); }
