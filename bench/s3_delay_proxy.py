@@ -24,7 +24,6 @@ class DelayProxy:
         self.listener = socket.create_server((host, 0))
         self.port = self.listener.getsockname()[1]
         self.endpoint = f"http://{host}:{self.port}"
-        self.requests = 0  # client reads forwarded, each after the delay
         self._closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -55,7 +54,6 @@ class DelayProxy:
                 if not data:
                     break
                 time.sleep(self.delay_s)
-                self.requests += 1
                 store.sendall(data)
         except OSError:
             pass
