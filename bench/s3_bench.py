@@ -1,8 +1,9 @@
-"""Issue 19's object-storage bench, driven by bench/s3_bench.sh (which checks the tools and builds nothing
-here; see its header for the command and what it measures). Numbers are reported, never asserted.
+"""Issue 19's object-storage bench, run by bench/s3_bench.sh (which checks for root, radosgw and s3fs first;
+its header says what each case measures). Numbers are reported, never asserted.
 
     /usr/bin/python3 bench/s3_bench.py --work DIR --bin CKPTFS [--ranks N] [--dims V,H,F,L]
                                        [--connections N] [--doc FILE|-]
+    /usr/bin/python3 bench/s3_bench.py --from-json docs/s3-bench.json --doc FILE   (the report alone)
 
 The store is mount_tests/s3_gateway.py's radosgw (its Gateway class, imported: the same set-up as the tests).
 """
@@ -190,7 +191,7 @@ class Bench:
         row.update(fetched(settled_ops(self.gateway)[before:]))
         self.results.append(row)
         print(f"  {config:12} {case:9} {row['seconds']:8.2f} s  GET {row['get_bytes']:>12} B in {row['gets']:5} "
-              f"requests ({row['requests']} in all)  peak RSS {row.get('rss_kib', {})} KiB", flush=True)
+              f"requests ({row['requests']} in all, {row['errors']} not 2xx)  peak RSS {row.get('rss_kib', {})} KiB", flush=True)
         return row
 
     def fetched_since(self, before):
@@ -360,11 +361,12 @@ def table(rows, needed):
     for r in rows:
         rss = ", ".join(f"{k} {v / 1024:.0f}" for k, v in r["rss_kib"].items() if v)
         got = f"{r['get_bytes']:,}"
+        errors = f" ({r['errors']} not 2xx)" if r.get("errors") else ""
         if "mount_get_bytes" in r:
             got += f" (mount: {r['mount_get_bytes']:,} in {r['mount_requests']} requests)"
         lines.append(f"| {r['config']} | {r['case']} | {r['seconds']:.2f} | {f(r, 'mount_s')} | {f(r, 'download_s')} | "
                      f"{r.get('read_s', r.get('export_s', 0)):.2f} | {r['view_bytes']:,} | {got} | "
-                     f"{r['gets']} | {r['requests']} | {r['get_bytes'] / needed:.2f} | {fetch_rate(r):.2f} | {rss} |")
+                     f"{r['gets']} | {r['requests']}{errors} | {r['get_bytes'] / needed:.2f} | {fetch_rate(r):.2f} | {rss} |")
     return lines
 
 
