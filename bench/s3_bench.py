@@ -134,8 +134,10 @@ def settled_ops(gateway):
 
 def fetched(entries):
     gets = [e for e in entries if e.get("operation") == "get_obj"]
+    failed = [e for e in entries if not str(e.get("http_status", "")).startswith("2")]
     return {"requests": len(entries), "gets": len(gets), "get_bytes": sum(int(e.get("bytes_sent", 0)) for e in gets),
-            "errors": sum(1 for e in entries if not str(e.get("http_status", "")).startswith("2"))}
+            "errors": len(failed),
+            "error_samples": [f"{e.get('uri')} {e.get('http_status')} {e.get('error_code', '')}" for e in failed[:5]]}
 
 
 class Bench:
