@@ -498,11 +498,11 @@ def check_sub_param_file(path, expected, key):
 # ----------------------------------------------------------------------------------------------------
 # edited copies
 
-def edited_copy(tp_fixtures, tmp_path, edit, files="mp_rank_*_model_states.pt"):
-    """A copy of the TP 2 ZeRO-1 case with edit(state dict) applied to its ``files`` (a glob)."""
+def edited_copy(tp_fixtures, tmp_path, edit, files="mp_rank_*_model_states.pt", case=CASES[0]):
+    """A copy of a case (the TP 2 ZeRO-1 one) with edit(state dict) applied to its ``files`` (a glob)."""
     src = tmp_path / "checkpoint"
-    shutil.copytree(os.path.join(tp_fixtures, CASES[0], "checkpoint"), src)
-    tag = src / case_info(tp_fixtures, CASES[0])["latest"]
+    shutil.copytree(os.path.join(tp_fixtures, case, "checkpoint"), src)
+    tag = src / case_info(tp_fixtures, case)["latest"]
     for f in sorted(tag.glob(files)):
         sd = load(f)
         edit(sd)
@@ -549,6 +549,24 @@ def test_without_universal_checkpoint_info_mount_exits_5(ckptfs_bin, without_inf
         assert not os.listdir(mnt)
     finally:
         unmount(str(mnt))
+
+
+def test_negative_shard_width_exits_4(ckptfs_bin, tp_fixtures, tmp_path):
+    """sub_param_shard_widths with a negative width whose sums still agree (q 2 wider on rank 1 than the
+    file holds, k as much narrower: rank 0's k width below 0): exit 4 naming the file, not an internal
+    error."""
+    case = next(c for c in CASES if c.endswith("_gqa"))
+
+    def skew(sd):
+        for widths in sd["universal_checkpoint_info"]["sub_param_shard_widths"].values():
+            d = widths[1][0] + 1
+            widths[0][0] += d
+            widths[0][1] -= d
+            widths[1][0] -= d
+            widths[1][1] += d
+    src = edited_copy(tp_fixtures, tmp_path, skew, case=case)
+    proc = H.run([ckptfs_bin, "export", src, tmp_path / "out"])
+    H.assert_one_line_error(proc, H.EXIT_INVALID, ["mp_rank_00_model_states.pt"])
 
 
 def with_extra_pattern(key, pattern):

@@ -1,5 +1,6 @@
 """README's first command: examples/run.sh mounts the bundled example and loads the merged weights; the
 other bundled examples are inspected by it, and each is the output of the tool that wrote it."""
+import json
 import os
 import re
 import subprocess
@@ -174,3 +175,22 @@ def test_real_example_is_inspected_and_the_frameworks_output(run_sh_output, exam
     assert says in out
     assert re.search(r"^\s+fp32/pytorch_model\.bin\s+\d+ bytes", out, re.M)
     assert_same_files(REPO / "examples" / example, REPO / "mount_tests" / "fixtures" / fixture / "checkpoint")
+
+
+def safetensors_data_bytes(path):
+    """The size of a safetensors file's data section, from its own header (8-byte length, JSON)."""
+    with open(path, "rb") as f:
+        header_len = int.from_bytes(f.read(8), "little")
+    return os.path.getsize(path) - 8 - header_len
+
+
+def test_inspect_reads_is_each_safetensors_view_data_once(ckptfs_bin, tmp_path):
+    """inspect --json's `reads` of a view whose tensors need no conversion (the Megatron example's bf16
+    model and fp32 masters, replicated TP parameters read from one rank) is its data section: every source
+    byte it serves, read once."""
+    proc = H.run([ckptfs_bin, "inspect", "--json", MEGATRON_EXAMPLE])
+    H.assert_ok(proc)
+    views = {v["path"]: v for v in json.loads(proc.stdout)["tags"][0]["views"]}
+    with mounted(ckptfs_bin, MEGATRON_EXAMPLE, tmp_path / "mnt") as mnt:
+        for path in ("model.safetensors", "fp32/model.safetensors"):
+            assert views[path]["reads"] == safetensors_data_bytes(os.path.join(mnt, path)), (path, views[path])

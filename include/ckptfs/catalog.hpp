@@ -154,6 +154,9 @@ torch::SourceTensor element_view(const LogicalTensor& tensor);
 // that the range is read from, dst_begin then being the source's element index (for prefetch and
 // validation, not for placing bytes: a box over a transposed tensor is refused by validate).
 void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, std::vector<Piece>& out);
+// Whether append_runs gives runs that place `tensor`'s own elements (not for a transposed tensor, whose
+// runs are its source's).
+bool runs_place_elements(const LogicalTensor& tensor);
 
 // Starts in the background what a read of elements [first, first + count) of `tensor` will need besides
 // its source bytes (for prefetch): for a transposed tensor, the first of its tiles that starts in the range.

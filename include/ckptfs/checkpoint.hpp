@@ -102,8 +102,8 @@ struct Tag {
   bool has(ViewRole role, std::string_view folder = "") const;
   // Adds `catalog` as `role` of model `folder` unless the tag has one.
   void add(ViewRole role, CatalogPtr catalog, const std::string& folder = "");
-  // Every catalog under the name inspect and ckptfs.json show, in that order: "model", "fp32", "hf" of the
-  // root, "<folder>:<role>" of a further model, a state's name.
+  // Every catalog under the name inspect and ckptfs.json show ("model", "fp32", "hf" of the root,
+  // "<folder>:<role>" of a further model, a state's name), sorted by that name.
   std::vector<std::pair<std::string, CatalogPtr>> named_catalogs() const;
   // The universal checkpoint the tag offers; null for every tag but a DeepSpeed one with a plan.
   std::shared_ptr<const UniversalPlan> universal() const {

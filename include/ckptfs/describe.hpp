@@ -9,11 +9,12 @@
 
 namespace ckptfs {
 
-// {source, framework, latest, tags: [{name, dir, topology, views: [{path, size}], notes, [tensors]}]}
+// {source, framework, latest, tags: [{name, dir, topology, views: [{path, size, files, reads}], notes,
+// [tensors]}]} for inspect: `reads` is the bytes a whole read of the view takes from its sources.
 nlohmann::json describe_checkpoint(const Checkpoint& checkpoint, bool with_tensors);
-// The same, with every tag's views already built (tag_views of checkpoint.tags[i] in views[i]), so a
-// caller that serves them does not lay them out twice.
+// The same without `reads`, with every tag's views already built (tag_views of checkpoint.tags[i] in
+// views[i]), so a caller that serves them (ckptfs.json) does not lay them out twice.
 nlohmann::json describe_checkpoint(const Checkpoint& checkpoint, bool with_tensors,
-                                   const std::vector<std::vector<ViewFile>>& views);
+                                   const std::vector<std::vector<ViewFile>>& views, bool with_reads = false);
 
 }  // namespace ckptfs

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,11 @@ struct ViewSummary {
   std::string path;  // "model.safetensors", "universal/"
   uint64_t bytes = 0;
   size_t files = 0;
+  std::optional<uint64_t> source_bytes;  // the source bytes a whole read takes (each byte once), if asked for
 };
-std::vector<ViewSummary> summarize_views(const std::vector<ViewFile>& views);
+// With `source_bytes`, also what each view reads from its sources (inspect; the mount's ckptfs.json does
+// not spend the time).
+std::vector<ViewSummary> summarize_views(const std::vector<ViewFile>& views, bool source_bytes = false);
 
 namespace views {
 // universal/latest_universal and universal/<tag>_universal/... of a tag with a UniversalPlan (else none).

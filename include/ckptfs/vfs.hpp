@@ -109,7 +109,8 @@ class TreeBuilder {
 };
 
 // The mount layout for `checkpoint` (docs/mount.md): the latest tag's views at the root, the side files,
-// tags/<tag>/ for every tag, ckptfs.json, and source/<name> for side files whose name a view takes.
-VirtualTree build_tree(const Checkpoint& checkpoint);
+// tags/<tag>/ for every tag, ckptfs.json, and source/<name> for side files whose name a view takes; with
+// `stats_file` (-o stats), ckptfs-stats.json too: the daemon's figures (live_stats.hpp) at each open.
+VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file = false);
 
 }  // namespace ckptfs::vfs

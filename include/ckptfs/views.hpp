@@ -2,10 +2,13 @@
 // Nothing is materialised; read(offset, length) is a binary search plus tensor reads.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ckptfs/catalog.hpp"
@@ -33,6 +36,12 @@ class VirtualFile {
   // What the reads of one open go to: null for the file itself; a file that keeps only indices and builds
   // its layout when read (universal/) builds it here, once per open, and returns it.
   virtual std::shared_ptr<const VirtualFile> open_layout() const { return nullptr; }
+  // Appends the source runs a read of the whole file takes its bytes from (for inspect: what a view
+  // reads from the source, or fetches from object storage); none for bytes held in memory.
+  virtual void append_source_runs(std::vector<catalog::Piece>& /*out*/) const {}
+  // Whether the bytes differ from one open to the next (made by open_layout, of a size known only then):
+  // such a file is served without the page cache, and its size() is 0.
+  virtual bool live() const { return false; }
 };
 
 using VirtualFilePtr = std::shared_ptr<const VirtualFile>;
@@ -57,6 +66,7 @@ class ExtentFile final : public VirtualFile {
                       std::vector<catalog::DeferredRun>& deferred) const override;
   std::vector<io::FilePtr> sources() const override;
   void prefetch(uint64_t offset, uint64_t length) const override;
+  void append_source_runs(std::vector<catalog::Piece>& out) const override;
   const std::vector<Extent>& extents() const { return extents_; }
 
  private:
@@ -79,11 +89,24 @@ VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog)
 VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog,
                                const std::string& archive_name);
 
+// The bytes of source files that `runs` cover, each byte once however many runs cover it.
+uint64_t distinct_source_bytes(std::vector<catalog::Piece> runs);
+
 // The distinct source files the tensors are read from, in order of first use.
 std::vector<io::FilePtr> distinct_sources(std::span<const catalog::TensorRef> tensors);
 
+// The names ckptfs itself takes at a mount's root (the description, the live figures, every tag's views):
+// a side file of the same name is served as source/<name> instead.
+inline constexpr std::string_view kInfoFile = "ckptfs.json";
+inline constexpr std::string_view kStatsFile = "ckptfs-stats.json";
+inline constexpr std::string_view kTagsDir = "tags";
+inline constexpr std::array<std::string_view, 3> kRootNames = {kInfoFile, kStatsFile, kTagsDir};
+
 // A small file held in memory (ckptfs.json, latest_universal).
 VirtualFilePtr make_bytes_file(std::string bytes);
+
+// A file whose bytes are make() at each open (ckptfs-stats.json), live() (see VirtualFile).
+VirtualFilePtr make_live_file(std::function<std::string()> make);
 
 // A source file served as is (side files such as config.json). Reads do not check whether the file
 // changed; sources() returns it so the caller can check on open.

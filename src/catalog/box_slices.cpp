@@ -44,6 +44,15 @@ void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, st
              tensor.source);
 }
 
+bool runs_place_elements(const LogicalTensor& tensor) {
+  return std::visit(Overloaded{
+                        [](const FlatRuns&) { return true; },
+                        [](const Boxed&) { return true; },
+                        [](const Transposed&) { return false; },
+                    },
+                    tensor.source);
+}
+
 void build_ahead(const LogicalTensor& tensor, uint64_t first, uint64_t count) {
   std::visit(Overloaded{
                  [](const FlatRuns&) {},  // bytes as they are: nothing to build

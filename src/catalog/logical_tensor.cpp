@@ -102,7 +102,7 @@ void validate_boxed(const LogicalTensor& tensor, const Boxed& boxed) {
       check_conversion(tensor, {0, 0, b.source.storage.file, 0, b.source.dtype});
       continue;
     }
-    if (std::holds_alternative<Transposed>(b.inner->source))
+    if (!runs_place_elements(*b.inner))
       fail(tensor, fmt::format("a box views the transposed tensor {}, whose runs place no elements", b.inner->name));
     std::vector<Piece> runs;
     append_runs(*b.inner, 0, b.inner->numel(), runs);
@@ -117,6 +117,8 @@ void validate_transposed(const LogicalTensor& tensor, const Transposed& transpos
   if (tensor.shape.size() != 2 || src.size() != 2 || tensor.shape[0] != src[1] || tensor.shape[1] != src[0] ||
       tensor.dtype != transposed.of->dtype)
     fail(tensor, "is not the transpose of its source tensor");
+  if (const uint64_t size = dtype_size(tensor.dtype); size != 1 && size != 2 && size != 4 && size != 8)
+    fail(tensor, fmt::format("has {}-byte elements, which a transposed tensor cannot be served in", size));
 }
 
 }  // namespace

@@ -11,13 +11,12 @@
 // tile once, whichever threads serve it); the next tile of a row of tiles, or past the middle of a tile
 // of whole rows the next one, is built meanwhile on a thread of its own (TilePrebuilder). Replies take
 // their bytes straight from the tiles (catalog::HeldBytes). Memory is bounded by the cache's size
-// (128 MiB by default, -o transpose_cache_mb), one spare tile buffer, a band and a span buffer per
+// (128 MiB by default, -o transpose_cache_mb) and one more tile buffer, a band and a span buffer per
 // building thread, and tiles evicted while a reply or a thread still reads them.
 #include "catalog/transposed_reader.hpp"
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -27,6 +26,8 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include <sys/mman.h>
@@ -44,15 +45,19 @@ namespace {
 constexpr size_t kCacheTiles = 8;
 std::atomic<uint64_t> tile_bytes = kDefaultTransposedCacheBytes / kCacheTiles;
 constexpr uint64_t kMinTileRows = 64;  // a tile is at least this many output rows when rows are very long
-constexpr uint64_t kBandBytes = uint64_t{512} << 10;  // the source elements a band gathers (fits L2)
+constexpr uint64_t kBandBytes = uint64_t{1} << 20;  // the source elements a band gathers (fits L2)
 constexpr uint64_t kSpanBytes = uint64_t{1} << 20;    // the most one coalesced read spans
 constexpr uint64_t kMaxGapBytes = uint64_t{16} << 10;  // unneeded bytes read rather than one more pread
 constexpr uint64_t kBlock = 32;  // the source rows a pass of the transpose covers (64 B of a bf16 output row)
 
-// A tile's elements (row-major) in a buffer of the pool, and whether a reader has served its last one.
+// A tile's elements (row-major) in a buffer of the pool, and how many of its bytes readers have served: a
+// tile served as many bytes as it holds has been read to its end by a front-to-back reader, whatever order
+// the kernel's concurrent readahead requests were served in.
 struct Tile {
   std::shared_ptr<std::byte[]> bytes;
-  mutable std::atomic<bool> read_to_end{false};
+  uint64_t size = 0;
+  mutable std::atomic<uint64_t> served{0};
+  bool read_to_end() const { return served.load(std::memory_order_relaxed) >= size; }
 };
 using TileData = std::shared_ptr<const Tile>;
 
@@ -70,6 +75,9 @@ uint64_t balanced_part(uint64_t extent, uint64_t most) {
 // tiles of whole output rows where kMinTileRows of them fit (each reads the tile's columns of every
 // source row, taking in the gaps: more bytes than the tile, but as few reads), else into blocks.
 struct TileGrid {
+  // The grid of a transposed tensor.
+  explicit TileGrid(const LogicalTensor& tensor)
+      : TileGrid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]), dtype_size(tensor.dtype)) {}
   uint64_t rows, cols;  // of the tensor
   uint64_t tile_rows, tile_cols;
   TileGrid(uint64_t rows_, uint64_t cols_, uint64_t size) : rows(std::max<uint64_t>(rows_, 1)), cols(std::max<uint64_t>(cols_, 1)) {
@@ -130,16 +138,18 @@ void transpose_4x4_32(const std::byte* s, uint64_t ss, std::byte* d, uint64_t ds
   _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 3 * ds), _mm_unpackhi_epi64(t1, t3));
 }
 
-// The blocks of kMicro x kMicro elements through `kernel`, the edges element by element.
+// The blocks of kMicro x kMicro elements through `kernel`, the edges element by element. Each kMicro output
+// rows take all n_k source rows in turn: the n_k lines of the band they read stay in L1 for the next
+// kMicro, and each output row is written n_k elements at a stretch (whole cache lines): about 1.5x the rate
+// of passes of kBlock source rows over the band's whole width (measured on bf16 column tiles).
 template <size_t kSize, uint64_t kMicro, auto kernel>
 void transpose_simd(const std::byte* src, uint64_t src_stride, std::byte* dst, uint64_t dst_stride, uint64_t n_k,
                     uint64_t n_i) {
   const uint64_t k_main = n_k / kMicro * kMicro, i_main = n_i / kMicro * kMicro;
-  for (uint64_t kb = 0; kb < k_main; kb += kBlock)
-    for (uint64_t i = 0; i < i_main; i += kMicro)
-      for (uint64_t k = kb; k < std::min(k_main, kb + kBlock); k += kMicro)
-        kernel(src + (k * src_stride + i) * kSize, src_stride * kSize, dst + (i * dst_stride + k) * kSize,
-               dst_stride * kSize);
+  for (uint64_t i = 0; i < i_main; i += kMicro)
+    for (uint64_t k = 0; k < k_main; k += kMicro)
+      kernel(src + (k * src_stride + i) * kSize, src_stride * kSize, dst + (i * dst_stride + k) * kSize,
+             dst_stride * kSize);
   transpose_scalar<kSize>(src + k_main * src_stride * kSize, src_stride, dst + k_main * kSize, dst_stride,
                           n_k - k_main, n_i);
   transpose_scalar<kSize>(src + i_main * kSize, src_stride, dst + i_main * dst_stride * kSize, dst_stride, k_main,
@@ -158,7 +168,8 @@ void transpose(uint64_t size, const std::byte* src, uint64_t src_stride, std::by
     case 2: return transpose_scalar<2>(src, src_stride, dst, dst_stride, n_k, n_i);
     case 4: return transpose_scalar<4>(src, src_stride, dst, dst_stride, n_k, n_i);
 #endif
-    default: return transpose_scalar<8>(src, src_stride, dst, dst_stride, n_k, n_i);
+    case 8: return transpose_scalar<8>(src, src_stride, dst, dst_stride, n_k, n_i);
+    default: throw std::logic_error("a transpose of elements of " + std::to_string(size) + " bytes");  // validate refuses them
   }
 }
 
@@ -171,7 +182,7 @@ class BandReader {
   void read(const LogicalTensor& src, uint64_t row0, uint64_t n, uint64_t col0, uint64_t width,
             std::span<std::byte> band) {
     const uint64_t cols = static_cast<uint64_t>(src.shape[1]), size = dtype_size(src.dtype);
-    if (std::holds_alternative<Transposed>(src.source)) {  // its runs are its own source's, not placeable: read row by row
+    if (!runs_place_elements(src)) {  // a transposed source: read row by row
       for (uint64_t k = 0; k < n; ++k)
         read_tensor(src, ((row0 + k) * cols + col0) * size, band.subspan(k * width * size, width * size));
       return;
@@ -229,50 +240,60 @@ class BandReader {
 };
 
 // Tile buffers given back by the last reader of an evicted tile, kept for the next tile: a fresh 16 MiB
-// buffer costs 4,096 page faults and as many pages cleared. Every buffer has the capacity of the largest
-// tile, so that any spare fits any tile, and asks for transparent huge pages (8 faults for 16 MiB where the
-// kernel has them to give). At most kSpareTiles are kept, so memory stays bounded.
+// buffer costs 4,096 page faults and as many pages cleared by the kernel (in a virtual machine, often the
+// host's faults too: the largest cost of a first read). Every buffer has the capacity of the largest tile,
+// so that any spare fits any tile. A buffer given back is kept while the buffers in use and kept number
+// at most kCacheTiles + 1 (the cache's tiles and one being built), so memory stays bounded. (Transparent
+// huge pages were tried: fewer faults, but a first read 1.3x slower in a VM, whose host backs fresh huge
+// pages on first touch.)
 class TilePool {
  public:
+  TilePool() { spares_.reserve(kMostBuffers); }  // give_back, in a deleter, must not throw
   // A buffer of at least `bytes` (contents unspecified: the tile writes every byte) that returns here
   // when its last holder drops it.
-  ~TilePool() {
-    for (const Spare& s : spares_) std::free(s.buffer);
-  }
   std::shared_ptr<std::byte[]> take(uint64_t bytes) {
-    const uint64_t capacity = std::max(bytes, round_up(tile_bytes.load(std::memory_order_relaxed), kHugePage));
+    Buffer buffer;
+    uint64_t capacity = std::max(bytes, tile_bytes.load(std::memory_order_relaxed));
     {
       std::lock_guard lock(mutex_);
       const auto it = std::find_if(spares_.begin(), spares_.end(), [&](const Spare& s) { return s.capacity >= bytes; });
       if (it != spares_.end()) {
-        const Spare spare = *it;
+        buffer = std::move(it->buffer);
+        capacity = it->capacity;
         spares_.erase(it);
-        return {spare.buffer, [this, c = spare.capacity](std::byte* p) { give_back(p, c); }};
       }
+      ++in_use_;
     }
-    void* memory = std::aligned_alloc(kHugePage, round_up(capacity, kHugePage));
-    if (memory == nullptr) throw std::bad_alloc();
-    madvise(memory, round_up(capacity, kHugePage), MADV_HUGEPAGE);  // advice: fine if refused
-    return {static_cast<std::byte*>(memory), [this, capacity](std::byte* p) { give_back(p, capacity); }};
+    if (!buffer) buffer = fresh_buffer(capacity);
+    // The tile's pages made at once, not a fault per page; best effort (before Linux 5.14: faults).
+    ::madvise(buffer.get(), (bytes + 4095) / 4096 * 4096, MADV_POPULATE_WRITE);
+    return {buffer.release(), [this, capacity](std::byte* p) { give_back(Buffer(p, Unmap{capacity}), capacity); }};
   }
 
  private:
-  static constexpr size_t kSpareTiles = 2;
-  static constexpr uint64_t kHugePage = uint64_t{2} << 20;
-  static uint64_t round_up(uint64_t n, uint64_t unit) { return (n + unit - 1) / unit * unit; }
+  static constexpr size_t kMostBuffers = kCacheTiles + 1;
+  struct Unmap {
+    uint64_t bytes;
+    void operator()(std::byte* p) const { ::munmap(p, bytes); }
+  };
+  using Buffer = std::unique_ptr<std::byte[], Unmap>;
+  static Buffer fresh_buffer(uint64_t bytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return Buffer(static_cast<std::byte*>(p), Unmap{bytes});
+  }
   struct Spare {
-    std::byte* buffer;
+    Buffer buffer;
     uint64_t capacity;
   };
-  void give_back(std::byte* buffer, uint64_t capacity) {
-    {
-      std::lock_guard lock(mutex_);
-      if (spares_.size() < kSpareTiles) return spares_.push_back({buffer, capacity});
-    }
-    std::free(buffer);
+  void give_back(Buffer buffer, uint64_t capacity) {
+    std::lock_guard lock(mutex_);
+    --in_use_;
+    if (in_use_ + spares_.size() < kMostBuffers) spares_.push_back({std::move(buffer), capacity});
   }
   std::mutex mutex_;
   std::vector<Spare> spares_;
+  size_t in_use_ = 0;
 };
 
 // Output rows [row0, row0 + n_rows) x columns [col0, col0 + n_cols) of the transpose of `src` ([R, C]),
@@ -281,7 +302,8 @@ TileData build_tile(const LogicalTensor& src, uint64_t row0, uint64_t n_rows, ui
                     TilePool& pool) {
   const uint64_t size = dtype_size(src.dtype);
   auto tile = std::make_shared<Tile>();
-  tile->bytes = pool.take(n_rows * n_cols * size);
+  tile->size = n_rows * n_cols * size;
+  tile->bytes = pool.take(tile->size);
   BandReader reader;  // not thread_local: a source may itself be transposed
   std::vector<std::byte> band;
   // Whole passes of the transpose per band: each output row then gets whole cache lines from a band.
@@ -308,6 +330,7 @@ class TileCache {
                Eviction eviction = Eviction::any) {
     std::promise<TileData> promise;
     std::shared_future<TileData> ready;
+    uint64_t serial = 0;
     {
       std::lock_guard lock(mutex_);
       ++clock_;
@@ -318,7 +341,8 @@ class TileCache {
         }
       if (!ready.valid()) {
         if (!make_room(eviction)) return nullptr;
-        entries_.push_back({src, grid, index, promise.get_future().share(), clock_});
+        serial = clock_;
+        entries_.push_back({src, grid, index, promise.get_future().share(), clock_, serial});
       }
     }
     if (ready.valid()) return ready.get();
@@ -332,41 +356,48 @@ class TileCache {
     } catch (...) {
       promise.set_exception(std::current_exception());
       std::lock_guard lock(mutex_);  // a failed read is retried by the next request
-      std::erase_if(entries_, [&](const Entry& e) { return e.src == src && e.grid == grid && e.index == index; });
+      std::erase_if(entries_, [&](const Entry& e) { return e.serial == serial; });
       throw;
     }
   }
 
  private:
-  // Under mutex_, before a new tile: a tile read to its end (a front-to-back reader has passed it) goes
-  // first, full or not, so that its buffer serves the new tile instead of fresh memory (which the kernel
-  // clears page by page); else, when the cache is full, the least recently used if `eviction` allows.
-  // False when there is no room.
-  bool make_room(Eviction eviction) {
-    const auto finished = std::find_if(entries_.begin(), entries_.end(), [](const Entry& e) {
-      if (e.data.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
-      try {
-        return e.data.get()->read_to_end.load(std::memory_order_relaxed);
-      } catch (...) {
-        return true;  // a failed build, about to be erased
-      }
-    });
-    if (finished != entries_.end()) {
-      entries_.erase(finished);
-    } else if (entries_.size() == kCacheTiles) {
-      if (eviction == Eviction::finished_only) return false;
-      entries_.erase(std::min_element(entries_.begin(), entries_.end(),
-                                      [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; }));
-    }
-    return true;
-  }
   struct Entry {
     std::shared_ptr<const LogicalTensor> src;  // held, so that its address names no other tensor meanwhile
     TileGrid grid;                             // the tiling in force when it was built
     uint64_t index;
     std::shared_future<TileData> data;
     uint64_t last_use;
+    uint64_t serial;  // this entry's own, apart from a later one of the same tile
   };
+  // Under mutex_, before a new tile: a tile read to its end (a front-to-back reader has passed it) goes
+  // first, full or not, so that its buffer serves the new tile instead of fresh memory (which the kernel
+  // clears page by page); else, when the cache is full, the least recently used built tile if `eviction`
+  // allows. A tile being built is never evicted (its builder would build it twice over): with every tile
+  // in the cache being built, a reader's tile goes in beyond the count (by at most the building threads).
+  // False when there is no room.
+  bool make_room(Eviction eviction) {
+    const auto built = [](const Entry& e) { return e.data.wait_for(std::chrono::seconds(0)) == std::future_status::ready; };
+    const auto finished = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
+      if (!built(e)) return false;
+      try {
+        return e.data.get()->read_to_end();
+      } catch (...) {
+        return true;  // a failed build, about to be erased by its builder
+      }
+    });
+    if (finished != entries_.end()) {
+      entries_.erase(finished);
+      return true;
+    }
+    if (entries_.size() < kCacheTiles) return true;
+    if (eviction == Eviction::finished_only) return false;
+    auto oldest = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (built(*it) && (oldest == entries_.end() || it->last_use < oldest->last_use)) oldest = it;
+    if (oldest != entries_.end()) entries_.erase(oldest);
+    return true;
+  }
   TilePool pool_;  // before entries_: the tiles they hold go back to it when they are destroyed
   std::mutex mutex_;
   std::vector<Entry> entries_;
@@ -390,8 +421,6 @@ class TilePrebuilder {
       std::lock_guard lock(mutex_);
       if (busy_ || (src.get() == last_src_ && index == last_index_)) return;
       busy_ = true;
-      last_src_ = src.get();  // compared only: a reader asks again on each read past a tile's middle
-      last_index_ = index;
       job_ = Job{src, index, grid};
     }
     ready_.notify_one();
@@ -410,12 +439,17 @@ class TilePrebuilder {
       const Job job = std::move(*job_);
       job_.reset();
       lock.unlock();
+      bool built = false;
       try {
-        tile_cache().get(job.src, job.index, job.grid, Eviction::finished_only);
+        built = tile_cache().get(job.src, job.index, job.grid, Eviction::finished_only) != nullptr;
       } catch (...) {  // not cached: the reader that needs the tile builds it and reports the error
       }
       lock.lock();
       busy_ = false;
+      if (built) {  // a reader asks again on each read past a tile's middle: the cache has it now
+        last_src_ = job.src.get();  // compared only
+        last_index_ = job.index;
+      }
     }
   }
   std::mutex mutex_;
@@ -440,7 +474,7 @@ void set_transposed_cache_bytes(uint64_t bytes) { tile_bytes = std::max<uint64_t
 void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
                      std::span<std::byte> out, std::vector<DeferredRun>* deferred) {
   const uint64_t size = dtype_size(tensor.dtype);
-  const TileGrid grid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]), size);
+  const TileGrid grid(tensor);
   // The tiles this read has taken from the cache: a row crosses every tile of a tile row, and a read of
   // many rows goes back to each many times.
   std::array<std::pair<uint64_t, TileData>, kCacheTiles / 2> taken;
@@ -469,7 +503,7 @@ void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint
       deferred->push_back({HeldBytes{tile, src}, dst, n * size});
     else
       std::memcpy(dst, src, n * size);
-    if (e + n == (tile_end_row - 1) * grid.cols + col0 + width) tile->read_to_end.store(true, std::memory_order_relaxed);
+    tile->served.fetch_add(n * size, std::memory_order_relaxed);
     e += n;
   }
   // A reader past the middle of a tile of whole rows is likely to read the next one soon: build it now.
@@ -480,8 +514,7 @@ void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint
 }
 
 void build_transposed_ahead(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count) {
-  const TileGrid grid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]),
-                      dtype_size(tensor.dtype));
+  const TileGrid grid(tensor);
   // The first tile whose first element is in the range: in the range's row of tiles if it starts on the
   // first row of one, else at the start of the next.
   const uint64_t row = first / grid.cols, col = first % grid.cols;
@@ -497,8 +530,7 @@ void build_transposed_ahead(const LogicalTensor& tensor, const Transposed& sourc
 
 void append_transposed_runs(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
                             std::vector<Piece>& out) {
-  const TileGrid grid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]),
-                      dtype_size(tensor.dtype));
+  const TileGrid grid(tensor);
   const uint64_t end = first + count;
   for (uint64_t row0 = (first / grid.cols + grid.tile_rows - 1) / grid.tile_rows * grid.tile_rows;
        row0 < grid.rows && row0 * grid.cols < end; row0 += grid.tile_rows)

@@ -6,8 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -190,6 +192,56 @@ TEST(TransposedReader, SourceThatFitsHalfTheCacheIsReadOnce) {
   }
   EXPECT_EQ(held, c.expected.size());
   EXPECT_LE(bytes_read() - before, c.expected.size() + (64 << 10));
+}
+
+// Elements of 1 and 8 bytes (the scalar transpose; 2 and 4 have SIMD kernels), as they are: bytes of the
+// source moved whole, element by element.
+TEST(TransposedReader, OneAndEightByteElementsMatchBruteForce) {
+  std::mt19937 rng(29);
+  for (const DType dtype : {DType::U8, DType::F64}) {
+    const int64_t rows = 301, cols = 517;
+    const uint64_t size = dtype_size(dtype), numel = static_cast<uint64_t>(rows * cols);
+    std::vector<std::byte> bytes(numel * size);
+    for (auto& b : bytes) b = static_cast<std::byte>(rng());
+    Case c;
+    c.files.push_back(std::make_unique<SourceFile>(bytes));
+    LogicalTensor src;
+    src.name = "src";
+    src.dtype = dtype;
+    src.shape = {rows, cols};
+    std::get<FlatRuns>(src.source).pieces.push_back({0, numel, c.files[0]->file(), 0, dtype});
+    validate(src);
+    c.transposed = transposed_tensor("t", src);
+    c.expected.resize(bytes.size());
+    for (uint64_t r = 0; r < static_cast<uint64_t>(rows); ++r)
+      for (uint64_t col = 0; col < static_cast<uint64_t>(cols); ++col)
+        std::memcpy(c.expected.data() + (col * rows + r) * size, bytes.data() + (r * cols + col) * size, size);
+    expect_range(c, 0, c.expected.size());
+    expect_random_ranges(c, rng, 40);
+  }
+}
+
+// Two tensors that fit the cache together, read a chunk of each in turn, each tensor's chunks in random
+// order (as concurrent readahead requests may be served): a tile counts as read to its end only once all
+// its bytes were served, so neither tensor's tiles make room for the other's early and each source is
+// read once.
+TEST(TransposedReader, ChunksServedOutOfOrderBuildEachTileOnce) {
+  const CacheSize size(uint64_t{16} << 20);  // 8 tiles of 2 MiB: 4 per tensor
+  const Case a = boxed_case(4096, 1024, 400, DType::BF16, DType::BF16);
+  const Case b = boxed_case(4096, 1024, 700, DType::BF16, DType::BF16);
+  const uint64_t chunk = 128 << 10;
+  std::vector<uint64_t> order(a.expected.size() / chunk);
+  std::iota(order.begin(), order.end(), uint64_t{0});
+  std::mt19937 rng(31);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<std::byte> got(chunk);
+  const uint64_t before = bytes_read();
+  for (const uint64_t i : order)
+    for (const Case* c : {&a, &b}) {
+      read_tensor(c->transposed, i * chunk, got);
+      ASSERT_EQ(std::memcmp(got.data(), c->expected.data() + i * chunk, chunk), 0) << "chunk " << i;
+    }
+  EXPECT_LE(bytes_read() - before, a.expected.size() + b.expected.size() + (64 << 10));
 }
 
 TEST(TransposedReader, ConvertsDtypes) {

@@ -47,12 +47,9 @@ void print_text(const Checkpoint& cp, bool tensors) {
     for (const auto& [name, c] : catalogs) fmt::print(" {} {},", c->tensors.size(), name);
     fmt::print(" ({} source files)\n", tag.files.size());
     fmt::print("  views:\n");
-    for (const auto& v : summarize_views(tag_views(tag))) {
-      if (v.files == 1) {
-        fmt::print("    {:<37} {:>16} bytes\n", v.path, v.bytes);
-      } else {
-        fmt::print("    {:<37} {:>16} bytes in {} files\n", v.path, v.bytes, v.files);
-      }
+    for (const auto& v : summarize_views(tag_views(tag), true)) {
+      const std::string files = v.files == 1 ? "" : fmt::format(" in {} files", v.files);
+      fmt::print("    {:<37} {:>16} bytes{}, reads {} of the sources\n", v.path, v.bytes, files, *v.source_bytes);
     }
     for (const auto& note : tag.notes) fmt::print("  note: {}\n", note);
     if (tensors)

@@ -58,6 +58,8 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
                       streamed to the range asked for
      transpose_cache_mb=N  memory for the tiles transposed tensors (GPT-2's Conv1D weights in hf/) are
                       served from, shared by all server threads, in MiB (default 128, at least 1)
+     stats            add ckptfs-stats.json at the root: the daemon's figures (bytes served per
+                      file so far, and for s3:// sources what was fetched) at each open
      index_cache=DIR  where the index of SRC is kept (default $XDG_CACHE_HOME/ckptfs, else
                       ~/.cache/ckptfs); a mount of unchanged sources loads it instead of parsing;
                       index_cache=off neither reads nor writes one (docs/mount.md)
@@ -73,6 +75,7 @@ struct MountArguments {
   OpenOptions open;
   fuse::ServeOptions serve;
   std::optional<unsigned> max_open;
+  bool stats_file = false;  // -o stats
   std::optional<unsigned> decoded_cache_mb;
   std::optional<unsigned> transpose_cache_mb;
   std::optional<fs::path> index_cache = index::default_cache_dir();  // nullopt: off
@@ -104,6 +107,8 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.open.tag = option.substr(4);
   } else if (option == "strict") {
     m.open.strict = true;
+  } else if (option == "stats") {
+    m.stats_file = true;
   } else if (option.starts_with("threads=")) {
     m.serve.max_threads = parse_number(option, 1);
   } else if (option.starts_with("max_open=")) {
@@ -203,7 +208,7 @@ int run_mount(int argc, char** argv) {
                                                  opened.index_file.string()));
     for (const auto& l : opened.checkpoint.left_out)
       fmt::print(stderr, "ckptfs: left out tag {} (-o strict refuses instead): {}\n", l.name, l.error);
-    const vfs::VirtualTree tree = vfs::build_tree(opened.checkpoint);
+    const vfs::VirtualTree tree = vfs::build_tree(opened.checkpoint, m.stats_file);
     // Indexing parsed every pickle into trees that are gone now; hand their pages back before serving.
     ::malloc_trim(0);
     fuse::serve(tree, m.serve);

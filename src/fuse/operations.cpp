@@ -202,8 +202,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
         return (void)fuse_reply_err(req, EIO);
       }
     }
-    fi->keep_cache = 1;  // immutable content: pages stay cached across opens; mmap stays shareable
-    fi->direct_io = 0;
+    // Immutable content: pages stay cached across opens; mmap stays shareable. A live file's bytes are
+    // made at open (its size only known then): each read goes to the server.
+    fi->keep_cache = !node->file->live();
+    fi->direct_io = node->file->live();
     fi->fh = reinterpret_cast<uint64_t>(c.open_files->open(ino, node->file));
     fuse_reply_open(req, fi);
   });
@@ -214,15 +216,15 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     const Context& c = context(req);
     const vfs::Node* node = c.tree->node(ino);
     if (node == nullptr || node->is_dir) return (void)fuse_reply_err(req, node == nullptr ? ENOENT : EISDIR);
-    const uint64_t file_size = node->size();
+    OpenFile* open = fi != nullptr && fi->fh != 0 ? reinterpret_cast<OpenFile*>(fi->fh) : nullptr;
+    const views::VirtualFile& content = open != nullptr ? *open->content : *node->file;
+    const uint64_t file_size = content.size();  // a live file's, of this open
     const uint64_t start = static_cast<uint64_t>(std::max<off_t>(offset, 0));
     if (start >= file_size) return (void)fuse_reply_buf(req, nullptr, 0);
     const size_t length = static_cast<size_t>(std::min<uint64_t>(size, file_size - start));
     // One buffer per worker thread, as large as the largest request it served (max_read bounds it).
     thread_local std::vector<std::byte> buffer;
     if (buffer.size() < length) buffer.resize(length);
-    OpenFile* open = fi != nullptr && fi->fh != 0 ? reinterpret_cast<OpenFile*>(fi->fh) : nullptr;
-    const views::VirtualFile& content = open != nullptr ? *open->content : *node->file;
     if (open != nullptr && c.prefetch_bytes > 0)
       if (auto ahead = open->read_ahead.next(start, length, c.prefetch_bytes, file_size))
         content.prefetch(ahead->first, ahead->second);
@@ -233,6 +235,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
       ~Release() { deferred.clear(); }
     } release;
     content.read_deferring(start, std::span(buffer.data(), length), deferred);
+    if (c.served != nullptr && ino < c.served->size() && !node->file->live())
+      (*c.served)[ino].fetch_add(length, std::memory_order_relaxed);
     if (deferred.empty())
       fuse_reply_buf(req, reinterpret_cast<const char*>(buffer.data()), length);
     else if (const std::string problem = reply_with_runs(req, std::span(buffer.data(), length), deferred);

@@ -5,7 +5,9 @@
 #include <fuse_lowlevel.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
+#include <vector>
 
 #include "ckptfs/vfs.hpp"
 #include "fuse/read_ahead.hpp"
@@ -21,6 +23,8 @@ struct Context {
   uint64_t prefetch_bytes = 0;  // how far ahead of a sequential reader source ranges are prefetched
   OpenFiles* open_files = nullptr;  // the prefetch state of every open file
   std::chrono::milliseconds source_check_interval{0};  // ServeOptions::source_check_ms
+  // Bytes answered per inode (index: the inode), for ckptfs-stats.json.
+  std::vector<std::atomic<uint64_t>>* served = nullptr;
 };
 
 fuse_lowlevel_ops make_operations();

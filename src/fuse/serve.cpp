@@ -17,6 +17,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/fuse.hpp"
+#include "ckptfs/live_stats.hpp"
 #include "fuse/operations.hpp"
 
 namespace ckptfs::fuse {
@@ -65,6 +66,15 @@ std::string unescape_mountinfo(const std::string& field) {
 void set_read_ahead(const std::string& mountpoint, unsigned kb) {
   if (const auto mount = find_mount(mountpoint))
     std::ofstream(fmt::format("/sys/class/bdi/{}/read_ahead_kb", mount->device)) << kb;
+}
+
+// {path: bytes answered} of every file read so far (a file at two paths, a root view and tags/<latest>/,
+// under its first).
+nlohmann::json served_bytes(const vfs::VirtualTree& tree, const std::vector<std::atomic<uint64_t>>& served) {
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t ino = 1; ino < served.size(); ++ino)
+    if (const uint64_t bytes = served[ino].load(std::memory_order_relaxed); bytes > 0) out[tree.path(ino)] = bytes;
+  return out;
 }
 
 }  // namespace
@@ -117,8 +127,13 @@ std::string check_mountpoint(const std::string& mountpoint) {
 void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
   const bool foreground = options.foreground || options.debug;
   OpenFiles open_files;
+  std::vector<std::atomic<uint64_t>> served(tree.node_count() + 1);
   Context context{&tree, ::getuid(), ::getgid(), !foreground, uint64_t{options.prefetch_mb} << 20, &open_files,
-                  std::chrono::milliseconds(options.source_check_ms)};
+                  std::chrono::milliseconds(options.source_check_ms), &served};
+  live_stats::add_section("served", [&] { return served_bytes(tree, served); });
+  const struct Unregister {
+    ~Unregister() { live_stats::remove_section("served"); }
+  } unregister;
   const fuse_lowlevel_ops ops = make_operations();
   auto session = new_session(options, ops, context);
   fuse_session* se = session.get();

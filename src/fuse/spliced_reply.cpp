@@ -69,6 +69,15 @@ std::string after_reply(int sent, size_t bytes, const std::vector<HeldSource>& h
   return {};
 }
 
+// after_reply for a request answered and gone: nothing may escape to the caller's error reply.
+std::string reported(int sent, size_t bytes, const std::vector<HeldSource>& held) noexcept {
+  try {
+    return after_reply(sent, bytes, held);
+  } catch (...) {
+    return {};  // bad_alloc while building the message: only the log line is lost
+  }
+}
+
 // Calls memory(data, size) and file(bytes, size) for the parts of the reply in order: the caller's buffer
 // between the runs, and each run from where it is.
 template <class Memory, class File>
@@ -94,8 +103,7 @@ std::string reply_from_memory(fuse_req_t req, std::span<const std::byte> buffer,
   for_each_part(buffer, runs, [&](const std::byte* data, size_t size) {
     iov.push_back({const_cast<std::byte*>(data), size});  // only read
   }, [](const catalog::FileBytes&, size_t) {});
-  const int sent = fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
-  return after_reply(sent, buffer.size(), {});
+  return reported(fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size())), buffer.size(), {});
 }
 
 }  // namespace
@@ -126,13 +134,7 @@ std::string reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer,
     b.pos = static_cast<off_t>(bytes.offset);
   });
   // Never SPLICE_MOVE: the kernel would take pages out of the shards' own page cache.
-  const int sent = fuse_reply_data(req, bufv, static_cast<fuse_buf_copy_flags>(0));
-  // From here on the request is answered and gone: nothing may escape to the caller's error reply.
-  try {
-    return after_reply(sent, buffer.size(), held);
-  } catch (...) {
-    return {};  // bad_alloc while building the message: only the log line is lost
-  }
+  return reported(fuse_reply_data(req, bufv, static_cast<fuse_buf_copy_flags>(0)), buffer.size(), held);
 }
 
 }  // namespace ckptfs::fuse

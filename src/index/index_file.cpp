@@ -50,6 +50,8 @@ std::string decompress_frame(std::string_view frame) {
     at += consumed;
     if (hint == 0) break;  // the frame ended and its content checksum matched
     if (produced == 0 && consumed == 0) throw FormatError("index: the lz4 frame is truncated");
+    // LZ4 expands at most 255x: past that the frame is crafted, and decoding it would only fill memory.
+    if (out.size() / 255 > frame.size()) throw FormatError("index: the lz4 frame expands beyond lz4's own bound");
   }
   if (at != frame.size()) throw FormatError("index: bytes after the lz4 frame");
   return out;

@@ -5,19 +5,18 @@
 
 #include "ckptfs/describe.hpp"
 #include "ckptfs/layout.hpp"
+#include "ckptfs/live_stats.hpp"
 #include "ckptfs/vfs.hpp"
 
 namespace ckptfs::vfs {
 
 namespace {
 
-constexpr std::string_view kInfoFile = "ckptfs.json";
-constexpr std::string_view kTagsDir = "tags";
 constexpr std::string_view kRenamedDir = "source";  // side files whose name a view or ckptfs itself uses
 
 }  // namespace
 
-VirtualTree build_tree(const Checkpoint& checkpoint) {
+VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file) {
   TreeBuilder builder;
   std::vector<std::vector<ViewFile>> views;  // per tag; the root shares the latest tag's files
   for (const auto& tag : checkpoint.tags) views.push_back(tag_views(tag));
@@ -32,7 +31,7 @@ VirtualTree build_tree(const Checkpoint& checkpoint) {
   for (size_t i = 0; i < views.size(); ++i) {
     const bool is_root = &views[i] == &root_views;
     for (size_t j = 0; j < views[i].size(); ++j) {
-      const std::string path = fmt::format("{}/{}/{}", kTagsDir, checkpoint.tags[i].name, views[i][j].path);
+      const std::string path = fmt::format("{}/{}/{}", ckptfs::views::kTagsDir, checkpoint.tags[i].name, views[i][j].path);
       if (is_root) {
         builder.add_link(path, root_inodes[j]);
       } else {
@@ -42,7 +41,7 @@ VirtualTree build_tree(const Checkpoint& checkpoint) {
   }
 
   // Names at the root that ckptfs owns; a side file with one of them moves to source/<name>.
-  std::set<std::string, std::less<>> taken = {std::string(kInfoFile), std::string(kTagsDir)};
+  std::set<std::string, std::less<>> taken(ckptfs::views::kRootNames.begin(), ckptfs::views::kRootNames.end());
   for (const auto& v : root_views) taken.insert(v.path.substr(0, v.path.find('/')));
   std::vector<std::pair<std::string, io::FilePtr>> side_files;
   bool any_renamed = false;
@@ -65,7 +64,9 @@ VirtualTree build_tree(const Checkpoint& checkpoint) {
   nlohmann::json info = describe_checkpoint(checkpoint, false, views);
   info["root_tag"] = latest.name;
   info["renamed_side_files"] = std::move(renamed);
-  builder.add_file(kInfoFile, views::make_bytes_file(info.dump(2) + "\n"));
+  builder.add_file(ckptfs::views::kInfoFile, views::make_bytes_file(info.dump(2) + "\n"));
+  if (stats_file)
+    builder.add_file(ckptfs::views::kStatsFile, views::make_live_file([] { return live_stats::snapshot().dump(2) + "\n"; }));
   return std::move(builder).build();
 }
 

@@ -19,11 +19,11 @@ nlohmann::json describe_tensors(const catalog::Catalog& c) {
 nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors) {
   std::vector<std::vector<ViewFile>> views;
   for (const auto& tag : cp.tags) views.push_back(tag_views(tag));
-  return describe_checkpoint(cp, with_tensors, views);
+  return describe_checkpoint(cp, with_tensors, views, true);
 }
 
 nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
-                                   const std::vector<std::vector<ViewFile>>& views) {
+                                   const std::vector<std::vector<ViewFile>>& views, bool with_reads) {
   nlohmann::json j;
   j["source"] = cp.root.string();
   j["framework"] = cp.framework;
@@ -48,8 +48,10 @@ nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
     const auto catalogs = tag.named_catalogs();
     for (const auto& [name, c] : catalogs) jt["tensor_count"][name] = c->tensors.size();
     jt["views"] = nlohmann::json::array();
-    for (const auto& v : summarize_views(views.at(i)))
+    for (const auto& v : summarize_views(views.at(i), with_reads)) {
       jt["views"].push_back({{"path", v.path}, {"size", v.bytes}, {"files", v.files}});
+      if (v.source_bytes) jt["views"].back()["reads"] = *v.source_bytes;
+    }
     jt["source_files"] = tag.files.size();
     jt["notes"] = tag.notes;
     if (with_tensors)

@@ -80,6 +80,27 @@ void ExtentFile::prefetch(uint64_t offset, uint64_t length) const {
   runs.clear();  // holds no source file past the call
 }
 
+void ExtentFile::append_source_runs(std::vector<catalog::Piece>& out) const {
+  for (const Extent& e : extents_)
+    if (e.tensor) catalog::append_runs(*e.tensor, 0, e.tensor->numel(), out);
+}
+
+uint64_t distinct_source_bytes(std::vector<catalog::Piece> runs) {
+  const auto bytes_of = [](const catalog::Piece& p) { return p.count * dtype_size(p.src_dtype); };
+  std::sort(runs.begin(), runs.end(), [](const catalog::Piece& a, const catalog::Piece& b) {
+    return a.file != b.file ? a.file.get() < b.file.get() : a.src_offset < b.src_offset;
+  });
+  uint64_t total = 0;
+  for (size_t i = 0; i < runs.size();) {
+    const io::File* file = runs[i].file.get();
+    uint64_t lo = runs[i].src_offset, hi = lo + bytes_of(runs[i]);
+    for (++i; i < runs.size() && runs[i].file.get() == file && runs[i].src_offset <= hi; ++i)
+      hi = std::max(hi, runs[i].src_offset + bytes_of(runs[i]));
+    total += hi - lo;
+  }
+  return total;
+}
+
 std::vector<io::FilePtr> distinct_sources(std::span<const catalog::TensorRef> tensors) {
   std::vector<io::FilePtr> files;
   std::unordered_set<const io::File*> seen;

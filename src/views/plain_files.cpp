@@ -38,12 +38,31 @@ class PassthroughFile final : public VirtualFile {
   }
   std::vector<io::FilePtr> sources() const override { return {file_}; }
   void prefetch(uint64_t offset, uint64_t length) const override { file_->prefetch(offset, length); }
+  void append_source_runs(std::vector<catalog::Piece>& out) const override {
+    out.push_back({0, file_->size(), file_, 0, DType::U8});  // the whole file, a byte per element
+  }
 
  private:
   io::FilePtr file_;
 };
 
+class LiveFile final : public VirtualFile {
+ public:
+  explicit LiveFile(std::function<std::string()> make) : make_(std::move(make)) {}
+  uint64_t size() const override { return 0; }
+  void read(uint64_t, std::span<std::byte>) const override {}  // only [0, 0): its bytes are per open
+  std::shared_ptr<const VirtualFile> open_layout() const override { return make_bytes_file(make_()); }
+  bool live() const override { return true; }
+
+ private:
+  std::function<std::string()> make_;
+};
+
 }  // namespace
+
+VirtualFilePtr make_live_file(std::function<std::string()> make) {
+  return std::make_shared<LiveFile>(std::move(make));
+}
 
 VirtualFilePtr make_bytes_file(std::string bytes) {
   return std::make_shared<BytesFile>(std::move(bytes));

@@ -18,7 +18,7 @@ namespace {
 // A tag's side files beside its views; one whose name a view (or, at the mount root, ckptfs.json or tags/)
 // takes is served as source/<name> instead, as the mount does with the root's side files (docs/mount.md).
 void add_side_files(std::vector<ViewFile>& views, const std::vector<std::filesystem::path>& side_files) {
-  std::set<std::string, std::less<>> taken = {"ckptfs.json", "tags"};
+  std::set<std::string, std::less<>> taken(views::kRootNames.begin(), views::kRootNames.end());
   for (const auto& v : views) taken.insert(v.path.substr(0, v.path.find('/')));
   const bool any_moved = std::any_of(side_files.begin(), side_files.end(),
                                      [&](const auto& f) { return taken.contains(f.filename().string()); });
@@ -69,21 +69,29 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
   }
 }
 
-std::vector<ViewSummary> summarize_views(const std::vector<ViewFile>& views) {
+std::vector<ViewSummary> summarize_views(const std::vector<ViewFile>& views, bool source_bytes) {
   std::vector<ViewSummary> out;
+  std::vector<std::vector<catalog::Piece>> runs;  // per row, with source_bytes
   std::map<std::string, size_t> trees;  // "universal/" -> its row
   for (const auto& v : views) {
     size_t row = out.size();
     if (v.path.starts_with("universal/")) {
       auto [it, inserted] = trees.try_emplace("universal/", out.size());
-      if (inserted) out.push_back({"universal/", 0, 0});
+      if (inserted) out.push_back({"universal/", 0, 0, std::nullopt});
       row = it->second;
     } else {
-      out.push_back({v.path, 0, 0});
+      out.push_back({v.path, 0, 0, std::nullopt});
     }
     out[row].bytes += v.file->size();
     out[row].files += 1;
+    if (source_bytes) {
+      runs.resize(out.size());
+      v.file->append_source_runs(runs[row]);
+    }
   }
+  if (source_bytes)
+    for (size_t row = 0; row < out.size(); ++row)
+      out[row].source_bytes = row < runs.size() ? views::distinct_source_bytes(std::move(runs[row])) : 0;
   return out;
 }
 

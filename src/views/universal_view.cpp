@@ -51,6 +51,9 @@ class UniversalParamFile final : public VirtualFile {
   void read(uint64_t offset, std::span<std::byte> dst) const override { build()->read(offset, dst); }
   void prefetch(uint64_t offset, uint64_t length) const override { build()->prefetch(offset, length); }
   VirtualFilePtr open_layout() const override { return build(); }
+  void append_source_runs(std::vector<catalog::Piece>& out) const override {
+    if (const catalog::TensorRef t = tensor()) catalog::append_runs(*t, 0, t->numel(), out);
+  }
   std::vector<io::FilePtr> sources() const override {
     const catalog::TensorRef t = tensor();
     return t ? distinct_sources(std::span(&t, 1)) : std::vector<io::FilePtr>{};

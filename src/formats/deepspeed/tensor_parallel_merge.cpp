@@ -74,7 +74,8 @@ formats::SubParams sub_layout(const UniversalInfo& info, const UniversalInfo::Su
       const int64_t count = spec.as_int();
       int64_t full = 0;
       for (const auto& r : ranks) full += r.tensor.shape[out.dim];
-      if (count <= 0 || full % count != 0) fail(fmt::format("{} sub-parameters do not divide {}", count, full));
+      // More sub-parameters than elements cannot be (and would ask for that many sizes).
+      if (count <= 0 || count > full || full % count != 0) fail(fmt::format("{} sub-parameters do not divide {}", count, full));
       out.sizes.assign(static_cast<size_t>(count), full / count);
     }
     for (int64_t size : out.sizes) {
@@ -83,10 +84,21 @@ formats::SubParams sub_layout(const UniversalInfo& info, const UniversalInfo::Su
     }
   }
   if (out.widths.size() != out.sizes.size()) fail("shard widths and sub-parameter sizes differ in number");
+  // Every width and size at most the tensor's extent (so that no sum below overflows) and none negative:
+  // the sums alone would let [-2, 6] pass for a width of 4.
+  int64_t extent = 0;
+  for (const auto& r : ranks) extent += r.tensor.shape[out.dim];
+  const auto check_extent = [&](int64_t n, const char* what) {
+    if (n < 0 || n > extent) fail(fmt::format("a {} of {} (the tensor has {} along dim {})", what, n, extent, out.dim));
+  };
   for (size_t s = 0; s < out.sizes.size(); ++s) {
+    check_extent(out.sizes[s], "sub-parameter size");
     int64_t sum = 0;
     if (out.widths[s].size() != tp) fail("shard widths for a different TP size");
-    for (int64_t w : out.widths[s]) sum += w;
+    for (int64_t w : out.widths[s]) {
+      check_extent(w, "shard width");
+      sum += w;
+    }
     if (sum != out.sizes[s]) fail(fmt::format("shard widths sum to {}, the sub-parameter has {}", sum, out.sizes[s]));
   }
   for (size_t r = 0; r < tp; ++r) {

@@ -87,9 +87,9 @@ std::shared_ptr<catalog::Catalog> read_masters(io::FileSet& files, const ModelAr
             missing = fmt::format("{} is missing", optim.string());
           if (missing.empty()) optim_paths.push_back(optim);
         }
-  const auto optim_files = formats::read_all(
-      optim_paths, [&](const fs::path& p) { return torch::TorchArchive::open(files.open(p)); });
   try {
+    const auto optim_files = formats::read_all(
+        optim_paths, [&](const fs::path& p) { return torch::TorchArchive::open(files.open(p)); });
     size_t next_optim = 0;
     bool done = false;  // at the first rank without masters
     for (int pp = 0; pp < args.pp && !done; ++pp)
