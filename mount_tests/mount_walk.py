@@ -1,4 +1,5 @@
-"""The walk of a mounted tree shared by test_mount.py (DeepSpeed cases) and test_dcp.py (DCP cases)."""
+"""Walks of a mounted tree shared by test files: test_mount.py (DeepSpeed cases) and test_dcp.py (DCP cases)
+check sizes and modes; test_index_cache.py and test_s3_mount.py compare whole trees."""
 import math
 import os
 import subprocess
@@ -23,3 +24,15 @@ def walk_sizes(mnt, dir_mode=None):
             for dn in dirs:
                 assert os.stat(os.path.join(root, dn)).st_mode & 0o777 == dir_mode, dn
     return sizes
+
+
+def tree_of(mnt):
+    """{path relative to the mount: the file's bytes, or None for a directory} of everything in a mount."""
+    tree = {}
+    for root, dirs, files in os.walk(mnt):
+        for d in dirs:
+            tree[os.path.relpath(os.path.join(root, d), mnt)] = None
+        for f in files:
+            with open(os.path.join(root, f), "rb") as fh:
+                tree[os.path.relpath(os.path.join(root, f), mnt)] = fh.read()
+    return tree

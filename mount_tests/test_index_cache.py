@@ -14,6 +14,7 @@ import pytest
 
 import helpers as H
 from conftest import REAL_DIR, case_info
+from mount_walk import tree_of
 from mounting import foreground, mounted, run_ckptfs
 
 REPO = H.REPO
@@ -44,18 +45,6 @@ def source_path(fixtures_dir, spec):
 def stderr_of(proc):
     """What `ckptfs -f` said before serving (the index line comes before the mount is live)."""
     return proc.stderr.readline()
-
-
-def tree_of(mnt):
-    """{path relative to the mount: the file's bytes, or None for a directory} of everything in a mount."""
-    tree = {}
-    for root, dirs, files in os.walk(mnt):
-        for d in dirs:
-            tree[os.path.relpath(os.path.join(root, d), mnt)] = None
-        for f in files:
-            with open(os.path.join(root, f), "rb") as fh:
-                tree[os.path.relpath(os.path.join(root, f), mnt)] = fh.read()
-    return tree
 
 
 def assert_serves_what_parsing_serves(ckptfs_bin, src, mnt, tmp_path):

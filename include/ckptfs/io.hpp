@@ -26,13 +26,16 @@
 namespace ckptfs::io {
 
 // What identifies a source file's content as indexed: a replacement (new inode) or a change in place
-// (size, mtime or ctime) no longer matches.
+// (size, mtime or ctime) no longer matches. An object of an object store is its ETag, size and
+// Last-Modified (as the listing spelled it); device, inode and the times stay 0.
 struct FileIdentity {
   dev_t device = 0;
   ino_t inode = 0;
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   int64_t ctime_ns = 0;
+  std::string etag;
+  std::string last_modified;
   bool operator==(const FileIdentity&) const = default;
 };
 
@@ -54,20 +57,31 @@ using OpenFdPtr = std::shared_ptr<const OpenFd>;
 
 class DecodedItem;      // src/io/decoded_item.hpp
 struct DescriptorSlot;  // src/io/fd_cache.hpp
+class RemoteReader;     // src/io/remote_object.hpp
 
 // Where a File's bytes come from, a closed kind visited wherever it matters (reads, splice eligibility,
 // prefetch, identity checks, the index codec): the file at its path, read with pread through the
-// descriptor cache, or the decoded bytes of a compressed item of another file.
-struct OnDisk {};
+// descriptor cache; the decoded bytes of a compressed item of another file; or an object of an object
+// store (ranged GETs pinned to the ETag the listing showed, src/io/remote_object.cpp).
+struct OnDisk {
+  std::shared_ptr<DescriptorSlot> slot;  // the open descriptor
+  uint64_t readahead_bytes = 0;          // the device's readahead: one fadvise call's reach
+};
 struct Decoded {
   std::shared_ptr<const DecodedItem> item;
 };
-using Origin = std::variant<OnDisk, Decoded>;
+struct Remote {
+  std::shared_ptr<RemoteReader> reader;  // the client, bucket, key and ETag, and a parse read-ahead
+};
+using Origin = std::variant<OnDisk, Decoded, Remote>;
+
+inline constexpr uint64_t kRemoteReadGap = uint64_t{256} << 10;  // File::read_gap_bytes of an object
 
 class File {
  public:
   // Opens `path` read-only and records its identity. Throws SourceError naming the path when it cannot
-  // be opened or is not a regular file.
+  // be opened or is not a regular file. A path below an object-store source (io_tree.hpp) is its
+  // object, with the identity its listing showed: opening sends no request.
   static std::shared_ptr<File> open(const std::filesystem::path& path);
   // The decoded bytes of a compressed item of another file, read as a file of their own: reads decode
   // what they touch (through the bounded cache of decoded items), the path and identity are those of
@@ -104,6 +118,11 @@ class File {
   // starts no more than that per call): reads that follow find it there. Best effort: errors are ignored.
   void prefetch(uint64_t offset, uint64_t length) const;
 
+  // How many bytes between two ranges a parse wants cost less to read through than to skip with a request
+  // of their own: 0 for a local file (a pread each), kRemoteReadGap for an object (a GET's latency buys
+  // that many bytes).
+  uint64_t read_gap_bytes() const;
+
   // True while the file at path() still has the identity it had when opened (one stat).
   bool unchanged() const;
   // As unchanged(), but trusts a check that passed less than `interval` ago instead of making another
@@ -113,14 +132,13 @@ class File {
 
  private:
   File(std::filesystem::path path, FileIdentity identity);
-  void read_on_disk(uint64_t offset, std::span<std::byte> dst) const;
-  void prefetch_on_disk(uint64_t offset, uint64_t length) const;
+  void read_on_disk(const OnDisk& disk, uint64_t offset, std::span<std::byte> dst) const;
+  void prefetch_on_disk(const OnDisk& disk, uint64_t offset, uint64_t length) const;
   bool on_disk_unchanged_within(std::chrono::nanoseconds interval) const;
+  const OnDisk& on_disk() const;  // throws std::logic_error for the other origins
   std::filesystem::path path_;
   FileIdentity identity_;
   Origin origin_;
-  std::unique_ptr<DescriptorSlot> slot_;  // OnDisk: the open descriptor
-  uint64_t readahead_bytes_ = 0;          // OnDisk: the device's readahead: one fadvise call's reach
   mutable std::atomic<int64_t> checked_at_ns_{INT64_MIN};  // steady clock of the last check passed
   mutable std::atomic<bool> changed_{false};
 };

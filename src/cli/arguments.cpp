@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace ckptfs::cli {
 
 Arguments parse_arguments(std::span<const std::string> args, const std::set<std::string>& known_flags,
@@ -9,13 +11,23 @@ Arguments parse_arguments(std::span<const std::string> args, const std::set<std:
   Arguments out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--tag" || a == "-t" || a == "--cache") {
-      if (i + 1 >= args.size()) throw UsageError(fmt::format("{} needs a value\nusage: {}", a, usage));
-      (a == "--cache" ? out.cache : out.tag) = args[++i];
-    } else if (a.rfind("--tag=", 0) == 0) {
-      out.tag = a.substr(6);
-    } else if (a.rfind("--cache=", 0) == 0) {
-      out.cache = a.substr(8);
+    const std::pair<std::string_view, std::optional<std::string>*> valued[] = {
+        {"--tag", &out.tag}, {"-t", &out.tag}, {"--cache", &out.cache},
+        {"--endpoint", &out.s3.endpoint}, {"--region", &out.s3.region}};
+    const auto named = std::find_if(std::begin(valued), std::end(valued), [&](const auto& v) {
+      return a == v.first || (a.starts_with(v.first) && a.size() > v.first.size() && a[v.first.size()] == '=');
+    });
+    if (named != std::end(valued)) {
+      if (a.size() > named->first.size()) {
+        *named->second = a.substr(named->first.size() + 1);
+      } else {
+        if (i + 1 >= args.size()) throw UsageError(fmt::format("{} needs a value\nusage: {}", a, usage));
+        *named->second = args[++i];
+      }
+    } else if (a == "--s3-path-style") {
+      out.s3.path_style = true;
+    } else if (a == "--s3-no-sign") {
+      out.s3.no_sign = true;
     } else if (known_flags.count(a)) {
       out.flags.insert(a);
     } else if (!a.empty() && a[0] == '-' && a != "-") {

@@ -1,5 +1,5 @@
-// Minimal parser for the inspect/export/index command lines: positionals, boolean flags, --tag T and
-// --cache DIR.
+// Minimal parser for the inspect/export/index command lines: positionals, boolean flags, --tag T,
+// --cache DIR, and for an s3:// SRC --endpoint URL, --region R, --s3-path-style, --s3-no-sign.
 #pragma once
 
 #include <optional>
@@ -10,6 +10,7 @@
 
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/error.hpp"
+#include "ckptfs/s3.hpp"
 
 namespace ckptfs::cli {
 
@@ -22,6 +23,7 @@ struct Arguments {
   std::set<std::string> flags;  // e.g. "--json"
   std::optional<std::string> tag;
   std::optional<std::string> cache;  // --cache DIR (`ckptfs index`)
+  s3::Options s3;
 
   bool has(const std::string& flag) const { return flags.count(flag) != 0; }
   // --tag T and --strict as options for open_checkpoint.

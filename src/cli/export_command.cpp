@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "ckptfs/checkpoint.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "ckptfs/layout.hpp"
 #include "cli/arguments.hpp"
 #include "cli/commands.hpp"
+#include "cli/source_argument.hpp"
 #include "cli/progress.hpp"
 
 namespace ckptfs::cli {
@@ -25,7 +27,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T] [--strict] [--universal]";
+constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T] [--strict] [--universal]\n"
+                         "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 constexpr size_t kChunk = 8u << 20;  // bytes per read: memory use is twice this, not the model size
 
 struct OutputError : Error {
@@ -97,8 +100,8 @@ bool is_inside(const fs::path& inner, const fs::path& outer) {
 int run_export(std::span<const std::string> args) {
   try {
     Arguments a = parse_arguments(args, {"--universal", "--strict"}, 2, kUsage);
-    const fs::path source = a.positional[0], out = a.positional[1];
-    if (is_inside(out, source))
+    const fs::path source = open_source(a.positional[0], a.s3), out = a.positional[1];
+    if (!io::is_remote(source) && is_inside(out, source))
       throw UsageError(
           fmt::format("{}: is inside the source directory; ckptfs never writes to the source", out.string()));
     Checkpoint cp = open_checkpoint(source, a.open_options());

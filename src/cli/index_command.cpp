@@ -6,12 +6,14 @@
 #include "ckptfs/index.hpp"
 #include "cli/arguments.hpp"
 #include "cli/commands.hpp"
+#include "cli/source_argument.hpp"
 
 namespace ckptfs::cli {
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs index SRC [--tag T] [--strict] [--cache DIR]";
+constexpr const char* kUsage = "ckptfs index SRC [--tag T] [--strict] [--cache DIR]\n"
+                         "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
 }  // namespace
 
@@ -22,7 +24,7 @@ int run_index(std::span<const std::string> args) {
     const auto dir = a.cache ? std::optional<std::filesystem::path>(std::filesystem::absolute(*a.cache))
                              : index::default_cache_dir();
     if (!dir) throw UsageError(fmt::format("no cache dir: set XDG_CACHE_HOME or HOME, or give --cache DIR\nusage: {}", kUsage));
-    const auto source = std::filesystem::absolute(a.positional[0]).lexically_normal();
+    const auto source = open_source(a.positional[0], a.s3);
     fmt::print("{}\n", index::write_index(source, options, *dir).string());
     return 0;
   } catch (const std::exception& e) {

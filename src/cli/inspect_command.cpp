@@ -9,12 +9,14 @@
 #include "ckptfs/layout.hpp"
 #include "cli/arguments.hpp"
 #include "cli/commands.hpp"
+#include "cli/source_argument.hpp"
 
 namespace ckptfs::cli {
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs inspect SRC [--tag T] [--strict] [--json] [--tensors]";
+constexpr const char* kUsage = "ckptfs inspect SRC [--tag T] [--strict] [--json] [--tensors]\n"
+                         "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -62,7 +64,7 @@ void print_text(const Checkpoint& cp, bool tensors) {
 int run_inspect(std::span<const std::string> args) {
   try {
     Arguments a = parse_arguments(args, {"--json", "--tensors", "--strict"}, 1, kUsage);
-    Checkpoint cp = open_checkpoint(a.positional[0], a.open_options());
+    Checkpoint cp = open_checkpoint(open_source(a.positional[0], a.s3), a.open_options());
     if (a.has("--json")) {
       fmt::print("{}\n", describe_checkpoint(cp, a.has("--tensors")).dump(2));
     } else {

@@ -18,6 +18,8 @@
 #include "ckptfs/vfs.hpp"
 #include "cli/arguments.hpp"
 #include "cli/commands.hpp"
+#include "cli/source_argument.hpp"
+#include "io/remote_object.hpp"
 
 namespace ckptfs::cli {
 
@@ -58,6 +60,18 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
                       streamed to the range asked for
      transpose_cache_mb=N  memory for the tiles transposed tensors (GPT-2's Conv1D weights in hf/) are
                       served from, shared by all server threads, in MiB (default 128, at least 1)
+     endpoint=URL     for an s3://BUCKET/PREFIX SRC: the store (default AWS_ENDPOINT_URL, else AWS's
+                      https://s3.REGION.amazonaws.com); credentials from AWS_ACCESS_KEY_ID /
+                      AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, else AWS_PROFILE in ~/.aws/credentials
+                      (never on the command line: docs/s3.md)
+     region=R         the store's region (default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1)
+     s3_path_style    http://HOST/BUCKET/KEY addressing (the default for a custom endpoint)
+     s3_no_sign       anonymous requests (a public bucket)
+     cache_mb=N       s3:// sources: memory for fetched bytes, in MiB (default 256; LRU, GETs in flight
+                      included: docs/s3.md)
+     cache_dir=DIR    s3:// sources: also keep fetched bytes in DIR, reused by later mounts and
+                      checked against each object's ETag; cache_dir_mb=N bounds it (default 8192)
+     s3_connections=N s3:// sources: at most N ranged GETs in flight (default 16)
      stats            add ckptfs-stats.json at the root: the daemon's figures (bytes served per
                       file so far, and for s3:// sources what was fetched) at each open
      index_cache=DIR  where the index of SRC is kept (default $XDG_CACHE_HOME/ckptfs, else
@@ -71,7 +85,10 @@ Exit codes (docs/exit-codes.md): 0 mounted, 2 usage, 3 source unreadable, 4 inva
 )";
 
 struct MountArguments {
+  std::string source_text;  // as given: a path, or s3://BUCKET/PREFIX
   fs::path source, mountpoint;
+  s3::Options s3;
+  s3::BlockCacheOptions remote_cache;  // -o cache_mb=, cache_dir=, cache_dir_mb=, s3_connections=
   OpenOptions open;
   fuse::ServeOptions serve;
   std::optional<unsigned> max_open;
@@ -121,6 +138,23 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     const std::string dir = option.substr(12);
     if (dir.empty()) throw UsageError(fmt::format("-o {}: expected a directory or 'off'", option));
     m.index_cache = dir == "off" ? std::nullopt : std::optional<fs::path>(fs::absolute(dir));
+  } else if (option.starts_with("endpoint=")) {
+    m.s3.endpoint = option.substr(9);
+  } else if (option.starts_with("region=")) {
+    m.s3.region = option.substr(7);
+  } else if (option == "s3_path_style") {
+    m.s3.path_style = true;
+  } else if (option == "s3_no_sign") {
+    m.s3.no_sign = true;
+  } else if (option.starts_with("cache_mb=")) {
+    m.remote_cache.memory_bytes = uint64_t{parse_number(option, 1)} << 20;
+  } else if (option.starts_with("cache_dir=")) {
+    if (option.size() == 10) throw UsageError(fmt::format("-o {}: expected a directory", option));
+    m.remote_cache.dir = fs::absolute(option.substr(10));
+  } else if (option.starts_with("cache_dir_mb=")) {
+    m.remote_cache.dir_bytes = uint64_t{parse_number(option, 1)} << 20;
+  } else if (option.starts_with("s3_connections=")) {
+    m.remote_cache.connections = parse_number(option, 1);
   } else if (option.starts_with("prefetch=")) {
     m.serve.prefetch_mb = parse_number(option, 0);
   } else if (option.starts_with("source_check_ms=")) {
@@ -164,8 +198,8 @@ MountArguments parse(int argc, char** argv) {
   if (a.tag) m.open.tag = a.tag;
   m.serve.foreground = a.has("-f");
   m.serve.debug = a.has("-d");
+  m.source_text = a.positional[0];
   // Absolute paths: the daemon runs in "/", and the sources are re-checked by path on every open.
-  m.source = fs::absolute(a.positional[0]).lexically_normal();
   m.mountpoint = fs::absolute(a.positional[1]).lexically_normal();
   const auto has = [&](std::string_view key) {
     return std::any_of(m.serve.fuse_options.begin(), m.serve.fuse_options.end(),
@@ -173,7 +207,8 @@ MountArguments parse(int argc, char** argv) {
   };
   // fsname = the source, as sshfs does: df and /proc/mounts show what is mounted, and `mount -a` can
   // tell that an fstab line is already mounted.
-  if (!has("fsname=")) m.serve.fuse_options.push_back("fsname=" + escape_option(m.source.string()));
+  const std::string shown = s3::is_s3_url(m.source_text) ? m.source_text : fs::absolute(m.source_text).lexically_normal().string();
+  if (!has("fsname=")) m.serve.fuse_options.push_back("fsname=" + escape_option(shown));
   if (!has("subtype=")) m.serve.fuse_options.push_back("subtype=ckptfs");
   return m;
 }
@@ -191,6 +226,8 @@ int run_mount(int argc, char** argv) {
   try {
     MountArguments m = parse(argc, argv);
     m.serve.mountpoint = fuse::check_mountpoint(m.mountpoint.string());  // before the long indexing
+    io::set_remote_cache_options(m.remote_cache);
+    m.source = open_source(m.source_text, m.s3);
     if (m.max_open) io::set_max_open_files(*m.max_open);
     if (m.decoded_cache_mb) io::set_decoded_cache_bytes(uint64_t{*m.decoded_cache_mb} << 20);
     if (m.transpose_cache_mb) catalog::set_transposed_cache_bytes(uint64_t{*m.transpose_cache_mb} << 20);

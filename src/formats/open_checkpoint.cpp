@@ -8,6 +8,7 @@
 #include "ckptfs/dcp.hpp"
 #include "ckptfs/deepspeed.hpp"
 #include "ckptfs/error.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "ckptfs/megatron.hpp"
 #include "ckptfs/plain.hpp"
 #include "ckptfs/verl.hpp"
@@ -73,7 +74,7 @@ namespace {
 // path component, so "ckpt/", "./ckpt" and a link to ckpt must all read as ckpt.
 fs::path resolved(const fs::path& source) {
   std::error_code ec;
-  fs::path p = fs::canonical(source, ec);
+  fs::path p = io::canonical(source, ec);
   if (ec) throw SourceError(fmt::format("{}: {}", source.string(), ec == std::errc::no_such_file_or_directory
                                                                        ? "no such file or directory"
                                                                        : ec.message()));
@@ -81,9 +82,8 @@ fs::path resolved(const fs::path& source) {
 }
 
 Checkpoint open_resolved(const fs::path& source, const OpenOptions& options) {
-  std::error_code ec;
   if (plain::is_plain_source(source)) return plain::open(source, options);
-  if (!fs::is_directory(source, ec))
+  if (!io::is_directory(source))
     throw SourceError(fmt::format("{}: neither a directory nor a regular file", source.string()));
   if (deepspeed::is_deepspeed_source(source)) return deepspeed::open(source, options);
   // before Megatron: a verl save dir has a tracker of the same name

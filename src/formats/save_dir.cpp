@@ -1,7 +1,7 @@
 #include "formats/save_dir.hpp"
 
-#include <fstream>
 
+#include "ckptfs/io_tree.hpp"
 #include "formats/natural_order.hpp"
 
 namespace ckptfs::formats {
@@ -10,9 +10,8 @@ namespace fs = std::filesystem;
 
 std::vector<fs::path> sorted_subdirs(const fs::path& dir, const std::function<bool(const fs::path&)>& keep) {
   std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.is_directory(ec) && keep(entry.path())) out.push_back(entry.path());
+  for (const auto& entry : io::list_directory(dir))
+    if (entry.is_directory && keep(entry.path)) out.push_back(entry.path);
   std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
     return natural_less(a.filename().string(), b.filename().string());
   });
@@ -21,18 +20,16 @@ std::vector<fs::path> sorted_subdirs(const fs::path& dir, const std::function<bo
 
 std::vector<fs::path> side_files(const fs::path& dir, const std::function<bool(const std::string& name)>& is_data) {
   std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.is_regular_file(ec) && !is_data(entry.path().filename().string())) out.push_back(entry.path());
+  for (const auto& entry : io::list_directory(dir))
+    if (entry.is_file && !is_data(entry.path.filename().string())) out.push_back(entry.path);
   std::sort(out.begin(), out.end());
   return out;
 }
 
 std::optional<std::string> read_tracker(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) return std::nullopt;
-  std::string text;
-  std::getline(in, text, '\0');
+  auto read = io::read_small_file(file, uint64_t{1} << 20);
+  if (!read) return std::nullopt;
+  std::string text = read->substr(0, read->find('\0'));
   text.erase(0, text.find_first_not_of(" \t\r\n"));
   text.erase(text.find_last_not_of(" \t\r\n") + 1);
   return text;

@@ -1,8 +1,8 @@
 #include "index/checkpoint_codec.hpp"
 
-#include <sys/stat.h>
-
 #include <set>
+
+#include "ckptfs/io_tree.hpp"
 
 namespace ckptfs::index {
 
@@ -11,26 +11,20 @@ namespace fs = std::filesystem;
 namespace {
 
 // What decides the tags besides the files the catalogs read: the directories walked (an added or
-// removed entry changes a directory's mtime) and the regular files directly in them (a tracker file
-// rewritten in place).
+// removed entry changes a directory's mtime, or a remote directory's digest of names) and the regular
+// files directly in them (a tracker file rewritten in place, or an object's new ETag).
 struct Watched {
   fs::path path;
-  bool directory = false;
-  int64_t mtime_ns = 0;
-  uint64_t inode = 0;
-  uint64_t size = 0;
+  io::PathState state;
 };
 
 std::optional<Watched> watch(const fs::path& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  return Watched{path, S_ISDIR(st.st_mode), st.st_mtim.tv_sec * 1'000'000'000 + st.st_mtim.tv_nsec,
-                 static_cast<uint64_t>(st.st_ino), S_ISDIR(st.st_mode) ? 0 : static_cast<uint64_t>(st.st_size)};
+  auto state = io::path_state(path);
+  if (!state) return std::nullopt;
+  return Watched{path, std::move(*state)};
 }
 
-bool same(const Watched& a, const Watched& b) {
-  return a.directory == b.directory && a.mtime_ns == b.mtime_ns && a.inode == b.inode && a.size == b.size;
-}
+bool same(const Watched& a, const Watched& b) { return a.state == b.state; }
 
 std::vector<Watched> watched_of(const Checkpoint& cp) {
   std::set<fs::path> dirs = {cp.root};
@@ -40,9 +34,8 @@ std::vector<Watched> watched_of(const Checkpoint& cp) {
   }
   std::set<fs::path> paths = dirs;
   for (const auto& d : dirs) {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(d, ec))
-      if (e.is_regular_file(ec)) paths.insert(e.path());
+    for (const auto& e : io::list_directory(d))
+      if (e.is_file) paths.insert(e.path);
   }
   std::vector<Watched> out;
   for (const auto& p : paths)
@@ -59,8 +52,12 @@ void check_unchanged(const std::vector<Watched>& watched) {
 }  // namespace
 
 template <>
+struct Fields<io::PathState> {
+  static void visit(auto& c, auto& s) { c(s.directory, s.mtime_ns, s.inode, s.size, s.version); }
+};
+template <>
 struct Fields<Watched> {
-  static void visit(auto& c, auto& w) { c(w.path, w.directory, w.mtime_ns, w.inode, w.size); }
+  static void visit(auto& c, auto& w) { c(w.path, w.state); }
 };
 
 // The watched paths first: an index whose tags changed is found stale before anything else is read.

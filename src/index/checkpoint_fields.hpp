@@ -38,24 +38,28 @@ struct FileRecord {
   io::Origin origin;
 };
 
+// A file (or an object, found in its source's listing taken at this mount) opened again, trusted only
+// with the identity it had when indexed.
+inline io::FilePtr reopened(const FileRecord& r) {
+  io::FilePtr file;
+  try {
+    file = io::File::open(r.path);
+  } catch (const SourceError& e) {
+    throw StaleIndex(e.what());
+  }
+  if (!(file->identity() == r.identity)) throw StaleIndex(r.path.string() + " changed since it was indexed");
+  return file;
+}
+
 template <>
 struct Wire<io::File> {
   using type = FileRecord;
   static FileRecord to(const io::File& f) { return {f.path(), f.identity(), f.origin()}; }
   static io::FilePtr from(FileRecord&& r) {
     return std::visit(Overloaded{
-                          [&](const io::OnDisk&) {
-                            io::FilePtr file;
-                            try {
-                              file = io::File::open(r.path);
-                            } catch (const SourceError& e) {
-                              throw StaleIndex(e.what());
-                            }
-                            if (!(file->identity() == r.identity))
-                              throw StaleIndex(r.path.string() + " changed since it was indexed");
-                            return file;
-                          },
+                          [&](const io::OnDisk&) { return reopened(r); },
                           [](const io::Decoded& d) { return io::File::decoded(d.item); },  // checked non-null
+                          [&](const io::Remote&) { return reopened(r); },
                       },
                       r.origin);
   }
@@ -107,10 +111,15 @@ struct Wire<pickle::Native> {
 
 template <>
 struct Fields<io::FileIdentity> {
-  static void visit(auto& c, auto& t) { c(t.device, t.inode, t.size, t.mtime_ns, t.ctime_ns); }
+  static void visit(auto& c, auto& t) { c(t.device, t.inode, t.size, t.mtime_ns, t.ctime_ns, t.etag, t.last_modified); }
 };
+// Neither keeps anything of its own in the index: both are opened again from the record's path.
 template <>
 struct Fields<io::OnDisk> {
+  static void visit(auto& /*c*/, auto& /*t*/) {}
+};
+template <>
+struct Fields<io::Remote> {
   static void visit(auto& /*c*/, auto& /*t*/) {}
 };
 template <>

@@ -9,6 +9,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/index.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "index/build_id.hpp"
 #include "index/checkpoint_codec.hpp"
 #include "index/index_file.hpp"
@@ -41,7 +42,7 @@ constexpr std::string_view kNoBuildId = "this ckptfs has no build id (linked wit
 
 fs::path canonical_source(const fs::path& source) {
   std::error_code ec;
-  fs::path p = fs::canonical(source, ec);
+  fs::path p = io::canonical(source, ec);
   return ec ? fs::absolute(source).lexically_normal() : p;
 }
 

@@ -60,7 +60,7 @@ OpenFd::~OpenFd() {
 
 FileIdentity identity_of(const struct stat& st) {
   return {st.st_dev, st.st_ino, static_cast<uint64_t>(st.st_size), nanoseconds(st.st_mtim),
-          nanoseconds(st.st_ctim)};
+          nanoseconds(st.st_ctim), {}, {}};
 }
 
 std::pair<OpenFdPtr, FileIdentity> open_source(const std::filesystem::path& path) {

@@ -13,6 +13,8 @@
 #include "io/decoded_item.hpp"
 #include "io/fd_cache.hpp"
 #include "io/readahead_size.hpp"
+#include "io/remote_object.hpp"
+#include "io/remote_tree.hpp"
 
 namespace ckptfs::io {
 
@@ -20,16 +22,33 @@ File::File(std::filesystem::path path, FileIdentity identity)
     : path_(std::move(path)), identity_(identity) {}
 
 File::~File() {
-  if (slot_) fd_cache::forget(*slot_);
+  if (const auto* disk = std::get_if<OnDisk>(&origin_); disk != nullptr && disk->slot) fd_cache::forget(*disk->slot);
 }
 
 std::shared_ptr<File> File::open(const std::filesystem::path& path) {
+  if (remote_tree::is_s3_path(path)) {
+    auto object = remote_tree::object(path);
+    if (!object) throw SourceError(fmt::format("{}: no such object in the listing taken at the mount", path.string()));
+    FileIdentity identity;
+    identity.size = object->info.size;
+    identity.etag = object->info.etag;
+    identity.last_modified = object->info.last_modified;
+    std::shared_ptr<File> file(new File(path, std::move(identity)));
+    file->origin_ = Remote{std::make_shared<RemoteReader>(object->cache, object->bucket, object->info)};
+    return file;
+  }
   auto [fd, identity] = open_source(path);
   std::shared_ptr<File> file(new File(path, identity));
-  file->slot_ = std::make_unique<DescriptorSlot>();
-  file->readahead_bytes_ = readahead_bytes(identity.device);
-  fd_cache::insert(*file->slot_, std::move(fd));  // the indexing that follows reads it at once
+  OnDisk disk{std::make_shared<DescriptorSlot>(), readahead_bytes(identity.device)};
+  fd_cache::insert(*disk.slot, std::move(fd));  // the indexing that follows reads it at once
+  file->origin_ = std::move(disk);
   return file;
+}
+
+const OnDisk& File::on_disk() const {
+  const auto* disk = std::get_if<OnDisk>(&origin_);
+  if (disk == nullptr) throw std::logic_error(path_.string() + ": has no descriptor (a decoded item or an object)");
+  return *disk;
 }
 
 std::shared_ptr<File> File::decoded(std::shared_ptr<const DecodedItem> item) {
@@ -48,15 +67,16 @@ void File::read_exact(uint64_t offset, std::span<std::byte> dst) const {
   }
   if (dst.empty()) return;
   std::visit(Overloaded{
-                 [&](const OnDisk&) { read_on_disk(offset, dst); },
+                 [&](const OnDisk& disk) { read_on_disk(disk, offset, dst); },
                  [&](const Decoded& decoded) { decoded.item->read(offset, dst); },
+                 [&](const Remote& remote) { remote.reader->read(offset, dst); },
              },
              origin_);
 }
 
-void File::read_on_disk(uint64_t offset, std::span<std::byte> dst) const {
+void File::read_on_disk(const OnDisk& disk, uint64_t offset, std::span<std::byte> dst) const {
   const uint64_t size = identity_.size;
-  const OpenFdPtr fd = fd_cache::acquire(*this, *slot_);
+  const OpenFdPtr fd = fd_cache::acquire(*this, *disk.slot);
   size_t done = 0;
   while (done < dst.size()) {
     ssize_t n = ::pread(fd->get(), dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
@@ -83,18 +103,9 @@ std::vector<std::byte> File::read(uint64_t offset, uint64_t length) const {
   return out;
 }
 
-bool File::has_descriptor() const {
-  return std::visit(Overloaded{
-                        [](const OnDisk&) { return true; },
-                        [](const Decoded&) { return false; },
-                    },
-                    origin_);
-}
+bool File::has_descriptor() const { return std::holds_alternative<OnDisk>(origin_); }
 
-OpenFdPtr File::descriptor() const {
-  if (!has_descriptor()) throw std::logic_error(path_.string() + ": a decoded item has no descriptor");
-  return fd_cache::acquire(*this, *slot_);
-}
+OpenFdPtr File::descriptor() const { return fd_cache::acquire(*this, *on_disk().slot); }
 
 void File::check_descriptor(const OpenFd& fd) const {
   struct stat st {};
@@ -110,17 +121,18 @@ void File::check_descriptor(const OpenFd& fd) const {
 void File::prefetch(uint64_t offset, uint64_t length) const {
   if (offset >= identity_.size || length == 0) return;
   std::visit(Overloaded{
-                 [&](const OnDisk&) { prefetch_on_disk(offset, length); },
+                 [&](const OnDisk& disk) { prefetch_on_disk(disk, offset, length); },
                  [](const Decoded& decoded) { decoded.item->prefetch(); },
+                 [&](const Remote& remote) { remote.reader->prefetch(offset, length); },
              },
              origin_);
 }
 
-void File::prefetch_on_disk(uint64_t offset, uint64_t length) const {
+void File::prefetch_on_disk(const OnDisk& disk, uint64_t offset, uint64_t length) const {
   try {
-    const OpenFdPtr fd = fd_cache::acquire(*this, *slot_);
+    const OpenFdPtr fd = fd_cache::acquire(*this, *disk.slot);
     // One call starts at most the device's readahead (128 KiB on FUSE or NFS): advise piece by piece.
-    const uint64_t step = readahead_bytes_;
+    const uint64_t step = disk.readahead_bytes;
     const uint64_t end = offset + std::min(length, identity_.size - offset);
     for (uint64_t at = offset; at < end; at += step)
       ::posix_fadvise(fd->get(), static_cast<off_t>(at), static_cast<off_t>(std::min(step, end - at)),
@@ -130,6 +142,8 @@ void File::prefetch_on_disk(uint64_t offset, uint64_t length) const {
   }
 }
 
+uint64_t File::read_gap_bytes() const { return std::holds_alternative<Remote>(origin_) ? kRemoteReadGap : 0; }
+
 bool File::unchanged() const {
   return std::visit(Overloaded{
                         [&](const OnDisk&) {
@@ -137,6 +151,8 @@ bool File::unchanged() const {
                           return ::stat(path_.c_str(), &st) == 0 && identity_of(st) == identity_;
                         },
                         [](const Decoded& decoded) { return decoded.item->backing()->unchanged(); },
+                        // the listing taken at the mount is trusted; every read is pinned to its ETag
+                        [](const Remote&) { return true; },
                     },
                     origin_);
 }
@@ -145,6 +161,7 @@ bool File::unchanged_within(std::chrono::nanoseconds interval) const {
   return std::visit(Overloaded{
                         [&](const OnDisk&) { return on_disk_unchanged_within(interval); },
                         [&](const Decoded& decoded) { return decoded.item->backing()->unchanged_within(interval); },
+                        [](const Remote&) { return true; },
                     },
                     origin_);
 }
@@ -192,7 +209,7 @@ uint64_t raise_open_file_limit() {
 
 FilePtr FileSet::open(const std::filesystem::path& path) {
   std::error_code ec;
-  auto key = std::filesystem::weakly_canonical(path, ec);
+  auto key = remote_tree::is_s3_path(path) ? path : std::filesystem::weakly_canonical(path, ec);
   if (ec) key = path;
   {
     std::lock_guard lock(mutex_);

@@ -181,7 +181,7 @@ const ZipEntry* ZipIndex::find(std::string_view name) const {
   return it == by_name_.end() ? nullptr : &entries_[it->second];
 }
 
-RecordSpan ZipIndex::locate(const io::FileRange& file, const ZipEntry& e) const {
+void ZipIndex::check_stored(const ZipEntry& e) const {
   if (e.flags & 1) throw FormatError(fmt::format("record '{}' is encrypted", e.name));
   if (e.method != 0)
     throw FormatError(fmt::format("record '{}' is compressed (method {}); only stored records are supported",
@@ -193,11 +193,25 @@ RecordSpan ZipIndex::locate(const io::FileRange& file, const ZipEntry& e) const 
     throw FormatError(
         fmt::format("record '{}': local header offset {} is outside the records (which end at {})", e.name,
                     e.local_header_offset, directory_offset_));
-  const auto header = file.read(e.local_header_offset, kLocalSize);
+}
+
+namespace {
+
+// The length of the name in the local header `header` (its first kLocalSize bytes) of record `e`.
+uint64_t local_name_length(const ZipEntry& e, std::span<const std::byte> header) {
   const Reader r(header, "zip local header");
   if (r.get<uint32_t>(0) != kLocalHeaderSig)
     throw FormatError(
         fmt::format("record '{}': no local header at offset {}", e.name, e.local_header_offset));
+  return r.get<uint16_t>(26);
+}
+
+}  // namespace
+
+// `header` has passed local_name_length().
+RecordSpan ZipIndex::span_from_local_header(const ZipEntry& e, std::span<const std::byte> header,
+                                            std::span<const std::byte> local_name) const {
+  const Reader r(header, "zip local header");
   // The local extra length differs from the central one (torch pads with an 'FB' extra field).
   const uint64_t name_len = r.get<uint16_t>(26);
   const uint64_t extra_len = r.get<uint16_t>(28);
@@ -205,11 +219,56 @@ RecordSpan ZipIndex::locate(const io::FileRange& file, const ZipEntry& e) const 
   if (data_offset > directory_offset_ || e.size > directory_offset_ - data_offset)
     throw FormatError(fmt::format("record '{}': {} bytes at offset {} run past the records (which end at {})",
                                   e.name, e.size, data_offset, directory_offset_));
-  const auto local_name = file.read(e.local_header_offset + kLocalSize, name_len);
-  if (std::string_view(reinterpret_cast<const char*>(local_name.data()), local_name.size()) != e.name)
+  if (local_name.size() != name_len ||
+      std::string_view(reinterpret_cast<const char*>(local_name.data()), local_name.size()) != e.name)
     throw FormatError(
         fmt::format("record '{}': local header at {} names another record", e.name, e.local_header_offset));
   return {data_offset, e.size};
+}
+
+RecordSpan ZipIndex::locate(const io::FileRange& file, const ZipEntry& e) const {
+  check_stored(e);
+  const auto header = file.read(e.local_header_offset, kLocalSize);
+  const uint64_t name_len = local_name_length(e, header);
+  if (name_len > directory_offset_ - e.local_header_offset - kLocalSize)
+    throw FormatError(fmt::format("record '{}': its local header's name runs past the records (which end at {})",
+                                  e.name, directory_offset_));
+  const auto local_name = file.read(e.local_header_offset + kLocalSize, name_len);
+  return span_from_local_header(e, header, local_name);
+}
+
+std::vector<RecordSpan> ZipIndex::locate_all(const io::FileRange& file, const std::vector<const ZipEntry*>& entries) const {
+  for (const ZipEntry* e : entries) check_stored(*e);
+  std::vector<size_t> order(entries.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return entries[a]->local_header_offset < entries[b]->local_header_offset;
+  });
+  // A header and the name it should have: the bytes each record needs (a longer local name is read alone).
+  const auto window_end = [&](const ZipEntry& e) {
+    return std::min(directory_offset_, e.local_header_offset + kLocalSize + e.name.size());
+  };
+  const uint64_t gap = file.file()->read_gap_bytes();
+  std::vector<RecordSpan> out(entries.size());
+  for (size_t first = 0; first < order.size();) {
+    const uint64_t start = entries[order[first]]->local_header_offset;
+    uint64_t end = window_end(*entries[order[first]]);
+    size_t last = first + 1;
+    for (; last < order.size() && entries[order[last]]->local_header_offset <= end + gap; ++last)
+      end = std::max(end, window_end(*entries[order[last]]));
+    const auto bytes = file.read(start, end - start);
+    for (size_t k = first; k < last; ++k) {
+      const ZipEntry& e = *entries[order[k]];
+      const auto header = std::span(bytes).subspan(e.local_header_offset - start, kLocalSize);
+      const uint64_t name_at = e.local_header_offset - start + kLocalSize;
+      const uint64_t name_len = local_name_length(e, header);
+      out[order[k]] = name_len <= bytes.size() - name_at
+                          ? span_from_local_header(e, header, std::span(bytes).subspan(name_at, name_len))
+                          : locate(file, e);
+    }
+    first = last;
+  }
+  return out;
 }
 
 std::vector<std::byte> ZipIndex::read(const io::FileRange& file, const ZipEntry& entry) const {

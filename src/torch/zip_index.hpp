@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,9 +40,16 @@ class ZipIndex {
   // Reads the record's local header and returns where its data is. Throws FormatError when the record is
   // compressed or encrypted, or its header or data lie outside the file.
   RecordSpan locate(const io::FileRange& file, const ZipEntry& entry) const;
+  // locate() for many records at once, in their order: headers closer than the file's read gap
+  // (io::File::read_gap_bytes: an object store's request costs more than the bytes between) are read in
+  // one request.
+  std::vector<RecordSpan> locate_all(const io::FileRange& file, const std::vector<const ZipEntry*>& entries) const;
   std::vector<std::byte> read(const io::FileRange& file, const ZipEntry& entry) const;
 
  private:
+  void check_stored(const ZipEntry& entry) const;
+  RecordSpan span_from_local_header(const ZipEntry& entry, std::span<const std::byte> header,
+                                    std::span<const std::byte> local_name) const;
   std::string root_;
   std::vector<ZipEntry> entries_;
   std::map<std::string, size_t, std::less<>> by_name_;

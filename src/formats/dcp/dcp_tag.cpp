@@ -6,6 +6,7 @@
 #include <set>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "ckptfs/torch.hpp"
 #include "formats/dcp/dcp_items.hpp"
 #include "formats/dcp/dcp_metadata.hpp"
@@ -57,10 +58,9 @@ bool is_model_dir(const fs::path& dir) {
 int rank_count(const fs::path& dir) {
   static const std::regex kDataFile(R"(__(\d+)_\d+\.distcp)");
   std::set<std::string> ranks;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+  for (const auto& entry : io::list_directory(dir)) {
     std::smatch m;
-    const std::string name = entry.path().filename().string();
+    const std::string name = entry.path.filename().string();
     if (std::regex_match(name, m, kDataFile)) ranks.insert(m[1].str());
   }
   return std::max<int>(1, static_cast<int>(ranks.size()));

@@ -4,13 +4,13 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "formats/model_selection.hpp"
 #include "formats/natural_order.hpp"
 #include "formats/parallel_reads.hpp"
@@ -32,9 +32,8 @@ constexpr int64_t kMaxExtent = int64_t{1} << 48;  // per dimension: offset + siz
 
 std::vector<fs::path> safetensors_files_in(const fs::path& dir) {
   std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.is_regular_file(ec) && entry.path().extension() == ".safetensors") out.push_back(entry.path());
+  for (const auto& entry : io::list_directory(dir))
+    if (entry.is_file && entry.path.extension() == ".safetensors") out.push_back(entry.path);
   std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
     return natural_less(a.filename().string(), b.filename().string());
   });
@@ -172,14 +171,11 @@ catalog::LogicalTensor assemble(const ChunkedTensor& t, const fs::path& dir) {
 // model.safetensors.index.json, when there is one: every file its weight_map names must be there and hold
 // the tensor it is named for (HF loaders open the files through it).
 void check_index(const fs::path& index, const std::vector<ChunkedTensor>& tensors) {
-  std::error_code ec;
-  if (const auto size = fs::file_size(index, ec); !ec && size > kMaxIndexBytes)
-    throw FormatError(fmt::format("{}: larger than 1 GiB", index.string()));
-  std::ifstream in(index, std::ios::binary);
-  if (!in) throw SourceError(fmt::format("{}: cannot open", index.string()));
+  const auto text = io::read_small_file(index, kMaxIndexBytes);
+  if (!text) throw SourceError(fmt::format("{}: cannot open", index.string()));
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(*text);
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(fmt::format("{}: not JSON: {}", index.string(), e.what()));
   }
@@ -190,7 +186,7 @@ void check_index(const fs::path& index, const std::vector<ChunkedTensor>& tensor
   for (const auto& [fqn, file] : j["weight_map"].items()) {
     if (!file.is_string()) throw FormatError(fmt::format("{}: weight_map[{}] is not a file name", index.string(), fqn));
     const std::string name = file.get<std::string>();
-    if (name.find('/') != std::string::npos || !fs::is_regular_file(index.parent_path() / name, ec))
+    if (name.find('/') != std::string::npos || !io::is_file(index.parent_path() / name))
       throw FormatError(fmt::format("{}: weight_map puts {} in {}, which is missing", index.string(), fqn, name));
     const auto it = by_fqn.find(fqn);
     const bool held = it != by_fqn.end() && std::any_of(it->second->chunks.begin(), it->second->chunks.end(),
@@ -227,16 +223,14 @@ std::string layout_name(const fs::path& dir, const fs::path& data_dir, const std
                                               [](int64_t o) { return o != 0; });
   });
   if (sharded) return "distributed shards (save_distributed=True)";
-  std::error_code ec;
-  if (fs::is_directory(dir / kShardedDir, ec)) return "consolidated (consolidate_safetensors_files; sharded/ not read)";
+  if (io::is_directory(dir / kShardedDir)) return "consolidated (consolidate_safetensors_files; sharded/ not read)";
   return "full tensors (rank-0 save)";
 }
 
 }  // namespace
 
 bool is_hf_storage_dir(const fs::path& dir) {
-  std::error_code ec;
-  return fs::is_directory(dir, ec) &&
+  return io::is_directory(dir) &&
          (!safetensors_files_in(dir).empty() || !safetensors_files_in(dir / kShardedDir).empty());
 }
 
@@ -256,8 +250,7 @@ Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::stri
   tag.dir = dir;
   tag.format = "PyTorch DCP Hugging Face storage (HuggingFaceStorageWriter): " + layout_name(dir, data_dir, chunked);
   tag.files = data_files;
-  std::error_code ec;
-  if (const fs::path index = dir / kIndexName; fs::is_regular_file(index, ec)) {
+  if (const fs::path index = dir / kIndexName; io::is_file(index)) {
     check_index(index, chunked);
     tag.files.push_back(index);
   }
@@ -270,7 +263,7 @@ Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::stri
       break;
     }
   tag.topology.optimizer = "-";
-  if (data_dir == dir && fs::is_directory(dir / kShardedDir, ec))
+  if (data_dir == dir && io::is_directory(dir / kShardedDir))
     tag.notes.push_back("sharded/ is not read: the consolidated files beside it hold the same tensors");
   tag.add(ViewRole::fp32, formats::upcast_to_fp32(*model));
   tag.add(ViewRole::model, std::move(model));

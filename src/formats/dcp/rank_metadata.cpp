@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "formats/dcp/dcp_metadata.hpp"
 #include "formats/parallel_reads.hpp"
 
@@ -52,14 +53,13 @@ bool is_rank_metadata_name(const std::string& file_name) {
 }
 
 std::vector<fs::path> metadata_files(const fs::path& dir) {
-  std::error_code ec;
-  if (fs::is_regular_file(dir / ".metadata", ec)) return {dir / ".metadata"};
+  if (io::is_file(dir / ".metadata")) return {dir / ".metadata"};
   std::vector<std::pair<unsigned long long, fs::path>> ranks;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+  for (const auto& entry : io::list_directory(dir)) {
     std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file(ec) && std::regex_match(name, m, kRankMetadata))
-      ranks.emplace_back(std::stoull(m[1].str()), entry.path());
+    const std::string name = entry.path.filename().string();
+    if (entry.is_file && std::regex_match(name, m, kRankMetadata))
+      ranks.emplace_back(std::stoull(m[1].str()), entry.path);
   }
   std::sort(ranks.begin(), ranks.end());
   std::vector<fs::path> out;

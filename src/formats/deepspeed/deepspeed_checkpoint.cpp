@@ -1,5 +1,6 @@
 // A DeepSpeed save dir: `latest` names the tag served at the root; every tag dir is indexed.
 #include "ckptfs/deepspeed.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "formats/deepspeed/tag_files.hpp"
 #include "formats/save_dir.hpp"
 
@@ -21,8 +22,7 @@ std::optional<formats::Tracked> tracked_tag(const fs::path& root) {
 }  // namespace
 
 bool is_deepspeed_source(const fs::path& source) {
-  std::error_code ec;
-  return is_tag_dir(source) || fs::is_regular_file(source / "latest", ec) || !tag_dirs(source).empty();
+  return is_tag_dir(source) || io::is_file(source / "latest") || !tag_dirs(source).empty();
 }
 
 Checkpoint open(const fs::path& source, const OpenOptions& options) {

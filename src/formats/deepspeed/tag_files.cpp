@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/io_tree.hpp"
 
 namespace ckptfs::deepspeed {
 
@@ -59,45 +60,40 @@ std::vector<fs::path> TagFiles::all() const {
 
 TagFiles list_tag_files(const fs::path& dir) {
   TagFiles files;
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec) throw SourceError(fmt::format("{}: cannot list: {}", dir.string(), ec.message()));
-  for (const auto& entry : it) {
-    if (!entry.is_regular_file(ec)) continue;
-    const std::string name = entry.path().filename().string();
+  if (!io::is_directory(dir)) throw SourceError(fmt::format("{}: cannot list: not a directory", dir.string()));
+  for (const auto& entry : io::list_directory(dir)) {
+    if (!entry.is_file) continue;
+    const std::string name = entry.path.filename().string();
     std::smatch m;
-    const auto num = [&](size_t group) { return number(m[group], entry.path()); };
+    const auto num = [&](size_t group) { return number(m[group], entry.path); };
     if (std::regex_match(name, m, kExpertStates)) {
       // Legacy expert_E files (no layer id) and tensor-parallel experts are not merged.
       if (!m[1].matched || num(4) != 0)
-        files.unsupported_expert_files.push_back(entry.path());
+        files.unsupported_expert_files.push_back(entry.path);
       else
-        insert_unique(files.expert_states[num(2)], num(3), entry.path());
+        insert_unique(files.expert_states[num(2)], num(3), entry.path);
     } else if (std::regex_match(name, m, kExpertOptimStates)) {
       if (num(2) != 0)
-        files.unsupported_expert_files.push_back(entry.path());
+        files.unsupported_expert_files.push_back(entry.path);
       else
-        insert_unique(files.expert_optim_states, num(1), entry.path());
+        insert_unique(files.expert_optim_states, num(1), entry.path);
     } else if (std::regex_match(name, m, kZero3ModelStates)) {
-      insert_unique(files.zero3_model_states[num(2)], num(1), entry.path());
+      insert_unique(files.zero3_model_states[num(2)], num(1), entry.path);
     } else if (std::regex_match(name, m, kModelStates)) {
-      insert_unique(files.model_states, num(1), entry.path());
+      insert_unique(files.model_states, num(1), entry.path);
     } else if (std::regex_match(name, m, kOptimStates)) {
       if (m[1].matched && m[1].str() == "bf16_") files.bf16_prefix = true;
-      insert_unique(files.optim_states[num(3)], num(2), entry.path());
+      insert_unique(files.optim_states[num(3)], num(2), entry.path);
     } else if (std::regex_match(name, m, kLayerStates)) {
-      insert_unique(files.layer_states[num(1)], num(3), entry.path());
+      insert_unique(files.layer_states[num(1)], num(3), entry.path);
     }
   }
   return files;
 }
 
 bool is_tag_dir(const fs::path& dir) {
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec) return false;
-  for (const auto& entry : it) {
-    const std::string name = entry.path().filename().string();
+  for (const auto& entry : io::list_directory(dir)) {
+    const std::string name = entry.path.filename().string();
     if (std::regex_match(name, kModelStates) || std::regex_match(name, kZero3ModelStates)) return true;
   }
   return false;

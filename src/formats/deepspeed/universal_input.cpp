@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "ckptfs/torch.hpp"
 #include "formats/deepspeed/partition_assembly.hpp"
 
@@ -57,8 +58,7 @@ void require_merged_shape(const fs::path& path, const pickle::Value* root, const
 }  // namespace
 
 bool is_universal_dir(const fs::path& dir) {
-  std::error_code ec;
-  return fs::is_regular_file(dir / "zero" / "optimizer_state.pt", ec);
+  return io::is_file(dir / "zero" / "optimizer_state.pt");
 }
 
 namespace {
@@ -73,8 +73,7 @@ struct UniversalMaster {
 
 UniversalMaster open_master(io::FileSet& files, const fs::path& dir, const std::string& name) {
   fs::path path = dir / "zero" / name / "fp32.pt";
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec))
+  if (!io::is_file(path))
     throw FormatError(
         fmt::format("{}: missing: the universal checkpoint has no fp32 masters of {}", path.string(), name));
   auto archive = torch::TorchArchive::open(files.open(path));
@@ -124,9 +123,8 @@ std::vector<catalog::LogicalTensor> read_named_universal_masters(io::FileSet& fi
 
 std::vector<std::string> universal_param_dirs(const fs::path& dir) {
   std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir / "zero", ec))
-    if (e.is_directory(ec)) names.push_back(e.path().filename().string());
+  for (const auto& e : io::list_directory(dir / "zero"))
+    if (e.is_directory) names.push_back(e.path.filename().string());
   std::sort(names.begin(), names.end());
   return names;
 }

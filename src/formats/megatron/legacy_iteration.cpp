@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "formats/megatron/fp32_masters.hpp"
 #include "formats/megatron/iteration.hpp"
 #include "formats/megatron/model_assembly.hpp"
@@ -30,12 +31,11 @@ struct RankDir {
 std::vector<RankDir> rank_dirs(const fs::path& dir) {
   static const std::regex kName(R"(mp_rank_(\d{2,})((?:_\d{3,}){0,2}))");
   std::vector<RankDir> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+  for (const auto& entry : io::list_directory(dir)) {
     std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_directory(ec) || !std::regex_match(name, m, kName)) continue;
-    RankDir r{{std::stoi(m[1].str())}, entry.path()};
+    const std::string name = entry.path.filename().string();
+    if (!entry.is_directory || !std::regex_match(name, m, kName)) continue;
+    RankDir r{{std::stoi(m[1].str())}, entry.path};
     const std::string rest = m[2].str();  // "_002" or "_002_001"
     for (size_t at = 1; at < rest.size();) {
       const size_t end = std::min(rest.find('_', at), rest.size());
@@ -82,8 +82,7 @@ std::shared_ptr<catalog::Catalog> read_masters(io::FileSet& files, const ModelAr
       for (const auto& ep : pp)
         for (const auto& f : ep) {
           const fs::path optim = f.archive.file()->path().parent_path() / "distrib_optim.pt";
-          std::error_code ec;
-          if (missing.empty() && !fs::is_regular_file(optim, ec))
+          if (missing.empty() && !io::is_file(optim))
             missing = fmt::format("{} is missing", optim.string());
           if (missing.empty()) optim_paths.push_back(optim);
         }
@@ -123,8 +122,7 @@ std::shared_ptr<catalog::Catalog> read_masters(io::FileSet& files, const ModelAr
 
 bool is_legacy_iteration(const fs::path& dir) {
   for (const auto& r : rank_dirs(dir)) {
-    std::error_code ec;
-    if (fs::is_regular_file(r.dir / kModelFile, ec)) return true;
+    if (io::is_file(r.dir / kModelFile)) return true;
   }
   return false;
 }
@@ -134,8 +132,7 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
   if (dirs.empty()) throw SourceError(fmt::format("{}: no mp_rank_* dirs", dir.string()));
   const auto open = [&](const fs::path& rank_dir) {
     const fs::path path = rank_dir / kModelFile;
-    std::error_code ec;
-    if (!fs::is_regular_file(path, ec))
+    if (!io::is_file(path))
       throw FormatError(fmt::format("{}: missing (every rank dir holds one)", path.string()));
     return torch::TorchArchive::open(files.open(path));
   };

@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "ckptfs/megatron.hpp"
 #include "formats/megatron/hf_model.hpp"
 #include "formats/megatron/iteration.hpp"
@@ -67,10 +68,9 @@ bool is_megatron_source(const fs::path& source) {
   if (is_iteration_dir(source) || !iteration_dirs(source).empty()) return true;
   // a tracker beside iteration dirs that hold no checkpoint: Megatron's, to say what is missing (verl
   // writes a tracker of the same name beside global_step_N dirs)
-  std::error_code ec;
-  if (!fs::is_regular_file(source / kTracker, ec)) return false;
-  for (const auto& entry : fs::directory_iterator(source, ec))
-    if (entry.is_directory(ec) && is_iteration_name(entry.path().filename().string())) return true;
+  if (!io::is_file(source / kTracker)) return false;
+  for (const auto& entry : io::list_directory(source))
+    if (entry.is_directory && is_iteration_name(entry.path.filename().string())) return true;
   return false;
 }
 
@@ -78,7 +78,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
   formats::SaveDir<fs::path> dir("megatron", source,
                                  "no Megatron-LM iteration dir (iter_NNNNNNN/ or release/ with mp_rank_* dirs or "
                                  "torch_dist files)");
-  if (is_iteration_dir(source) && !fs::exists(source / kTracker)) {
+  if (is_iteration_dir(source) && !io::exists(source / kTracker)) {
     dir.tags.emplace_back(source.filename().string(), source);
   } else {
     for (const auto& d : iteration_dirs(source)) dir.tags.emplace_back(d.filename().string(), d);

@@ -3,13 +3,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "formats/dcp/dcp_items.hpp"
 #include "formats/megatron/bucketed_masters.hpp"
 #include "formats/megatron/iteration.hpp"
@@ -43,8 +43,7 @@ bool is_model_key(std::string_view key) {
 ModelArgs read_args(const fs::path& dir, const dcp::Metadata& md, const dcp::ItemReader& reader, io::FileSet& files,
                     std::vector<fs::path>& used) {
   const fs::path common = dir / "common.pt";
-  std::error_code ec;
-  if (fs::is_regular_file(common, ec)) {
+  if (io::is_file(common)) {
     used.push_back(common);
     const auto archive = torch::TorchArchive::open(files.open(common));
     return read_model_args(formats::root_field(archive)["args"]);
@@ -132,16 +131,14 @@ std::optional<std::string> off_model_shape(const catalog::Catalog& masters, cons
 }  // namespace
 
 bool is_torch_dist_iteration(const fs::path& dir) {
-  std::error_code ec;
-  return fs::is_regular_file(dir / "metadata.json", ec) && fs::is_regular_file(dir / ".metadata", ec);
+  return io::is_file(dir / "metadata.json") && io::is_file(dir / ".metadata");
 }
 
 Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, const std::string& name) {
   const fs::path marker = dir / "metadata.json";
   nlohmann::json backend;
   try {
-    std::ifstream in(marker);
-    backend = nlohmann::json::parse(in);
+    backend = nlohmann::json::parse(io::read_small_file(marker, uint64_t{16} << 20).value_or(""));
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(fmt::format("{}: not JSON: {}", marker.string(), e.what()));
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "ckptfs/plain.hpp"
 #include "ckptfs/torch.hpp"
 #include "formats/model_selection.hpp"
@@ -92,8 +93,7 @@ Tag read_file_tag(io::FileSet& files, const std::string& name, const fs::path& s
 }  // namespace
 
 bool is_plain_source(const fs::path& source) {
-  std::error_code ec;
-  return fs::is_regular_file(source, ec);
+  return io::is_file(source);
 }
 
 Checkpoint open(const fs::path& source, const OpenOptions& options) {

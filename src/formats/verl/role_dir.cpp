@@ -3,13 +3,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "ckptfs/torch.hpp"
 #include "formats/parallel_reads.hpp"
 #include "formats/pickle_access.hpp"
@@ -24,6 +24,8 @@ using catalog::LogicalTensor;
 
 namespace {
 
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;  // fsdp_config.json: a few bytes
+
 const std::regex kModelFile(R"(model_world_size_(\d{1,6})_rank_(\d{1,6})\.pt)");
 
 fs::path rank_file(const fs::path& dir, std::string_view kind, int world_size, int rank) {
@@ -33,10 +35,9 @@ fs::path rank_file(const fs::path& dir, std::string_view kind, int world_size, i
 // The world size the model files are named with; every rank 0..W-1 must have its file.
 int model_world_size(const fs::path& dir) {
   std::map<int, std::set<int>> ranks;  // world size -> ranks
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+  for (const auto& entry : io::list_directory(dir)) {
     std::smatch m;
-    const std::string name = entry.path().filename().string();
+    const std::string name = entry.path.filename().string();
     if (std::regex_match(name, m, kModelFile)) ranks[std::stoi(m[1].str())].insert(std::stoi(m[2].str()));
   }
   if (ranks.empty()) throw FormatError(fmt::format("{}: no model_world_size_W_rank_R.pt files", dir.string()));
@@ -58,11 +59,11 @@ int model_world_size(const fs::path& dir) {
 // fsdp_config.json ({"FSDP_version": 1|2, "world_size": W}, written by rank 0): checked against the files.
 std::optional<int> read_fsdp_config(const fs::path& dir, int world_size) {
   const fs::path path = dir / "fsdp_config.json";
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
+  const auto text = io::read_small_file(path, kMaxConfigBytes);
+  if (!text) return std::nullopt;
   nlohmann::json cfg;
   try {
-    cfg = nlohmann::json::parse(in);
+    cfg = nlohmann::json::parse(*text);
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(fmt::format("{}: not JSON ({})", path.string(), e.what()));
   }
@@ -192,12 +193,11 @@ std::shared_ptr<catalog::Catalog> merge_ranks(const std::vector<RankModel>& rank
 // The other per-rank files (optimizer, extra state) either exist for every rank or for none.
 std::vector<fs::path> rank_files(const fs::path& dir, std::string_view kind, int world_size) {
   std::vector<fs::path> out;
-  std::error_code ec;
   for (int r = 0; r < world_size; ++r)
-    if (fs::is_regular_file(rank_file(dir, kind, world_size, r), ec)) out.push_back(rank_file(dir, kind, world_size, r));
+    if (io::is_file(rank_file(dir, kind, world_size, r))) out.push_back(rank_file(dir, kind, world_size, r));
   if (!out.empty() && out.size() != static_cast<size_t>(world_size))
     for (int r = 0; r < world_size; ++r)
-      if (!fs::is_regular_file(rank_file(dir, kind, world_size, r), ec))
+      if (!io::is_file(rank_file(dir, kind, world_size, r)))
         throw FormatError(fmt::format("{}: missing ({} of {} ranks saved their {} file)",
                                       rank_file(dir, kind, world_size, r).string(), out.size(), world_size, kind));
   return out;
@@ -240,9 +240,8 @@ std::vector<fs::path> huggingface_files(const fs::path& dir, std::vector<std::st
 }  // namespace
 
 bool is_role_dir(const fs::path& dir) {
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (std::regex_match(entry.path().filename().string(), kModelFile)) return true;
+  for (const auto& entry : io::list_directory(dir))
+    if (std::regex_match(entry.path.filename().string(), kModelFile)) return true;
   return false;
 }
 
@@ -267,7 +266,7 @@ RoleDir read_role_dir(io::FileSet& files, const fs::path& dir) {
   const auto extra = rank_files(dir, "extra_state", role.world_size);
   role.files.insert(role.files.end(), optim.begin(), optim.end());
   role.files.insert(role.files.end(), extra.begin(), extra.end());
-  if (fs::exists(dir / "fsdp_config.json")) role.files.push_back(dir / "fsdp_config.json");
+  if (io::exists(dir / "fsdp_config.json")) role.files.push_back(dir / "fsdp_config.json");
   role.optimizer = optim.empty() ? "not saved" : describe_optimizer(files, optim.front());
   role.hf_files = huggingface_files(dir, role.notes);
   return role;

@@ -5,10 +5,10 @@
 #include <re2/re2.h>
 
 #include <algorithm>
-#include <fstream>
 #include <regex>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "ckptfs/verl.hpp"
 #include "formats/model_selection.hpp"
 #include "formats/save_dir.hpp"
@@ -62,9 +62,9 @@ std::shared_ptr<catalog::Catalog> bf16_model(const catalog::Catalog& parameters)
 // config.json as the merger's save_pretrained writes it beside its bfloat16 weights: the saved file with
 // its "dtype" ("torch_dtype" before transformers 4.56) values set to "bfloat16", every other byte kept.
 std::string bf16_config(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw SourceError(fmt::format("{}: cannot read", path.string()));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto read = io::read_small_file(path, uint64_t{64} << 20);
+  if (!read) throw SourceError(fmt::format("{}: cannot read", path.string()));
+  std::string text = *read;
   // RE2, not std::regex: std::regex recurses per character and overflows the stack on a long value.
   static const RE2 kDtype(R"re(("(?:torch_)?dtype"\s*:\s*)"[A-Za-z0-9_.]+")re");
   RE2::GlobalReplace(&text, kDtype, R"(\1"bfloat16")");

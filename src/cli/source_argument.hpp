@@ -1,0 +1,17 @@
+// SRC as every command takes it: a local path, or s3://BUCKET/PREFIX, listed once here with a client
+// configured from the command line's S3 options and the AWS environment (s3::resolve_config).
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "ckptfs/s3.hpp"
+
+namespace ckptfs::cli {
+
+// A local SRC made absolute (the daemon runs in "/", and sources are re-checked by path), or the path of
+// the object-store source registered with io (io::open_remote_source). Throws SourceError (exit 3) naming
+// the URL and the S3 error code when the store refuses the listing or holds nothing under the prefix.
+std::filesystem::path open_source(const std::string& text, const s3::Options& options);
+
+}  // namespace ckptfs::cli

@@ -1,0 +1,99 @@
+#include "io/remote_object.hpp"
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace ckptfs::io {
+
+namespace {
+
+std::mutex options_mutex;
+s3::BlockCacheOptions cache_options;
+
+}  // namespace
+
+void set_remote_cache_options(s3::BlockCacheOptions options) {
+  std::lock_guard lock(options_mutex);
+  cache_options = std::move(options);
+}
+
+s3::BlockCache& RemoteCache::get() const {
+  std::lock_guard lock(mutex_);
+  if (cache_ == nullptr || owner_ != ::getpid()) {
+    s3::BlockCacheOptions options;
+    {
+      std::lock_guard options_lock(options_mutex);
+      options = cache_options;
+    }
+    cache_ = new s3::BlockCache(client_, std::move(options));
+    owner_ = ::getpid();
+  }
+  return *cache_;
+}
+
+nlohmann::json RemoteCache::figures() const {
+  s3::BlockCache* cache = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    if (owner_ == ::getpid()) cache = cache_;
+  }
+  nlohmann::json out = {{"fetched", 0}, {"requests", 0}, {"retries", 0}, {"hits", 0}, {"misses", 0},
+                        {"disk_hits", 0}, {"memory_bytes", 0}, {"disk_bytes", 0}, {"objects", nlohmann::json::array()}};
+  if (cache == nullptr) return out;
+  const s3::BlockCacheStats s = cache->stats();
+  out.update({{"fetched", s.bytes_fetched}, {"requests", s.requests}, {"retries", s.retries}, {"hits", s.hits},
+              {"misses", s.misses}, {"disk_hits", s.disk_hits}, {"memory_bytes", s.memory_bytes},
+              {"disk_bytes", s.disk_bytes}});
+  for (const auto& o : cache->object_stats())
+    out["objects"].push_back({{"key", o.key}, {"etag", o.etag}, {"fetched", o.bytes_fetched}, {"requests", o.requests}});
+  return out;
+}
+
+RemoteReader::RemoteReader(std::shared_ptr<const RemoteCache> cache, std::string bucket, s3::ObjectInfo info)
+    : cache_(std::move(cache)), bucket_(std::move(bucket)), info_(std::move(info)) {}
+
+std::string RemoteReader::url() const { return fmt::format("s3://{}/{}", bucket_, info_.key); }
+
+void RemoteReader::fetch(uint64_t offset, std::span<std::byte> dst) const {
+  try {
+    cache_->get().read(s3::object_id(bucket_, info_), offset, dst);
+  } catch (const s3::ObjectChangedError&) {
+    throw SourceError(fmt::format("{}: changed since the mount (the store no longer has ETag {}); remount to "
+                                  "serve the new checkpoint",
+                                  url(), info_.etag));
+  }
+}
+
+RemoteReader::Block RemoteReader::fetch_block(uint64_t offset, uint64_t length) const {
+  Block block{offset, std::vector<std::byte>(length)};
+  fetch(offset, block.bytes);
+  return block;
+}
+
+void RemoteReader::read(uint64_t offset, std::span<std::byte> dst) const {
+  if (dst.size() > kSmallRemoteRead) return fetch(offset, dst);
+  const uint64_t size = info_.size;
+  const uint64_t suffix_start = size - std::min(size, kReadAheadSuffix);
+  std::lock_guard lock(mutex_);
+  const Block* from = nullptr;
+  if (offset >= suffix_start) {
+    if (suffix_.bytes.empty()) suffix_ = fetch_block(suffix_start, size - suffix_start);
+    from = &suffix_;
+  } else {
+    if (!block_.holds(offset, dst.size()))
+      block_ = fetch_block(offset, std::min(size, offset + std::max<uint64_t>(dst.size(), kReadAheadBlock)) - offset);
+    from = &block_;
+  }
+  std::memcpy(dst.data(), from->bytes.data() + (offset - from->offset), dst.size());
+}
+
+void RemoteReader::prefetch(uint64_t offset, uint64_t length) const {
+  if (offset >= info_.size) return;
+  cache_->get().prefetch(s3::object_id(bucket_, info_), offset, std::min(length, info_.size - offset));
+}
+
+}  // namespace ckptfs::io

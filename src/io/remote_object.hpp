@@ -1,0 +1,85 @@
+// The reads of one object of an object store: every byte a remote File serves comes through fetch(), from
+// the source's block cache (s3_cache.hpp: bounded memory, an optional disk cache, a bounded pool of
+// parallel ranged GETs, each pinned to the ETag the listing showed), and prefetch() hands it the ranges a
+// sequential reader will want. Small reads (the parsing of a torch.save: magic, zip end records, central
+// directory, local headers, data.pkl) go through two read-ahead blocks of the File, the object's suffix
+// and the block last read elsewhere, so that a parse costs a few requests instead of one per read.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckptfs/s3.hpp"
+#include "ckptfs/s3_cache.hpp"
+
+namespace ckptfs::io {
+
+// The options every source's block cache is made with (-o cache_mb=, cache_dir=, cache_dir_mb=,
+// s3_connections=); set before a source is read.
+void set_remote_cache_options(s3::BlockCacheOptions options);
+
+// The block cache of one object-store source, made at its first use, and made again in a forked child:
+// the mount forks into the background once it has parsed its sources, and the cache's fetch threads do
+// not follow a fork (the parent's cache is left as it is, never destroyed there: joining its threads in
+// the child would wait for threads that do not exist).
+class RemoteCache {
+ public:
+  explicit RemoteCache(std::shared_ptr<s3::Client> client) : client_(std::move(client)) {}
+  s3::BlockCache& get() const;
+  // {fetched: bytes, requests, retries, hits, misses, disk_hits, memory_bytes, disk_bytes, objects: [...]}
+  // for ckptfs-stats.json; all zero before the first read.
+  nlohmann::json figures() const;
+
+ private:
+  std::shared_ptr<s3::Client> client_;
+  mutable std::mutex mutex_;
+  mutable s3::BlockCache* cache_ = nullptr;  // owned; leaked in a forked child (above)
+  mutable pid_t owner_ = 0;                  // the process that made cache_
+};
+
+// Reads at most this long go through the read-ahead blocks. A read within the last kReadAheadSuffix bytes
+// of the object fetches all of them once (the zip end records, at most 64 KiB + 42 bytes, and the central
+// directory of a torch.save in one request); another read that misses fetches kReadAheadBlock bytes from
+// its offset on (a local header and its name, often the next few small records).
+inline constexpr uint64_t kSmallRemoteRead = uint64_t{128} << 10;
+inline constexpr uint64_t kReadAheadBlock = uint64_t{4} << 10;
+inline constexpr uint64_t kReadAheadSuffix = uint64_t{128} << 10;
+
+class RemoteReader {
+ public:
+  RemoteReader(std::shared_ptr<const RemoteCache> cache, std::string bucket, s3::ObjectInfo info);
+
+  // Exactly dst.size() bytes at `offset` (within the object). Throws SourceError naming the object: an
+  // s3::Error, or "changed since the mount" when the store no longer has the ETag listed.
+  void read(uint64_t offset, std::span<std::byte> dst) const;
+  // A hint that [offset, offset + length) will be read: the block cache starts fetching it.
+  void prefetch(uint64_t offset, uint64_t length) const;
+  std::string url() const;
+
+ private:
+  struct Block {
+    uint64_t offset = 0;
+    std::vector<std::byte> bytes;
+    bool holds(uint64_t at, uint64_t length) const {
+      return at >= offset && at - offset <= bytes.size() && length <= bytes.size() - (at - offset);
+    }
+  };
+  void fetch(uint64_t offset, std::span<std::byte> dst) const;
+  Block fetch_block(uint64_t offset, uint64_t length) const;
+  std::shared_ptr<const RemoteCache> cache_;
+  std::string bucket_;
+  s3::ObjectInfo info_;
+  mutable std::mutex mutex_;  // guards the blocks (held across their fetch: parses read one file in order)
+  mutable Block suffix_, block_;
+};
+
+}  // namespace ckptfs::io
