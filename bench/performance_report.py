@@ -706,6 +706,7 @@ class Report:
             w("")
             w(captions[name])
             w("")
+        lines.extend(kept_section(page, KEPT_SECTION))
         w("## Per-bench pages")
         w("")
         w("Each bench's header states its command, what it compares and how long it takes. Pages with more detail:")
@@ -713,7 +714,8 @@ class Report:
         for doc, what in (("scale.md", "mount and metadata walks by ranks and tensors (rewritten by this run)"),
                           ("loader-bench.md", "loaders on the mount against exported files (an earlier run, by hand)"),
                           ("latency-bench.md", "cold reads with 1 ms per source read (rewritten by this run)"),
-                          ("megatron-bench.md", "Megatron-LM first reads (earlier runs, by hand)")):
+                          ("megatron-bench.md", "Megatron-LM first reads (earlier runs, by hand)"),
+                          ("s3-bench.md", "a checkpoint on object storage (bench/s3_bench.sh, not part of run_all)")):
             if os.path.exists(os.path.join(out_dir, doc)):
                 w(f"- [{doc}]({doc}): {what}")
         w("")
@@ -727,6 +729,24 @@ class Report:
             return self.masters()
         except KeyError:
             return float("nan")
+
+
+# A section of the page written by hand (its bench is not part of run_all): kept as it is when the page is
+# rewritten, from its heading to the next one.
+KEPT_SECTION = "## Object storage"
+
+
+def kept_section(page, heading):
+    try:
+        with open(page) as f:
+            old = f.read().split("\n")
+    except FileNotFoundError:
+        return []
+    if heading not in old:
+        return []
+    start = old.index(heading)
+    end = next((i for i in range(start + 1, len(old)) if old[i].startswith("## ")), len(old))
+    return old[start:end]
 
 
 def main(argv):

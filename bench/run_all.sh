@@ -89,23 +89,7 @@ rank_sweep() {
       case_dir=$work/fixtures/bench_z3_dp64
     else
       case_dir=$gen_root/bench_z3_dp$dp
-      /usr/bin/python3 - "$dp" "$case_dir" <<'EOF'
-# The bench model of mount_tests/gen/generate.py (its BENCH case) saved at another rank count, by its own
-# generate_bench; skipped when a current one is there.
-import os, shutil, sys
-sys.path.insert(0, "mount_tests/gen")
-import torch  # noqa: E402
-import generate as G  # noqa: E402
-dp, final = int(sys.argv[1]), sys.argv[2]
-if not G.case_is_current(final, G.GEN_VERSION):
-    torch.set_num_threads(1)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp = final + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    G.generate_bench(dict(G.BENCH, name=os.path.basename(final), dp=dp), tmp)
-    os.rename(tmp, final)
-EOF
+      /usr/bin/python3 bench/bench_checkpoint.py "$dp" "$case_dir"
     fi
     sync  # no writeback of a freshly generated checkpoint during the timed reads
     gen_s=$(since "$t0")

@@ -20,7 +20,9 @@ Quirks of this gateway (radosgw 20.2, POSIX driver), found setting it up:
 - the signature covers the query as sent: it must be in canonical form (sorted, '/' as %2F), or 403
   SignatureDoesNotMatch;
 - its ops log (rgw_ops_log_file_path) is written shortly after the answers, and entries flushed together
-  have no newline between them.
+  have no newline between them;
+- without `tcp_nodelay=1` on its beast frontend, every small answer (a 100-byte range) waits ~40 ms (Nagle
+  against the client's delayed ACK): 44 ms per small GET instead of under 1 ms.
 """
 import json
 import os
@@ -63,7 +65,7 @@ rgw_posix_database_root = {root}/posixdb
 dbstore_db_dir = {root}/db
 rgw_config_store = dbstore
 rgw_config_store_db_dir = {root}/db
-rgw_frontends = beast endpoint=127.0.0.1:{port}
+rgw_frontends = beast endpoint=127.0.0.1:{port} tcp_nodelay=1
 log_file = {root}/radosgw.log
 rgw_enable_ops_log = true
 rgw_ops_log_rados = false
