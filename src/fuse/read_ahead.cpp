@@ -12,6 +12,12 @@ uint64_t slack(uint64_t window) {
   return std::max<uint64_t>(window / 4, 2u << 20);
 }
 
+// The least a window is refilled by (but at the end of the file): a prefetch per read would hand each
+// source a slice of one read (an object store then gets GETs of a few hundred KiB where a few MiB
+// each move several times the bytes per second), and a quarter of the window ahead is still three
+// quarters full.
+uint64_t step(uint64_t window) { return window / 4; }
+
 }  // namespace
 
 std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, uint64_t length, uint64_t window,
@@ -32,7 +38,7 @@ std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, ui
   s.last_used = clock_;
   s.read_to = std::max(s.read_to, end);
   const uint64_t from = std::max(s.prefetched_to, end), to = std::min(size, end + window);
-  if (from >= to) return std::nullopt;
+  if (from >= to || (to - from < step(window) && to < size)) return std::nullopt;
   s.prefetched_to = to;
   return std::pair{from, to - from};
 }
