@@ -350,6 +350,27 @@ TEST(Catalog, BoxOverATransposedTensorIsRefused) {
   }
 }
 
+// A box's view of its inner tensor must name only the inner tensor's elements (an index read back from
+// disk, the decoder's fuzz target found, could name more: the read then fell short of the tensor).
+TEST(Catalog, BoxNamingElementsOutsideItsInnerTensorIsRefused) {
+  SourceFile src = SourceFile::of(std::vector<float>(16));
+  const auto inner = std::make_shared<const LogicalTensor>(
+      make_tensor("w", DType::F32, {4, 4}, {{0, 16, src.file(), 0, DType::F32}}));
+  const auto boxed_at = [&](int64_t offset) {
+    torch::SourceTensor view = element_view(*inner);
+    view.shape = {2, 4};
+    view.storage_offset = offset;
+    return assembled_tensor("rows", DType::F32, {2, 4}, {Box{{0, 0}, {2, 4}, view, inner}}, "");
+  };
+  EXPECT_NO_THROW(boxed_at(8));  // the last two rows
+  try {
+    boxed_at(12);
+    ADD_FAILURE() << "a box past its inner tensor's end was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_EQ(std::string(e.what()), "tensor rows: a box names elements outside its inner tensor w (16 elements)");
+  }
+}
+
 // A stride-0 view repeats one storage element: a few thousand times is served, 2^40 times (a piece per
 // element) is refused instead of exhausting memory.
 TEST(Catalog, RepeatedElementsAreBounded) {

@@ -92,8 +92,22 @@ void validate_flat(const LogicalTensor& tensor, const FlatRuns& flat) {
   if (next != numel) fail(tensor, fmt::format("elements [{}, {}) are not covered by any source", next, numel));
 }
 
+// Whether the elements a box's source view names (offset, strides, sizes) are all among the inner
+// tensor's `numel` (an index read back from disk could say otherwise: reads would then fall short).
+bool view_inside(const torch::SourceTensor& view, uint64_t numel) {
+  if (view.storage_offset < 0) return false;
+  __int128 last = view.storage_offset;
+  for (size_t d = 0; d < view.shape.size(); ++d) {
+    if (view.shape[d] == 0) return true;  // no element at all
+    if (view.strides[d] < 0) return false;
+    last += static_cast<__int128>(view.shape[d] - 1) * view.strides[d];
+  }
+  return last < static_cast<__int128>(numel);
+}
+
 // The tiling was checked when the assembly was built and the sources were bounds-checked; what is left are
-// the conversions and the inner tensors, whose runs must place elements.
+// the conversions and the inner tensors, whose runs must place elements, and which must hold the elements
+// their boxes name.
 void validate_boxed(const LogicalTensor& tensor, const Boxed& boxed) {
   if (!boxed.assembly) fail(tensor, "has no boxes");
   for (const Box& b : boxed.assembly->boxes()) {
@@ -104,6 +118,9 @@ void validate_boxed(const LogicalTensor& tensor, const Boxed& boxed) {
     }
     if (!runs_place_elements(*b.inner))
       fail(tensor, fmt::format("a box views the transposed tensor {}, whose runs place no elements", b.inner->name));
+    if (b.source.strides.size() != b.source.shape.size() || !view_inside(b.source, b.inner->numel()))
+      fail(tensor, fmt::format("a box names elements outside its inner tensor {} ({} elements)", b.inner->name,
+                               b.inner->numel()));
     std::vector<Piece> runs;
     append_runs(*b.inner, 0, b.inner->numel(), runs);
     for (const Piece& r : runs) check_conversion(tensor, r);
