@@ -153,14 +153,19 @@ def test_inspect_and_export_of_s3_source(store, gateway_env, ckptfs_bin, tmp_pat
     assert sorted(files_below(tmp_path / "from-s3")) == sorted(exported)
 
 
-def test_endpoint_flags_instead_of_the_environment(store, ckptfs_bin, monkeypatch):
-    gateway, urls = store
-    url, _ = urls["dcp-zstd-real"]
+def credentials_only(gateway, monkeypatch):
+    """The gateway's keys in the environment, but neither its endpoint nor its region (the test names them)."""
     env = gateway.env()
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_REGION", raising=False)
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SHARED_CREDENTIALS_FILE"):
         monkeypatch.setenv(k, env[k])
+
+
+def test_endpoint_flags_instead_of_the_environment(store, ckptfs_bin, monkeypatch):
+    gateway, urls = store
+    url, _ = urls["dcp-zstd-real"]
+    credentials_only(gateway, monkeypatch)
     proc = run_ckptfs(ckptfs_bin, "inspect", url, "--endpoint", gateway.endpoint, f"--region={gateway.region}")
     assert proc.returncode == 0, proc.stderr
     assert "framework:" in proc.stdout
@@ -169,11 +174,7 @@ def test_endpoint_flags_instead_of_the_environment(store, ckptfs_bin, monkeypatc
 def test_mount_options_instead_of_the_environment(store, ckptfs_bin, tmp_path, monkeypatch):
     gateway, urls = store
     url, local = urls["dcp-zstd-real"]
-    env = gateway.env()
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    monkeypatch.delenv("AWS_REGION", raising=False)
-    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SHARED_CREDENTIALS_FILE"):
-        monkeypatch.setenv(k, env[k])
+    credentials_only(gateway, monkeypatch)
     options = f"endpoint={gateway.endpoint},region={gateway.region},s3_path_style"
     with mounted(ckptfs_bin, local, tmp_path / "local") as mnt:
         expected = open(os.path.join(mnt, "model.safetensors"), "rb").read()
