@@ -89,8 +89,17 @@ VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog)
 VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog,
                                const std::string& archive_name);
 
+// Calls visit(file, begin, end) for each range of a source file that `runs` cover, per file in file order,
+// runs joined where they overlap or lie at most `join_gap` bytes apart. Sorts `runs`.
+void for_each_source_range(std::vector<catalog::Piece>& runs, uint64_t join_gap,
+                           const std::function<void(const io::File&, uint64_t, uint64_t)>& visit);
+
 // The bytes of source files that `runs` cover, each byte once however many runs cover it.
 uint64_t distinct_source_bytes(std::vector<catalog::Piece> runs);
+
+// Tells the sources of `file` which of their ranges a read of it takes (io::File::expect): an object's
+// block cache then fetches its prefetches in requests of a few MiB within them.
+void expect_source_reads(const VirtualFile& file);
 
 // The distinct source files the tensors are read from, in order of first use.
 std::vector<io::FilePtr> distinct_sources(std::span<const catalog::TensorRef> tensors);

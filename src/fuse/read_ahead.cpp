@@ -43,7 +43,7 @@ std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, ui
   return std::pair{from, to - from};
 }
 
-OpenFile* OpenFiles::open(uint64_t ino, const views::VirtualFilePtr& file) {
+OpenFile* OpenFiles::open(uint64_t ino, const views::VirtualFilePtr& file, bool remote_sources) {
   {
     const std::lock_guard lock(mutex_);
     if (auto it = files_.find(ino); it != files_.end()) {
@@ -52,6 +52,7 @@ OpenFile* OpenFiles::open(uint64_t ino, const views::VirtualFilePtr& file) {
     }
   }
   views::VirtualFilePtr layout = file->open_layout();
+  if (remote_sources) views::expect_source_reads(layout ? *layout : *file);
   const std::lock_guard lock(mutex_);
   Entry& entry = files_[ino];
   if (!entry.file) entry.file = std::make_unique<OpenFile>(layout ? std::move(layout) : file);

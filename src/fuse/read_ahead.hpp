@@ -52,7 +52,9 @@ struct OpenFile {
 class OpenFiles {
  public:
   // The open state of inode `ino`, made from `file` by its first open (the layout built outside the lock).
-  OpenFile* open(uint64_t ino, const views::VirtualFilePtr& file);
+  // With `remote_sources`, that first open also tells the sources what the file reads of them
+  // (views::expect_source_reads), for the object store's block cache.
+  OpenFile* open(uint64_t ino, const views::VirtualFilePtr& file, bool remote_sources);
   void release(uint64_t ino);
 
  private:

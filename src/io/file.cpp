@@ -128,6 +128,11 @@ void File::prefetch(uint64_t offset, uint64_t length) const {
              origin_);
 }
 
+void File::expect(uint64_t offset, uint64_t length) const {
+  if (const auto* remote = std::get_if<Remote>(&origin_); remote != nullptr && offset < identity_.size)
+    remote->reader->expect(offset, std::min(length, identity_.size - offset));
+}
+
 void File::prefetch_on_disk(const OnDisk& disk, uint64_t offset, uint64_t length) const {
   try {
     const OpenFdPtr fd = fd_cache::acquire(*this, *disk.slot);
@@ -198,6 +203,10 @@ std::vector<std::byte> FileRange::read(uint64_t offset, uint64_t length) const {
     throw SourceError(fmt::format("{}: read of {} bytes at offset {} runs past the end of the {} bytes at {}",
                                   file_->path().string(), length, offset, length_, base_));
   return file_->read(base_ + offset, length);
+}
+
+void FileRange::prefetch(uint64_t offset, uint64_t length) const {
+  if (offset < length_) file_->prefetch(base_ + offset, std::min(length, length_ - offset));
 }
 
 uint64_t raise_open_file_limit() {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -44,7 +45,7 @@ std::string identity_of(const ObjectId& o) {
 // Read ends remembered per object: this many sequential readers of one object are recognised at once.
 constexpr std::size_t kStreams = 8;
 // The share of memory_bytes that prefetched, not yet read bytes may hold.
-constexpr std::uint64_t kPrefetchShareDivisor = 4;
+constexpr std::uint64_t kPrefetchShareDivisor = 2;
 
 std::uint64_t round_down(std::uint64_t x, std::uint64_t unit) {
   return x / unit * unit;
@@ -81,6 +82,7 @@ struct ObjectEntry {
   std::array<std::uint64_t, kStreams> read_ends;
   std::size_t next_read_end = 0;
   bool prefetched = false;  // the caller prefetches what it will read: reads fetch no more than they ask
+  std::map<std::uint64_t, std::uint64_t> planned;  // begin -> end: the ranges open views will read, disjoint
   std::uint64_t bytes_fetched = 0, requests = 0;  // this version's GETs
 
   ObjectEntry() { read_ends.fill(UINT64_MAX); }
@@ -112,6 +114,7 @@ struct BlockCache::Impl {
   std::list<Extent*> lru;  // ready cached extents, most recently used first
   std::uint64_t memory_used = 0;
   std::uint64_t prefetch_unread = 0;
+  std::size_t planned_objects = 0;  // objects with a planned range
   std::atomic<std::uint64_t> bytes_fetched{0}, requests{0}, hits{0}, misses{0}, disk_hits{0};
 
   FetchPool pool;  // last: its threads stop before the rest goes
@@ -165,6 +168,31 @@ struct BlockCache::Impl {
       if (!evict_one(mode)) return false;
     memory_used += bytes;
     return true;
+  }
+
+  void add_plan(ObjectEntry& entry, std::uint64_t begin, std::uint64_t end) {
+    if (entry.planned.empty()) planned_objects++;
+    auto& ranges = entry.planned;
+    auto it = ranges.upper_bound(begin);
+    if (it != ranges.begin() && std::prev(it)->second >= begin) begin = (--it)->first;
+    while (it != ranges.end() && it->first <= end) {
+      end = std::max(end, it->second);
+      it = ranges.erase(it);
+    }
+    ranges.emplace(begin, end);
+  }
+
+  // The end of the planned range holding byte `at`, or 0.
+  static std::uint64_t planned_end(const ObjectEntry& entry, std::uint64_t at) {
+    auto it = entry.planned.upper_bound(at);
+    return it == entry.planned.begin() || std::prev(it)->second <= at ? 0 : std::prev(it)->second;
+  }
+
+  std::uint64_t request_bytes() const {
+    const std::uint64_t share = options.memory_bytes / kPrefetchShareDivisor;
+    // A power of two, so that requests from multiples of it never cross a block (a power of two as well).
+    const std::uint64_t each = std::bit_floor(share / (2 * std::max<std::size_t>(planned_objects, 1)));
+    return std::min(options.block_bytes, std::max({each, kLeastPlannedRequest, options.align_bytes}));
   }
 
   // Whether a read should fetch up to the end of its block: it starts where an earlier read ended (or a
@@ -231,13 +259,23 @@ struct BlockCache::Impl {
   }
 
   // Starts fetching the gaps of [begin, end) in the background, in order, as far as the prefetch share and
-  // memory allow: the rest is dropped.
+  // memory allow: the rest is dropped. Within a planned range, one request further, each gap fetched whole up
+  // to a request's size.
   void start_prefetch(ObjectEntry& entry, const ObjectId& object, const std::string& identity,
                       std::uint64_t begin, std::uint64_t end) {
+    if (begin >= end) return;
+    const std::uint64_t request = request_bytes();
+    if (const std::uint64_t plan_end = planned_end(entry, end - 1); plan_end > end)
+      end = std::min(plan_end, end + request);
     std::vector<ExtentPtr> present;
     std::vector<Gap> gaps;
     find(entry, object, begin, end, false, present, gaps);
-    for (Gap gap : gaps)
+    for (Gap gap : gaps) {
+      if (const std::uint64_t plan_end = planned_end(entry, std::max(gap.begin, begin)); plan_end > gap.end) {
+        const auto next = entry.extents.lower_bound(gap.end);
+        const std::uint64_t ceiling = next == entry.extents.end() ? object.size : next->first;
+        gap.end = std::min({plan_end, ceiling, round_up(gap.end, request)});
+      }
       for (Gap piece : pieces(identity, gap)) {
         ExtentPtr e = new_extent(object, identity, piece);
         if (!reserve(e->size(), Mode::prefetch)) return;
@@ -246,6 +284,7 @@ struct BlockCache::Impl {
         entry.extents.emplace(e->begin, e);
         submit(e, Mode::prefetch);
       }
+    }
   }
 
   // -- in a worker -----------------------------------------------------------------------------------
@@ -377,6 +416,20 @@ void BlockCache::prefetch(const ObjectId& object, std::uint64_t offset, std::uin
   ObjectEntry& entry = m.entry_of(object, identity);
   entry.prefetched = true;
   m.start_prefetch(entry, object, identity, offset, end);
+}
+
+void BlockCache::plan(const ObjectId& object, std::uint64_t offset, std::uint64_t length) {
+  const std::uint64_t end = std::min(object.size, offset + std::min(length, object.size));
+  if (offset >= end) return;
+  Impl& m = *impl_;
+  const std::string identity = identity_of(object);
+  std::lock_guard lock(m.mutex);
+  m.add_plan(m.entry_of(object, identity), offset, end);
+}
+
+std::uint64_t BlockCache::request_bytes() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->request_bytes();
 }
 
 std::vector<ObjectFetchStats> BlockCache::object_stats() const {

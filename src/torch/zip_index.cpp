@@ -249,13 +249,24 @@ std::vector<RecordSpan> ZipIndex::locate_all(const io::FileRange& file, const st
     return std::min(directory_offset_, e.local_header_offset + kLocalSize + e.name.size());
   };
   const uint64_t gap = file.file()->read_gap_bytes();
-  std::vector<RecordSpan> out(entries.size());
+  // Records whose headers lie close together are read at once: [first, last) of `order`, bytes [start, end).
+  struct Group {
+    size_t first, last;
+    uint64_t start, end;
+  };
+  std::vector<Group> groups;
   for (size_t first = 0; first < order.size();) {
-    const uint64_t start = entries[order[first]]->local_header_offset;
-    uint64_t end = window_end(*entries[order[first]]);
-    size_t last = first + 1;
-    for (; last < order.size() && entries[order[last]]->local_header_offset <= end + gap; ++last)
-      end = std::max(end, window_end(*entries[order[last]]));
+    Group g{first, first + 1, entries[order[first]]->local_header_offset, window_end(*entries[order[first]])};
+    for (; g.last < order.size() && entries[order[g.last]]->local_header_offset <= g.end + gap; ++g.last)
+      g.end = std::max(g.end, window_end(*entries[order[g.last]]));
+    groups.push_back(g);
+    first = g.last;
+  }
+  // An object store answers each read after a round trip: start them all, then read them in order.
+  if (gap > 0 && groups.size() > 1)
+    for (const Group& g : groups) file.prefetch(g.start, g.end - g.start);
+  std::vector<RecordSpan> out(entries.size());
+  for (const auto& [first, last, start, end] : groups) {
     const auto bytes = file.read(start, end - start);
     for (size_t k = first; k < last; ++k) {
       const ZipEntry& e = *entries[order[k]];
@@ -266,7 +277,6 @@ std::vector<RecordSpan> ZipIndex::locate_all(const io::FileRange& file, const st
                           ? span_from_local_header(e, header, std::span(bytes).subspan(name_at, name_len))
                           : locate(file, e);
     }
-    first = last;
   }
   return out;
 }

@@ -67,16 +67,8 @@ void ExtentFile::prefetch(uint64_t offset, uint64_t length) const {
     catalog::append_runs(*it->tensor, first, (end + size - 1) / size - first, runs);
     catalog::build_ahead(*it->tensor, first, (end + size - 1) / size - first);
   }
-  std::sort(runs.begin(), runs.end(), [](const catalog::Piece& a, const catalog::Piece& b) {
-    return a.file != b.file ? a.file.get() < b.file.get() : a.src_offset < b.src_offset;
-  });
-  for (size_t i = 0; i < runs.size();) {
-    const io::File& file = *runs[i].file;
-    uint64_t lo = runs[i].src_offset, hi = lo + runs[i].count * dtype_size(runs[i].src_dtype);
-    for (++i; i < runs.size() && runs[i].file.get() == &file && runs[i].src_offset <= hi + kJoinGap; ++i)
-      hi = std::max(hi, runs[i].src_offset + runs[i].count * dtype_size(runs[i].src_dtype));
-    file.prefetch(lo, hi - lo);
-  }
+  for_each_source_range(runs, kJoinGap,
+                        [](const io::File& file, uint64_t lo, uint64_t hi) { file.prefetch(lo, hi - lo); });
   runs.clear();  // holds no source file past the call
 }
 
@@ -85,20 +77,31 @@ void ExtentFile::append_source_runs(std::vector<catalog::Piece>& out) const {
     if (e.tensor) catalog::append_runs(*e.tensor, 0, e.tensor->numel(), out);
 }
 
-uint64_t distinct_source_bytes(std::vector<catalog::Piece> runs) {
-  const auto bytes_of = [](const catalog::Piece& p) { return p.count * dtype_size(p.src_dtype); };
+void for_each_source_range(std::vector<catalog::Piece>& runs, uint64_t join_gap,
+                           const std::function<void(const io::File&, uint64_t, uint64_t)>& visit) {
+  const auto end_of = [](const catalog::Piece& p) { return p.src_offset + p.count * dtype_size(p.src_dtype); };
   std::sort(runs.begin(), runs.end(), [](const catalog::Piece& a, const catalog::Piece& b) {
     return a.file != b.file ? a.file.get() < b.file.get() : a.src_offset < b.src_offset;
   });
-  uint64_t total = 0;
   for (size_t i = 0; i < runs.size();) {
-    const io::File* file = runs[i].file.get();
-    uint64_t lo = runs[i].src_offset, hi = lo + bytes_of(runs[i]);
-    for (++i; i < runs.size() && runs[i].file.get() == file && runs[i].src_offset <= hi; ++i)
-      hi = std::max(hi, runs[i].src_offset + bytes_of(runs[i]));
-    total += hi - lo;
+    const io::File& file = *runs[i].file;
+    uint64_t lo = runs[i].src_offset, hi = end_of(runs[i]);
+    for (++i; i < runs.size() && runs[i].file.get() == &file && runs[i].src_offset <= hi + join_gap; ++i)
+      hi = std::max(hi, end_of(runs[i]));
+    visit(file, lo, hi);
   }
+}
+
+uint64_t distinct_source_bytes(std::vector<catalog::Piece> runs) {
+  uint64_t total = 0;
+  for_each_source_range(runs, 0, [&](const io::File&, uint64_t lo, uint64_t hi) { total += hi - lo; });
   return total;
+}
+
+void expect_source_reads(const VirtualFile& file) {
+  std::vector<catalog::Piece> runs;
+  file.append_source_runs(runs);
+  for_each_source_range(runs, 0, [](const io::File& f, uint64_t lo, uint64_t hi) { f.expect(lo, hi - lo); });
 }
 
 std::vector<io::FilePtr> distinct_sources(std::span<const catalog::TensorRef> tensors) {
