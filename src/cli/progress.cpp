@@ -7,8 +7,8 @@ namespace ckptfs::cli {
 
 using Clock = std::chrono::steady_clock;
 
-Progress::Progress(uint64_t total)
-    : total_(total), enabled_(::isatty(STDERR_FILENO) == 1), start_(Clock::now()), last_draw_(start_) {}
+Progress::Progress(uint64_t total, bool wanted)
+    : total_(total), enabled_(wanted && ::isatty(STDERR_FILENO) == 1), start_(Clock::now()), last_draw_(start_) {}
 
 void Progress::advance(uint64_t bytes) {
   done_ += bytes;

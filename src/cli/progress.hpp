@@ -1,4 +1,5 @@
-// A one-line progress bar on stderr, drawn only when stderr is a terminal.
+// A one-line progress bar on stderr, drawn only when stderr is a terminal (and `wanted`: `cat` to a
+// terminal draws none over the bytes it prints).
 #pragma once
 
 #include <chrono>
@@ -9,7 +10,7 @@ namespace ckptfs::cli {
 
 class Progress {
  public:
-  explicit Progress(uint64_t total);
+  explicit Progress(uint64_t total, bool wanted = true);
   void set_label(std::string label) { label_ = std::move(label); }
   void advance(uint64_t bytes);
   void finish();
