@@ -71,10 +71,6 @@ def check_against_mount(ckptfs_bin, src, views, tmp_path, *options):
     return got
 
 
-def safetensors_of(raw, what):
-    return H.parse_safetensors(raw, what)
-
-
 def torch_load(raw):
     return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
 
@@ -105,11 +101,11 @@ def test_generated_deepspeed_views(ckptfs_bin, generated, tmp_path):
     got = check_against_mount(ckptfs_bin, src, views, tmp_path)
     for tag, prefix in ((latest, ""), (old, f"tags/{old}/")):
         fp32, model = expected_of(fixtures, info, tag)
-        H.assert_state_equal(safetensors_of(got[f"{prefix}model.safetensors"], "model.safetensors"), model,
+        H.assert_state_equal(H.parse_safetensors(got[f"{prefix}model.safetensors"], "model.safetensors"), model,
                              ordered=False, what=f"cat {prefix}model.safetensors")
         H.assert_state_equal(torch_load(got[f"{prefix}fp32/pytorch_model.bin"]), fp32, ordered=True,
                              what=f"cat {prefix}fp32/pytorch_model.bin")
-    H.assert_state_equal(safetensors_of(got["fp32/model.safetensors"], "fp32"), expected_of(fixtures, info, latest)[0],
+    H.assert_state_equal(H.parse_safetensors(got["fp32/model.safetensors"], "fp32"), expected_of(fixtures, info, latest)[0],
                          ordered=False, what="cat fp32/model.safetensors")
     (tmp_path / "fp32.pt").write_bytes(got[universal])
     check_param_file(tmp_path / "fp32.pt", exp.param_object(param, "fp32"), "fp32")
@@ -131,7 +127,7 @@ def test_real_verl_views(ckptfs_bin, tmp_path):
     assert got["model.safetensors"] == expected_safetensors(golden + ".manifest.json", golden + ".bin")[0]
     native, _ = expected_safetensors(golden + ".native.manifest.json", golden + ".native.bin")
     assert got["fp32/model.safetensors"] == native
-    H.assert_state_equal(torch_load(got["fp32/pytorch_model.bin"]), safetensors_of(native, "native"), ordered=False,
+    H.assert_state_equal(torch_load(got["fp32/pytorch_model.bin"]), H.parse_safetensors(native, "native"), ordered=False,
                          what="cat fp32/pytorch_model.bin vs the live fp32 state dict")
     assert got["config.json"] == read(golden + ".config.json")
     for side in ("generation_config.json", "tokenizer.json"):
