@@ -37,6 +37,30 @@ def run(args, timeout=DEFAULT_TIMEOUT, **kw):
                              f"stdout: {e.stdout!r}\nstderr: {e.stderr!r}") from None
 
 
+def run_with_terminal_stderr(args, timeout=60):
+    """Runs a command with stderr a terminal (a pty) and stdout discarded: (exit code, what it drew there)."""
+    master, slave = os.openpty()
+    try:
+        r = subprocess.run([str(a) for a in args], stderr=slave, stdout=subprocess.DEVNULL,
+                           stdin=subprocess.DEVNULL, timeout=timeout)
+        os.close(slave)
+        slave = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO once the terminal's other side is closed and drained
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+    return r.returncode, drawn
+
+
 def describe(proc):
     return f"exit {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
 

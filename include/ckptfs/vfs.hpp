@@ -108,6 +108,21 @@ class TreeBuilder {
   Ino last_dir_ = kRootIno;
 };
 
+// A path of the tree as a user writes it ("fp32/model.safetensors", "/hf/config.json", "./a//b/"): the
+// node it names, or, when none, the deepest directory on the way that exists and the first name not in it
+// (for a "no such file" message that lists what is there).
+struct PathLookup {
+  const Node* node = nullptr;     // the file or directory named; null when there is none
+  const Node* deepest = nullptr;  // without `node`: the last directory found (at least the root)
+  std::string missing;            // without `node`: the component not found in `deepest`
+};
+PathLookup lookup_path(const VirtualTree& tree, std::string_view path);
+
+// The names in directory `dir` closest to `name` (fewest edits, then directory order; an empty `name`:
+// directory order), at most `limit`, directories with a trailing "/".
+std::vector<std::string> closest_names(const VirtualTree& tree, const Node& dir, std::string_view name,
+                                       size_t limit);
+
 // The mount layout for `checkpoint` (docs/mount.md): the latest tag's views at the root, the side files,
 // tags/<tag>/ for every tag, ckptfs.json, and source/<name> for side files whose name a view takes; with
 // `stats_file` (-o stats), ckptfs-stats.json too: the daemon's figures (live_stats.hpp) at each open.

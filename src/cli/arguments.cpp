@@ -13,8 +13,10 @@ Arguments parse_arguments(std::span<const std::string> args, const std::set<std:
     const std::string& a = args[i];
     const std::pair<std::string_view, std::optional<std::string>*> valued[] = {
         {"--tag", &out.tag}, {"-t", &out.tag}, {"--cache", &out.cache},
-        {"--endpoint", &out.s3.endpoint}, {"--region", &out.s3.region}};
+        {"--endpoint", &out.s3.endpoint}, {"--region", &out.s3.region},
+        {"--output", &out.output}, {"-o", &out.output}};
     const auto named = std::find_if(std::begin(valued), std::end(valued), [&](const auto& v) {
+      if (v.second == &out.output && !known_flags.count("--output")) return false;
       return a == v.first || (a.starts_with(v.first) && a.size() > v.first.size() && a[v.first.size()] == '=');
     });
     if (named != std::end(valued)) {

@@ -1,5 +1,6 @@
-// Minimal parser for the inspect/export/index command lines: positionals, boolean flags, --tag T,
-// --cache DIR, and for an s3:// SRC --endpoint URL, --region R, --s3-path-style, --s3-no-sign.
+// Minimal parser for the inspect/export/index/cat command lines: positionals ("-" among them), boolean
+// flags, --tag T, --cache DIR, -o/--output FILE (only where "--output" is among the known flags), and for
+// an s3:// SRC --endpoint URL, --region R, --s3-path-style, --s3-no-sign.
 #pragma once
 
 #include <optional>
@@ -23,6 +24,7 @@ struct Arguments {
   std::set<std::string> flags;  // e.g. "--json"
   std::optional<std::string> tag;
   std::optional<std::string> cache;  // --cache DIR (`ckptfs index`)
+  std::optional<std::string> output;  // -o FILE, --output FILE (`ckptfs cat`)
   s3::Options s3;
 
   bool has(const std::string& flag) const { return flags.count(flag) != 0; }

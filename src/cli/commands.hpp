@@ -11,6 +11,7 @@ namespace ckptfs::cli {
 int run_inspect(std::span<const std::string> args);
 int run_export(std::span<const std::string> args);
 int run_index(std::span<const std::string> args);
+int run_cat(std::span<const std::string> args);
 // `ckptfs mount SRC MNT ...` and `ckptfs SRC MNT ...`: argv[0] is the program name, argv[1..] are
 // SRC MNT and the options (the word "mount" removed).
 int run_mount(int argc, char** argv);

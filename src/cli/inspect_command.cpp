@@ -48,7 +48,7 @@ void print_text(const Checkpoint& cp, bool tensors) {
     const auto catalogs = tag.named_catalogs();
     for (const auto& [name, c] : catalogs) fmt::print(" {} {},", c->tensors.size(), name);
     fmt::print(" ({} source files)\n", tag.files.size());
-    fmt::print("  views:\n");
+    fmt::print("  views (mounted, or one streamed by `ckptfs cat SRC PATH`):\n");
     for (const auto& v : summarize_views(tag_views(tag), true)) {
       const std::string files = v.files == 1 ? "" : fmt::format(" in {} files", v.files);
       fmt::print("    {:<37} {:>16} bytes{}, reads {} of the sources\n", v.path, v.bytes, files, *v.source_bytes);

@@ -20,12 +20,15 @@ constexpr const char* kUsage = R"(usage:
   ckptfs export SRC OUT [--tag T] [--strict] [--universal]
                                             write OUT/model.safetensors, OUT/fp32/pytorch_model.bin,
                                             OUT/fp32/model.safetensors (and OUT/universal/)
+  ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [-o FILE]
+                                            write one file of the mount of SRC (fp32/model.safetensors,
+                                            hf/config.json, ...) to stdout or FILE, without FUSE
   ckptfs index SRC [--tag T] [--strict] [--cache DIR]
                                             write the index a later mount of SRC loads instead of
                                             parsing (default DIR: $XDG_CACHE_HOME/ckptfs)
   --strict: refuse SRC when any tag fails to read (default: broken tags but the root one are left out)
   ckptfs --help | --version
-Run `ckptfs mount --help` for the mount options. Exit codes: docs/exit-codes.md.
+Run `ckptfs mount --help` for the mount options, `ckptfs cat --help` for cat's. Exit codes: docs/exit-codes.md.
 )";
 
 constexpr uint64_t kMostOpenSources = 65536;
@@ -56,6 +59,7 @@ int main(int argc, char** argv) {
   if (command == "inspect") return cli::run_inspect(rest);
   if (command == "export") return cli::run_export(rest);
   if (command == "index") return cli::run_index(rest);
+  if (command == "cat") return cli::run_cat(rest);
   if (command == "mount") {
     argv[1] = argv[0];
     return cli::run_mount(argc - 1, argv + 1);

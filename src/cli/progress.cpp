@@ -7,8 +7,12 @@ namespace ckptfs::cli {
 
 using Clock = std::chrono::steady_clock;
 
-Progress::Progress(uint64_t total)
-    : total_(total), enabled_(::isatty(STDERR_FILENO) == 1), start_(Clock::now()), last_draw_(start_) {}
+Progress::Progress(uint64_t total, bool wanted)
+    : total_(total), enabled_(wanted && ::isatty(STDERR_FILENO) == 1), start_(Clock::now()), last_draw_(start_) {}
+
+Progress::~Progress() {
+  if (drawn_) fmt::print(stderr, "\n");
+}
 
 void Progress::advance(uint64_t bytes) {
   done_ += bytes;
@@ -16,6 +20,7 @@ void Progress::advance(uint64_t bytes) {
 }
 
 void Progress::draw() {
+  drawn_ = true;
   last_draw_ = Clock::now();
   const double seconds = std::chrono::duration<double>(last_draw_ - start_).count();
   const double fraction = total_ ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
@@ -31,6 +36,7 @@ void Progress::finish() {
   if (!enabled_) return;
   draw();
   fmt::print(stderr, "\n");
+  drawn_ = false;
 }
 
 }  // namespace ckptfs::cli

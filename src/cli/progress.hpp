@@ -1,4 +1,5 @@
-// A one-line progress bar on stderr, drawn only when stderr is a terminal.
+// A one-line progress bar on stderr, drawn only when stderr is a terminal (and `wanted`: `cat` to a
+// terminal draws none over the bytes it prints).
 #pragma once
 
 #include <chrono>
@@ -9,7 +10,11 @@ namespace ckptfs::cli {
 
 class Progress {
  public:
-  explicit Progress(uint64_t total);
+  explicit Progress(uint64_t total, bool wanted = true);
+  // Ends a bar left unfinished (an error on the way), so that the error's message gets a line of its own.
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
   void set_label(std::string label) { label_ = std::move(label); }
   void advance(uint64_t bytes);
   void finish();
@@ -19,6 +24,7 @@ class Progress {
   uint64_t total_;
   uint64_t done_ = 0;
   bool enabled_;
+  bool drawn_ = false;  // a bar is on the terminal's last line, not yet ended by finish()
   std::string label_;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };

@@ -122,5 +122,58 @@ TEST(VfsTree, LargeDirectoryIsSortedOnce) {
   EXPECT_NE(tree.lookup(zero->ino, "p1234"), nullptr);
 }
 
+
+TEST(VfsTree, LookupPathTakesPathsAsUsersSpellThem) {
+  const VirtualTree tree = sample_tree();
+  for (const char* path : {"fp32/model.safetensors", "/fp32/model.safetensors", "./fp32//model.safetensors",
+                           "fp32/./model.safetensors", "fp32/model.safetensors/"}) {
+    const PathLookup found = lookup_path(tree, path);
+    ASSERT_NE(found.node, nullptr) << path;
+    EXPECT_EQ(tree.path(found.node->ino), "fp32/model.safetensors") << path;
+  }
+  const PathLookup dir = lookup_path(tree, "tags/step2/");
+  ASSERT_NE(dir.node, nullptr);
+  EXPECT_TRUE(dir.node->is_dir);
+  for (const char* root : {"", "/", "."}) {
+    const PathLookup found = lookup_path(tree, root);
+    ASSERT_NE(found.node, nullptr) << root;
+    EXPECT_EQ(found.node->ino, kRootIno) << root;
+  }
+}
+
+TEST(VfsTree, LookupPathSaysWhereAMissingNameWasLookedFor) {
+  const VirtualTree tree = sample_tree();
+  PathLookup missing = lookup_path(tree, "fp32/model.safetensor");
+  EXPECT_EQ(missing.node, nullptr);
+  ASSERT_NE(missing.deepest, nullptr);
+  EXPECT_EQ(tree.path(missing.deepest->ino), "fp32");
+  EXPECT_EQ(missing.missing, "model.safetensor");
+
+  missing = lookup_path(tree, "tags/step3/model.safetensors");
+  ASSERT_NE(missing.deepest, nullptr);
+  EXPECT_EQ(tree.path(missing.deepest->ino), "tags");
+  EXPECT_EQ(missing.missing, "step3");
+
+  // ".." names nothing (the tree is not walked upwards), and a file has nothing below it
+  EXPECT_EQ(lookup_path(tree, "fp32/../model.safetensors").node, nullptr);
+  missing = lookup_path(tree, "model.safetensors/x");
+  EXPECT_EQ(missing.node, nullptr);
+  EXPECT_EQ(missing.deepest->ino, kRootIno);
+  EXPECT_EQ(missing.missing, "model.safetensors");
+}
+
+TEST(VfsTree, ClosestNamesComeFirstWithDirectoriesMarked) {
+  const VirtualTree tree = sample_tree();
+  const Node* fp32 = lookup_path(tree, "fp32").node;
+  ASSERT_NE(fp32, nullptr);
+  EXPECT_EQ(closest_names(tree, *fp32, "pytorch_model.pt", 8),
+            (std::vector<std::string>{"pytorch_model.bin", "model.safetensors"}));
+  EXPECT_EQ(closest_names(tree, *fp32, "model.safetensor", 1), (std::vector<std::string>{"model.safetensors"}));
+  const Node* root = tree.node(kRootIno);
+  EXPECT_EQ(closest_names(tree, *root, "tag", 2), (std::vector<std::string>{"tags/", "fp32/"}));
+  EXPECT_EQ(closest_names(tree, *root, "", 8),
+            (std::vector<std::string>{"config.json", "fp32/", "model.safetensors", "tags/"}));
+}
+
 }  // namespace
 }  // namespace ckptfs::vfs
