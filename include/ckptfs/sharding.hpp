@@ -47,12 +47,12 @@ struct NamedFile {
   VirtualFilePtr file;
 };
 
-// The files save_pretrained(max_shard_size) writes for the tensors of `catalog` in state_dict order
-// `order`: model.safetensors when they fit one shard, else the shards (each a safetensors file as
-// make_safetensors writes it) and model.safetensors.index.json ({"metadata": {"total_parameters",
-// "total_size"}, "weight_map"}, keys sorted, indent 2, ASCII escapes, a final newline:
-// json.dumps(index, indent=2, sort_keys=True) + "\n").
+// The files save_pretrained(max_shard_size) writes for the tensors of `catalog`, split in the
+// state_dict order of `model` (state_dict_order): model.safetensors when they fit one shard, else the
+// shards (each a safetensors file as make_safetensors writes it) and model.safetensors.index.json
+// ({"metadata": {"total_parameters", "total_size"}, "weight_map"}, keys sorted, indent 2, ASCII escapes,
+// a final newline: json.dumps(index, indent=2, sort_keys=True) + "\n").
 std::vector<NamedFile> make_sharded_safetensors(std::shared_ptr<const catalog::Catalog> catalog,
-                                                std::span<const size_t> order, uint64_t max_shard_size);
+                                                const catalog::Catalog& model, uint64_t max_shard_size);
 
 }  // namespace ckptfs::views

@@ -39,8 +39,11 @@ std::string shard_index(const catalog::Catalog& catalog, const std::vector<std::
 }  // namespace
 
 std::vector<NamedFile> make_sharded_safetensors(std::shared_ptr<const catalog::Catalog> catalog,
-                                                std::span<const size_t> order, uint64_t max_shard_size) {
-  const auto shards = plan_shards(*catalog, order, max_shard_size);
+                                                const catalog::Catalog& model, uint64_t max_shard_size) {
+  // what fits one shard needs no plan (the usual case: a model under the default 50GB)
+  const auto shards = catalog->total_bytes() <= max_shard_size
+                          ? std::vector<std::vector<size_t>>{}
+                          : plan_shards(*catalog, state_dict_order(*catalog, model), max_shard_size);
   if (shards.size() <= 1) return {{std::string(kSafetensorsName), make_safetensors(std::move(catalog))}};
   std::vector<NamedFile> files;
   for (size_t s = 0; s < shards.size(); ++s)

@@ -37,8 +37,7 @@ void add_side_files(std::vector<ViewFile>& views, const std::vector<std::filesys
 void add_safetensors(std::vector<ViewFile>& views, const std::string& dir,
                      const std::shared_ptr<const catalog::Catalog>& catalog, const catalog::Catalog& model,
                      const ShardOptions& shards) {
-  const auto order = views::state_dict_order(*catalog, model);
-  auto files = views::make_sharded_safetensors(catalog, order, shards.max_shard_size);
+  auto files = views::make_sharded_safetensors(catalog, model, shards.max_shard_size);
   const bool sharded = files.size() > 1;
   for (auto& f : files) views.push_back({dir + f.name, std::move(f.file)});
   if (sharded && shards.unsharded_copy)
