@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ckptfs/checkpoint.hpp"
+#include "ckptfs/sharding.hpp"
 #include "ckptfs/views.hpp"
 
 namespace ckptfs {
@@ -16,10 +17,19 @@ struct ViewFile {
   views::VirtualFilePtr file;
 };
 
+// How the safetensors views are sharded (-o shard_size, export --shard-size; docs/mount.md).
+struct ShardOptions {
+  uint64_t max_shard_size = views::kDefaultShardSize;
+  // Whether a sharded view also keeps its single file, as unsharded/model.safetensors in its folder (the
+  // mount does; export writes what save_pretrained writes).
+  bool unsharded_copy = true;
+};
+
 // model.safetensors (training dtype), fp32/pytorch_model.bin and fp32/model.safetensors (fp32 masters),
 // and, where the tag has partitioned optimizer state and `with_universal` is set, the universal/ tree
 // (docs/formats/universal.md; its files are built only when asked for: `export` skips them by default).
-std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal = true);
+// A safetensors view larger than shards.max_shard_size is served as save_pretrained shards it.
+std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal = true, const ShardOptions& shards = {});
 
 // One row of a listing for people (`inspect`, ckptfs.json): a view file, or a tree of many files
 // (universal/) counted as one.

@@ -13,6 +13,7 @@
 
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/io.hpp"
+#include "ckptfs/layout.hpp"
 #include "ckptfs/views.hpp"
 
 namespace ckptfs::vfs {
@@ -125,7 +126,8 @@ std::vector<std::string> closest_names(const VirtualTree& tree, const Node& dir,
 
 // The mount layout for `checkpoint` (docs/mount.md): the latest tag's views at the root, the side files,
 // tags/<tag>/ for every tag, ckptfs.json, and source/<name> for side files whose name a view takes; with
-// `stats_file` (-o stats), ckptfs-stats.json too: the daemon's figures (live_stats.hpp) at each open.
-VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file = false);
+// `stats_file` (-o stats), ckptfs-stats.json too: the daemon's figures (live_stats.hpp) at each open; the
+// safetensors views sharded as `shards` says (-o shard_size).
+VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file = false, const ShardOptions& shards = {});
 
 }  // namespace ckptfs::vfs

@@ -81,6 +81,8 @@ class ExtentFile final : public VirtualFile {
 // dtype enum descending, then name), so the bytes equal save_file's and loaders iterating keys() read it
 // front to back.
 VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog);
+// The same of the tensors of `catalog` at the indices `subset` (one shard of a sharded view).
+VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog, std::span<const size_t> subset);
 
 // A torch.save zip that torch.load(weights_only=True) accepts: protocol-2 pickle of a plain dict
 // {name: tensor}, one storage record per tensor, records 64-byte aligned, CRC fields 0 (as torch's own

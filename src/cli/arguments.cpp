@@ -3,8 +3,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
+
+#include "ckptfs/sharding.hpp"
 
 namespace ckptfs::cli {
+
+uint64_t parse_shard_size_option(const std::string& what, std::string_view size) {
+  try {
+    return views::parse_shard_size(size);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("{}: {}", what, e.what()));
+  }
+}
 
 Arguments parse_arguments(std::span<const std::string> args, const std::set<std::string>& known_flags,
                           size_t positionals, const char* usage) {
@@ -12,7 +23,7 @@ Arguments parse_arguments(std::span<const std::string> args, const std::set<std:
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const std::pair<std::string_view, std::optional<std::string>*> valued[] = {
-        {"--tag", &out.tag}, {"-t", &out.tag}, {"--cache", &out.cache},
+        {"--tag", &out.tag}, {"-t", &out.tag}, {"--cache", &out.cache}, {"--shard-size", &out.shard_size},
         {"--endpoint", &out.s3.endpoint}, {"--region", &out.s3.region},
         {"--output", &out.output}, {"-o", &out.output}};
     const auto named = std::find_if(std::begin(valued), std::end(valued), [&](const auto& v) {

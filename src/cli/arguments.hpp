@@ -3,10 +3,12 @@
 // an s3:// SRC --endpoint URL, --region R, --s3-path-style, --s3-no-sign.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ckptfs/checkpoint.hpp"
@@ -25,12 +27,17 @@ struct Arguments {
   std::optional<std::string> tag;
   std::optional<std::string> cache;  // --cache DIR (`ckptfs index`)
   std::optional<std::string> output;  // -o FILE, --output FILE (`ckptfs cat`)
+  std::optional<std::string> shard_size;  // --shard-size SIZE (`ckptfs export`)
   s3::Options s3;
 
   bool has(const std::string& flag) const { return flags.count(flag) != 0; }
   // --tag T and --strict as options for open_checkpoint.
   OpenOptions open_options() const { return {tag, has("--strict")}; }
 };
+
+// SIZE of -o shard_size= / --shard-size (views::parse_shard_size); `what` names the option in the
+// UsageError thrown for a bad one.
+uint64_t parse_shard_size_option(const std::string& what, std::string_view size);
 
 // Throws UsageError on an unknown flag or a wrong number of positionals.
 Arguments parse_arguments(std::span<const std::string> args, const std::set<std::string>& known_flags,

@@ -1,5 +1,7 @@
-// `ckptfs export SRC OUT [--tag T] [--universal]`: streams the views of a tag into OUT with bounded
-// memory; the universal/ tree (optimizer state included, about three times the fp32 bytes) on request.
+// `ckptfs export SRC OUT [--tag T] [--universal] [--shard-size SIZE]`: streams the views of a tag into OUT
+// with bounded memory; the universal/ tree (optimizer state included, about three times the fp32 bytes) on
+// request; safetensors views larger than SIZE as save_pretrained shards them (without the mount's
+// unsharded/ copy).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -19,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T] [--strict] [--universal]\n"
+constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T] [--strict] [--universal] [--shard-size SIZE]\n"
                          "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
 }  // namespace
@@ -27,13 +29,15 @@ constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T] [--strict] [--un
 int run_export(std::span<const std::string> args) {
   try {
     Arguments a = parse_arguments(args, {"--universal", "--strict"}, 2, kUsage);
+    ShardOptions shards{.unsharded_copy = false};
+    if (a.shard_size) shards.max_shard_size = parse_shard_size_option("--shard-size", *a.shard_size);
     const fs::path source = open_source(a.positional[0], a.s3), out = a.positional[1];
     if (!io::is_remote(source) && is_inside(out, source))
       throw UsageError(
           fmt::format("{}: is inside the source directory; ckptfs never writes to the source", out.string()));
     Checkpoint cp = open_checkpoint(source, a.open_options());
     const Tag& tag = cp.latest_tag();
-    const auto views = tag_views(tag, a.has("--universal"));
+    const auto views = tag_views(tag, a.has("--universal"), shards);
     uint64_t total = 0;
     for (const auto& v : views) total += v.file->size();
     Progress progress(total);

@@ -17,9 +17,10 @@ constexpr const char* kUsage = R"(usage:
   ckptfs SRC MNT [-o opt,...] [-f] [-d]     mount the merged views of checkpoint SRC on MNT
   ckptfs mount SRC MNT [...]                the same
   ckptfs inspect SRC [--tag T] [--strict] [--json] [--tensors]
-  ckptfs export SRC OUT [--tag T] [--strict] [--universal]
+  ckptfs export SRC OUT [--tag T] [--strict] [--universal] [--shard-size SIZE]
                                             write OUT/model.safetensors, OUT/fp32/pytorch_model.bin,
-                                            OUT/fp32/model.safetensors (and OUT/universal/)
+                                            OUT/fp32/model.safetensors (and OUT/universal/); views over
+                                            SIZE (default 50GB) sharded as save_pretrained does
   ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [-o FILE]
                                             write one file of the mount of SRC (fp32/model.safetensors,
                                             hf/config.json, ...) to stdout or FILE, without FUSE

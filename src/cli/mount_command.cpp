@@ -15,6 +15,7 @@
 #include "ckptfs/fuse.hpp"
 #include "ckptfs/index.hpp"
 #include "ckptfs/io.hpp"
+#include "ckptfs/layout.hpp"
 #include "ckptfs/vfs.hpp"
 #include "cli/arguments.hpp"
 #include "cli/commands.hpp"
@@ -72,6 +73,10 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      cache_dir=DIR    s3:// sources: also keep fetched bytes in DIR, reused by later mounts and
                       checked against each object's ETag; cache_dir_mb=N bounds it (default 8192)
      s3_connections=N s3:// sources: at most N ranged GETs in flight (default 16)
+     shard_size=SIZE  serve each safetensors view larger than SIZE as save_pretrained(max_shard_size=
+                      SIZE) writes it: model-0000I-of-0000N.safetensors + model.safetensors.index.json,
+                      its single file under unsharded/ (default 50GB, transformers' own; SIZE: 500MB,
+                      1.5GB, 60KB decimal, 512MiB binary, or bytes; docs/mount.md)
      stats            add ckptfs-stats.json at the root: the daemon's figures (bytes served per
                       file so far, and for s3:// sources what was fetched) at each open
      index_cache=DIR  where the index of SRC is kept (default $XDG_CACHE_HOME/ckptfs, else
@@ -93,6 +98,7 @@ struct MountArguments {
   fuse::ServeOptions serve;
   std::optional<unsigned> max_open;
   bool stats_file = false;  // -o stats
+  ShardOptions shards;      // -o shard_size=
   std::optional<unsigned> decoded_cache_mb;
   std::optional<unsigned> transpose_cache_mb;
   std::optional<fs::path> index_cache = index::default_cache_dir();  // nullopt: off
@@ -126,6 +132,8 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.open.strict = true;
   } else if (option == "stats") {
     m.stats_file = true;
+  } else if (option.starts_with("shard_size=")) {
+    m.shards.max_shard_size = parse_shard_size_option("-o " + option, option.substr(11));
   } else if (option.starts_with("threads=")) {
     m.serve.max_threads = parse_number(option, 1);
   } else if (option.starts_with("max_open=")) {
@@ -245,7 +253,7 @@ int run_mount(int argc, char** argv) {
                                                  opened.index_file.string()));
     for (const auto& l : opened.checkpoint.left_out)
       fmt::print(stderr, "ckptfs: left out tag {} (-o strict refuses instead): {}\n", l.name, l.error);
-    const vfs::VirtualTree tree = vfs::build_tree(opened.checkpoint, m.stats_file);
+    const vfs::VirtualTree tree = vfs::build_tree(opened.checkpoint, m.stats_file, m.shards);
     // Indexing parsed every pickle into trees that are gone now; hand their pages back before serving.
     ::malloc_trim(0);
     fuse::serve(tree, m.serve);

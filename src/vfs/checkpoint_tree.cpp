@@ -16,10 +16,10 @@ constexpr std::string_view kRenamedDir = "source";  // side files whose name a v
 
 }  // namespace
 
-VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file) {
+VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file, const ShardOptions& shards) {
   TreeBuilder builder;
   std::vector<std::vector<ViewFile>> views;  // per tag; the root shares the latest tag's files
-  for (const auto& tag : checkpoint.tags) views.push_back(tag_views(tag));
+  for (const auto& tag : checkpoint.tags) views.push_back(tag_views(tag, true, shards));
   const Tag& latest = checkpoint.latest_tag();
   const auto& root_views = views[&latest - checkpoint.tags.data()];
   size_t entries = root_views.size();

@@ -23,13 +23,18 @@ void put_u64_le(std::string& out, uint64_t v) {
 }  // namespace
 
 VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog) {
+  std::vector<size_t> all(catalog->tensors.size());
+  std::iota(all.begin(), all.end(), 0);
+  return make_safetensors(std::move(catalog), all);
+}
+
+VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog, std::span<const size_t> subset) {
   const auto& tensors = catalog->tensors;
   // The order safetensors' own writer (save_file, so zero_to_fp32 --safe_serialization and
   // save_pretrained) uses: its dtype enum descending (widest first, so every tensor is naturally aligned),
   // then names bytewise. The view is then byte for byte what that writer makes of the same tensors, and
   // loaders, which take keys() in name order, read it front to back.
-  std::vector<size_t> order(tensors.size());
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<size_t> order(subset.begin(), subset.end());
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const int rank_a = dtype_safetensors_rank(tensors[a].dtype), rank_b = dtype_safetensors_rank(tensors[b].dtype);
     return rank_a != rank_b ? rank_a > rank_b : tensors[a].name < tensors[b].name;

@@ -15,6 +15,8 @@ namespace ckptfs {
 
 namespace {
 
+constexpr std::string_view kUnshardedDir = "unsharded";  // a sharded view's single file
+
 // A tag's side files beside its views; one whose name a view (or, at the mount root, ckptfs.json or tags/)
 // takes is served as source/<name> instead, as the mount does with the root's side files (docs/mount.md).
 void add_side_files(std::vector<ViewFile>& views, const std::vector<std::filesystem::path>& side_files) {
@@ -29,9 +31,22 @@ void add_side_files(std::vector<ViewFile>& views, const std::vector<std::filesys
   }
 }
 
+// The safetensors view of `catalog` in folder `dir` ("" or "fp32/"): model.safetensors, or its shards and
+// index with the single file kept under unsharded/. The shards follow the state_dict order of `model`
+// (the same tensors in the training dtype; `catalog` itself for the model and hf/ views).
+void add_safetensors(std::vector<ViewFile>& views, const std::string& dir,
+                     const std::shared_ptr<const catalog::Catalog>& catalog, const catalog::Catalog& model,
+                     const ShardOptions& shards) {
+  auto files = views::make_sharded_safetensors(catalog, model, shards.max_shard_size);
+  const bool sharded = files.size() > 1;
+  for (auto& f : files) views.push_back({dir + f.name, std::move(f.file)});
+  if (sharded && shards.unsharded_copy)
+    views.push_back({fmt::format("{}{}/{}", dir, kUnshardedDir, views::kSafetensorsName), views::make_safetensors(catalog)});
+}
+
 }  // namespace
 
-std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
+std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal, const ShardOptions& shards) {
   // The view builders know the tensors, not where they come from: their errors (a name that appears
   // twice, a header over the size limit) get the tag directory.
   try {
@@ -40,16 +55,18 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal) {
     const auto dir_of = [](const std::string& folder) { return folder.empty() ? folder : folder + "/"; };
     for (const auto& [folder, roles] : tag.models) {
       const std::string dir = dir_of(folder);
-      views.push_back({dir + "model.safetensors", views::make_safetensors(tag.catalog(ViewRole::model, folder))});
+      const auto& model = tag.catalog(ViewRole::model, folder);
+      add_safetensors(views, dir, model, *model, shards);
       if (tag.has(ViewRole::fp32, folder)) {
         views.push_back({dir + "fp32/pytorch_model.bin",
                          views::make_torch_save(tag.catalog(ViewRole::fp32, folder), "pytorch_model")});
-        views.push_back({dir + "fp32/model.safetensors", views::make_safetensors(tag.catalog(ViewRole::fp32, folder))});
+        add_safetensors(views, dir + "fp32/", tag.catalog(ViewRole::fp32, folder), *model, shards);
       }
     }
     for (const auto& [folder, roles] : tag.models)
       if (tag.has(ViewRole::hf, folder))
-        views.push_back({dir_of(folder) + "hf/model.safetensors", views::make_safetensors(tag.catalog(ViewRole::hf, folder))});
+        add_safetensors(views, dir_of(folder) + "hf/", tag.catalog(ViewRole::hf, folder),
+                        *tag.catalog(ViewRole::hf, folder), shards);
     for (const auto& extra : tag.extra_files)
       views.push_back({extra.path, extra.source.empty() ? views::make_bytes_file(extra.text)
                                                         : views::make_passthrough(io::File::open(extra.source))});

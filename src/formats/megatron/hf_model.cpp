@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "ckptfs/error.hpp"
 #include "formats/megatron/state_names.hpp"
@@ -37,6 +40,10 @@ struct Family {
   std::string layer_prefix;  // "model.layers.{}."
   std::vector<Rule> layer_rules, model_rules;
   std::function<nlohmann::ordered_json(const ModelArgs&, int64_t vocab)> config;
+  // The model's state_dict order (its modules' order of creation), which save_pretrained splits shards in
+  // (docs/mount.md, "Sharded views"): names outside the layers, "" where the layers go, and a layer's names
+  // after layer_prefix.
+  std::vector<std::string_view> model_order, layer_order;
 };
 
 std::string dtype_name(DType d) { return d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32"; }
@@ -95,7 +102,11 @@ const Family& llama() {
         if (!qwen2) c["mlp_bias"] = false;
         c["initializer_range"] = a.init_std;
         return c;
-      }};
+      },
+      {"model.embed_tokens.weight", "", "model.norm.weight", "lm_head.weight"},
+      {"self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.k_proj.bias",
+       "self_attn.v_proj.weight", "self_attn.v_proj.bias", "self_attn.o_proj.weight", "mlp.gate_proj.weight",
+       "mlp.up_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight"}};
   return kLlama;
 }
 
@@ -145,7 +156,11 @@ const Family& gpt2() {
         c["tie_word_embeddings"] = a.tied_embeddings;
         c["initializer_range"] = a.init_std;
         return c;
-      }};
+      },
+      {"transformer.wte.weight", "transformer.wpe.weight", "", "transformer.ln_f.weight", "transformer.ln_f.bias",
+       "lm_head.weight"},
+      {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+       "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"}};
   return kGpt2;
 }
 
@@ -271,6 +286,29 @@ std::pair<const Family*, std::string> family_of(const ModelArgs& a) {
                                a.swiglu ? "SwiGLU" : "a non-gated MLP", a.position_embedding, a.normalization)};
 }
 
+// Puts `hf`'s tensors in the Hugging Face model's state_dict order (the family's model_order and
+// layer_order; the builder emits them in Megatron's order); a name in neither stays last, in its order.
+void order_as_state_dict(catalog::Catalog& hf, const Family& family) {
+  const auto index_in = [](const std::vector<std::string_view>& names, std::string_view name) {
+    return static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+  };
+  const size_t layers_at = index_in(family.model_order, "");
+  const std::string_view layer_head = std::string_view(family.layer_prefix).substr(0, family.layer_prefix.find("{}"));
+  const auto key = [&](const LogicalTensor& t) -> std::tuple<size_t, uint64_t, size_t> {
+    std::string_view name = t.name;
+    if (name.starts_with(layer_head)) {
+      name.remove_prefix(layer_head.size());
+      uint64_t layer = 0;
+      const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), layer);
+      if (ec == std::errc() && end < name.data() + name.size() && *end == '.')
+        return {layers_at, layer, index_in(family.layer_order, name.substr(end + 1 - name.data()))};
+    }
+    return {index_in(family.model_order, t.name), 0, 0};
+  };
+  std::stable_sort(hf.tensors.begin(), hf.tensors.end(),
+                   [&](const LogicalTensor& a, const LogicalTensor& b) { return key(a) < key(b); });
+}
+
 bool is_tokenizer_file(const std::string& name) {
   static const std::set<std::string> kNames = {
       "tokenizer.json",   "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json", "vocab.json",
@@ -291,6 +329,7 @@ void add_hf_view(Tag& tag, const ModelArgs& args, const std::vector<std::vector<
   HfBuilder builder(args, *family, *hf);
   try {
     for (const auto& t : tag.catalog(ViewRole::model)->tensors) builder.add(t);
+    order_as_state_dict(*hf, *family);
   } catch (const UnsupportedError& e) {
     tag.notes.push_back(fmt::format("no hf/ view: {}", e.what()));
     return;
