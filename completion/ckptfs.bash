@@ -92,7 +92,10 @@ _ckptfs() {
   if [[ $prev == -o && $cmd == mount ]]; then
     mapfile -t candidates < <(_ckptfs_mount_option_candidates "$cur" "$bin" "${positionals[0]}")
     _ckptfs_reply "$cur" "${candidates[@]}"
-    [[ ${COMPREPLY[*]} == *= || ${COMPREPLY[*]} == *=\ * || ${COMPREPLY[*]} == */ ]] && compopt -o nospace 2>/dev/null
+    local reply
+    for reply in "${COMPREPLY[@]}"; do  # a value or a directory still to type: no space after it
+      [[ $reply == *[=/] ]] && compopt -o nospace 2>/dev/null
+    done
     return 0
   fi
   case $cur in
