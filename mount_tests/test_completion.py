@@ -63,8 +63,8 @@ def test_the_completion_is_registered():
 
 
 def test_commands_are_the_helps(ckptfs_bin, helps):
-    offered = set(complete("ckptfs ", ckptfs_bin))
-    assert M.help_commands(helps[0]) | {"help"} <= offered, offered
+    offered = {w for w in complete("ckptfs ", ckptfs_bin) if not os.path.exists(os.path.join(H.REPO, w))}
+    assert offered == M.help_commands(helps[0]) | {"help"}, offered
     assert set(complete("ckptfs ins", ckptfs_bin)) == {"inspect"}
     assert set(complete("ckptfs --v", ckptfs_bin)) == {"--version"}
 
