@@ -78,7 +78,9 @@ _ckptfs() {
     unset 'words[${#words[@]}-1]'
   fi
   bin=${words[0]:-ckptfs}
-  case ${words[1]} in mount | inspect | export | index | help) cmd=${words[1]} first=2 ;; esac
+  if [[ -n ${words[1]} && " $_ckptfs_commands " == *" ${words[1]} "* ]]; then
+    cmd=${words[1]} first=2
+  fi
   # The positionals before the word being completed; option values are skipped.
   for ((i = first; i < ${#words[@]}; i++)); do
     w=${words[i]}
