@@ -9,6 +9,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
+#include "ckptfs/version.hpp"
 #include "cli/commands.hpp"
 
 namespace {
@@ -28,8 +29,11 @@ constexpr const char* kUsage = R"(usage:
                                             write the index a later mount of SRC loads instead of
                                             parsing (default DIR: $XDG_CACHE_HOME/ckptfs)
   --strict: refuse SRC when any tag fails to read (default: broken tags but the root one are left out)
-  ckptfs --help | --version
-Run `ckptfs mount --help` for the mount options, `ckptfs cat --help` for cat's. Exit codes: docs/exit-codes.md.
+  inspect, export, index and cat of an s3://BUCKET/PREFIX SRC also take
+    [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign]   (a mount: -o endpoint=, ...)
+  ckptfs --help | --version                 this text | the version and git revision of this build
+Run `ckptfs mount --help` for the mount options, `ckptfs cat --help` for cat's. Exit codes:
+docs/exit-codes.md. Manual: man ckptfs.
 )";
 
 constexpr uint64_t kMostOpenSources = 65536;
@@ -48,7 +52,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "--version" || command == "-V") {
-    fmt::print("ckptfs {}\n", CKPTFS_VERSION);
+    fmt::print("{}\n", version::version_line());
     return 0;
   }
   // Thousands of rank files stay within the fd cache's bound. Where the limit allows, every rank file of a

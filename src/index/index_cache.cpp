@@ -10,6 +10,7 @@
 #include "ckptfs/error.hpp"
 #include "ckptfs/index.hpp"
 #include "ckptfs/io_tree.hpp"
+#include "ckptfs/version.hpp"
 #include "index/build_id.hpp"
 #include "index/checkpoint_codec.hpp"
 #include "index/index_file.hpp"
@@ -22,7 +23,7 @@ namespace {
 
 // What an index must have been written for: this ckptfs build, this source, these options.
 IndexKey index_key(const fs::path& source, const OpenOptions& options) {
-  return {build_id(), fmt::format("ckptfs {}\n{}\n{}{}", CKPTFS_VERSION, source.string(),
+  return {build_id(), fmt::format("{}\n{}\n{}{}", version::version_line(), source.string(),
                                   options.tag ? "tag " + *options.tag : "all tags", options.strict ? ", strict" : "")};
 }
 

@@ -6,6 +6,7 @@
 #include "ckptfs/describe.hpp"
 #include "ckptfs/layout.hpp"
 #include "ckptfs/live_stats.hpp"
+#include "ckptfs/version.hpp"
 #include "ckptfs/vfs.hpp"
 
 namespace ckptfs::vfs {
@@ -64,6 +65,10 @@ VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file, const Shar
   nlohmann::json info = describe_checkpoint(checkpoint, false, views);
   info["root_tag"] = latest.name;
   info["renamed_side_files"] = std::move(renamed);
+  // Which ckptfs made these files (a view's bytes can change between versions: say which one served them).
+  const std::string_view revision = version::git_revision();
+  info["ckptfs"] = {{"version", version::project_version()},
+                    {"git_revision", revision.empty() ? nlohmann::json() : nlohmann::json(revision)}};
   builder.add_file(ckptfs::views::kInfoFile, views::make_bytes_file(info.dump(2) + "\n"));
   if (stats_file)
     builder.add_file(ckptfs::views::kStatsFile, views::make_live_file([] { return live_stats::snapshot().dump(2) + "\n"; }));
