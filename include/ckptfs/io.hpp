@@ -118,10 +118,6 @@ class File {
   // waiting (posix_fadvise WILLNEED, one call per readahead size of the file's device, since the kernel
   // starts no more than that per call): reads that follow find it there. Best effort: errors are ignored.
   void prefetch(uint64_t offset, uint64_t length) const;
-  // A hint that an open view will read [offset, offset + length) front to back: an object's block cache
-  // lets its prefetches within the range run ahead in requests of a few MiB (the object store's cost is
-  // per request); nothing for the other origins (the kernel's page cache needs no plan).
-  void expect(uint64_t offset, uint64_t length) const;
 
   // How many bytes between two ranges a parse wants cost less to read through than to skip with a request
   // of their own: 0 for a local file (a pread each), kRemoteReadGap for an object (a GET's latency buys

@@ -30,9 +30,6 @@ inline ObjectId object_id(const std::string& bucket, const ObjectInfo& info) {
   return {bucket, info.key, info.etag, info.size};
 }
 
-// The smallest request a planned prefetch makes (however many objects share the cache).
-inline constexpr std::uint64_t kLeastPlannedRequest = std::uint64_t{1} << 20;
-
 struct BlockCacheOptions {
   std::uint64_t memory_bytes = 256ull << 20;  // -o cache_mb=N: the in-memory cache, pending GETs included
   std::uint64_t block_bytes = 8ull << 20;     // the largest GET; GETs never cross a multiple of it
@@ -91,15 +88,6 @@ class BlockCache {
   // again as the reader advances), and a prefetch never evicts what a reader is waiting on or another
   // prefetch's unread bytes. Errors are not reported here: the read that wants those bytes fetches again.
   void prefetch(const ObjectId& object, std::uint64_t offset, std::uint64_t length);
-  // Says that [offset, offset + length) of the object will be read front to back (an open view's source
-  // ranges). A prefetch within such a range then looks one request ahead of what it asks for, and fetches
-  // each gap on to the next multiple of request_bytes() (never past the range): the store answers a few large GETs
-  // where a reader's window, spread over every rank file, would ask for many small ones. Fetches nothing.
-  void plan(const ObjectId& object, std::uint64_t offset, std::uint64_t length);
-  // The size of a planned prefetch's requests: the prefetch share (memory_bytes / 2) over twice the
-  // number of objects planned (each holds up to two requests ahead), rounded down to a power of two, within
-  // [kLeastPlannedRequest, block_bytes].
-  std::uint64_t request_bytes() const;
 
   BlockCacheStats stats() const;
   // One entry per object version read or prefetched so far, in no particular order.

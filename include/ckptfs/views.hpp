@@ -99,10 +99,6 @@ void for_each_source_range(std::vector<catalog::Piece>& runs, uint64_t join_gap,
 // The bytes of source files that `runs` cover, each byte once however many runs cover it.
 uint64_t distinct_source_bytes(std::vector<catalog::Piece> runs);
 
-// Tells the sources of `file` which of their ranges a read of it takes (io::File::expect): an object's
-// block cache then fetches its prefetches in requests of a few MiB within them.
-void expect_source_reads(const VirtualFile& file);
-
 // The distinct source files the tensors are read from, in order of first use.
 std::vector<io::FilePtr> distinct_sources(std::span<const catalog::TensorRef> tensors);
 

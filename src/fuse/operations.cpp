@@ -212,6 +212,18 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   });
 }
 
+// How far ahead of a sequential reader prefetch reaches, and the least it refills that window by. A
+// prefetch hands each source file the ranges behind its step of the view: a step per read would be a
+// slice of one read, and a quarter of the window ahead leaves it three quarters full. Over an object store
+// each range is a GET, whose cost is per request: a ZeRO-3 view's 8 MiB step is a 128 KiB slice of each of
+// 64 rank objects; there the window is twice as long and refilled by halves (32 MiB: 512 KiB per object).
+uint64_t window_of(const Context& c, const OpenFile& open) {
+  return open.remote ? 2 * c.prefetch_bytes : c.prefetch_bytes;
+}
+uint64_t step_of(const Context& c, const OpenFile& open) {
+  return open.remote ? window_of(c, open) / 2 : window_of(c, open) / 4;
+}
+
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi) {
   guarded(req, ino, "read", [&] {
     const Context& c = context(req);
@@ -227,7 +239,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     thread_local std::vector<std::byte> buffer;
     if (buffer.size() < length) buffer.resize(length);
     if (open != nullptr && c.prefetch_bytes > 0)
-      if (auto ahead = open->read_ahead.next(start, length, c.prefetch_bytes, file_size))
+      if (auto ahead = open->read_ahead.next(start, length, window_of(c, *open), step_of(c, *open), file_size))
         content.prefetch(ahead->first, ahead->second);
     // Source bytes that need no conversion are not read here: the reply takes them from the files.
     thread_local std::vector<catalog::DeferredRun> deferred;

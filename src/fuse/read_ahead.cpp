@@ -12,16 +12,10 @@ uint64_t slack(uint64_t window) {
   return std::max<uint64_t>(window / 4, 2u << 20);
 }
 
-// The least a window is refilled by (but at the end of the file): a prefetch per read would hand each
-// source a slice of one read (an object store then gets GETs of a few hundred KiB where a few MiB
-// each move several times the bytes per second), and a quarter of the window ahead is still three
-// quarters full.
-uint64_t step(uint64_t window) { return window / 4; }
-
 }  // namespace
 
 std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, uint64_t length, uint64_t window,
-                                                             uint64_t size) {
+                                                             uint64_t step, uint64_t size) {
   const uint64_t end = offset + length;
   const std::lock_guard lock(mutex_);
   ++clock_;
@@ -38,12 +32,12 @@ std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, ui
   s.last_used = clock_;
   s.read_to = std::max(s.read_to, end);
   const uint64_t from = std::max(s.prefetched_to, end), to = std::min(size, end + window);
-  if (from >= to || (to - from < step(window) && to < size)) return std::nullopt;
+  if (from >= to || (to - from < step && to < size)) return std::nullopt;
   s.prefetched_to = to;
   return std::pair{from, to - from};
 }
 
-OpenFile* OpenFiles::open(uint64_t ino, const views::VirtualFilePtr& file, bool remote_sources) {
+OpenFile* OpenFiles::open(uint64_t ino, const views::VirtualFilePtr& file, bool remote) {
   {
     const std::lock_guard lock(mutex_);
     if (auto it = files_.find(ino); it != files_.end()) {
@@ -52,10 +46,9 @@ OpenFile* OpenFiles::open(uint64_t ino, const views::VirtualFilePtr& file, bool 
     }
   }
   views::VirtualFilePtr layout = file->open_layout();
-  if (remote_sources) views::expect_source_reads(layout ? *layout : *file);
   const std::lock_guard lock(mutex_);
   Entry& entry = files_[ino];
-  if (!entry.file) entry.file = std::make_unique<OpenFile>(layout ? std::move(layout) : file);
+  if (!entry.file) entry.file = std::make_unique<OpenFile>(layout ? std::move(layout) : file, remote);
   ++entry.handles;
   return entry.file.get();
 }

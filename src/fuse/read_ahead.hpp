@@ -23,9 +23,10 @@ namespace ckptfs::fuse {
 class ReadAhead {
  public:
   // The range to prefetch before serving [offset, offset + length) of a file of `size` bytes, at most
-  // `window` bytes past the read, if any.
+  // `window` bytes past the read, if any: none until `step` bytes of the window are free (but at the
+  // end of the file), so that each prefetch hands every source a range worth a request.
   std::optional<std::pair<uint64_t, uint64_t>> next(uint64_t offset, uint64_t length, uint64_t window,
-                                                    uint64_t size);
+                                                    uint64_t step, uint64_t size);
 
  private:
   struct Stream {
@@ -41,8 +42,9 @@ class ReadAhead {
 
 // An open file: what its reads go to (the file's open_layout(), else the file) and its prefetch state.
 struct OpenFile {
-  explicit OpenFile(views::VirtualFilePtr content) : content(std::move(content)) {}
+  OpenFile(views::VirtualFilePtr content, bool remote) : content(std::move(content)), remote(remote) {}
   const views::VirtualFilePtr content;
+  const bool remote;  // its sources are objects of an object store (the prefetch window differs)
   ReadAhead read_ahead;
 };
 
@@ -52,9 +54,7 @@ struct OpenFile {
 class OpenFiles {
  public:
   // The open state of inode `ino`, made from `file` by its first open (the layout built outside the lock).
-  // With `remote_sources`, that first open also tells the sources what the file reads of them
-  // (views::expect_source_reads), for the object store's block cache.
-  OpenFile* open(uint64_t ino, const views::VirtualFilePtr& file, bool remote_sources);
+  OpenFile* open(uint64_t ino, const views::VirtualFilePtr& file, bool remote);
   void release(uint64_t ino);
 
  private:

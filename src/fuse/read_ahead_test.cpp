@@ -11,7 +11,7 @@ constexpr uint64_t kWindow = 32 * MiB, kSize = 1024 * MiB;
 using Range = std::optional<std::pair<uint64_t, uint64_t>>;
 
 Range read(ReadAhead& ra, uint64_t offset, uint64_t length = MiB / 2) {
-  return ra.next(offset, length, kWindow, kSize);
+  return ra.next(offset, length, kWindow, kWindow / 4, kSize);
 }
 
 TEST(ReadAhead, SequentialReaderKeepsTheWindowFullAhead) {

@@ -128,11 +128,6 @@ void File::prefetch(uint64_t offset, uint64_t length) const {
              origin_);
 }
 
-void File::expect(uint64_t offset, uint64_t length) const {
-  if (const auto* remote = std::get_if<Remote>(&origin_); remote != nullptr && offset < identity_.size)
-    remote->reader->expect(offset, std::min(length, identity_.size - offset));
-}
-
 void File::prefetch_on_disk(const OnDisk& disk, uint64_t offset, uint64_t length) const {
   try {
     const OpenFdPtr fd = fd_cache::acquire(*this, *disk.slot);

@@ -96,9 +96,4 @@ void RemoteReader::prefetch(uint64_t offset, uint64_t length) const {
   cache_->get().prefetch(s3::object_id(bucket_, info_), offset, std::min(length, info_.size - offset));
 }
 
-void RemoteReader::expect(uint64_t offset, uint64_t length) const {
-  if (offset >= info_.size) return;
-  cache_->get().plan(s3::object_id(bucket_, info_), offset, std::min(length, info_.size - offset));
-}
-
 }  // namespace ckptfs::io

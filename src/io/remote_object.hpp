@@ -63,8 +63,6 @@ class RemoteReader {
   void read(uint64_t offset, std::span<std::byte> dst) const;
   // A hint that [offset, offset + length) will be read: the block cache starts fetching it.
   void prefetch(uint64_t offset, uint64_t length) const;
-  // A hint that [offset, offset + length) will be read front to back (s3::BlockCache::plan).
-  void expect(uint64_t offset, uint64_t length) const;
   std::string url() const;
 
  private:

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -82,7 +81,6 @@ struct ObjectEntry {
   std::array<std::uint64_t, kStreams> read_ends;
   std::size_t next_read_end = 0;
   bool prefetched = false;  // the caller prefetches what it will read: reads fetch no more than they ask
-  std::map<std::uint64_t, std::uint64_t> planned;  // begin -> end: the ranges open views will read, disjoint
   std::uint64_t bytes_fetched = 0, requests = 0;  // this version's GETs
 
   ObjectEntry() { read_ends.fill(UINT64_MAX); }
@@ -114,7 +112,6 @@ struct BlockCache::Impl {
   std::list<Extent*> lru;  // ready cached extents, most recently used first
   std::uint64_t memory_used = 0;
   std::uint64_t prefetch_unread = 0;
-  std::size_t planned_objects = 0;  // objects with a planned range
   std::atomic<std::uint64_t> bytes_fetched{0}, requests{0}, hits{0}, misses{0}, disk_hits{0};
 
   FetchPool pool;  // last: its threads stop before the rest goes
@@ -148,16 +145,17 @@ struct BlockCache::Impl {
     if (e.prefetched_unread) prefetch_unread -= e.size(), e.prefetched_unread = false;
   }
 
-  // Evicts the least recently used extent nobody waits on (for a prefetch: nor another prefetch's unread
-  // one).
+  // Evicts the least recently used extent nobody waits on that no prefetch has fetched for a read still to
+  // come; for a read, failing that, the least recently used prefetched one (a prefetch evicts none of those).
   bool evict_one(Mode mode) {
-    for (auto it = lru.rbegin(); it != lru.rend(); ++it) {
-      Extent& e = **it;
-      if (e.pins == 0 && !(mode == Mode::prefetch && e.prefetched_unread)) {
-        drop(e);
-        return true;
+    for (bool unread_too : {false, mode == Mode::read})
+      for (auto it = lru.rbegin(); it != lru.rend(); ++it) {
+        Extent& e = **it;
+        if (e.pins == 0 && (unread_too || !e.prefetched_unread)) {
+          drop(e);
+          return true;
+        }
       }
-    }
     return false;
   }
 
@@ -168,31 +166,6 @@ struct BlockCache::Impl {
       if (!evict_one(mode)) return false;
     memory_used += bytes;
     return true;
-  }
-
-  void add_plan(ObjectEntry& entry, std::uint64_t begin, std::uint64_t end) {
-    if (entry.planned.empty()) planned_objects++;
-    auto& ranges = entry.planned;
-    auto it = ranges.upper_bound(begin);
-    if (it != ranges.begin() && std::prev(it)->second >= begin) begin = (--it)->first;
-    while (it != ranges.end() && it->first <= end) {
-      end = std::max(end, it->second);
-      it = ranges.erase(it);
-    }
-    ranges.emplace(begin, end);
-  }
-
-  // The end of the planned range holding byte `at`, or 0.
-  static std::uint64_t planned_end(const ObjectEntry& entry, std::uint64_t at) {
-    auto it = entry.planned.upper_bound(at);
-    return it == entry.planned.begin() || std::prev(it)->second <= at ? 0 : std::prev(it)->second;
-  }
-
-  std::uint64_t request_bytes() const {
-    const std::uint64_t share = options.memory_bytes / kPrefetchShareDivisor;
-    // A power of two, so that requests from multiples of it never cross a block (a power of two as well).
-    const std::uint64_t each = std::bit_floor(share / (2 * std::max<std::size_t>(planned_objects, 1)));
-    return std::min(options.block_bytes, std::max({each, kLeastPlannedRequest, options.align_bytes}));
   }
 
   // Whether a read should fetch up to the end of its block: it starts where an earlier read ended (or a
@@ -259,23 +232,13 @@ struct BlockCache::Impl {
   }
 
   // Starts fetching the gaps of [begin, end) in the background, in order, as far as the prefetch share and
-  // memory allow: the rest is dropped. Within a planned range, one request further, each gap fetched whole up
-  // to a request's size.
+  // memory allow: the rest is dropped.
   void start_prefetch(ObjectEntry& entry, const ObjectId& object, const std::string& identity,
                       std::uint64_t begin, std::uint64_t end) {
-    if (begin >= end) return;
-    const std::uint64_t request = request_bytes();
-    if (const std::uint64_t plan_end = planned_end(entry, end - 1); plan_end > end)
-      end = std::min(plan_end, end + request);
     std::vector<ExtentPtr> present;
     std::vector<Gap> gaps;
     find(entry, object, begin, end, false, present, gaps);
-    for (Gap gap : gaps) {
-      if (const std::uint64_t plan_end = planned_end(entry, std::max(gap.begin, begin)); plan_end > gap.end) {
-        const auto next = entry.extents.lower_bound(gap.end);
-        const std::uint64_t ceiling = next == entry.extents.end() ? object.size : next->first;
-        gap.end = std::min({plan_end, ceiling, round_up(gap.end, request)});
-      }
+    for (Gap gap : gaps)
       for (Gap piece : pieces(identity, gap)) {
         ExtentPtr e = new_extent(object, identity, piece);
         if (!reserve(e->size(), Mode::prefetch)) return;
@@ -284,7 +247,6 @@ struct BlockCache::Impl {
         entry.extents.emplace(e->begin, e);
         submit(e, Mode::prefetch);
       }
-    }
   }
 
   // -- in a worker -----------------------------------------------------------------------------------
@@ -399,9 +361,12 @@ void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<st
         std::memcpy(dst.data() + (from - offset), e->data + (from - e->begin), to - from);
       }
   lock.lock();
+  // An extent read to its end is what a sequential reader is done with: it goes first (a reader going through
+  // many objects at once would otherwise see the cache evict the prefetched extents it has yet to reach,
+  // least recently used, before the ones it finished).
   for (const ExtentPtr& e : parts) {
     e->pins--;
-    if (e->in_lru) m.lru.splice(m.lru.begin(), m.lru, e->lru);
+    if (e->in_lru) m.lru.splice(end >= e->end ? m.lru.end() : m.lru.begin(), m.lru, e->lru);
   }
   lock.unlock();
   if (error) std::rethrow_exception(error);
@@ -416,20 +381,6 @@ void BlockCache::prefetch(const ObjectId& object, std::uint64_t offset, std::uin
   ObjectEntry& entry = m.entry_of(object, identity);
   entry.prefetched = true;
   m.start_prefetch(entry, object, identity, offset, end);
-}
-
-void BlockCache::plan(const ObjectId& object, std::uint64_t offset, std::uint64_t length) {
-  const std::uint64_t end = std::min(object.size, offset + std::min(length, object.size));
-  if (offset >= end) return;
-  Impl& m = *impl_;
-  const std::string identity = identity_of(object);
-  std::lock_guard lock(m.mutex);
-  m.add_plan(m.entry_of(object, identity), offset, end);
-}
-
-std::uint64_t BlockCache::request_bytes() const {
-  std::lock_guard lock(impl_->mutex);
-  return impl_->request_bytes();
 }
 
 std::vector<ObjectFetchStats> BlockCache::object_stats() const {

@@ -1,4 +1,3 @@
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -282,47 +281,6 @@ TEST_F(BlockCacheTest, APrefetchHoldsAtMostHalfTheMemory) {
   EXPECT_EQ(read(cache, big_id, 0, 512 << 10), slice(big, 0, 512 << 10));
   cache.prefetch(big_id, 512 << 10, big.size());
   ASSERT_TRUE(eventually([&] { return store->bytes_got() == 1024u << 10; }));
-}
-
-// A reader's window over a ZeRO-3 view asks each rank file for a small slice at a time: within a planned
-// range the cache fetches whole requests instead, and never past the range.
-TEST_F(BlockCacheTest, APlannedRangeIsPrefetchedInWholeRequests) {
-  auto big = random_bytes(2 << 20, 6);
-  ObjectId big_id = store->put("big", "\"b\"", big);
-  BlockCacheOptions o = small_options();
-  o.memory_bytes = 4 << 20;
-  o.block_bytes = 256 << 10;
-  BlockCache cache(store, o);
-  ASSERT_EQ(cache.request_bytes(), 256u << 10);
-  const std::uint64_t begin = 10000, end = begin + (1 << 20);
-  cache.plan(big_id, begin, end - begin);
-  constexpr std::uint64_t kStep = 16 << 10;
-  for (std::uint64_t at = begin; at < end; at += kStep) {
-    const std::uint64_t n = std::min(kStep, end - at);
-    cache.prefetch(big_id, at, n);
-    EXPECT_EQ(read(cache, big_id, at, n), slice(big, at, n));
-  }
-  const auto gets = store->gets();
-  EXPECT_LE(gets.size(), 5u);  // 1 MiB in 256 KiB requests from multiples of 256 KiB (without the plan: one per prefetch, 64)
-  for (const auto& g : gets) {
-    EXPECT_GE(g.offset, begin / o.align_bytes * o.align_bytes);
-    EXPECT_LE(g.offset + g.length, (end + o.align_bytes - 1) / o.align_bytes * o.align_bytes);
-  }
-}
-
-TEST(BlockCacheRequestSize, SharesThePrefetchMemoryAmongThePlannedObjects) {
-  auto store = std::make_shared<FakeStore>();
-  BlockCacheOptions o;  // 256 MiB, 8 MiB blocks: 128 MiB to prefetch into
-  BlockCache cache(store, o);
-  EXPECT_EQ(cache.request_bytes(), 8u << 20);
-  std::vector<ObjectId> ids;
-  for (int i = 0; i < 64; ++i) ids.push_back({"bucket", fmt::format("rank{}", i), "\"e\"", 64u << 20});
-  for (int i = 0; i < 16; ++i) cache.plan(ids[i], 0, 32 << 20);
-  EXPECT_EQ(cache.request_bytes(), 4u << 20);  // 128 MiB over 16 objects, two requests each
-  cache.plan(ids[0], 1 << 20, 40 << 20);       // more of an object planned already: still 16
-  EXPECT_EQ(cache.request_bytes(), 4u << 20);
-  for (int i = 16; i < 64; ++i) cache.plan(ids[i], 0, 32 << 20);
-  EXPECT_EQ(cache.request_bytes(), kLeastPlannedRequest);
 }
 
 TEST_F(BlockCacheTest, ReadsOfAPrefetchedObjectFetchNoMoreThanTheyAsk) {

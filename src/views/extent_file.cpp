@@ -98,12 +98,6 @@ uint64_t distinct_source_bytes(std::vector<catalog::Piece> runs) {
   return total;
 }
 
-void expect_source_reads(const VirtualFile& file) {
-  std::vector<catalog::Piece> runs;
-  file.append_source_runs(runs);
-  for_each_source_range(runs, 0, [](const io::File& f, uint64_t lo, uint64_t hi) { f.expect(lo, hi - lo); });
-}
-
 std::vector<io::FilePtr> distinct_sources(std::span<const catalog::TensorRef> tensors) {
   std::vector<io::FilePtr> files;
   std::unordered_set<const io::File*> seen;
