@@ -1,21 +1,22 @@
 # bash completion for ckptfs(1): its commands, their options, the -o mount options, paths for SRC (a
-# directory or a lone weights file), MNT, OUT and DIR, and the tags of SRC for --tag T and -o tag=T, read
-# with `ckptfs inspect SRC --json`. Plain bash (compgen), no bash-completion helpers needed. The lists
-# below are checked against `ckptfs --help` and `ckptfs mount --help` by mount_tests/test_completion.py:
+# directory or a lone weights file), MNT, OUT, DIR and cat's FILE, and the tags of SRC for --tag T and
+# -o tag=T and the views of SRC for cat's VIEW_PATH, read with `ckptfs inspect SRC --json`. Plain bash (compgen), no bash-completion helpers needed. The lists
+# below are checked against `ckptfs --help`, `ckptfs mount --help` and `ckptfs cat --help` by mount_tests/test_completion.py:
 # an option added there is added here too.
 
-_ckptfs_commands="mount inspect export index help"
+_ckptfs_commands="mount inspect export cat index help"
 _ckptfs_s3_options="--endpoint --region --s3-path-style --s3-no-sign"
 # The -o options; a trailing = marks those that take a value.
 _ckptfs_mount_options="threads= max_open= tag= strict read_ahead_kb= prefetch= source_check_ms= decoded_cache_mb=
 transpose_cache_mb= endpoint= region= s3_path_style s3_no_sign cache_mb= cache_dir= cache_dir_mb= s3_connections=
-stats index_cache= allow_other default_permissions fsname="
+shard_size= stats index_cache= allow_other default_permissions fsname="
 
 _ckptfs_options_of() {
   case $1 in
     mount) echo "-o -f -d --tag --help" ;;
     inspect) echo "--tag --strict --json --tensors $_ckptfs_s3_options" ;;
-    export) echo "--tag --strict --universal $_ckptfs_s3_options" ;;
+    export) echo "--tag --strict --universal --shard-size $_ckptfs_s3_options" ;;
+    cat) echo "-o --output --tag --strict --help $_ckptfs_s3_options" ;;
     index) echo "--tag --strict --cache $_ckptfs_s3_options" ;;
   esac
 }
@@ -27,6 +28,28 @@ _ckptfs_tags() {
   [[ -e $src ]] || return 0  # s3:// sources: no network round trip on a TAB
   command -v "$bin" >/dev/null 2>&1 || bin=ckptfs
   timeout 10 "$bin" inspect "$src" --json 2>/dev/null | sed -n 's/^      "name": "\(.*\)",\{0,1\}$/\1/p'
+}
+
+# The files of the tree a mount of SRC $2 shows (by the ckptfs $1, tag $3 if given), as cat's VIEW_PATH:
+# the views inspect --json lists for each tag (keys at 10 spaces), at the root for the latest tag and
+# under tags/<tag>/ for all, and ckptfs.json. A tree of many files (universal/) is offered as its folder.
+_ckptfs_views() {
+  local bin=$1 src=${2/#\~/$HOME} tag_args=() kind value latest="" tag=""
+  [[ -e $src ]] || return 0
+  [[ -n $3 ]] && tag_args=(--tag "$3")
+  command -v "$bin" >/dev/null 2>&1 || bin=ckptfs
+  printf '%s\n' ckptfs.json
+  timeout 10 "$bin" inspect "$src" "${tag_args[@]}" --json 2>/dev/null | sed -n \
+    -e 's/^  "latest": "\(.*\)",\{0,1\}$/L \1/p' -e 's/^      "name": "\(.*\)",\{0,1\}$/T \1/p' \
+    -e 's/^          "path": "\(.*\)",\{0,1\}$/P \1/p' |
+    while read -r kind value; do
+      case $kind in
+        L) latest=$value ;;
+        T) tag=$value ;;
+        P) [[ $tag == "$latest" ]] && printf '%s\n' "$value"
+           printf '%s\n' "tags/$tag/$value" ;;
+      esac
+    done
 }
 
 # Paths a SRC can be: directories, and lone weights files.
@@ -69,7 +92,7 @@ _ckptfs_mount_option_candidates() {
 
 _ckptfs() {
   COMPREPLY=()
-  local line=${COMP_LINE:0:COMP_POINT} cur words=() bin cmd=mount first=1 i w positionals=()
+  local line=${COMP_LINE:0:COMP_POINT} cur words=() bin cmd=mount first=1 i w positionals=() tag=
   read -ra words <<<"$line"
   if [[ $line == *[[:space:]] || ${#words[@]} -eq 0 ]]; then
     cur=""
@@ -85,7 +108,9 @@ _ckptfs() {
   for ((i = first; i < ${#words[@]}; i++)); do
     w=${words[i]}
     case $w in
-      -o | --tag | -t | --cache | --endpoint | --region) ((i++)) ;;
+      --tag | -t) tag=${words[i + 1]}; ((i++)) ;;
+      --tag=*) tag=${w#*=} ;;
+      -o | --output | --cache | --shard-size | --endpoint | --region) ((i++)) ;;
       -*) ;;
       *) positionals+=("$w") ;;
     esac
@@ -101,7 +126,7 @@ _ckptfs() {
     return 0
   fi
   case $cur in
-    --tag=* | --cache=*) prev=${cur%%=*} cur=${cur#*=} ;;  # the value glued on: complete it alone
+    --tag=* | --cache=* | --output=*) prev=${cur%%=*} cur=${cur#*=} ;;  # the value glued on: complete it alone
   esac
   case $prev in
     --tag | -t)
@@ -112,7 +137,11 @@ _ckptfs() {
       compopt -o filenames 2>/dev/null
       mapfile -t COMPREPLY < <(compgen -d -- "$cur")
       return 0 ;;
-    --endpoint | --region) return 0 ;;
+    -o | --output)  # cat's FILE (a mount's -o list is completed above)
+      compopt -o filenames 2>/dev/null
+      mapfile -t COMPREPLY < <(compgen -f -- "$cur")
+      return 0 ;;
+    --shard-size | --endpoint | --region) return 0 ;;
   esac
   if [[ $cmd == help ]]; then
     return 0
@@ -123,6 +152,12 @@ _ckptfs() {
     return 0
   fi
   ((${#words[@]} == 1)) && mapfile -t COMPREPLY < <(compgen -W "$_ckptfs_commands" -- "$cur")
+  if ((${#positionals[@]} == 1)) && [[ $cmd == cat ]]; then
+    mapfile -t candidates < <(_ckptfs_views "$bin" "${positionals[0]}" "$tag")
+    _ckptfs_reply "$cur" "${candidates[@]}"
+    [[ " ${COMPREPLY[*]} " == */" "* ]] && compopt -o nospace 2>/dev/null  # a folder: its files still to type
+    return 0
+  fi
   compopt -o filenames 2>/dev/null
   if ((${#positionals[@]} == 0)); then
     mapfile -t -O "${#COMPREPLY[@]}" COMPREPLY < <(_ckptfs_sources "$cur")

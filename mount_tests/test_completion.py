@@ -1,7 +1,8 @@
 """completion/ckptfs.bash, run as bash runs it on a TAB: sourced, COMP_LINE / COMP_POINT / COMP_WORDS /
 COMP_CWORD set as readline sets them (words split at COMP_WORDBREAKS' = and : too), _ckptfs called, COMPREPLY
-read. Its commands, options and -o options are checked against `ckptfs --help`, `ckptfs mount --help` and the
--o parser (as test_man_pages.py reads them), its tags against the example checkpoint's own tag dirs."""
+read. Its commands, options and -o options are checked against `ckptfs --help`, `ckptfs mount --help`,
+`ckptfs cat --help` and the -o parser (as test_man_pages.py reads them), its tags against the example
+checkpoint's own tag dirs, its VIEW_PATHs for cat by cat itself."""
 import os
 import re
 import subprocess
@@ -74,6 +75,45 @@ def test_options_of_each_command_are_the_helps(ckptfs_bin, helps, command):
     expected = command_options(helps[0], command)
     assert {"--tag", "--strict", "--endpoint"} <= expected
     assert set(complete(f"ckptfs {command} {EXAMPLE} --", ckptfs_bin)) == expected
+
+
+def test_cat_options_are_cat_helps(ckptfs_bin, helps):
+    usage = helps[2].split("\n\n")[0]
+    expected = M.long_options(usage)
+    assert {"--tag", "--strict", "--output", "--endpoint"} <= expected, usage
+    assert expected <= set(complete(f"ckptfs cat {EXAMPLE} model.safetensors --", ckptfs_bin)) <= expected | {"--help"}
+    assert {"-o", "--output"} <= set(complete(f"ckptfs cat {EXAMPLE} -", ckptfs_bin))
+
+
+def test_cat_view_paths_are_files_cat_reads(ckptfs_bin):
+    """Every VIEW_PATH offered is a file `ckptfs cat` writes, or a folder of the tree (offered with its /);
+    the latest tag's views are at the root and every tag's under tags/<tag>/."""
+    verl = os.path.join("examples", "verl-fsdp2-ws2")
+    offered = complete(f"ckptfs cat {verl} ", ckptfs_bin)
+    for tag in step_dirs(verl):
+        assert f"tags/{tag}/fp32/model.safetensors" in offered, (tag, offered)
+    assert {"ckptfs.json", "model.safetensors", "fp32/pytorch_model.bin", "fp32/model.safetensors"} <= set(offered)
+    for view in offered:
+        proc = subprocess.run([ckptfs_bin, "cat", verl, view], capture_output=True, timeout=120, cwd=H.REPO)
+        assert proc.returncode == 0 and proc.stdout, (view, proc.returncode, proc.stderr)
+    folders = complete(f"ckptfs cat {EXAMPLE} uni", ckptfs_bin)
+    assert folders == ["universal/"]
+    proc = subprocess.run([ckptfs_bin, "cat", EXAMPLE, "universal"], capture_output=True, text=True, timeout=120,
+                          cwd=H.REPO)
+    assert proc.returncode == 2 and "is a directory" in proc.stderr, proc.stderr
+    assert complete(f"ckptfs cat {verl} --tag global_step_1 fp32/m", ckptfs_bin) == ["fp32/model.safetensors"]
+    assert complete(f"ckptfs cat {verl} tags/global_step_1/fp32/m", ckptfs_bin) == [
+        "tags/global_step_1/fp32/model.safetensors"]
+    assert complete(f"ckptfs cat {verl} model.safetensors ", ckptfs_bin) == []  # nothing after VIEW_PATH
+
+
+def test_cat_output_is_a_file(ckptfs_bin, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    expected = {f"{tmp_path}/out", f"{tmp_path}/model.safetensors"}
+    for option in ("-o ", "--output ", "--output="):
+        line = f"ckptfs cat {EXAMPLE} model.safetensors {option}{tmp_path}/"
+        assert set(complete(line, ckptfs_bin)) == expected, line
 
 
 def test_mount_options_are_the_mount_helps(ckptfs_bin, helps):

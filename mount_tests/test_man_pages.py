@@ -1,10 +1,10 @@
 """The man pages (docs/man/) against what they describe, so that they cannot drift: every command, option and
--o option of `ckptfs --help` / `ckptfs mount --help` is in ckptfs(1) and every option there is in the help;
+-o option of `ckptfs --help` / `ckptfs mount --help` / `ckptfs cat --help` is in ckptfs(1) and every option there is in the help;
 the -o options the parser accepts (src/cli/mount_command.cpp) are the help's and the man page's; the exit
 codes are include/ckptfs/error.hpp's and docs/exit-codes.md's; the environment variables are those the
 sources read; the options mount.ckptfs drops are in mount.ckptfs(8); both render without a groff warning.
 
-A new option: add it to the help text (src/cli/main.cpp kUsage, or kHelp in src/cli/mount_command.cpp), to
+A new option: add it to the help text (src/cli/main.cpp kUsage, or kHelp in src/cli/mount_command.cpp or cat_command.cpp), to
 docs/man/ckptfs.1 (OPTIONS or MOUNT OPTIONS, a .TP entry) and to completion/ckptfs.bash; this test and
 test_completion.py name what is missing where."""
 import os
@@ -31,9 +31,9 @@ def read(path):
 
 
 def help_texts(ckptfs_bin):
-    """(`ckptfs --help`, `ckptfs mount --help`)."""
+    """(`ckptfs --help`, `ckptfs mount --help`, `ckptfs cat --help`)."""
     out = []
-    for args in (["--help"], ["mount", "--help"]):
+    for args in (["--help"], ["mount", "--help"], ["cat", "--help"]):
         proc = H.run([ckptfs_bin, *args])
         H.assert_ok(proc)
         out.append(proc.stdout)
@@ -110,16 +110,16 @@ def test_man_page_version_is_the_projects():
 
 
 def test_every_command_and_option_of_the_help_is_in_the_man_page_and_back(ckptfs_bin):
-    main_help, mount_help = help_texts(ckptfs_bin)
+    main_help, mount_help, cat_help = help_texts(ckptfs_bin)
     man = rendered(MAN1)
     commands = help_commands(main_help)
-    assert {"mount", "inspect", "export", "index"} <= commands, commands
+    assert {"mount", "inspect", "export", "cat", "index"} <= commands, commands
     assert set(tags(read(MAN1), "COMMANDS")) == commands, f"ckptfs.1 COMMANDS against ckptfs --help's {commands}"
-    helped = long_options(main_help + mount_help)
-    assert {"--tag", "--strict", "--json", "--help", "--version", "--endpoint"} <= helped, helped
+    helped = long_options(main_help + mount_help + cat_help)
+    assert {"--tag", "--strict", "--json", "--help", "--version", "--endpoint", "--output", "--shard-size"} <= helped
     assert not helped - long_options(man), f"in --help, not in ckptfs.1: {sorted(helped - long_options(man))}"
     assert not long_options(man) - helped, f"in ckptfs.1, not in --help: {sorted(long_options(man) - helped)}"
-    shorts = short_options(main_help + mount_help)
+    shorts = short_options(main_help + mount_help + cat_help)
     assert {"-o", "-f", "-d"} <= shorts, shorts
     documented = set(tags(read(MAN1), "OPTIONS"))
     assert not shorts - documented, f"short options of --help missing from ckptfs.1 OPTIONS: {shorts - documented}"
