@@ -321,6 +321,7 @@ RATIOS = (  # name, heading, target (operator, value) or None
     ("a_bf16_fetched_over_needed", "(a) bf16: fetched / needed", ("<=", 1.05)),
     ("a_vs_b_end_to_end_fp32", "(b export) s / (a fp32) s", (">=", 2.0)),
     ("a_rate_vs_b_download_rate", "(a fp32) GB/s fetched / (b) download GB/s", (">=", 0.8)),
+    ("a_read_rate_vs_b_download_rate", "(a fp32) read alone: GB/s fetched / (b) download GB/s", None),
     ("a_vs_c_fp32", "(c fp32) s / (a fp32) s", (">", 1.0)),
     ("c_fetched_over_needed", "(c) fp32: fetched / needed", None))
 
@@ -337,6 +338,7 @@ def ratios(rows, needed):
             "a_bf16_fetched_over_needed": a16 and a16["get_bytes"] / needed,
             "a_vs_b_end_to_end_fp32": a and b and b["seconds"] / a["seconds"],
             "a_rate_vs_b_download_rate": a and b and fetch_rate(a) / fetch_rate(b),
+            "a_read_rate_vs_b_download_rate": a and b and read_fetch_rate(a) / fetch_rate(b),
             "a_vs_c_fp32": a and c and c["seconds"] / a["seconds"],
             "c_fetched_over_needed": c and c["get_bytes"] / needed}
     return out
@@ -345,6 +347,11 @@ def ratios(rows, needed):
 def fetch_rate(row):
     """GB/s of the bytes fetched, over the download (b) or the whole case (a, c)."""
     return row["get_bytes"] / row.get("download_s", row["seconds"]) / 1e9
+
+
+def read_fetch_rate(row):
+    """GB/s of the bytes (a) fetched after its mount (listing and parsing apart), over the read alone."""
+    return (row["get_bytes"] - row.get("mount_get_bytes", 0)) / row["read_s"] / 1e9
 
 
 def verdict(target, value):
@@ -450,6 +457,7 @@ def loadavg():
 def report(result, doc_path):
     """Prints the tables; writes the page (and its JSON and plot beside it) unless doc_path is "-"."""
     facts, rows = result["facts"], result["results"]
+    result["ratios"] = ratios(rows, facts["fp32_master_bytes"])  # a JSON of an earlier run gets the new ones
     lines = table(rows, facts["fp32_master_bytes"]) + ["", "The issue's targets:", ""] + ratio_table(result["ratios"])
     print("\n".join(lines))
     skipped = [f"{case}: {why}" for case, why in result["skipped"].items()]
