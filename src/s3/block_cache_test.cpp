@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -281,6 +282,35 @@ TEST_F(BlockCacheTest, APrefetchHoldsAtMostHalfTheMemory) {
   EXPECT_EQ(read(cache, big_id, 0, 512 << 10), slice(big, 0, 512 << 10));
   cache.prefetch(big_id, 512 << 10, big.size());
   ASSERT_TRUE(eventually([&] { return store->bytes_got() == 1024u << 10; }));
+}
+
+// A ZeRO-3 view read through a small cache (-o cache_mb=8) over 64 rank objects: a window the size of the
+// prefetch share (4 MiB) hands each object 64 KiB ahead in steps of 16 KiB, the reader takes 16 KiB of each
+// object in turn. Each object holds an extent half read while the next ones arrive: were an extent to leave
+// the prefetch share at its first read, prefetches would evict the rest of it, fetched again later.
+TEST(BlockCacheManyObjects, ASmallCacheFetchesEachByteAboutOnce) {
+  auto store = std::make_shared<FakeStore>();
+  constexpr int kObjects = 64;
+  constexpr std::uint64_t kSize = 1536 << 10, kWindow = 64 << 10, kStep = 16 << 10, kSlice = 16 << 10;
+  std::vector<ObjectId> ids;
+  std::vector<std::vector<std::byte>> data;
+  for (int i = 0; i < kObjects; ++i) {
+    data.push_back(random_bytes(kSize, 100 + i));
+    ids.push_back(store->put(fmt::format("rank{}", i), "\"e\"", data.back()));
+  }
+  BlockCacheOptions o;
+  o.memory_bytes = 8 << 20;
+  BlockCache cache(store, o);
+  std::uint64_t prefetched_to = 0;
+  for (std::uint64_t at = 0; at < kSize; at += kSlice) {
+    if (const std::uint64_t to = std::min(kSize, at + kWindow); to - prefetched_to >= kStep || to == kSize) {
+      for (const ObjectId& id : ids) cache.prefetch(id, prefetched_to, to - prefetched_to);
+      prefetched_to = to;
+    }
+    for (int i = 0; i < kObjects; ++i) ASSERT_EQ(read(cache, ids[i], at, kSlice), slice(data[i], at, kSlice));
+  }
+  EXPECT_LE(store->bytes_got(), kObjects * kSize * 110 / 100);
+  EXPECT_LE(cache.stats().memory_bytes, o.memory_bytes);
 }
 
 TEST_F(BlockCacheTest, ReadsOfAPrefetchedObjectFetchNoMoreThanTheyAsk) {
