@@ -180,3 +180,12 @@ def test_bad_size_is_a_usage_error(ckptfs_bin, llama, tmp_path, size):
     proc = run_ckptfs(ckptfs_bin, llama, tmp_path / "mnt", "-o", f"shard_size={size}")
     H.assert_one_line_error(proc, H.EXIT_USAGE, ["shard_size"])
     assert f"'{size}' is not a size" in proc.stderr and not os.listdir(tmp_path / "mnt"), proc.stderr
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["index", "--cache", "CACHE"], ["cat", "VIEW"]])
+def test_shard_size_elsewhere_is_an_unknown_option(ckptfs_bin, llama, tmp_path, command):
+    # only export (and the mount's -o shard_size=) shard: another command must not accept and ignore it
+    args = [str(tmp_path / "cache") if a == "CACHE" else "model.safetensors" if a == "VIEW" else a for a in command]
+    r = H.run([ckptfs_bin, args[0], llama, *args[1:], "--shard-size", "40KB"])
+    assert r.returncode == 2, r
+    assert "--shard-size" in r.stderr, r.stderr

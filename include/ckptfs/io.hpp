@@ -123,6 +123,8 @@ class File {
   // of their own: 0 for a local file (a pread each), kRemoteReadGap for an object (a GET's latency buys
   // that many bytes).
   uint64_t read_gap_bytes() const;
+  // Whether the bytes are an object of an object store (no kernel page cache or readahead under them).
+  bool is_remote() const { return std::holds_alternative<Remote>(origin_); }
 
   // True while the file at path() still has the identity it had when opened (one stat).
   bool unchanged() const;
@@ -149,6 +151,11 @@ class File {
 };
 
 using FilePtr = std::shared_ptr<File>;
+
+// Whether files read from one source tree are objects of a store: all of them are, or none.
+inline bool reads_objects(std::span<const FilePtr> sources) {
+  return !sources.empty() && sources.front()->is_remote();
+}
 
 // A byte range [base, base + length) of a source file read as a file of its own: a torch.save archive
 // nested at an offset of a DCP .distcp file. Offsets given to read() are relative to base.

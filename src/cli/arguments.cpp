@@ -27,7 +27,9 @@ Arguments parse_arguments(std::span<const std::string> args, const std::set<std:
         {"--endpoint", &out.s3.endpoint}, {"--region", &out.s3.region},
         {"--output", &out.output}, {"-o", &out.output}};
     const auto named = std::find_if(std::begin(valued), std::end(valued), [&](const auto& v) {
+      // options of one command only: elsewhere they are unknown options, not silently ignored
       if (v.second == &out.output && !known_flags.count("--output")) return false;
+      if (v.second == &out.shard_size && !known_flags.count("--shard-size")) return false;
       return a == v.first || (a.starts_with(v.first) && a.size() > v.first.size() && a[v.first.size()] == '=');
     });
     if (named != std::end(valued)) {

@@ -1,5 +1,6 @@
 // Minimal parser for the inspect/export/index/cat command lines: positionals ("-" among them), boolean
-// flags, --tag T, --cache DIR, -o/--output FILE (only where "--output" is among the known flags), and for
+// flags, --tag T, --cache DIR, -o/--output FILE and --shard-size SIZE (each only where it is among the known
+// flags: elsewhere an unknown option), and for
 // an s3:// SRC --endpoint URL, --region R, --s3-path-style, --s3-no-sign.
 #pragma once
 

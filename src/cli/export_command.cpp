@@ -28,7 +28,7 @@ constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T] [--strict] [--un
 
 int run_export(std::span<const std::string> args) {
   try {
-    Arguments a = parse_arguments(args, {"--universal", "--strict"}, 2, kUsage);
+    Arguments a = parse_arguments(args, {"--universal", "--strict", "--shard-size"}, 2, kUsage);
     ShardOptions shards{.unsharded_copy = false};
     if (a.shard_size) shards.max_shard_size = parse_shard_size_option("--shard-size", *a.shard_size);
     const fs::path source = open_source(a.positional[0], a.s3), out = a.positional[1];

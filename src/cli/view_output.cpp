@@ -11,7 +11,6 @@
 #include <functional>
 #include <future>
 #include <span>
-#include <variant>
 #include <vector>
 
 namespace ckptfs::cli {
@@ -21,16 +20,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kChunk = 8u << 20;  // bytes per read: memory use is twice this, not the view's size
-
-// Whether the view reads objects of a store, which have no kernel readahead under them: each chunk's source
-// ranges and the next one's are then prefetched before the chunk is read, so that the block cache fetches
-// them in parallel, each rank object's in one GET per chunk (a read after the parse's prefetches of an object
-// fetches only what it asks: one GET per tensor slice).
-bool reads_objects(const views::VirtualFile& file) {
-  const auto sources = file.sources();
-  return std::any_of(sources.begin(), sources.end(),
-                     [](const io::FilePtr& s) { return std::holds_alternative<io::Remote>(s->origin()); });
-}
 
 void write_all(int fd, std::span<const std::byte> bytes, const std::string& output) {
   for (size_t done = 0; done < bytes.size();) {
@@ -50,7 +39,11 @@ void stream_view(const views::VirtualFile& file, const std::string& view, int fd
   const uint64_t size = file.size();
   const size_t chunk = static_cast<size_t>(std::min<uint64_t>(kChunk, std::max<uint64_t>(size, 1)));
   std::array<std::vector<std::byte>, 2> buffers{std::vector<std::byte>(chunk), std::vector<std::byte>(chunk)};
-  const bool remote = reads_objects(file);
+  // Objects of a store have no kernel readahead under them: each chunk's source ranges and the next one's
+  // are prefetched before the chunk is read, so that the block cache fetches them in parallel, each rank
+  // object's in one GET per chunk (a read after the parse's prefetches of an object fetches only what it
+  // asks: one GET per tensor slice).
+  const bool remote = io::reads_objects(file.sources());
   auto read_chunk = [&](uint64_t offset, std::vector<std::byte>& buffer) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, size - offset));
     if (remote) file.prefetch(offset, std::min<uint64_t>(2 * chunk, size - offset));

@@ -206,8 +206,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // made at open (its size only known then): each read goes to the server.
     fi->keep_cache = !node->file->live();
     fi->direct_io = node->file->live();
-    const bool remote = !node->sources.empty() && std::holds_alternative<io::Remote>(node->sources[0]->origin());
-    fi->fh = reinterpret_cast<uint64_t>(c.open_files->open(ino, node->file, remote));
+    fi->fh = reinterpret_cast<uint64_t>(c.open_files->open(ino, node->file, io::reads_objects(node->sources)));
     fuse_reply_open(req, fi);
   });
 }

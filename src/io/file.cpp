@@ -142,7 +142,7 @@ void File::prefetch_on_disk(const OnDisk& disk, uint64_t offset, uint64_t length
   }
 }
 
-uint64_t File::read_gap_bytes() const { return std::holds_alternative<Remote>(origin_) ? kRemoteReadGap : 0; }
+uint64_t File::read_gap_bytes() const { return is_remote() ? kRemoteReadGap : 0; }
 
 bool File::unchanged() const {
   return std::visit(Overloaded{

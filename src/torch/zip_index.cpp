@@ -263,7 +263,7 @@ std::vector<RecordSpan> ZipIndex::locate_all(const io::FileRange& file, const st
     first = g.last;
   }
   // An object store answers each read after a round trip: start them all, then read them in order.
-  if (gap > 0 && groups.size() > 1)
+  if (file.file()->is_remote() && groups.size() > 1)
     for (const Group& g : groups) file.prefetch(g.start, g.end - g.start);
   std::vector<RecordSpan> out(entries.size());
   for (const auto& [first, last, start, end] : groups) {
