@@ -25,6 +25,7 @@ BUCKET = "ckptfs-cache"
 KIB, MIB = 1024, 1024 * 1024
 BLOCK = 1 * MIB  # block_kb=1024: GETs of at most 1 MiB, so that a 5 MiB object spans several
 ALIGN = 64 * KIB  # BlockCacheOptions::align_bytes (include/ckptfs/s3_cache.hpp)
+PAGE = 4 * KIB  # what a prefetch rounds its ranges out to (src/s3/block_cache.cpp kPage)
 SIZE = 5 * MIB + 5
 
 
@@ -128,8 +129,8 @@ def test_a_prefetched_range_costs_its_blocks_and_its_reads_no_get(gateway, obj, 
     begin, end = 100_000, 100_000 + 3 * MIB
     assert cache.ask(f"prefetch {begin} {end - begin}")["ok"]
     assert cache.read(tmp_path, begin, end - begin, chunk=128 * KIB) == data[begin:end]
-    # [begin, end) rounded out to 64 KiB, cut at multiples of the block: no over-fetch past its ends.
-    lo, hi = begin // ALIGN * ALIGN, -(-end // ALIGN) * ALIGN
+    # [begin, end) rounded out to pages, cut at multiples of the block: no over-fetch past its ends.
+    lo, hi = begin // PAGE * PAGE, -(-end // PAGE) * PAGE
     cuts = [lo] + list(range(-(-lo // BLOCK) * BLOCK, hi, BLOCK)) + [hi]
     expected = [b - a for a, b in zip(cuts, cuts[1:]) if b > a]
     gets = new_gets(gateway, key, 0, len(expected))

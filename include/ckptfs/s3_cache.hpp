@@ -31,12 +31,16 @@ inline ObjectId object_id(const std::string& bucket, const ObjectInfo& info) {
 }
 
 struct BlockCacheOptions {
-  std::uint64_t memory_bytes = 256ull << 20;  // -o cache_mb=N: the in-memory cache, pending GETs included
+  std::uint64_t memory_bytes = 512ull << 20;  // -o cache_mb=N: the in-memory cache, pending GETs included
   std::uint64_t block_bytes = 8ull << 20;     // the largest GET; GETs never cross a multiple of it
   std::uint64_t align_bytes = 64ull << 10;    // every fetched range is rounded out to multiples of this
   std::size_t connections = 16;               // -o s3_connections=N: the most GETs in flight at once
   std::optional<std::filesystem::path> dir;   // -o cache_dir=DIR: the on-disk cache (none when unset)
   std::uint64_t dir_bytes = 8ull << 30;       // -o cache_dir_mb=N: its bound
+
+  // How much of memory_bytes prefetched, not yet read bytes may hold (a prefetch past it is dropped): the
+  // rest keeps what reads fetched and what was read recently.
+  std::uint64_t prefetch_share_bytes() const { return memory_bytes / 4 * 3; }
 };
 
 struct BlockCacheStats {

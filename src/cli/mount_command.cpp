@@ -68,7 +68,7 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      region=R         the store's region (default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1)
      s3_path_style    http://HOST/BUCKET/KEY addressing (the default for a custom endpoint)
      s3_no_sign       anonymous requests (a public bucket)
-     cache_mb=N       s3:// sources: memory for fetched bytes, in MiB (default 256; LRU, GETs in flight
+     cache_mb=N       s3:// sources: memory for fetched bytes, in MiB (default 512; LRU, GETs in flight
                       included: docs/s3.md)
      cache_dir=DIR    s3:// sources: also keep fetched bytes in DIR, reused by later mounts and
                       checked against each object's ETag; cache_dir_mb=N bounds it (default 8192)
@@ -235,6 +235,7 @@ int run_mount(int argc, char** argv) {
     MountArguments m = parse(argc, argv);
     m.serve.mountpoint = fuse::check_mountpoint(m.mountpoint.string());  // before the long indexing
     io::set_remote_cache_options(m.remote_cache);
+    m.serve.remote_prefetch_bytes = m.remote_cache.prefetch_share_bytes();
     m.source = open_source(m.source_text, m.s3);
     if (m.max_open) io::set_max_open_files(*m.max_open);
     if (m.decoded_cache_mb) io::set_decoded_cache_bytes(uint64_t{*m.decoded_cache_mb} << 20);

@@ -183,6 +183,23 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, f
   read_directory(req, ino, size, offset, true);
 }
 
+// How far ahead of a sequential reader prefetch reaches, and the least it refills that window by. A
+// prefetch hands each source file the ranges behind its step of the view: a step per read would be a
+// slice of one read, and a quarter of the window ahead leaves it three quarters full.
+// Over an object store each range is a GET, whose cost is per request (the bench's gateway spends about
+// 0.8 ms of CPU on each, whatever its size): a ZeRO-3 view's step is a slice of every rank object, so the
+// window grows with the objects until each step is a GET of kRemoteRequestBytes per object, within what
+// half of what the block cache lets prefetched bytes hold (each GET is rounded out, and a refill asks for
+// a step while the last one's bytes are still unread), and is refilled by halves.
+constexpr uint64_t kRemoteRequestBytes = uint64_t{2} << 20;
+
+PrefetchWindow prefetch_window(const Context& c, const vfs::Node& node) {
+  if (!io::reads_objects(node.sources)) return {c.prefetch_bytes, c.prefetch_bytes / 4};
+  const uint64_t wanted = std::max(2 * c.prefetch_bytes, 2 * kRemoteRequestBytes * node.sources.size());
+  const uint64_t window = std::min(wanted, c.remote_prefetch_bytes / 2);
+  return {window, window / 2};
+}
+
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   guarded(req, ino, "open", [&] {
     const Context& c = context(req);
@@ -206,21 +223,9 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // made at open (its size only known then): each read goes to the server.
     fi->keep_cache = !node->file->live();
     fi->direct_io = node->file->live();
-    fi->fh = reinterpret_cast<uint64_t>(c.open_files->open(ino, node->file, io::reads_objects(node->sources)));
+    fi->fh = reinterpret_cast<uint64_t>(c.open_files->open(ino, node->file, prefetch_window(c, *node)));
     fuse_reply_open(req, fi);
   });
-}
-
-// How far ahead of a sequential reader prefetch reaches, and the least it refills that window by. A
-// prefetch hands each source file the ranges behind its step of the view: a step per read would be a
-// slice of one read, and a quarter of the window ahead leaves it three quarters full. Over an object store
-// each range is a GET, whose cost is per request: a ZeRO-3 view's 8 MiB step is a 128 KiB slice of each of
-// 64 rank objects; there the window is twice as long and refilled by halves (32 MiB: 512 KiB per object).
-uint64_t window_of(const Context& c, const OpenFile& open) {
-  return open.remote ? 2 * c.prefetch_bytes : c.prefetch_bytes;
-}
-uint64_t step_of(const Context& c, const OpenFile& open) {
-  return open.remote ? window_of(c, open) / 2 : window_of(c, open) / 4;
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi) {
@@ -238,7 +243,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     thread_local std::vector<std::byte> buffer;
     if (buffer.size() < length) buffer.resize(length);
     if (open != nullptr && c.prefetch_bytes > 0)
-      if (auto ahead = open->read_ahead.next(start, length, window_of(c, *open), step_of(c, *open), file_size))
+      if (auto ahead = open->read_ahead.next(start, length, open->prefetch.window, open->prefetch.step, file_size))
         content.prefetch(ahead->first, ahead->second);
     // Source bytes that need no conversion are not read here: the reply takes them from the files.
     thread_local std::vector<catalog::DeferredRun> deferred;

@@ -40,11 +40,18 @@ class ReadAhead {
   uint64_t clock_ = 0;
 };
 
+// How far ahead of a sequential reader of a file prefetch reaches, and the least it refills that by.
+struct PrefetchWindow {
+  uint64_t window = 0;
+  uint64_t step = 0;
+};
+
 // An open file: what its reads go to (the file's open_layout(), else the file) and its prefetch state.
 struct OpenFile {
-  OpenFile(views::VirtualFilePtr content, bool remote) : content(std::move(content)), remote(remote) {}
+  OpenFile(views::VirtualFilePtr content, PrefetchWindow prefetch)
+      : content(std::move(content)), prefetch(prefetch) {}
   const views::VirtualFilePtr content;
-  const bool remote;  // its sources are objects of an object store (the prefetch window differs)
+  const PrefetchWindow prefetch;  // chosen at its first open (operations.cpp prefetch_window)
   ReadAhead read_ahead;
 };
 
@@ -54,7 +61,7 @@ struct OpenFile {
 class OpenFiles {
  public:
   // The open state of inode `ino`, made from `file` by its first open (the layout built outside the lock).
-  OpenFile* open(uint64_t ino, const views::VirtualFilePtr& file, bool remote);
+  OpenFile* open(uint64_t ino, const views::VirtualFilePtr& file, PrefetchWindow prefetch);
   void release(uint64_t ino);
 
  private:

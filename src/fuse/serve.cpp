@@ -128,8 +128,15 @@ void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
   const bool foreground = options.foreground || options.debug;
   OpenFiles open_files;
   std::vector<std::atomic<uint64_t>> served(tree.node_count() + 1);
-  Context context{&tree, ::getuid(), ::getgid(), !foreground, uint64_t{options.prefetch_mb} << 20, &open_files,
-                  std::chrono::milliseconds(options.source_check_ms), &served};
+  Context context{&tree,
+                  ::getuid(),
+                  ::getgid(),
+                  !foreground,
+                  uint64_t{options.prefetch_mb} << 20,
+                  options.remote_prefetch_bytes,
+                  &open_files,
+                  std::chrono::milliseconds(options.source_check_ms),
+                  &served};
   live_stats::add_section("served", [&] { return served_bytes(tree, served); });
   const struct Unregister {
     ~Unregister() { live_stats::remove_section("served"); }

@@ -2,12 +2,15 @@
 //
 // What a read fetches: the gaps of its range, rounded out to align_bytes (never over a neighbour), and when
 // the read starts where an earlier read of the object ended (a sequential reader) up to the end of the block,
-// with the next block read ahead.
+// with the next block read ahead. What a prefetch fetches: the gaps of its range, rounded out to pages.
 // Every fetched range is one extent: one GET (or one disk file), never crossing a multiple of block_bytes,
 // evicted as a whole. Extents of one object never overlap, so two readers of one range share one GET.
 #include "ckptfs/s3_cache.hpp"
 
+#include <malloc.h>
+
 #include <algorithm>
+#include <climits>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -41,10 +44,9 @@ std::string identity_of(const ObjectId& o) {
   return o.bucket + '\0' + o.key + '\0' + o.etag;
 }
 
+constexpr std::uint64_t kPage = 4096;
 // Read ends remembered per object: this many sequential readers of one object are recognised at once.
 constexpr std::size_t kStreams = 8;
-// The share of memory_bytes that prefetched, not yet read bytes may hold.
-constexpr std::uint64_t kPrefetchShareDivisor = 2;
 
 std::uint64_t round_down(std::uint64_t x, std::uint64_t unit) {
   return x / unit * unit;
@@ -92,6 +94,16 @@ struct Gap {
   bool on_disk = false;
 };
 
+// Extents (up to block_bytes each) come and go by the thousand while a view streams. glibc would map each
+// one and unmap it when dropped, and every page of the next one would fault in afresh (a tenth of the
+// daemon's CPU in a 64-rank read): they are allocated from the heap instead, whose freed memory the next
+// extent reuses, and the heap is trimmed only past the cache's own bound.
+void allocate_extents_from_the_heap(const BlockCacheOptions& options) {
+  const auto clamp = [](std::uint64_t bytes) { return static_cast<int>(std::min<std::uint64_t>(bytes, INT_MAX)); };
+  ::mallopt(M_MMAP_THRESHOLD, clamp(options.block_bytes + options.align_bytes));
+  ::mallopt(M_TRIM_THRESHOLD, clamp(options.memory_bytes));
+}
+
 }  // namespace
 
 std::shared_ptr<RangeReader> client_reader(std::shared_ptr<Client> client) {
@@ -123,6 +135,7 @@ struct BlockCache::Impl {
       throw std::invalid_argument(
           "BlockCacheOptions: block_bytes must be a non-zero multiple of align_bytes");
     if (options.dir) disk.emplace(*options.dir, options.dir_bytes);
+    allocate_extents_from_the_heap(options);
   }
 
   // -- with the lock held ----------------------------------------------------------------------------
@@ -160,7 +173,7 @@ struct BlockCache::Impl {
   }
 
   bool reserve(std::uint64_t bytes, Mode mode) {
-    if (mode == Mode::prefetch && prefetch_unread + bytes > options.memory_bytes / kPrefetchShareDivisor)
+    if (mode == Mode::prefetch && prefetch_unread + bytes > options.prefetch_share_bytes())
       return false;
     while (memory_used + bytes > options.memory_bytes)
       if (!evict_one(mode)) return false;
@@ -178,9 +191,10 @@ struct BlockCache::Impl {
     return sequential && !entry.prefetched;
   }
 
-  // The extents of [begin, end) already there (in order), and the gaps to fetch, rounded out.
+  // The extents of [begin, end) already there (in order), and the gaps to fetch, rounded out to `unit`.
   void find(const ObjectEntry& entry, const ObjectId& object, std::uint64_t begin, std::uint64_t end,
-            bool to_block_end, std::vector<ExtentPtr>& present, std::vector<Gap>& gaps) const {
+            std::uint64_t unit, bool to_block_end, std::vector<ExtentPtr>& present,
+            std::vector<Gap>& gaps) const {
     const auto& extents = entry.extents;
     auto next = extents.upper_bound(begin);
     if (next != extents.begin() && std::prev(next)->second->end > begin) --next;
@@ -195,9 +209,9 @@ struct BlockCache::Impl {
       const std::uint64_t floor = next == extents.begin() ? 0 : std::prev(next)->second->end;
       const std::uint64_t ceiling = next == extents.end() ? object.size : next->first;
       const std::uint64_t needed_end = std::min(end, ceiling);
-      std::uint64_t hi = round_up(needed_end, options.align_bytes);
+      std::uint64_t hi = round_up(needed_end, unit);
       if (to_block_end) hi = round_up(needed_end, options.block_bytes);
-      gaps.push_back({std::max(floor, round_down(at, options.align_bytes)), std::min(ceiling, hi)});
+      gaps.push_back({std::max(floor, round_down(at, unit)), std::min(ceiling, hi)});
       at = needed_end;
     }
   }
@@ -237,7 +251,10 @@ struct BlockCache::Impl {
                       std::uint64_t begin, std::uint64_t end) {
     std::vector<ExtentPtr> present;
     std::vector<Gap> gaps;
-    find(entry, object, begin, end, false, present, gaps);
+    // A prefetch's caller knows what it will read, range by range: rounded out to align_bytes, each range's
+    // ends would fetch bytes of its neighbours again once the extents holding them were read and evicted
+    // (a small cache, a view's window refilled in steps of a few pages per object).
+    find(entry, object, begin, end, std::min(options.align_bytes, kPage), false, present, gaps);
     for (Gap gap : gaps)
       for (Gap piece : pieces(identity, gap)) {
         ExtentPtr e = new_extent(object, identity, piece);
@@ -318,7 +335,7 @@ void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<st
     std::vector<Gap> gaps;
     ObjectEntry& entry = m.entry_of(object, identity);
     const bool sequential = m.looks_sequential(entry, offset, end);
-    m.find(entry, object, offset, end, sequential, present, gaps);
+    m.find(entry, object, offset, end, m.options.align_bytes, sequential, present, gaps);
     for (const ExtentPtr& e : present) {
       e->pins++;
       m.mark_read(*e);
