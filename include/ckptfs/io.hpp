@@ -78,6 +78,15 @@ using Origin = std::variant<OnDisk, Decoded, Remote>;
 
 inline constexpr uint64_t kRemoteReadGap = uint64_t{256} << 10;  // File::read_gap_bytes of an object
 
+// Bytes a parse took on trust instead of reading them (File::expect): `pieces` (offset, the bytes expected
+// there) must hold before any byte of [guard_begin, guard_end) is served; `what` says what they are.
+struct Expectation {
+  uint64_t guard_begin = 0, guard_end = 0;
+  std::vector<std::pair<uint64_t, std::string>> pieces;
+  std::string what;
+  bool operator==(const Expectation&) const = default;
+};
+
 class File {
  public:
   // Opens `path` read-only and records its identity. Throws SourceError naming the path when it cannot
@@ -125,6 +134,15 @@ class File {
   uint64_t read_gap_bytes() const;
   // Whether the bytes are an object of an object store (no kernel page cache or readahead under them).
   bool is_remote() const { return std::holds_alternative<Remote>(origin_); }
+
+  // Over an object store each read is a request: a parse may place bytes where their format puts them
+  // without reading what says so, and hand that here. An object checks the pieces at the first read of the
+  // guarded range (a prefetch of it starts early enough to fetch them in its own request) and fails every
+  // read of it with SourceError naming the object and `what` while they differ; any other file checks them
+  // at once (SourceError).
+  void expect(Expectation expectation) const;
+  // Those not checked yet (the index keeps them: a mount from it checks them as this one would).
+  std::vector<Expectation> expectations() const;
 
   // True while the file at path() still has the identity it had when opened (one stat).
   bool unchanged() const;

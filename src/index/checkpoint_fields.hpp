@@ -36,6 +36,7 @@ struct FileRecord {
   std::filesystem::path path;
   io::FileIdentity identity;
   io::Origin origin;
+  std::vector<io::Expectation> expectations;  // not checked yet: checked by the mount that loads the index
 };
 
 // A file (or an object, found in its source's listing taken at this mount) opened again, trusted only
@@ -54,14 +55,19 @@ inline io::FilePtr reopened(const FileRecord& r) {
 template <>
 struct Wire<io::File> {
   using type = FileRecord;
-  static FileRecord to(const io::File& f) { return {f.path(), f.identity(), f.origin()}; }
+  static FileRecord to(const io::File& f) { return {f.path(), f.identity(), f.origin(), f.expectations()}; }
   static io::FilePtr from(FileRecord&& r) {
-    return std::visit(Overloaded{
-                          [&](const io::OnDisk&) { return reopened(r); },
-                          [](const io::Decoded& d) { return io::File::decoded(d.item); },  // checked non-null
-                          [&](const io::Remote&) { return reopened(r); },
-                      },
-                      r.origin);
+    io::FilePtr file = std::visit(Overloaded{
+                                      [&](const io::OnDisk&) { return reopened(r); },
+                                      [](const io::Decoded& d) { return io::File::decoded(d.item); },  // checked non-null
+                                      [&](const io::Remote&) { return reopened(r); },
+                                  },
+                                  r.origin);
+    // Only an object defers its checks (a local file checks them at parse): any other is damage.
+    if (!r.expectations.empty() && !file->is_remote())
+      throw FormatError("index: " + r.path.string() + " has expectations but is not an object of a store");
+    for (io::Expectation& e : r.expectations) file->expect(std::move(e));
+    return file;
   }
 };
 
@@ -134,8 +140,12 @@ struct Fields<DecodedRecord> {
   static void visit(auto& c, auto& t) { c(t.backing, t.offset, t.length, t.size); }
 };
 template <>
+struct Fields<io::Expectation> {
+  static void visit(auto& c, auto& t) { c(t.guard_begin, t.guard_end, t.pieces, t.what); }
+};
+template <>
 struct Fields<FileRecord> {
-  static void visit(auto& c, auto& t) { c(t.path, t.identity, t.origin); }
+  static void visit(auto& c, auto& t) { c(t.path, t.identity, t.origin, t.expectations); }
 };
 
 template <>

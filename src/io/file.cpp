@@ -11,6 +11,7 @@
 #include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
 #include "io/decoded_item.hpp"
+#include "io/expectation.hpp"
 #include "io/fd_cache.hpp"
 #include "io/readahead_size.hpp"
 #include "io/remote_object.hpp"
@@ -143,6 +144,16 @@ void File::prefetch_on_disk(const OnDisk& disk, uint64_t offset, uint64_t length
 }
 
 uint64_t File::read_gap_bytes() const { return is_remote() ? kRemoteReadGap : 0; }
+
+void File::expect(Expectation expectation) const {
+  if (const auto* remote = std::get_if<Remote>(&origin_)) return remote->reader->expect(std::move(expectation));
+  check_expectation(expectation, path_.string(), [this](uint64_t at, std::span<std::byte> dst) { read_exact(at, dst); });
+}
+
+std::vector<Expectation> File::expectations() const {
+  const auto* remote = std::get_if<Remote>(&origin_);
+  return remote != nullptr ? remote->reader->expectations() : std::vector<Expectation>{};
+}
 
 bool File::unchanged() const {
   return std::visit(Overloaded{

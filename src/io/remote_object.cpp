@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "io/expectation.hpp"
+
 namespace ckptfs::io {
 
 namespace {
@@ -75,6 +77,7 @@ RemoteReader::Block RemoteReader::fetch_block(uint64_t offset, uint64_t length) 
 }
 
 void RemoteReader::read(uint64_t offset, std::span<std::byte> dst) const {
+  if (pending_expectations_.load(std::memory_order_acquire) != 0) check_expectations(offset, dst.size());
   if (dst.size() > kSmallRemoteRead) return fetch(offset, dst);
   const uint64_t size = info_.size;
   const uint64_t suffix_start = size - std::min(size, kReadAheadSuffix);
@@ -93,7 +96,59 @@ void RemoteReader::read(uint64_t offset, std::span<std::byte> dst) const {
 
 void RemoteReader::prefetch(uint64_t offset, uint64_t length) const {
   if (offset >= info_.size) return;
-  cache_->get().prefetch(s3::object_id(bucket_, info_), offset, std::min(length, info_.size - offset));
+  length = std::min(length, info_.size - offset);
+  s3::BlockCache& cache = cache_->get();
+  const s3::ObjectId id = s3::object_id(bucket_, info_);
+  if (pending_expectations_.load(std::memory_order_acquire) != 0) {
+    // The pieces the first read will check: in the same GET when they lie just before the range, else in
+    // one of their own started now (the read would wait for it).
+    const std::lock_guard lock(expectations_mutex_);
+    uint64_t from = offset;
+    for (const Expectation& e : guarding(offset, length)) {
+      uint64_t lo = UINT64_MAX, hi = 0;
+      for (const auto& [at, bytes] : e.pieces) lo = std::min(lo, at), hi = std::max(hi, at + bytes.size());
+      if (lo >= offset) continue;
+      if (offset - lo <= kRemoteReadGap)
+        from = std::min(from, lo);
+      else
+        cache.prefetch(id, lo, hi - lo);
+    }
+    length += offset - from, offset = from;
+  }
+  cache.prefetch(id, offset, length);
+}
+
+void RemoteReader::expect(Expectation expectation) const {
+  const std::lock_guard lock(expectations_mutex_);
+  expectations_.push_back(std::move(expectation));
+  pending_expectations_.store(expectations_.size(), std::memory_order_release);
+}
+
+std::vector<Expectation> RemoteReader::expectations() const {
+  const std::lock_guard lock(expectations_mutex_);
+  return expectations_;
+}
+
+std::vector<Expectation> RemoteReader::guarding(uint64_t offset, uint64_t length) const {
+  std::vector<Expectation> out;
+  for (const Expectation& e : expectations_)
+    if (e.guard_begin < offset + length && offset < e.guard_end) out.push_back(e);
+  return out;
+}
+
+void RemoteReader::check_expectations(uint64_t offset, uint64_t length) const {
+  std::vector<Expectation> due;
+  {
+    const std::lock_guard lock(expectations_mutex_);
+    due = guarding(offset, length);
+  }
+  // Outside the lock (each piece may be a GET); two readers may check one expectation at once, harmlessly.
+  for (const Expectation& e : due) {
+    check_expectation(e, url(), [this](uint64_t at, std::span<std::byte> dst) { fetch(at, dst); });
+    const std::lock_guard lock(expectations_mutex_);
+    std::erase(expectations_, e);
+    pending_expectations_.store(expectations_.size(), std::memory_order_release);
+  }
 }
 
 }  // namespace ckptfs::io

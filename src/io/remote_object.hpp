@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -18,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckptfs/io.hpp"
 #include "ckptfs/s3.hpp"
 #include "ckptfs/s3_cache.hpp"
 
@@ -61,9 +63,13 @@ class RemoteReader {
   // Exactly dst.size() bytes at `offset` (within the object). Throws SourceError naming the object: an
   // s3::Error, or "changed since the mount" when the store no longer has the ETag listed.
   void read(uint64_t offset, std::span<std::byte> dst) const;
-  // A hint that [offset, offset + length) will be read: the block cache starts fetching it.
+  // A hint that [offset, offset + length) will be read: the block cache starts fetching it (from the
+  // pieces of an expectation guarding it, when they lie just before).
   void prefetch(uint64_t offset, uint64_t length) const;
   std::string url() const;
+  // File::expect and File::expectations of the object.
+  void expect(Expectation expectation) const;
+  std::vector<Expectation> expectations() const;
 
  private:
   struct Block {
@@ -74,12 +80,19 @@ class RemoteReader {
     }
   };
   void fetch(uint64_t offset, std::span<std::byte> dst) const;
+  // Checks the expectations guarding any byte of [offset, offset + length), and forgets those that hold.
+  void check_expectations(uint64_t offset, uint64_t length) const;
+  // The pending expectations guarding any byte of [offset, offset + length) (under expectations_mutex_).
+  std::vector<Expectation> guarding(uint64_t offset, uint64_t length) const;
   Block fetch_block(uint64_t offset, uint64_t length) const;
   std::shared_ptr<const RemoteCache> cache_;
   std::string bucket_;
   s3::ObjectInfo info_;
   mutable std::mutex mutex_;  // guards the blocks (held across their fetch: parses read one file in order)
   mutable Block suffix_, block_;
+  mutable std::mutex expectations_mutex_;
+  mutable std::vector<Expectation> expectations_;
+  mutable std::atomic<size_t> pending_expectations_{0};  // expectations_.size(): reads skip the lock at 0
 };
 
 }  // namespace ckptfs::io

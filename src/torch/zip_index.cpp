@@ -281,6 +281,29 @@ std::vector<RecordSpan> ZipIndex::locate_all(const io::FileRange& file, const st
   return out;
 }
 
+std::optional<ZipIndex::TorchPlacement> ZipIndex::torch_placement(const io::FileRange& file,
+                                                                  const ZipEntry& e) const {
+  check_stored(e);
+  constexpr uint64_t kTorchAlignment = 64, kPaddingFieldHeader = 4;
+  if (e.size >= kU32Max || e.local_header_offset >= kU32Max || e.name.size() > 0xffff) return std::nullopt;
+  const uint64_t name_end = e.local_header_offset + kLocalSize + e.name.size();
+  const uint64_t data = (name_end + kPaddingFieldHeader + kTorchAlignment - 1) / kTorchAlignment * kTorchAlignment;
+  if (data > directory_offset_ || e.size > directory_offset_ - data) return std::nullopt;
+  const auto le = [](uint64_t v, size_t bytes) {
+    std::string out(bytes, '\0');
+    for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<char>(v >> (8 * i));
+    return out;
+  };
+  const uint64_t at = file.base() + e.local_header_offset;
+  io::Expectation header{file.base() + data,
+                         file.base() + data + e.size,
+                         {{at, le(kLocalHeaderSig, 4)},
+                          {at + 26, le(e.name.size(), 2) + le(data - name_end, 2)},
+                          {at + kLocalSize, e.name}},
+                         fmt::format("the local header of record '{}'", e.name)};
+  return TorchPlacement{{data, e.size}, std::move(header)};
+}
+
 std::vector<std::byte> ZipIndex::read(const io::FileRange& file, const ZipEntry& entry) const {
   const RecordSpan span = locate(file, entry);
   return file.read(span.offset, span.size);

@@ -1,9 +1,12 @@
 // The central directory of a zip archive as torch.save writes it (zip64 tail, 64-byte aligned records),
-// read from the end of the archive's byte range only (a whole file, or an item of a DCP .distcp file). Record data is located through each local header on demand.
+// read from the end of the archive's byte range only (a whole file, or an item of a DCP .distcp file). Record
+// data is located through each local header on demand, or placed where torch's writer puts it
+// (torch_placement) without reading the header.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,6 +48,18 @@ class ZipIndex {
   // one request.
   std::vector<RecordSpan> locate_all(const io::FileRange& file, const std::vector<const ZipEntry*>& entries) const;
   std::vector<std::byte> read(const io::FileRange& file, const ZipEntry& entry) const;
+
+  // Where torch.save's writer (PyTorchStreamWriter) puts the record's data, without reading its local
+  // header: after the 30 bytes of it, its name and an extra field (an "FB" id and length, then padding)
+  // that pads the data to a multiple of 64. With it, the header bytes that place assumes (signature, name
+  // and extra lengths, name) as an expectation, in the offsets of the file under `file` (base included).
+  // nullopt for a record the writer gives zip64 fields (4 GiB and up) or whose data would not fit. Throws
+  // as locate() for a compressed or encrypted record.
+  struct TorchPlacement {
+    RecordSpan span;
+    io::Expectation header;
+  };
+  std::optional<TorchPlacement> torch_placement(const io::FileRange& file, const ZipEntry& entry) const;
 
  private:
   void check_stored(const ZipEntry& entry) const;

@@ -1,0 +1,18 @@
+// Checking the bytes a parse took on trust (io::Expectation), for every kind of file.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string_view>
+
+#include "ckptfs/io.hpp"
+
+namespace ckptfs::io {
+
+// Reads each piece of `expected` with `read` and throws SourceError naming `where` and what the bytes were
+// taken to be when one differs.
+void check_expectation(const Expectation& expected, std::string_view where,
+                       const std::function<void(uint64_t offset, std::span<std::byte> dst)>& read);
+
+}  // namespace ckptfs::io
