@@ -13,7 +13,7 @@ shard_size= stats index_cache= allow_other default_permissions fsname="
 
 _ckptfs_options_of() {
   case $1 in
-    mount) echo "-o -f -d --tag --help" ;;
+    mount) echo "-o -f -d --tag --help $_ckptfs_s3_options" ;;
     inspect) echo "--tag --strict --json --tensors $_ckptfs_s3_options" ;;
     export) echo "--tag --strict --universal --shard-size $_ckptfs_s3_options" ;;
     cat) echo "-o --output --tag --strict --help $_ckptfs_s3_options" ;;

@@ -173,6 +173,18 @@ def test_endpoint_flags_instead_of_the_environment(store, ckptfs_bin, monkeypatc
     assert "framework:" in proc.stdout
 
 
+def test_mount_flags_instead_of_the_environment(store, ckptfs_bin, tmp_path, monkeypatch):
+    """A mount takes the flags inspect and export take for an s3:// SRC (12d2dc6 accepted and ignored them)."""
+    gateway, urls = store
+    url, local = urls["dcp-zstd-real"]
+    credentials_only(gateway, monkeypatch)
+    with mounted(ckptfs_bin, local, tmp_path / "local") as mnt:
+        expected = open(os.path.join(mnt, "model.safetensors"), "rb").read()
+    with mounted(ckptfs_bin, url, tmp_path / "s3", "--endpoint", gateway.endpoint, f"--region={gateway.region}",
+                 "--s3-path-style") as mnt:
+        assert open(os.path.join(mnt, "model.safetensors"), "rb").read() == expected
+
+
 def test_mount_options_instead_of_the_environment(store, ckptfs_bin, tmp_path, monkeypatch):
     gateway, urls = store
     url, local = urls["dcp-zstd-real"]

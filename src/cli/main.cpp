@@ -30,7 +30,7 @@ constexpr const char* kUsage = R"(usage:
                                             parsing (default DIR: $XDG_CACHE_HOME/ckptfs)
   --strict: refuse SRC when any tag fails to read (default: broken tags but the root one are left out)
   inspect, export, index and cat of an s3://BUCKET/PREFIX SRC also take
-    [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign]   (a mount: -o endpoint=, ...)
+    [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign]   (a mount too, or -o endpoint=, ...)
   ckptfs --help | --version                 this text | the version and git revision of this build
 Run `ckptfs mount --help` for the mount options, `ckptfs cat --help` for cat's. Exit codes:
 docs/exit-codes.md. Manual: man ckptfs.

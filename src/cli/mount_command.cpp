@@ -39,6 +39,9 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
   -f              stay in the foreground
   -d              foreground, with libfuse's request trace on stderr
   --tag T         serve only tag T (at the root and under tags/T/)
+  --endpoint URL, --region R, --s3-path-style, --s3-no-sign
+                  for an s3:// SRC, as in inspect and export: -o endpoint=URL, region=R, s3_path_style,
+                  s3_no_sign (which win where both are given)
   -o opt,...      mount options, comma-separated:
      threads=N        at most N server threads (default 16)
      max_open=N       at most N source files held open at once (default half the open-file limit,
@@ -204,6 +207,12 @@ MountArguments parse(int argc, char** argv) {
   }
   Arguments a = parse_arguments(rest, {"-f", "-d"}, 2, kUsage);
   if (a.tag) m.open.tag = a.tag;
+  // The flags inspect, export, index and cat take for an s3:// SRC mean the same here (-o spells them for
+  // fstab, and wins where both are given).
+  if (!m.s3.endpoint) m.s3.endpoint = a.s3.endpoint;
+  if (!m.s3.region) m.s3.region = a.s3.region;
+  m.s3.path_style = m.s3.path_style || a.s3.path_style;
+  m.s3.no_sign = m.s3.no_sign || a.s3.no_sign;
   m.serve.foreground = a.has("-f");
   m.serve.debug = a.has("-d");
   m.source_text = a.positional[0];
