@@ -188,15 +188,23 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, f
 // slice of one read, and a quarter of the window ahead leaves it three quarters full.
 // Over an object store each range is a GET, whose cost is per request (the bench's gateway spends about
 // 0.8 ms of CPU on each, whatever its size): a ZeRO-3 view's step is a slice of every rank object, so the
-// window grows with the objects until each step is a GET of kRemoteRequestBytes per object, within what
-// half of what the block cache lets prefetched bytes hold (each GET is rounded out, and a refill asks for
-// a step while the last one's bytes are still unread), and is refilled by halves.
+// window grows with the objects until each step is a GET of kRemoteRequestBytes per object, within half of
+// what the block cache lets prefetched bytes hold (each GET is rounded out, and a refill asks for a step
+// while the last one's bytes are still unread), and is refilled by halves. Both bounds are source bytes:
+// a bf16 view of fp32 masters reads two for each byte it serves.
 constexpr uint64_t kRemoteRequestBytes = uint64_t{2} << 20;
 
 PrefetchWindow prefetch_window(const Context& c, const vfs::Node& node) {
   if (!io::reads_objects(node.sources)) return {c.prefetch_bytes, c.prefetch_bytes / 4};
   const uint64_t wanted = std::max(2 * c.prefetch_bytes, 2 * kRemoteRequestBytes * node.sources.size());
-  const uint64_t window = std::min(wanted, c.remote_prefetch_bytes / 2);
+  const uint64_t source_window = std::min(wanted, c.remote_prefetch_bytes / 2);
+  std::vector<catalog::Piece> runs;
+  node.file->append_source_runs(runs);
+  const uint64_t source_bytes = views::distinct_source_bytes(std::move(runs));
+  const uint64_t window =
+      source_bytes > node.size()
+          ? static_cast<uint64_t>(static_cast<long double>(source_window) * node.size() / source_bytes)
+          : source_window;
   return {window, window / 2};
 }
 
