@@ -7,10 +7,7 @@
 // evicted as a whole. Extents of one object never overlap, so two readers of one range share one GET.
 #include "ckptfs/s3_cache.hpp"
 
-#include <malloc.h>
-
 #include <algorithm>
-#include <climits>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -94,16 +91,6 @@ struct Gap {
   bool on_disk = false;
 };
 
-// Extents (up to block_bytes each) come and go by the thousand while a view streams. glibc would map each
-// one and unmap it when dropped, and every page of the next one would fault in afresh (a tenth of the
-// daemon's CPU in a 64-rank read): they are allocated from the heap instead, whose freed memory the next
-// extent reuses, and the heap is trimmed only past the cache's own bound.
-void allocate_extents_from_the_heap(const BlockCacheOptions& options) {
-  const auto clamp = [](std::uint64_t bytes) { return static_cast<int>(std::min<std::uint64_t>(bytes, INT_MAX)); };
-  ::mallopt(M_MMAP_THRESHOLD, clamp(options.block_bytes + options.align_bytes));
-  ::mallopt(M_TRIM_THRESHOLD, clamp(options.memory_bytes));
-}
-
 }  // namespace
 
 std::shared_ptr<RangeReader> client_reader(std::shared_ptr<Client> client) {
@@ -135,7 +122,6 @@ struct BlockCache::Impl {
       throw std::invalid_argument(
           "BlockCacheOptions: block_bytes must be a non-zero multiple of align_bytes");
     if (options.dir) disk.emplace(*options.dir, options.dir_bytes);
-    allocate_extents_from_the_heap(options);
   }
 
   // -- with the lock held ----------------------------------------------------------------------------
