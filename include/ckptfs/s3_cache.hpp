@@ -85,8 +85,12 @@ class BlockCache {
   // Exactly dst.size() bytes of the object at offset: cached ranges are copied, the missing ones fetched (in
   // parallel, at most `connections` GETs in flight), each pinned with If-Match. Errors of the GETs propagate
   // (ObjectChangedError, s3::Error) and nothing failed is cached: a later read fetches again. Readers wanting
-  // the same range wait for one GET. A read past the object's end is a SourceError.
-  void read(const ObjectId& object, std::uint64_t offset, std::span<std::byte> dst);
+  // the same range wait for one GET. A read past the object's end is a SourceError. A probe (a few header
+  // bytes checked before the bytes after them are served) is no step of a reader: it is neither the end of a
+  // sequential read nor a reason to read ahead.
+  enum class ReadKind { stream, probe };
+  void read(const ObjectId& object, std::uint64_t offset, std::span<std::byte> dst,
+            ReadKind kind = ReadKind::stream);
   // Starts fetching [offset, offset + length) in the background and returns at once. Bounded: the bytes
   // prefetched and not yet read stay under half of memory_bytes (the rest of the range is dropped: call
   // again as the reader advances), and a prefetch never evicts what a reader is waiting on or another

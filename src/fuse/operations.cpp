@@ -231,7 +231,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // made at open (its size only known then): each read goes to the server.
     fi->keep_cache = !node->file->live();
     fi->direct_io = node->file->live();
-    fi->fh = reinterpret_cast<uint64_t>(c.open_files->open(ino, node->file, prefetch_window(c, *node)));
+    fi->fh = reinterpret_cast<uint64_t>(c.open_files->open(ino, node->file, [&] { return prefetch_window(c, *node); }));
     fuse_reply_open(req, fi);
   });
 }

@@ -37,7 +37,8 @@ std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, ui
   return std::pair{from, to - from};
 }
 
-OpenFile* OpenFiles::open(uint64_t ino, const views::VirtualFilePtr& file, PrefetchWindow prefetch) {
+OpenFile* OpenFiles::open(uint64_t ino, const views::VirtualFilePtr& file,
+                          const std::function<PrefetchWindow()>& window_of) {
   {
     const std::lock_guard lock(mutex_);
     if (auto it = files_.find(ino); it != files_.end()) {
@@ -46,6 +47,7 @@ OpenFile* OpenFiles::open(uint64_t ino, const views::VirtualFilePtr& file, Prefe
     }
   }
   views::VirtualFilePtr layout = file->open_layout();
+  const PrefetchWindow prefetch = window_of();
   const std::lock_guard lock(mutex_);
   Entry& entry = files_[ino];
   if (!entry.file) entry.file = std::make_unique<OpenFile>(layout ? std::move(layout) : file, prefetch);

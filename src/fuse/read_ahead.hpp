@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,8 +61,9 @@ struct OpenFile {
 // times over. Dropped when the last handle closes.
 class OpenFiles {
  public:
-  // The open state of inode `ino`, made from `file` by its first open (the layout built outside the lock).
-  OpenFile* open(uint64_t ino, const views::VirtualFilePtr& file, PrefetchWindow prefetch);
+  // The open state of inode `ino`, made from `file` and `window_of()` by its first open (the layout and the
+  // window made outside the lock).
+  OpenFile* open(uint64_t ino, const views::VirtualFilePtr& file, const std::function<PrefetchWindow()>& window_of);
   void release(uint64_t ino);
 
  private:

@@ -64,10 +64,11 @@ TEST(ReadAhead, TheWindowStopsAtTheEndOfTheFile) {
 TEST(OpenFiles, HandlesOfOneFileShareItsWindow) {
   OpenFiles files;
   const views::VirtualFilePtr bytes = views::make_bytes_file("file");
-  ReadAhead* first = &files.open(7, bytes, {})->read_ahead;
-  ReadAhead* second = &files.open(7, bytes, {})->read_ahead;
+  const auto no_window = [] { return PrefetchWindow{}; };
+  ReadAhead* first = &files.open(7, bytes, no_window)->read_ahead;
+  ReadAhead* second = &files.open(7, bytes, no_window)->read_ahead;
   EXPECT_EQ(first, second);
-  EXPECT_NE(&files.open(8, bytes, {})->read_ahead, first);
+  EXPECT_NE(&files.open(8, bytes, no_window)->read_ahead, first);
   // Two threads, each with a handle, copying neighbouring tensors: one window, advised once.
   const uint64_t tensor = 4 * MiB;
   read(*first, 100 * MiB);

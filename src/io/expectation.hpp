@@ -10,8 +10,8 @@
 
 namespace ckptfs::io {
 
-// Reads each piece of `expected` with `read` and throws SourceError naming `where` and what the bytes were
-// taken to be when one differs.
+// Reads the pieces of `expected` with `read` (one call, from the first piece to the end of the last) and
+// throws SourceError naming `where` and what the bytes were taken to be when one differs.
 void check_expectation(const Expectation& expected, std::string_view where,
                        const std::function<void(uint64_t offset, std::span<std::byte> dst)>& read);
 

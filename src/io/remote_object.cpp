@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 #include "io/expectation.hpp"
 
@@ -60,9 +61,9 @@ RemoteReader::RemoteReader(std::shared_ptr<const RemoteCache> cache, std::string
 
 std::string RemoteReader::url() const { return fmt::format("s3://{}/{}", bucket_, info_.key); }
 
-void RemoteReader::fetch(uint64_t offset, std::span<std::byte> dst) const {
+void RemoteReader::fetch(uint64_t offset, std::span<std::byte> dst, s3::BlockCache::ReadKind kind) const {
   try {
-    cache_->get().read(s3::object_id(bucket_, info_), offset, dst);
+    cache_->get().read(s3::object_id(bucket_, info_), offset, dst, kind);
   } catch (const s3::ObjectChangedError&) {
     throw SourceError(fmt::format("{}: changed since the mount (the store no longer has ETag {}); remount to "
                                   "serve the new checkpoint",
@@ -119,20 +120,28 @@ void RemoteReader::prefetch(uint64_t offset, uint64_t length) const {
 }
 
 void RemoteReader::expect(Expectation expectation) const {
+  if (expectation.guard_begin >= expectation.guard_end) return;  // guards no byte
   const std::lock_guard lock(expectations_mutex_);
-  expectations_.push_back(std::move(expectation));
+  if (!guarding(expectation.guard_begin, expectation.guard_end - expectation.guard_begin).empty())
+    throw std::invalid_argument(fmt::format("{}: expectations guarding [{}, {}) overlap", url(),
+                                            expectation.guard_begin, expectation.guard_end));
+  const uint64_t key = expectation.guard_begin;
+  expectations_.emplace(key, std::move(expectation));
   pending_expectations_.store(expectations_.size(), std::memory_order_release);
 }
 
 std::vector<Expectation> RemoteReader::expectations() const {
   const std::lock_guard lock(expectations_mutex_);
-  return expectations_;
+  std::vector<Expectation> out;
+  for (const auto& [begin, e] : expectations_) out.push_back(e);
+  return out;
 }
 
 std::vector<Expectation> RemoteReader::guarding(uint64_t offset, uint64_t length) const {
   std::vector<Expectation> out;
-  for (const Expectation& e : expectations_)
-    if (e.guard_begin < offset + length && offset < e.guard_end) out.push_back(e);
+  auto it = expectations_.upper_bound(offset);
+  if (it != expectations_.begin() && std::prev(it)->second.guard_end > offset) --it;
+  for (; it != expectations_.end() && it->first < offset + length; ++it) out.push_back(it->second);
   return out;
 }
 
@@ -144,9 +153,11 @@ void RemoteReader::check_expectations(uint64_t offset, uint64_t length) const {
   }
   // Outside the lock (each piece may be a GET); two readers may check one expectation at once, harmlessly.
   for (const Expectation& e : due) {
-    check_expectation(e, url(), [this](uint64_t at, std::span<std::byte> dst) { fetch(at, dst); });
+    check_expectation(e, url(), [this](uint64_t at, std::span<std::byte> dst) {
+      fetch(at, dst, s3::BlockCache::ReadKind::probe);
+    });
     const std::lock_guard lock(expectations_mutex_);
-    std::erase(expectations_, e);
+    expectations_.erase(e.guard_begin);
     pending_expectations_.store(expectations_.size(), std::memory_order_release);
   }
 }

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -79,7 +80,8 @@ class RemoteReader {
       return at >= offset && at - offset <= bytes.size() && length <= bytes.size() - (at - offset);
     }
   };
-  void fetch(uint64_t offset, std::span<std::byte> dst) const;
+  void fetch(uint64_t offset, std::span<std::byte> dst,
+             s3::BlockCache::ReadKind kind = s3::BlockCache::ReadKind::stream) const;
   // Checks the expectations guarding any byte of [offset, offset + length), and forgets those that hold.
   void check_expectations(uint64_t offset, uint64_t length) const;
   // The pending expectations guarding any byte of [offset, offset + length) (under expectations_mutex_).
@@ -91,8 +93,8 @@ class RemoteReader {
   mutable std::mutex mutex_;  // guards the blocks (held across their fetch: parses read one file in order)
   mutable Block suffix_, block_;
   mutable std::mutex expectations_mutex_;
-  mutable std::vector<Expectation> expectations_;
-  mutable std::atomic<size_t> pending_expectations_{0};  // expectations_.size(): reads skip the lock at 0
+  mutable std::map<uint64_t, Expectation> expectations_;  // by guard_begin; guards disjoint (records)
+  mutable std::atomic<size_t> pending_expectations_{0};   // expectations_.size(): reads skip the lock at 0
 };
 
 }  // namespace ckptfs::io

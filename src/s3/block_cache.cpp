@@ -306,7 +306,7 @@ BlockCache::BlockCache(std::shared_ptr<RangeReader> reader, BlockCacheOptions op
 
 BlockCache::~BlockCache() = default;
 
-void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<std::byte> dst) {
+void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<std::byte> dst, ReadKind kind) {
   const std::uint64_t end = offset + dst.size();
   if (end > object.size || end < offset)
     throw SourceError(fmt::format("s3://{}/{}: read of {} bytes at {} past the end of the object ({} bytes)",
@@ -320,7 +320,7 @@ void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<st
     std::vector<ExtentPtr> present;
     std::vector<Gap> gaps;
     ObjectEntry& entry = m.entry_of(object, identity);
-    const bool sequential = m.looks_sequential(entry, offset, end);
+    const bool sequential = kind == ReadKind::stream && m.looks_sequential(entry, offset, end);
     m.find(entry, object, offset, end, m.options.align_bytes, sequential, present, gaps);
     for (const ExtentPtr& e : present) {
       e->pins++;
