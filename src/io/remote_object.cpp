@@ -106,8 +106,8 @@ void RemoteReader::prefetch(uint64_t offset, uint64_t length) const {
     const std::lock_guard lock(expectations_mutex_);
     uint64_t from = offset;
     for (const Expectation& e : guarding(offset, length)) {
-      uint64_t lo = UINT64_MAX, hi = 0;
-      for (const auto& [at, bytes] : e.pieces) lo = std::min(lo, at), hi = std::max(hi, at + bytes.size());
+      if (e.pieces.empty()) continue;
+      const auto [lo, hi] = pieces_span(e);
       if (lo >= offset) continue;
       if (offset - lo <= kRemoteReadGap)
         from = std::min(from, lo);
