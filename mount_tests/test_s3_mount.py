@@ -375,6 +375,19 @@ def zero3_env(zero3_store, monkeypatch):
     return zero3_store
 
 
+def assert_matches_generator(local, view, raw):
+    """The tensors of a safetensors view `raw` against the generator's sha256 manifest of the case whose
+    checkpoint is `local` (fp32/ from fp32.manifest.json, the root's bf16 from model.manifest.json)."""
+    manifest = "fp32.manifest.json" if view.startswith("fp32") else "model.manifest.json"
+    with open(os.path.join(os.path.dirname(local), "expected", manifest)) as f:
+        ref = json.load(f)
+    ours = H.parse_safetensors(raw, view)
+    assert sorted(ours) == sorted(ref), view
+    for k, m in ref.items():
+        assert str(ours[k].dtype) == "torch." + m["dtype"] and list(ours[k].shape) == m["shape"], (view, k)
+        assert H.sha256_le(ours[k]) == m["sha256"], f"{view}: {k} differs from the generator's"
+
+
 def master_bytes_per_rank(G):
     """The bytes of each rank's fp32 partition the fp32 view reads (its padding left out), from the generator's
     layout: param e's flat partition is ceil(numel / dp) elements a rank."""
@@ -404,6 +417,7 @@ def cold_fp32_read(zero3_store, ckptfs_bin, tmp_path, *options, view=os.path.joi
         data = open(os.path.join(mnt, view), "rb").read()
     time.sleep(OPS_LOG_SETTLE_S)
     assert data == expected
+    assert_matches_generator(local, view, data)
     per_object = {}
     for e in object_gets(gateway, before):
         per_object.setdefault(e["object"].rsplit("/", 1)[-1], []).append(e["bytes_sent"])
@@ -446,7 +460,7 @@ def test_a_torch_save_is_parsed_in_two_gets(zero3_env, ckptfs_bin, tmp_path):
     """Parsing a torch.save over s3:// costs its suffix (zip end records, central directory) and its first
     bytes (data.pkl): each storage's local header is checked at the first read of its bytes, in the GET that
     fetches them (12d2dc6: 8-10 GETs per optimizer file, one per group of headers). The view read afterwards
-    equals the local mount's."""
+    equals the local mount's and the generator's manifest."""
     gateway, url, local, _ = zero3_env
     with mounted(ckptfs_bin, local, tmp_path / "local") as mnt:
         expected = open(os.path.join(mnt, "fp32", "model.safetensors"), "rb").read()
@@ -457,7 +471,9 @@ def test_a_torch_save_is_parsed_in_two_gets(zero3_env, ckptfs_bin, tmp_path):
         per_object = {}
         for e in object_gets(gateway, before):
             per_object.setdefault(e["object"].rsplit("/", 1)[-1], []).append(e["bytes_sent"])
-        assert open(os.path.join(mnt, "fp32", "model.safetensors"), "rb").read() == expected
+        data = open(os.path.join(mnt, "fp32", "model.safetensors"), "rb").read()
+    assert data == expected
+    assert_matches_generator(local, "fp32/model.safetensors", data)
     optimizer_files = {k: v for k, v in per_object.items() if k.endswith("optim_states.pt")}
     assert len(optimizer_files) == ZERO3_RANKS, per_object
     for name, sizes in optimizer_files.items():
