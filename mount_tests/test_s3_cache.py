@@ -129,10 +129,14 @@ def test_a_prefetched_range_costs_its_blocks_and_its_reads_no_get(gateway, obj, 
     begin, end = 100_000, 100_000 + 3 * MIB
     assert cache.ask(f"prefetch {begin} {end - begin}")["ok"]
     assert cache.read(tmp_path, begin, end - begin, chunk=128 * KIB) == data[begin:end]
-    # [begin, end) rounded out to pages, cut at multiples of the block: no over-fetch past its ends.
+    # [begin, end) rounded out to pages, cut into equal parts of at most a block (pages, the last one shorter):
+    # no over-fetch past its ends.
     lo, hi = begin // PAGE * PAGE, -(-end // PAGE) * PAGE
-    cuts = [lo] + list(range(-(-lo // BLOCK) * BLOCK, hi, BLOCK)) + [hi]
+    parts = -(-(hi - lo) // BLOCK)
+    part = -(-(-(-(hi - lo) // parts)) // PAGE) * PAGE
+    cuts = list(range(lo, hi, part)) + [hi]
     expected = [b - a for a, b in zip(cuts, cuts[1:]) if b > a]
+    assert len(expected) == parts
     gets = new_gets(gateway, key, 0, len(expected))
     assert sorted(g["bytes_sent"] for g in gets) == sorted(expected)  # in parallel: in any order
     assert sum(expected) <= 1.05 * (end - begin)

@@ -448,10 +448,11 @@ def test_a_cold_zero3_view_is_fetched_in_few_large_gets(zero3_env, ckptfs_bin, t
 @pytest.mark.parametrize("cache_mb", [32, 64])
 @pytest.mark.parametrize("view", ["fp32/model.safetensors", "model.safetensors"])
 def test_a_small_cache_still_fetches_each_byte_once(zero3_env, ckptfs_bin, tmp_path, cache_mb, view):
-    """With -o cache_mb below the default the window over s3:// sources shrinks to half of what the cache
-    lets prefetch hold, in source bytes (the bf16 view reads two of its fp32 masters per byte: a window of
-    view bytes fetched 1.09x at 64 ranks): no prefetched bytes dropped and fetched again by the read. (At
-    16 MiB and below, the view's slices of 2 MiB a rank, and the kernel's reads in flight, outgrow the cache:
+    """With -o cache_mb below the default the window over s3:// sources shrinks with the cache (two thirds
+    of it less the reads in flight, half of it at 32 MiB and below: two thirds of 32 MiB fetched 1.19x of
+    the bf16 view), in source bytes (the bf16 view reads two of its fp32 masters per byte: a window of view
+    bytes fetched 1.09x at 64 ranks): no prefetched bytes dropped and fetched again by the read. (At 16 MiB
+    and below, the view's slices of 2 MiB a rank, and the kernel's reads in flight, outgrow the cache:
     1.1-1.6x.)"""
     per_object, _ = cold_fp32_read(zero3_env, ckptfs_bin, tmp_path, "-o", f"cache_mb={cache_mb}", view=view)
     assert_fetched_once(per_object, zero3_env[3])

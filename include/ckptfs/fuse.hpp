@@ -26,9 +26,9 @@ struct ServeOptions {
   // WILLNEED, in each shard's order): the kernel reads the shards in parallel while the request waits on
   // its own. 0 turns it off.
   unsigned prefetch_mb = 32;
-  // Files over an object store: the most prefetched, not yet read bytes the block cache holds
-  // (s3::BlockCacheOptions::prefetch_share_bytes), which their longer window stays within.
-  uint64_t remote_prefetch_bytes = s3::BlockCacheOptions{}.prefetch_share_bytes();
+  // Files over an object store: the memory of the block cache their bytes go through (-o cache_mb), which
+  // their longer window is sized to.
+  uint64_t remote_cache_bytes = s3::BlockCacheOptions{}.memory_bytes;
   // How long an open trusts the last check that a source file is unchanged (one stat per source, at most
   // once per interval, rather than a stat of each of a 1,024-rank view's sources on every open). 0: check
   // on every open.

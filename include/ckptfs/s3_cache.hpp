@@ -32,7 +32,7 @@ inline ObjectId object_id(const std::string& bucket, const ObjectInfo& info) {
 
 struct BlockCacheOptions {
   std::uint64_t memory_bytes = 512ull << 20;  // -o cache_mb=N: the in-memory cache, pending GETs included
-  std::uint64_t block_bytes = 8ull << 20;     // the largest GET; GETs never cross a multiple of it
+  std::uint64_t block_bytes = 8ull << 20;     // the largest GET; a read's never crosses a multiple of it
   std::uint64_t align_bytes = 64ull << 10;    // every fetched range is rounded out to multiples of this
   std::size_t connections = 16;               // -o s3_connections=N: the most GETs in flight at once
   std::optional<std::filesystem::path> dir;   // -o cache_dir=DIR: the on-disk cache (none when unset)
@@ -87,9 +87,10 @@ class BlockCache {
   // (ObjectChangedError, s3::Error) and nothing failed is cached: a later read fetches again. Readers wanting
   // the same range wait for one GET. A read past the object's end is a SourceError. A probe (a few header
   // bytes checked before the bytes after them are served) is no step of a reader: it is neither the end of a
-  // sequential read nor a reason to read ahead.
-  enum class ReadKind { stream, probe };
-  void read(const ObjectId& object, std::uint64_t offset, std::span<std::byte> dst,
+  // sequential read nor a reason to read ahead. A `cached` read fetches nothing: it returns false, having
+  // copied nothing, unless every byte is there or on its way (a view's small read of what it prefetched).
+  enum class ReadKind { stream, probe, cached };
+  bool read(const ObjectId& object, std::uint64_t offset, std::span<std::byte> dst,
             ReadKind kind = ReadKind::stream);
   // Starts fetching [offset, offset + length) in the background and returns at once. Bounded: the bytes
   // prefetched and not yet read stay under half of memory_bytes (the rest of the range is dropped: call

@@ -244,7 +244,7 @@ int run_mount(int argc, char** argv) {
     MountArguments m = parse(argc, argv);
     m.serve.mountpoint = fuse::check_mountpoint(m.mountpoint.string());  // before the long indexing
     io::set_remote_cache_options(m.remote_cache);
-    m.serve.remote_prefetch_bytes = m.remote_cache.prefetch_share_bytes();
+    m.serve.remote_cache_bytes = m.remote_cache.memory_bytes;
     m.source = open_source(m.source_text, m.s3);
     if (m.max_open) io::set_max_open_files(*m.max_open);
     if (m.decoded_cache_mb) io::set_decoded_cache_bytes(uint64_t{*m.decoded_cache_mb} << 20);

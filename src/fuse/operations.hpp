@@ -21,7 +21,7 @@ struct Context {
   gid_t gid = 0;
   bool use_syslog = false;  // daemonised: stderr is /dev/null
   uint64_t prefetch_bytes = 0;  // how far ahead of a sequential reader source ranges are prefetched
-  uint64_t remote_prefetch_bytes = 0;  // ServeOptions::remote_prefetch_bytes
+  uint64_t remote_cache_bytes = 0;  // ServeOptions::remote_cache_bytes
   OpenFiles* open_files = nullptr;  // the prefetch state of every open file
   std::chrono::milliseconds source_check_interval{0};  // ServeOptions::source_check_ms
   // Bytes answered per inode (index: the inode), for ckptfs-stats.json.

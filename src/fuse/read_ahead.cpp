@@ -58,7 +58,22 @@ OpenFile* OpenFiles::open(uint64_t ino, const views::VirtualFilePtr& file,
 void OpenFiles::release(uint64_t ino) {
   const std::lock_guard lock(mutex_);
   auto it = files_.find(ino);
-  if (it != files_.end() && --it->second.handles == 0) files_.erase(it);
+  if (it == files_.end() || --it->second.handles != 0) return;
+  if (it->second.file->streaming) --streaming_;
+  files_.erase(it);
+}
+
+PrefetchWindow OpenFiles::window_of(const OpenFile& file) {
+  if (!file.prefetch.shared) return file.prefetch;
+  const std::lock_guard lock(mutex_);
+  return file.prefetch.divided_among(streaming_ + (file.streaming ? 0 : 1));
+}
+
+void OpenFiles::set_streaming(OpenFile& file, bool on) {
+  const std::lock_guard lock(mutex_);
+  if (file.streaming == on) return;
+  file.streaming = on;
+  on ? ++streaming_ : --streaming_;
 }
 
 }  // namespace ckptfs::fuse

@@ -2,6 +2,7 @@
 // will need have been prefetched.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -45,6 +46,14 @@ class ReadAhead {
 struct PrefetchWindow {
   uint64_t window = 0;
   uint64_t step = 0;
+  // The window is the block cache's prefetch share (a file over objects): the files streaming from the
+  // store at once divide it, each refilling by halves.
+  bool shared = false;
+
+  PrefetchWindow divided_among(size_t streams) const {
+    const uint64_t part = window / std::max<size_t>(streams, 1);
+    return {part, part / 2, shared};
+  }
 };
 
 // An open file: what its reads go to (the file's open_layout(), else the file) and its prefetch state.
@@ -54,6 +63,7 @@ struct OpenFile {
   const views::VirtualFilePtr content;
   const PrefetchWindow prefetch;  // chosen at its first open (operations.cpp prefetch_window)
   ReadAhead read_ahead;
+  bool streaming = false;  // its window holds part of a shared prefetch share (OpenFiles::set_streaming)
 };
 
 // One OpenFile per open file, shared by all its handles: the threads of a loader each open the file and
@@ -66,6 +76,12 @@ class OpenFiles {
   OpenFile* open(uint64_t ino, const views::VirtualFilePtr& file, const std::function<PrefetchWindow()>& window_of);
   void release(uint64_t ino);
 
+  // The window `file` prefetches with now: a shared one divided among the files streaming, `file` counted.
+  PrefetchWindow window_of(const OpenFile& file);
+  // Whether `file` streams: from its first prefetch of a shared window until one reaches its end or its
+  // last handle closes (a loader that keeps every shard of a model open reads one at a time).
+  void set_streaming(OpenFile& file, bool on);
+
  private:
   struct Entry {
     std::unique_ptr<OpenFile> file;
@@ -73,6 +89,7 @@ class OpenFiles {
   };
   std::mutex mutex_;
   std::unordered_map<uint64_t, Entry> files_;
+  size_t streaming_ = 0;
 };
 
 }  // namespace ckptfs::fuse

@@ -80,5 +80,30 @@ TEST(OpenFiles, HandlesOfOneFileShareItsWindow) {
   files.release(8);
 }
 
+TEST(OpenFiles, FilesStreamingFromObjectsDivideTheShare) {
+  OpenFiles files;
+  const views::VirtualFilePtr bytes = views::make_bytes_file("file");
+  const auto shared = [] { return PrefetchWindow{96 * MiB, 48 * MiB, true}; };
+  OpenFile* fp32 = files.open(7, bytes, shared);
+  OpenFile* bf16 = files.open(8, bytes, shared);
+  OpenFile* local = files.open(9, bytes, [] { return PrefetchWindow{kWindow, kWindow / 4}; });
+  EXPECT_EQ(files.window_of(*fp32).window, 96 * MiB);  // alone, it would have the whole share
+  files.set_streaming(*fp32, true);
+  EXPECT_EQ(files.window_of(*fp32).window, 96 * MiB);
+  EXPECT_EQ(files.window_of(*bf16).window, 48 * MiB);  // it would be the second
+  files.set_streaming(*bf16, true);
+  EXPECT_EQ(files.window_of(*fp32).window, 48 * MiB);
+  EXPECT_EQ(files.window_of(*fp32).step, 24 * MiB);
+  EXPECT_EQ(files.window_of(*local).window, kWindow);  // a local file's window is its own
+  files.set_streaming(*bf16, true);  // said twice, counted once
+  files.set_streaming(*fp32, false);  // prefetched to its end
+  EXPECT_EQ(files.window_of(*bf16).window, 96 * MiB);
+  files.set_streaming(*fp32, true);
+  files.release(7);  // closed while streaming
+  EXPECT_EQ(files.window_of(*bf16).window, 96 * MiB);
+  files.release(8);
+  files.release(9);
+}
+
 }  // namespace
 }  // namespace ckptfs::fuse

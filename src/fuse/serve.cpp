@@ -133,7 +133,7 @@ void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
                   ::getgid(),
                   !foreground,
                   uint64_t{options.prefetch_mb} << 20,
-                  options.remote_prefetch_bytes,
+                  options.remote_cache_bytes,
                   &open_files,
                   std::chrono::milliseconds(options.source_check_ms),
                   &served};

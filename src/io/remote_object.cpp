@@ -61,9 +61,9 @@ RemoteReader::RemoteReader(std::shared_ptr<const RemoteCache> cache, std::string
 
 std::string RemoteReader::url() const { return fmt::format("s3://{}/{}", bucket_, info_.key); }
 
-void RemoteReader::fetch(uint64_t offset, std::span<std::byte> dst, s3::BlockCache::ReadKind kind) const {
+bool RemoteReader::fetch(uint64_t offset, std::span<std::byte> dst, s3::BlockCache::ReadKind kind) const {
   try {
-    cache_->get().read(s3::object_id(bucket_, info_), offset, dst, kind);
+    return cache_->get().read(s3::object_id(bucket_, info_), offset, dst, kind);
   } catch (const s3::ObjectChangedError&) {
     throw SourceError(fmt::format("{}: changed since the mount (the store no longer has ETag {}); remount to "
                                   "serve the new checkpoint",
@@ -79,7 +79,9 @@ RemoteReader::Block RemoteReader::fetch_block(uint64_t offset, uint64_t length) 
 
 void RemoteReader::read(uint64_t offset, std::span<std::byte> dst) const {
   if (pending_expectations_.load(std::memory_order_acquire) != 0) check_expectations(offset, dst.size());
-  if (dst.size() > kSmallRemoteRead) return fetch(offset, dst);
+  if (dst.size() > kSmallRemoteRead) return (void)fetch(offset, dst);
+  // A view's slice of a rank object, prefetched: copied from the cache, not through a block of its own.
+  if (fetch(offset, dst, s3::BlockCache::ReadKind::cached)) return;
   const uint64_t size = info_.size;
   const uint64_t suffix_start = size - std::min(size, kReadAheadSuffix);
   std::lock_guard lock(mutex_);

@@ -80,7 +80,8 @@ class RemoteReader {
       return at >= offset && at - offset <= bytes.size() && length <= bytes.size() - (at - offset);
     }
   };
-  void fetch(uint64_t offset, std::span<std::byte> dst,
+  // BlockCache::read of the object (false: a `cached` read found some bytes missing and copied none).
+  bool fetch(uint64_t offset, std::span<std::byte> dst,
              s3::BlockCache::ReadKind kind = s3::BlockCache::ReadKind::stream) const;
   // Checks the expectations guarding any byte of [offset, offset + length), and forgets those that hold.
   void check_expectations(uint64_t offset, uint64_t length) const;

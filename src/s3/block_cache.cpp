@@ -3,8 +3,8 @@
 // What a read fetches: the gaps of its range, rounded out to align_bytes (never over a neighbour), and when
 // the read starts where an earlier read of the object ended (a sequential reader) up to the end of the block,
 // with the next block read ahead. What a prefetch fetches: the gaps of its range, rounded out to pages.
-// Every fetched range is one extent: one GET (or one disk file), never crossing a multiple of block_bytes,
-// evicted as a whole. Extents of one object never overlap, so two readers of one range share one GET.
+// Every fetched range is one extent: one GET (or one disk file) of at most block_bytes (a read's never
+// crossing a multiple of it), evicted as a whole. Extents of one object never overlap, so two readers of one range share one GET.
 #include "ckptfs/s3_cache.hpp"
 
 #include <algorithm>
@@ -16,6 +16,8 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+
+#include <sys/mman.h>
 
 #include <fmt/format.h>
 
@@ -42,6 +44,19 @@ std::string identity_of(const ObjectId& o) {
 }
 
 constexpr std::uint64_t kPage = 4096;
+
+// Makes the pages of a fresh buffer at once, not a fault per page as the GET writes them (a fault costs
+// more than clearing the page it brings); best effort (before Linux 5.14, faults as before).
+void populate(std::byte* data, std::uint64_t size) {
+  const auto first = (reinterpret_cast<std::uintptr_t>(data) + kPage - 1) / kPage * kPage;
+  const auto last = (reinterpret_cast<std::uintptr_t>(data) + size) / kPage * kPage;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_POPULATE_WRITE);
+}
+// Extents smaller than this stay while the small ones hold at most memory_bytes / kSmallShare (or nothing
+// else can go): each costs a request to fetch again, whatever its size, and a ZeRO-3 view reads its group
+// of norms and biases (a few KiB per rank object) a slice at a time, all through the view.
+constexpr std::uint64_t kSmallExtent = 64 << 10;
+constexpr std::uint64_t kSmallShare = 32;
 // Read ends remembered per object: this many sequential readers of one object are recognised at once.
 constexpr std::size_t kStreams = 8;
 
@@ -65,6 +80,7 @@ struct Extent {
   State state = State::queued;
   std::exception_ptr error;
   int pins = 0;  // readers waiting on it or copying from it: never evicted meanwhile
+  std::condition_variable done;  // it became ready or failed: its readers wake, not every waiting reader
   bool prefetched_unread = false;
   bool in_lru = false;
   std::list<Extent*>::iterator lru;
@@ -105,10 +121,11 @@ struct BlockCache::Impl {
   std::optional<DiskCache> disk;
 
   mutable std::mutex mutex;
-  std::condition_variable finished;  // an extent became ready or failed
   // Every object version read so far (its entry stays when its extents go: a few hundred bytes each).
   std::unordered_map<std::string, ObjectEntry> objects;
-  std::list<Extent*> lru;  // ready cached extents, most recently used first
+  // Ready cached extents, most recently used first: those of kSmallExtent and more, and the small ones.
+  std::list<Extent*> lru, small_lru;
+  std::uint64_t small_bytes = 0;  // of the extents in small_lru
   std::uint64_t memory_used = 0;
   std::uint64_t prefetch_unread = 0;
   std::atomic<std::uint64_t> bytes_fetched{0}, requests{0}, hits{0}, misses{0}, disk_hits{0};
@@ -131,9 +148,22 @@ struct BlockCache::Impl {
     return it->second;
   }
 
+  std::list<Extent*>& lru_of(const Extent& e) { return e.size() < kSmallExtent ? small_lru : lru; }
+
+  void add_to_lru(Extent& e) {
+    std::list<Extent*>& list = lru_of(e);
+    list.push_front(&e);
+    e.lru = list.begin(), e.in_lru = true;
+    if (&list == &small_lru) small_bytes += e.size();
+  }
+
   void drop(Extent& e) {
     memory_used -= e.size();
-    if (e.in_lru) lru.erase(e.lru), e.in_lru = false;
+    if (e.in_lru) {
+      std::list<Extent*>& list = lru_of(e);
+      list.erase(e.lru), e.in_lru = false;
+      if (&list == &small_lru) small_bytes -= e.size();
+    }
     mark_read(e);
     auto& extents = objects.at(e.identity).extents;
     auto it = extents.find(e.begin);
@@ -147,14 +177,16 @@ struct BlockCache::Impl {
   // Evicts the least recently used extent nobody waits on that no prefetch has fetched for a read still to
   // come; for a read, failing that, the least recently used prefetched one (a prefetch evicts none of those).
   bool evict_one(Mode mode) {
+    const bool small_first = small_bytes > options.memory_bytes / kSmallShare;
     for (bool unread_too : {false, mode == Mode::read})
-      for (auto it = lru.rbegin(); it != lru.rend(); ++it) {
-        Extent& e = **it;
-        if (e.pins == 0 && (unread_too || !e.prefetched_unread)) {
-          drop(e);
-          return true;
+      for (std::list<Extent*>* list : small_first ? std::array{&small_lru, &lru} : std::array{&lru, &small_lru})
+        for (auto it = list->rbegin(); it != list->rend(); ++it) {
+          Extent& e = **it;
+          if (e.pins == 0 && (unread_too || !e.prefetched_unread)) {
+            drop(e);
+            return true;
+          }
         }
-      }
     return false;
   }
 
@@ -202,18 +234,24 @@ struct BlockCache::Impl {
     }
   }
 
-  // `gap` as extents of at most one block each, from the disk cache where it has them.
-  std::vector<Gap> pieces(const std::string& identity, Gap gap) const {
+  // `gap` as extents of at most one block each, from the disk cache where it has them: a read's cut at the
+  // multiples of block_bytes (its blocks are those of a sequential reader), a prefetch's into equal parts
+  // (its range is what a view needs of the object: cut at a multiple, a range of 5 MiB would be two GETs).
+  std::vector<Gap> pieces(const std::string& identity, Gap gap, Mode mode) const {
     std::vector<DiskCache::Segment> segments =
         disk ? disk->cover(identity, gap.begin, gap.end)
              : std::vector{DiskCache::Segment{gap.begin, gap.end, false}};
     std::vector<Gap> out;
-    for (const auto& s : segments)
+    for (const auto& s : segments) {
+      const std::uint64_t parts = (s.end - s.begin + options.block_bytes - 1) / options.block_bytes;
+      const std::uint64_t part = std::min(options.block_bytes, round_up((s.end - s.begin + parts - 1) / parts, kPage));
       for (std::uint64_t at = s.begin; at < s.end;) {
-        std::uint64_t stop = std::min(s.end, round_down(at, options.block_bytes) + options.block_bytes);
+        const std::uint64_t stop = std::min(
+            s.end, mode == Mode::read ? round_down(at, options.block_bytes) + options.block_bytes : at + part);
         out.push_back({at, stop, s.stored});
         at = stop;
       }
+    }
     return out;
   }
 
@@ -242,7 +280,7 @@ struct BlockCache::Impl {
     // (a small cache, a view's window refilled in steps of a few pages per object).
     find(entry, object, begin, end, std::min(options.align_bytes, kPage), false, present, gaps);
     for (Gap gap : gaps)
-      for (Gap piece : pieces(identity, gap)) {
+      for (Gap piece : pieces(identity, gap, Mode::prefetch)) {
         ExtentPtr e = new_extent(object, identity, piece);
         if (!reserve(e->size(), Mode::prefetch)) return;
         e->prefetched_unread = true;
@@ -264,6 +302,7 @@ struct BlockCache::Impl {
       if (e->cached) {
         e->owned = std::make_unique_for_overwrite<std::byte[]>(e->size());
         e->data = e->owned.get();
+        populate(e->data, e->size());
       }
       std::span<std::byte> bytes(e->data, e->size());
       loaded = e->from_disk && disk->load(e->identity, e->begin, bytes);
@@ -280,10 +319,7 @@ struct BlockCache::Impl {
         entry.requests++, entry.bytes_fetched += e->size();
       }
       e->state = Extent::State::ready;
-      if (e->cached) {
-        lru.push_front(e.get());
-        e->lru = lru.begin(), e->in_lru = true;
-      }
+      if (e->cached) add_to_lru(*e);
     } catch (...) {
       std::lock_guard lock(mutex);
       e->state = Extent::State::failed;
@@ -291,7 +327,7 @@ struct BlockCache::Impl {
       e->owned.reset();
       if (e->cached) drop(*e);
     }
-    finished.notify_all();
+    e->done.notify_all();
     // The bytes stay valid: `e` holds them even if evicted meanwhile, and a ready extent is never written.
     if (e->state == Extent::State::ready && e->cached && disk && !loaded)
       disk->store(e->identity, e->begin, std::span<const std::byte>(e->data, e->size()));
@@ -306,12 +342,12 @@ BlockCache::BlockCache(std::shared_ptr<RangeReader> reader, BlockCacheOptions op
 
 BlockCache::~BlockCache() = default;
 
-void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<std::byte> dst, ReadKind kind) {
+bool BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<std::byte> dst, ReadKind kind) {
   const std::uint64_t end = offset + dst.size();
   if (end > object.size || end < offset)
     throw SourceError(fmt::format("s3://{}/{}: read of {} bytes at {} past the end of the object ({} bytes)",
                                   object.bucket, object.key, dst.size(), offset, object.size));
-  if (dst.empty()) return;
+  if (dst.empty()) return true;
   Impl& m = *impl_;
   const std::string identity = identity_of(object);
   std::vector<ExtentPtr> parts;  // every extent the read copies from, pinned
@@ -322,6 +358,7 @@ void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<st
     ObjectEntry& entry = m.entry_of(object, identity);
     const bool sequential = kind == ReadKind::stream && m.looks_sequential(entry, offset, end);
     m.find(entry, object, offset, end, m.options.align_bytes, sequential, present, gaps);
+    if (kind == ReadKind::cached && !gaps.empty()) return false;
     for (const ExtentPtr& e : present) {
       e->pins++;
       m.mark_read(*e);
@@ -330,7 +367,7 @@ void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<st
     m.hits += present.size();
     parts = std::move(present);
     for (Gap gap : gaps)
-      for (Gap piece : m.pieces(identity, gap)) {
+      for (Gap piece : m.pieces(identity, gap, Impl::Mode::read)) {
         ExtentPtr e = m.new_extent(object, identity, piece);
         e->pins = 1;
         if (m.reserve(e->size(), Impl::Mode::read)) {
@@ -351,8 +388,7 @@ void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<st
     }
   }
   // Every part must be finished before returning, even on failure: a worker may still write into dst.
-  m.finished.wait(
-      lock, [&] { return std::all_of(parts.begin(), parts.end(), [](auto& e) { return e->finished(); }); });
+  for (const ExtentPtr& e : parts) e->done.wait(lock, [&] { return e->finished(); });
   std::exception_ptr error;
   for (const ExtentPtr& e : parts)
     if (e->state == Extent::State::failed && !error) error = e->error;
@@ -369,10 +405,14 @@ void BlockCache::read(const ObjectId& object, std::uint64_t offset, std::span<st
   // least recently used, before the ones it finished).
   for (const ExtentPtr& e : parts) {
     e->pins--;
-    if (e->in_lru) m.lru.splice(end >= e->end ? m.lru.end() : m.lru.begin(), m.lru, e->lru);
+    if (e->in_lru) {
+      std::list<Extent*>& list = m.lru_of(*e);
+      list.splice(end >= e->end ? list.end() : list.begin(), list, e->lru);
+    }
   }
   lock.unlock();
   if (error) std::rethrow_exception(error);
+  return true;
 }
 
 void BlockCache::prefetch(const ObjectId& object, std::uint64_t offset, std::uint64_t length) {

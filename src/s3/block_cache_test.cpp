@@ -270,6 +270,47 @@ TEST_F(BlockCacheTest, PrefetchedBytesAreReadWithoutAnotherGet) {
   EXPECT_EQ(store->bytes_got(), 212992u - 8192u);  // [8192, 212992): 10000 and 210000 rounded out
 }
 
+TEST_F(BlockCacheTest, APrefetchIsCutIntoEqualGetsNotAtBlockMultiples) {
+  BlockCache cache(store, small_options());
+  cache.prefetch(id, 40000, 100000);  // [36864, 143360) rounded out: two GETs, where cuts at 64 KiB made three
+  ASSERT_TRUE(eventually([&] { return store->bytes_got() == 106496u; }));
+  const auto gets = store->gets();
+  ASSERT_EQ(gets.size(), 2u);
+  for (const auto& g : gets) EXPECT_EQ(g.length, 53248u);
+  EXPECT_EQ(read(cache, id, 40000, 100000), slice(bytes, 40000, 100000));
+  EXPECT_EQ(store->gets().size(), 2u);
+}
+
+TEST_F(BlockCacheTest, SmallExtentsOutliveAScanOfLargeOnes) {
+  auto big = random_bytes(10 << 20, 6);
+  ObjectId big_id = store->put("big", "\"b\"", big);
+  BlockCache cache(store, small_options());
+  EXPECT_EQ(read(cache, id, 300000, 64), slice(bytes, 300000, 64));  // one 4 KiB extent
+  for (std::uint64_t at = 0; at < big.size(); at += 100000)  // ten times the memory in large extents
+    ASSERT_EQ(read(cache, big_id, at, std::min<std::uint64_t>(100000, big.size() - at)),
+              slice(big, at, std::min<std::uint64_t>(100000, big.size() - at)));
+  const auto gets = store->gets().size();
+  EXPECT_EQ(read(cache, id, 300000, 64), slice(bytes, 300000, 64));
+  EXPECT_EQ(store->gets().size(), gets);
+  // Beyond their share (a 32nd of the memory) small extents go too: memory stays bounded.
+  for (std::uint64_t at = 0; at < bytes.size() - 64; at += 8192) read(cache, id, at, 64);
+  for (std::uint64_t at = 0; at < big.size(); at += 100000) read(cache, big_id, at, 64);
+  EXPECT_LE(cache.stats().memory_bytes, 1u << 20);
+}
+
+TEST_F(BlockCacheTest, ACachedReadFetchesNothing) {
+  BlockCache cache(store, small_options());
+  std::vector<std::byte> out(1000, std::byte{0x5a});
+  EXPECT_FALSE(cache.read(id, 5000, out, BlockCache::ReadKind::cached));
+  EXPECT_EQ(out, std::vector<std::byte>(1000, std::byte{0x5a}));
+  EXPECT_TRUE(store->gets().empty());
+  cache.prefetch(id, 4096, 8192);
+  EXPECT_TRUE(cache.read(id, 5000, out, BlockCache::ReadKind::cached));  // there, or on its way
+  EXPECT_EQ(out, slice(bytes, 5000, 1000));
+  EXPECT_FALSE(cache.read(id, 12000, out, BlockCache::ReadKind::cached));  // partly past the prefetch
+  EXPECT_EQ(store->gets().size(), 1u);
+}
+
 TEST_F(BlockCacheTest, APrefetchHoldsAtMostThreeQuartersOfTheMemory) {
   auto big = random_bytes(10 << 20, 5);
   ObjectId big_id = store->put("big", "\"b\"", big);

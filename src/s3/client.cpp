@@ -18,6 +18,7 @@ namespace {
 
 // Error and listing bodies are small; anything larger is not an answer we can use.
 constexpr std::size_t kMaxTextBody = 16u << 20;
+constexpr long kReceiveBufferBytes = 512L << 10;  // CURL_MAX_READ_SIZE of libcurl before 7.88
 
 // One request's state, filled by libcurl's callbacks.
 struct Exchange {
@@ -185,6 +186,9 @@ struct Client::Impl {
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, kStallTimeoutS);
     curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+    // A receive buffer of kReceiveBufferBytes, not libcurl's 16 KiB: a GET of a few MiB in a few dozen
+    // reads of the socket and calls of on_body, not hundreds.
+    curl_easy_setopt(c, CURLOPT_BUFFERSIZE, kReceiveBufferBytes);
     curl_easy_setopt(c, CURLOPT_USERAGENT, "ckptfs");
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, ex.curl_error);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
