@@ -71,8 +71,8 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      region=R         the store's region (default AWS_REGION, AWS_DEFAULT_REGION, else us-east-1)
      s3_path_style    http://HOST/BUCKET/KEY addressing (the default for a custom endpoint)
      s3_no_sign       anonymous requests (a public bucket)
-     cache_mb=N       s3:// sources: memory for fetched bytes, in MiB (default 512; LRU, GETs in flight
-                      included: docs/s3.md)
+     cache_mb=N       s3:// sources: memory for fetched bytes, in MiB (default a 16th of the machine's
+                      memory, 256-1024; LRU, GETs in flight included: docs/s3.md)
      cache_dir=DIR    s3:// sources: also keep fetched bytes in DIR, reused by later mounts and
                       checked against each object's ETag; cache_dir_mb=N bounds it (default 8192)
      s3_connections=N s3:// sources: at most N ranged GETs in flight (default 16)

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -108,6 +109,14 @@ struct Gap {
 };
 
 }  // namespace
+
+std::uint64_t default_memory_bytes() {
+  constexpr std::uint64_t kStep = 64ull << 20, kLeast = 256ull << 20, kMost = 1ull << 30;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return kLeast;
+  const std::uint64_t sixteenth = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) / 16;
+  return std::clamp(sixteenth / kStep * kStep, kLeast, kMost);
+}
 
 std::shared_ptr<RangeReader> client_reader(std::shared_ptr<Client> client) {
   return std::make_shared<ClientReader>(std::move(client));

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -386,6 +387,16 @@ TEST_F(BlockCacheTest, TheDestructorDoesNotWaitForQueuedPrefetches) {
     std::this_thread::sleep_for(10ms);
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 400ms);
+}
+
+TEST(BlockCacheOptions, TheDefaultMemoryIsASixteenthOfTheMachinesFrom256MiBTo1GiB) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string name;
+  std::uint64_t kib = 0;
+  while (meminfo >> name >> kib && name != "MemTotal:") meminfo.ignore(1 << 10, '\n');
+  ASSERT_EQ(name, "MemTotal:");
+  const std::uint64_t sixteenth = kib * 1024 / 16, step = 64ull << 20;
+  EXPECT_EQ(BlockCacheOptions{}.memory_bytes, std::clamp<std::uint64_t>(sixteenth / step * step, 256ull << 20, 1ull << 30));
 }
 
 TEST_F(BlockCacheTest, StatsCountWhatHappened) {
