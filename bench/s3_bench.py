@@ -163,10 +163,13 @@ class Bench:
         self.object_bytes = tree_bytes(src)
 
     def warm_up(self):
-        """One download of every object, cold and not reported, before the first case: the first case after
-        the upload was the slowest of its kind in three runs of four ((a) fp32 over loopback, measured first:
-        9.3 s and 3.2 s where the relays' took 2.7-3.4 s), whichever client it was. Returns its seconds."""
+        """One download of every object, cold and not reported, before the first case, so that every client
+        meets a gateway that has served each object once (its metadata and database pages, its threads).
+        (It does not explain why the first case is slow: (a) fp32 over loopback, measured first, was the
+        slowest (a) in each of four runs, with it too: its mount 1.1 s where the others' took 0.3 s.)
+        Returns its seconds."""
         dest = os.path.join(self.out, "warm-up")
+        self.configure(None)
         drop_caches()
         seconds = self.download(dest)
         shutil.rmtree(dest, ignore_errors=True)

@@ -8,8 +8,8 @@
 # `tc netem`, and the slow passthrough of latency_bench.sh under the gateway's POSIX root would delay every
 # 128 KiB the gateway reads from its disk, a bandwidth cap, not a per-request latency) and "relay +0 ms" (the
 # same relay without the delay: what the relay itself costs, two more loopback hops per byte on 2 CPUs).
-# Before the first case every object is downloaded once, not reported (the first case after the upload was
-# the slowest of its kind, whichever client it was).
+# Before the first case every object is downloaded once, not reported (a gateway that has served each object
+# once for every client; the first case, (a) fp32 over loopback, is still the slowest (a): not explained).
 # Cases, each cold (caches dropped, fresh mounts, index cache off, no disk cache):
 #   (a) `ckptfs s3://BUCKET/PREFIX MNT -o endpoint=...,s3_path_style,s3_connections=N`, then cat of
 #       fp32/model.safetensors, and on another fresh mount of model.safetensors; skipped, saying why, when the
