@@ -163,17 +163,13 @@ class Bench:
         self.object_bytes = tree_bytes(src)
 
     def warm_up(self):
-        """One download of every object, cold and not reported, before the first case, so that every client
-        meets a gateway that has served each object once (its metadata and database pages, its threads).
-        (It does not explain why the first case is slow: (a) fp32 over loopback, measured first, was the
-        slowest (a) in each of four runs, with it too: its mount 1.1 s where the others' took 0.3 s.)
-        Returns its seconds."""
-        dest = os.path.join(self.out, "warm-up")
+        """One download of every object to /dev/null, cold and not reported, before the first case: every
+        client meets a gateway that has served each object once (its metadata and database pages, its
+        threads), and the disk has had the download's time to write back the upload, with nothing more
+        written. Returns its seconds."""
         self.configure(None)
         drop_caches()
-        seconds = self.download(dest)
-        shutil.rmtree(dest, ignore_errors=True)
-        return seconds
+        return self.download(None)
 
     def configure(self, delay_ms):
         """Clients reach the gateway directly (None) or through the relay, which delays each request."""
@@ -244,12 +240,14 @@ class Bench:
 
     # -- (b) download every object, then export or mount locally ----------------------------------------------
     def download(self, dest):
-        shutil.rmtree(dest, ignore_errors=True)
+        """Every object into `dest` (None: to /dev/null, nothing written); returns its seconds."""
+        if dest:
+            shutil.rmtree(dest, ignore_errors=True)
         cfg = os.path.join(self.out, "curl.cfg")
         with open(cfg, "w") as f:
             for key in self.keys:
-                f.write(f'url = "{self.endpoint}/{BUCKET}/{key}"\n'
-                        f'output = "{os.path.join(dest, os.path.relpath(key, PREFIX))}"\n')
+                out = os.path.join(dest, os.path.relpath(key, PREFIX)) if dest else os.devnull
+                f.write(f'url = "{self.endpoint}/{BUCKET}/{key}"\noutput = "{out}"\n')
         g = self.gateway
         t0 = time.monotonic()
         subprocess.run(["curl", "-sS", "--no-progress-meter", "--fail", "--create-dirs", "--parallel", "--parallel-max",
@@ -257,7 +255,7 @@ class Bench:
                         f"{g.access_key}:{g.secret_key}", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
                         "-K", cfg], check=True, timeout=READ_TIMEOUT)
         s = time.monotonic() - t0
-        got = tree_bytes(dest)
+        got = tree_bytes(dest) if dest else self.object_bytes
         if got != self.object_bytes:
             raise RuntimeError(f"downloaded {got} bytes into {dest}, the store holds {self.object_bytes}")
         return s

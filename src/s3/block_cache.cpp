@@ -4,7 +4,8 @@
 // the read starts where an earlier read of the object ended (a sequential reader) up to the end of the block,
 // with the next block read ahead. What a prefetch fetches: the gaps of its range, rounded out to pages.
 // Every fetched range is one extent: one GET (or one disk file) of at most block_bytes (a read's never
-// crossing a multiple of it), evicted as a whole. Extents of one object never overlap, so two readers of one range share one GET.
+// crossing a multiple of it), evicted as a whole. Extents of one object never overlap, so two readers of one
+// range share one GET.
 #include "ckptfs/s3_cache.hpp"
 
 #include <algorithm>

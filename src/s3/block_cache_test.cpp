@@ -396,7 +396,8 @@ TEST(BlockCacheOptions, TheDefaultMemoryIsASixteenthOfTheMachinesFrom256MiBTo1Gi
   while (meminfo >> name >> kib && name != "MemTotal:") meminfo.ignore(1 << 10, '\n');
   ASSERT_EQ(name, "MemTotal:");
   const std::uint64_t sixteenth = kib * 1024 / 16, step = 64ull << 20;
-  EXPECT_EQ(BlockCacheOptions{}.memory_bytes, std::clamp<std::uint64_t>(sixteenth / step * step, 256ull << 20, 1ull << 30));
+  EXPECT_EQ(BlockCacheOptions{}.memory_bytes,
+            std::clamp<std::uint64_t>(sixteenth / step * step, 256ull << 20, 1ull << 30));
 }
 
 TEST_F(BlockCacheTest, StatsCountWhatHappened) {
