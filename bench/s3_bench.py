@@ -165,8 +165,9 @@ class Bench:
     def warm_up(self):
         """One download of every object to /dev/null, cold and not reported, before the first case: every
         client meets a gateway that has served each object once (its metadata and database pages, its
-        threads), and the disk has had the download's time to write back the upload, with nothing more
-        written. Returns its seconds."""
+        threads), and nothing is written to disk after the upload. (The first case, (a) fp32 over loopback,
+        was still the slowest (a) of the run, its mount 0.6 s where the others' took 0.3 s: not explained.)
+        Returns its seconds."""
         self.configure(None)
         drop_caches()
         return self.download(None)
