@@ -36,7 +36,7 @@ inline ObjectId object_id(const std::string& bucket, const ObjectInfo& info) {
 std::uint64_t default_memory_bytes();
 
 struct BlockCacheOptions {
-  std::uint64_t memory_bytes = default_memory_bytes();  // -o cache_mb=N: the in-memory cache, GETs in flight included
+  std::uint64_t memory_bytes = default_memory_bytes();  // -o cache_mb=N: memory, GETs in flight included
   std::uint64_t block_bytes = 8ull << 20;     // the largest GET; a read's never crosses a multiple of it
   std::uint64_t align_bytes = 64ull << 10;    // every fetched range is rounded out to multiples of this
   std::size_t connections = 16;               // -o s3_connections=N: the most GETs in flight at once
@@ -98,7 +98,7 @@ class BlockCache {
   bool read(const ObjectId& object, std::uint64_t offset, std::span<std::byte> dst,
             ReadKind kind = ReadKind::stream);
   // Starts fetching [offset, offset + length) in the background and returns at once. Bounded: the bytes
-  // prefetched and not yet read stay under half of memory_bytes (the rest of the range is dropped: call
+  // prefetched and not yet read stay under prefetch_share_bytes() (the rest of the range is dropped: call
   // again as the reader advances), and a prefetch never evicts what a reader is waiting on or another
   // prefetch's unread bytes. Errors are not reported here: the read that wants those bytes fetches again.
   void prefetch(const ObjectId& object, std::uint64_t offset, std::uint64_t length);

@@ -193,9 +193,8 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, f
 // read, stays while the next arrives, so the window and half again must fit beside the reads in flight
 // (kRemoteReadsInFlight, or half of a cache of twice that or less: the kernel's readahead and FUSE
 // requests, each rounded out; a window of two thirds of a 32 MiB cache refetched a fifth of an 8-rank
-// bf16 view). The files streaming at once share
-// it (OpenFiles::window_of); each refills by halves. Both bounds are source bytes: a bf16 view of fp32
-// masters reads two for each byte it serves.
+// bf16 view). The files streaming at once share it (OpenFiles::window_of); each refills by halves. Both
+// bounds are source bytes: a bf16 view of fp32 masters reads two for each byte it serves.
 constexpr uint64_t kRemoteRequestBytes = uint64_t{8} << 20;
 constexpr uint64_t kRemoteReadsInFlight = uint64_t{16} << 20;
 

@@ -46,8 +46,8 @@ class ReadAhead {
 struct PrefetchWindow {
   uint64_t window = 0;
   uint64_t step = 0;
-  // The window is the block cache's prefetch share (a file over objects): the files streaming from the
-  // store at once divide it, each refilling by halves.
+  // A file over objects: the window is what the block cache's memory allows, divided among the files
+  // streaming from the store at once (OpenFiles::window_of), each refilling by halves.
   bool shared = false;
 
   PrefetchWindow divided_among(size_t streams) const {
@@ -63,7 +63,7 @@ struct OpenFile {
   const views::VirtualFilePtr content;
   const PrefetchWindow prefetch;  // chosen at its first open (operations.cpp prefetch_window)
   ReadAhead read_ahead;
-  bool streaming = false;  // its window holds part of a shared prefetch share (OpenFiles::set_streaming)
+  bool streaming = false;  // it holds a part of a shared window (OpenFiles::set_streaming)
 };
 
 // One OpenFile per open file, shared by all its handles: the threads of a loader each open the file and
