@@ -2,7 +2,7 @@
 its header says what each case measures). Numbers are reported, never asserted.
 
     /usr/bin/python3 bench/s3_bench.py --work DIR --bin CKPTFS [--ranks N] [--dims V,H,F,L]
-                                       [--connections N] [--doc FILE|-]
+                                       [--connections N] [--repeat N] [--doc FILE|-]
     /usr/bin/python3 bench/s3_bench.py --from-json docs/s3-bench.json --doc FILE   (the report alone)
 
 The store is mount_tests/s3_gateway.py's radosgw (its Gateway class, imported: the same set-up as the tests).
@@ -10,6 +10,7 @@ The store is mount_tests/s3_gateway.py's radosgw (its Gateway class, imported: t
 import argparse
 import json
 import os
+import statistics
 import shutil
 import subprocess
 import sys
@@ -55,6 +56,19 @@ def peak_rss_kib(pid):
             if line.startswith("VmHWM:"):
                 return int(line.split()[1])
     return None
+
+
+def disk_stat_path(path):
+    """/proc-style statistics of the block device holding `path` (None where sysfs has none)."""
+    dev = os.stat(path).st_dev
+    stat = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat"
+    return stat if os.path.exists(stat) else None
+
+
+def disk_read_bytes(stat):
+    """Bytes read from the device so far (sectors read, field 3, are 512 bytes whatever the device)."""
+    with open(stat) as f:
+        return int(f.read().split()[2]) * 512
 
 
 def tree_bytes(path):
@@ -150,7 +164,7 @@ class Bench:
         os.makedirs(self.out, exist_ok=True)
         self.daemons, self.results, self.skipped = [], [], {}
         self.gateway = self.proxy = None
-        self.endpoint = None
+        self.endpoint = self.disk_stat = None
 
     # -- the store ------------------------------------------------------------------------------------------
     def start_store(self, src):
@@ -159,6 +173,8 @@ class Bench:
         self.gateway.make_bucket(BUCKET)
         t0 = time.monotonic()
         self.keys = sorted(self.gateway.upload_tree(src, BUCKET, PREFIX))
+        # The store's disk: its reads per case show what the gateway read to answer (its read-ahead included).
+        self.disk_stat = disk_stat_path(self.gateway.host_root)
         self.upload_s = time.monotonic() - t0
         self.object_bytes = tree_bytes(src)
 
@@ -189,11 +205,12 @@ class Bench:
         env["AWS_ENDPOINT_URL"] = self.endpoint
         return env
 
-    def measure(self, config, case, run):
+    def measure(self, config, case, run, repetition):
         """Runs `run` (returns a dict of its own figures) cold: caches dropped, the ops log marked."""
         drop_caches()
         before = len(settled_ops(self.gateway))
-        row = {"config": config, "case": case}
+        disk_before = disk_read_bytes(self.disk_stat) if self.disk_stat else None
+        row = {"config": config, "case": case, "run": repetition}
         try:
             row.update(run())
         except MountRefused as e:
@@ -201,8 +218,10 @@ class Bench:
             print(f"  {config:12} {case:9} skipped: {e}", flush=True)
             return None
         row.update(fetched(settled_ops(self.gateway)[before:]))
+        if disk_before is not None:
+            row["disk_read_bytes"] = disk_read_bytes(self.disk_stat) - disk_before
         self.results.append(row)
-        print(f"  {config:12} {case:9} {row['seconds']:8.2f} s  GET {row['get_bytes']:>12} B in {row['gets']:5} "
+        print(f"  {repetition} {config:12} {case:9} {row['seconds']:8.2f} s  GET {row['get_bytes']:>12} B in {row['gets']:5} "
               f"requests ({row['requests']} in all, {row['errors']} not 2xx)  peak RSS {row.get('rss_kib', {})} KiB", flush=True)
         return row
 
@@ -338,21 +357,47 @@ RATIOS = (  # name, heading, target (operator, value) or None
     ("c_fetched_over_needed", "(c) fp32: fetched / needed", None))
 
 
+def run_ratios(by, config, run, needed):
+    """The issue's ratios of one repetition of a config, each case against the same repetition's others
+    (None where a side was not measured)."""
+    a, a16 = by.get((config, "a fp32", run)), by.get((config, "a bf16", run))
+    b, c = by.get((config, "b export", run)), by.get((config, "c fp32", run))
+    return {
+        "a_fetched_over_needed": a and a["get_bytes"] / needed,
+        "a_bf16_fetched_over_needed": a16 and a16["get_bytes"] / needed,
+        "a_vs_b_end_to_end_fp32": a and b and b["seconds"] / a["seconds"],
+        "a_rate_vs_b_download_rate": a and b and fetch_rate(a) / fetch_rate(b),
+        "a_read_rate_vs_b_download_rate": a and b and read_fetch_rate(a) / fetch_rate(b),
+        "a_vs_c_fp32": a and c and c["seconds"] / a["seconds"],
+        "c_fetched_over_needed": c and c["get_bytes"] / needed}
+
+
 def ratios(rows, needed):
-    """The issue's ratios per config (None where a side was not measured)."""
-    by = {(r["config"], r["case"]): r for r in rows}
+    """Per config, each ratio's median over the repetitions (paired within a repetition, so that a drift of
+    the machine cancels) and its range: {config: {name: {"median", "min", "max"} or None}}."""
+    by = {(r["config"], r["case"], r.get("run", 1)): r for r in rows}
     out = {}
     for config in dict.fromkeys(r["config"] for r in rows):
-        a, a16 = by.get((config, "a fp32")), by.get((config, "a bf16"))
-        b, c = by.get((config, "b export")), by.get((config, "c fp32"))
-        out[config] = {
-            "a_fetched_over_needed": a and a["get_bytes"] / needed,
-            "a_bf16_fetched_over_needed": a16 and a16["get_bytes"] / needed,
-            "a_vs_b_end_to_end_fp32": a and b and b["seconds"] / a["seconds"],
-            "a_rate_vs_b_download_rate": a and b and fetch_rate(a) / fetch_rate(b),
-            "a_read_rate_vs_b_download_rate": a and b and read_fetch_rate(a) / fetch_rate(b),
-            "a_vs_c_fp32": a and c and c["seconds"] / a["seconds"],
-            "c_fetched_over_needed": c and c["get_bytes"] / needed}
+        runs = sorted({r.get("run", 1) for r in rows if r["config"] == config})
+        per_run = [run_ratios(by, config, run, needed) for run in runs]
+        out[config] = {}
+        for name, _, _ in RATIOS:
+            values = [q[name] for q in per_run if q[name] is not None]
+            out[config][name] = ({"median": statistics.median(values), "min": min(values), "max": max(values)}
+                                 if values else None)
+    return out
+
+
+def median_rows(rows):
+    """One row per (config, case): its median repetition by seconds (the lower middle of an even count),
+    with every repetition's seconds in "runs_s", in run order."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["config"], r["case"]), []).append(r)
+    out = []
+    for group in groups.values():
+        by_seconds = sorted(group, key=lambda r: r["seconds"])
+        out.append({**by_seconds[(len(group) - 1) // 2], "runs_s": [r["seconds"] for r in group]})
     return out
 
 
@@ -375,9 +420,11 @@ def verdict(target, value):
 
 
 def table(rows, needed):
-    lines = ["| config | case | seconds | mount s | download s | read / export s | view bytes | bytes fetched (GET) "
-             "| GETs | requests | fetched / needed | GB/s fetched | peak RSS (MiB) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    """The median rows (median_rows), one line each."""
+    lines = ["| config | case | seconds | runs (s) | mount s | download s | read / export s | view bytes "
+             "| bytes fetched (GET) | GETs | requests | fetched / needed | GB/s fetched | store disk read (MB) "
+             "| peak RSS (MiB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda r, k: f"{r[k]:.2f}" if k in r else "—"  # noqa: E731
     for r in rows:
         rss = ", ".join(f"{k} {v / 1024:.0f}" for k, v in r["rss_kib"].items() if v)
@@ -385,9 +432,12 @@ def table(rows, needed):
         errors = f" ({r['errors']} not 2xx)" if r.get("errors") else ""
         if "mount_get_bytes" in r:
             got += f" (mount: {r['mount_get_bytes']:,} in {r['mount_requests']} requests)"
-        lines.append(f"| {r['config']} | {r['case']} | {r['seconds']:.2f} | {f(r, 'mount_s')} | {f(r, 'download_s')} | "
-                     f"{r.get('read_s', r.get('export_s', 0)):.2f} | {r['view_bytes']:,} | {got} | "
-                     f"{r['gets']} | {r['requests']}{errors} | {r['get_bytes'] / needed:.2f} | {fetch_rate(r):.2f} | {rss} |")
+        runs = ", ".join(f"{x:.2f}" for x in r["runs_s"])
+        disk = f"{r['disk_read_bytes'] / 1e6:,.0f}" if "disk_read_bytes" in r else "—"
+        lines.append(f"| {r['config']} | {r['case']} | {r['seconds']:.2f} | {runs} | {f(r, 'mount_s')} | "
+                     f"{f(r, 'download_s')} | {r.get('read_s', r.get('export_s', 0)):.2f} | {r['view_bytes']:,} | "
+                     f"{got} | {r['gets']} | {r['requests']}{errors} | {r['get_bytes'] / needed:.2f} | "
+                     f"{fetch_rate(r):.2f} | {disk} | {rss} |")
     return lines
 
 
@@ -398,7 +448,12 @@ def ratio_table(q):
         cells = []
         for name, _, target in RATIOS:
             v = vals[name]
-            cells.append("—" if v is None else f"{v:.2f}" + (f" ({verdict(target, v)})" if target else ""))
+            if v is None:
+                cells.append("—")
+                continue
+            low, high = f"{v['min']:.2f}", f"{v['max']:.2f}"
+            spread = f" [{low}–{high}]" if low != high else ""
+            cells.append(f"{v['median']:.2f}{spread}" + (f" ({verdict(target, v['median'])})" if target else ""))
         lines.append(f"| {config} | " + " | ".join(cells) + " |")
     return lines
 
@@ -416,7 +471,7 @@ def plot(rows, path):
         xs = [k + i * width for k in range(len(cases))]
         ax.bar(xs, [by.get((config, c), 0) for c in cases], width, label=config)
     ax.set_xticks([k + width * (len(configs) - 1) / 2 for k in range(len(cases))], cases)
-    ax.set_ylabel("seconds (end to end, cold)")
+    ax.set_ylabel("seconds (end to end, cold; median run)")
     ax.set_title("Checkpoint on object storage: ckptfs on s3:// (a), download first (b), s3fs + ckptfs (c)")
     ax.legend()
     fig.tight_layout()
@@ -435,7 +490,8 @@ def measure_all(args):
     version = subprocess.run([args.bin, "--version"], capture_output=True, text=True).stdout.strip()
     facts = {"command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
              "nproc": os.cpu_count(), "loadavg_start": loadavg(), "checkpoint": src, "ranks": args.ranks,
-             "connections": args.connections, "delay_ms": args.delay_ms, "fp32_master_bytes": needed,
+             "connections": args.connections, "delay_ms": args.delay_ms, "repeat": args.repeat,
+             "fp32_master_bytes": needed,
              "binary": args.bin, "binary_version": version}
     try:
         bench.start_store(src)
@@ -447,15 +503,19 @@ def measure_all(args):
         a_works = True
         # the relay itself costs CPU (2 more loopback hops per byte): "relay +0 ms" isolates the delay's effect
         configs = (("loopback", None), ("relay +0 ms", 0), (f"relay +{args.delay_ms:g} ms", args.delay_ms))
-        for config, delay in configs:
-            bench.configure(delay)
-            for view in VIEWS:
-                if a_works and bench.measure(config, f"a {view}", bench.case_a(view)) is None:
-                    a_works = False  # the binary refuses s3://: not retried
-            bench.measure(config, "b export", bench.case_b_export())
-            bench.measure(config, "b fp32", bench.case_b_read("fp32"))
-            for view in VIEWS:
-                bench.measure(config, f"c {view}", bench.case_c(view))
+        # Repetition after repetition of every configuration, not one configuration's repetitions in a row: a
+        # drift of the machine (the gateway's first ranged reads are slower than its later ones) then falls on
+        # every configuration alike.
+        for repetition in range(1, args.repeat + 1):
+            for config, delay in configs:
+                bench.configure(delay)
+                for view in VIEWS:
+                    if a_works and bench.measure(config, f"a {view}", bench.case_a(view), repetition) is None:
+                        a_works = False  # the binary refuses s3://: not retried
+                bench.measure(config, "b export", bench.case_b_export(), repetition)
+                bench.measure(config, "b fp32", bench.case_b_read("fp32"), repetition)
+                for view in VIEWS:
+                    bench.measure(config, f"c {view}", bench.case_c(view), repetition)
     finally:
         bench.close()
     facts.update(loadavg_end=loadavg(), bench_s=round(time.time() - t_start))
@@ -469,6 +529,14 @@ def warm_up_text(facts):
     return f"a warm-up download of every object ({facts['warm_up_s']} s) before the first case, not reported"
 
 
+def repetitions_text(facts):
+    n = facts.get("repeat", 1)  # a JSON of a run before repetitions: one
+    if n == 1:
+        return "Each case run once."
+    return (f"Each case run {n} times, repetition after repetition of every configuration; a row is the case's "
+            "median run (by seconds), its runs' seconds beside it in run order.")
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -478,7 +546,10 @@ def report(result, doc_path):
     """Prints the tables; writes the page (and its JSON and plot beside it) unless doc_path is "-"."""
     facts, rows = result["facts"], result["results"]
     result["ratios"] = ratios(rows, facts["fp32_master_bytes"])  # a JSON of an earlier run gets the new ones
-    lines = table(rows, facts["fp32_master_bytes"]) + ["", "The issue's targets:", ""] + ratio_table(result["ratios"])
+    medians = median_rows(rows)
+    lines = (table(medians, facts["fp32_master_bytes"]) +
+             ["", "The issue's targets (each the median over the repetitions of the ratio within a repetition, "
+              "[its range]):", ""] + ratio_table(result["ratios"]))
     print("\n".join(lines))
     skipped = [f"{case}: {why}" for case, why in result["skipped"].items()]
     for s in skipped:
@@ -488,7 +559,7 @@ def report(result, doc_path):
     base = os.path.splitext(doc_path)[0]
     has_a = any(r["case"].startswith("a ") for r in rows)
     if has_a:
-        plot(rows, base + ".png")
+        plot(medians, base + ".png")
     with open(base + ".json", "w") as f:
         json.dump(result, f, indent=1)
     doc = ["# Object-storage bench (issue 19)", "", "Generated by", "", "```", facts["command"], "```", "",
@@ -497,7 +568,9 @@ def report(result, doc_path):
            f"in all; `{facts['binary_version']}`. Checkpoint: {facts['ranks']} ranks, {facts['objects']} objects, "
            f"{facts['object_bytes']:,} bytes in the store; every view is made from the "
            f"{facts['fp32_master_bytes']:,} bytes of fp32 masters (\"needed\"). {facts['connections']} parallel "
-           f"connections for every client; {warm_up_text(facts)}. Bytes fetched and requests: the gateway's ops log. One run, numbers "
+           f"connections for every client; {warm_up_text(facts)}. {repetitions_text(facts)} Bytes fetched and "
+           "requests: the gateway's ops log; store disk read: the reads of the block device under the gateway's "
+           "store over the case (its read-ahead included; other files on that device too). One run, numbers "
            "never asserted; on 2 CPUs the gateway, the relay, the clients and ckptfs share the cores with whatever "
            "else runs (see the load average), so single figures are noisy.", ""]
     doc += lines
@@ -520,6 +593,7 @@ def main():
                     help="vocab,hidden,ffn,layers of the bench model (default: generate.py's BENCH_DIMS)")
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--delay-ms", type=float, default=1.0)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of every case (the report gives their median)")
     ap.add_argument("--doc", default="-", help="markdown page to write (table, facts, targets); - for none")
     ap.add_argument("--command", default="bash bench/s3_bench.sh")
     ap.add_argument("--from-json", metavar="FILE", help="no measuring: the report of an earlier run's JSON")

@@ -9,7 +9,10 @@
 # 128 KiB the gateway reads from its disk, a bandwidth cap, not a per-request latency) and "relay +0 ms" (the
 # same relay without the delay: what the relay itself costs, two more loopback hops per byte on 2 CPUs).
 # Before the first case every object is downloaded once, not reported (a gateway that has served each object
-# once for every client; the first case, (a) fp32 over loopback, is still the slowest (a): not explained).
+# once for every client). Every case runs --repeat times (default 3), repetition after repetition of every
+# configuration: the gateway's first passes of ranged reads are slower than its later ones (a single run made
+# its first case, (a) fp32 over loopback, the slowest (a) in five runs of five), so a row is the median run and
+# each ratio the median of the ratios within a repetition.
 # Cases, each cold (caches dropped, fresh mounts, index cache off, no disk cache):
 #   (a) `ckptfs s3://BUCKET/PREFIX MNT -o endpoint=...,s3_path_style,s3_connections=N`, then cat of
 #       fp32/model.safetensors, and on another fresh mount of model.safetensors; skipped, saying why, when the
@@ -20,7 +23,9 @@
 #       mount and cat of fp32/model.safetensors (the least a download-first reader pays);
 #   (c) Debian's s3fs (1.90) mounting the bucket's prefix (no cache dir), ckptfs mounted on it, cat of each
 #       view (fresh mounts of both).
-# For (a) and (c), the bytes and requests of the mount alone (listing, parsing) are reported apart.
+# For (a) and (c), the bytes and requests of the mount alone (listing, parsing) are reported apart; for every
+# case the bytes read from the block device under the gateway's store (what the gateway read to answer, its
+# read-ahead included).
 # Per case: seconds end to end (mount + read, download + export, ...), the bytes the gateway sent for GETs and
 # the number of requests (its ops log, s3_gateway.Gateway.ops_log), peak RSS (VmHWM) of the daemons; then the
 # issue's ratios: (a) bytes fetched / bytes needed (target <= 1.05), (b) / (a) seconds for fp32 (>= 2),
@@ -30,14 +35,15 @@
 # reported, never asserted. `/usr/bin/python3 bench/s3_bench.py --from-json docs/s3-bench.json --doc F`
 # rewrites the page from the JSON without measuring.
 #
-#   bash bench/s3_bench.sh [WORKDIR] [--ranks N] [--dims V,H,F,L] [--connections N]
+#   bash bench/s3_bench.sh [WORKDIR] [--ranks N] [--dims V,H,F,L] [--connections N] [--repeat N]
 #       WORKDIR       default build/bench (the 64-rank checkpoint is shared with the other benches)
 #       --ranks N     the bench model saved at N ranks instead of 64 (generate.py's generate_bench)
 #       --dims ...    the bench model's vocab,hidden,ffn,layers (default 32003,1031,4099,28); a quick check:
 #                     --ranks 8 --dims 8009,515,2053,4 (50 MB of masters, 151 MB in 17 objects; ~1 min)
 #       --connections N   parallel connections of every client (default 8)
+#       --repeat N    runs of every case (default 3; the report gives each case's median run)
 #   CKPTFS_BIN: the binary (default build/ckptfs). Root (FUSE, drop_caches, the chroot). Installs Debian's s3fs
-#   with apt-get when it is missing. The full size takes ~5 min on 2 CPUs (plus ~25 s generating the
+#   with apt-get when it is missing. The full size takes ~13 min on 2 CPUs (plus ~25 s generating the
 #   checkpoint once), disk ~10 GB (store, download, export). Every mount is made under WORKDIR/mnt and
 #   unmounted at the end, the gateway stopped and its state (CHROOT/tmp/ckptfs-rgw-*) removed.
 set -euo pipefail
@@ -49,7 +55,7 @@ workdir=
 opts=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --ranks | --dims | --connections) opts+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    --ranks | --dims | --connections | --repeat) opts+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
     -*) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
     *) workdir=$1; shift ;;
   esac
