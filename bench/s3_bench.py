@@ -353,6 +353,7 @@ RATIOS = (  # name, heading, target (operator, value) or None
     ("a_vs_b_end_to_end_fp32", "(b export) s / (a fp32) s", (">=", 2.0)),
     ("a_rate_vs_b_download_rate", "(a fp32) GB/s fetched / (b) download GB/s", (">=", 0.8)),
     ("a_read_rate_vs_b_download_rate", "(a fp32) read alone: GB/s fetched / (b) download GB/s", None),
+    ("a_disk_rate_vs_b_disk_rate", "(a fp32) store disk read MB/s / (b) download's", None),
     ("a_vs_c_fp32", "(c fp32) s / (a fp32) s", (">", 1.0)),
     ("c_fetched_over_needed", "(c) fp32: fetched / needed", None))
 
@@ -368,6 +369,8 @@ def run_ratios(by, config, run, needed):
         "a_vs_b_end_to_end_fp32": a and b and b["seconds"] / a["seconds"],
         "a_rate_vs_b_download_rate": a and b and fetch_rate(a) / fetch_rate(b),
         "a_read_rate_vs_b_download_rate": a and b and read_fetch_rate(a) / fetch_rate(b),
+        "a_disk_rate_vs_b_disk_rate": a and b and "disk_read_bytes" in a and "disk_read_bytes" in b and (
+            a["disk_read_bytes"] / a["seconds"]) / (b["disk_read_bytes"] / b["download_s"]),
         "a_vs_c_fp32": a and c and c["seconds"] / a["seconds"],
         "c_fetched_over_needed": c and c["get_bytes"] / needed}
 

@@ -77,6 +77,9 @@ struct Remote {
 using Origin = std::variant<OnDisk, Decoded, Remote>;
 
 inline constexpr uint64_t kRemoteReadGap = uint64_t{256} << 10;  // File::read_gap_bytes of an object
+// The GET a prefetch of an object aims at (the block cache's block, s3::BlockCacheOptions::block_bytes):
+// a store's cost is per request, so each is this large where the reader's needs allow.
+inline constexpr uint64_t kRemoteRequestBytes = uint64_t{8} << 20;
 
 // Bytes a parse took on trust instead of reading them (File::expect): `pieces` (offset, the bytes expected
 // there) must hold before any byte of [guard_begin, guard_end) is served; `what` says what they are.

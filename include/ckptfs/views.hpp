@@ -6,9 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ckptfs/catalog.hpp"
@@ -71,9 +74,13 @@ class ExtentFile final : public VirtualFile {
 
  private:
   void read_extents(uint64_t offset, std::span<std::byte> dst, std::vector<catalog::DeferredRun>* deferred) const;
+  // The ranges of each object-store source that the whole file needs, in order (built at the first prefetch).
+  const std::vector<std::pair<uint64_t, uint64_t>>* needed_of_object(const io::File& file) const;
 
   std::vector<Extent> extents_;
   uint64_t size_ = 0;
+  mutable std::once_flag needed_once_;
+  mutable std::unordered_map<const io::File*, std::vector<std::pair<uint64_t, uint64_t>>> needed_;
 };
 
 // A safetensors file under the reference writer's rules: __metadata__ {"format":"pt"}, header padded
@@ -95,6 +102,10 @@ VirtualFilePtr make_torch_save(std::shared_ptr<const catalog::Catalog> catalog,
 // runs joined where they overlap or lie at most `join_gap` bytes apart. Sorts `runs`.
 void for_each_source_range(std::vector<catalog::Piece>& runs, uint64_t join_gap,
                            const std::function<void(const io::File&, uint64_t, uint64_t)>& visit);
+
+// `end` rounded up to a multiple of `unit`, but not past the end of the range of `needed` (sorted, disjoint
+// [begin, end) ranges) that holds the byte before it: `end` itself when no range holds that byte.
+uint64_t round_up_within(std::span<const std::pair<uint64_t, uint64_t>> needed, uint64_t end, uint64_t unit);
 
 // The bytes of source files that `runs` cover, each byte once however many runs cover it.
 uint64_t distinct_source_bytes(std::vector<catalog::Piece> runs);

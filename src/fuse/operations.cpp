@@ -189,21 +189,25 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, f
 // Over an object store each range is a GET, whose cost is per request (the bench's gateway spends about
 // 1.2 ms of CPU on each, whatever its size: 1,600 GETs of 64 KiB cost it more than 64 of 17 MB): a ZeRO-3
 // view's step is a slice of every rank object, so the window grows with the objects until each step is a
-// GET of kRemoteRequestBytes per object, as far as the block cache's memory allows: the step before, half
+// GET of io::kRemoteRequestBytes per object, as far as the block cache's memory allows: the step before, half
 // read, stays while the next arrives, so the window and half again must fit beside the reads in flight
 // (kRemoteReadsInFlight, or half of a cache of twice that or less: the kernel's readahead and FUSE
 // requests, each rounded out; a window of two thirds of a 32 MiB cache refetched a fifth of an 8-rank
-// bf16 view). The files streaming at once share it (OpenFiles::window_of); each refills by halves. Both
-// bounds are source bytes: a bf16 view of fp32 masters reads two for each byte it serves.
-constexpr uint64_t kRemoteRequestBytes = uint64_t{8} << 20;
+// bf16 view). Each range's end is rounded up to the next request (ExtentFile::prefetch), half a request per
+// object on average held beyond the window: that comes off it, down to a quarter of it (at 64 ranks a window
+// left whole made the prefetches of the objects asked for last fail for want of memory, every step: those
+// objects were read in 40-odd small GETs each). The files streaming at once share it
+// (OpenFiles::window_of); each refills by halves. Both bounds are source bytes: a bf16 view of fp32 masters
+// reads two for each byte it serves.
 constexpr uint64_t kRemoteReadsInFlight = uint64_t{16} << 20;
 
 PrefetchWindow prefetch_window(const Context& c, const vfs::Node& node) {
   if (!io::reads_objects(node.sources)) return {c.prefetch_bytes, c.prefetch_bytes / 4};
-  const uint64_t wanted = std::max(2 * c.prefetch_bytes, 2 * kRemoteRequestBytes * node.sources.size());
+  const uint64_t wanted = std::max(2 * c.prefetch_bytes, 2 * io::kRemoteRequestBytes * node.sources.size());
   const uint64_t room = c.remote_cache_bytes > 2 * kRemoteReadsInFlight ? c.remote_cache_bytes - kRemoteReadsInFlight
                                                                         : c.remote_cache_bytes / 2;
-  const uint64_t source_window = std::min(wanted, room / 3 * 2);
+  uint64_t source_window = std::min(wanted, room / 3 * 2);
+  source_window -= std::min(source_window / 4 * 3, io::kRemoteRequestBytes / 2 * node.sources.size());
   std::vector<catalog::Piece> runs;
   node.file->append_source_runs(runs);
   const uint64_t source_bytes = views::distinct_source_bytes(std::move(runs));

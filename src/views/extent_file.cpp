@@ -67,9 +67,39 @@ void ExtentFile::prefetch(uint64_t offset, uint64_t length) const {
     catalog::append_runs(*it->tensor, first, (end + size - 1) / size - first, runs);
     catalog::build_ahead(*it->tensor, first, (end + size - 1) / size - first);
   }
-  for_each_source_range(runs, kJoinGap,
-                        [](const io::File& file, uint64_t lo, uint64_t hi) { file.prefetch(lo, hi - lo); });
+  // Over an object store each range is a GET, and a range ends where the view's step ends, anywhere in the
+  // object: the next step would ask for the bytes after it in a GET of its own, and a ZeRO-3 view's steps
+  // jump about each rank object (names in sorted order: layers.1, layers.10, ...). So a range's end is
+  // rounded up to the next multiple of a request, as far as the bytes this file needs run on there: bytes
+  // fetched once, ahead of the window (prefetch_window leaves room for them). At 64 ranks the fp32 view's
+  // read took ~410 GETs instead of ~595, and 7% less time.
+  for_each_source_range(runs, kJoinGap, [this](const io::File& file, uint64_t lo, uint64_t hi) {
+    if (const auto* needed = needed_of_object(file)) hi = round_up_within(*needed, hi, io::kRemoteRequestBytes);
+    file.prefetch(lo, hi - lo);
+  });
   runs.clear();  // holds no source file past the call
+}
+
+const std::vector<std::pair<uint64_t, uint64_t>>* ExtentFile::needed_of_object(const io::File& file) const {
+  if (!file.is_remote()) return nullptr;
+  std::call_once(needed_once_, [this] {
+    std::vector<catalog::Piece> all;
+    append_source_runs(all);
+    for_each_source_range(all, 0, [this](const io::File& f, uint64_t lo, uint64_t hi) {
+      if (f.is_remote()) needed_[&f].emplace_back(lo, hi);
+    });
+  });
+  const auto it = needed_.find(&file);
+  return it == needed_.end() ? nullptr : &it->second;
+}
+
+uint64_t round_up_within(std::span<const std::pair<uint64_t, uint64_t>> needed, uint64_t end, uint64_t unit) {
+  if (end == 0) return end;
+  // The first range ending at or past `end`: the one holding byte end - 1, if any holds it.
+  const auto it = std::lower_bound(needed.begin(), needed.end(), end,
+                                   [](const std::pair<uint64_t, uint64_t>& r, uint64_t e) { return r.second < e; });
+  if (it == needed.end() || it->first >= end) return end;
+  return std::max(end, std::min(it->second, (end + unit - 1) / unit * unit));
 }
 
 void ExtentFile::append_source_runs(std::vector<catalog::Piece>& out) const {

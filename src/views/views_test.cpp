@@ -67,6 +67,19 @@ TEST(Views, ExtentFileReadsAcrossExtents) {
   EXPECT_EQ(file.sources()[0], src.file());
 }
 
+TEST(Views, APrefetchEndIsRoundedUpToARequestWithinTheBytesNeeded) {
+  const std::vector<std::pair<uint64_t, uint64_t>> needed = {{100, 250}, {300, 1000}};
+  EXPECT_EQ(round_up_within(needed, 120, 64), 128);   // to the next multiple
+  EXPECT_EQ(round_up_within(needed, 200, 64), 250);   // no further than the range holding byte 199
+  EXPECT_EQ(round_up_within(needed, 250, 64), 250);   // the range's own end
+  EXPECT_EQ(round_up_within(needed, 256, 64), 256);   // byte 255 is needed by none: as it was
+  EXPECT_EQ(round_up_within(needed, 320, 256), 512);  // a range further on
+  EXPECT_EQ(round_up_within(needed, 512, 256), 512);  // on a multiple already
+  EXPECT_EQ(round_up_within(needed, 900, 256), 1000);
+  EXPECT_EQ(round_up_within(needed, 1200, 256), 1200);  // past every range
+  EXPECT_EQ(round_up_within({}, 10, 64), 10);
+}
+
 TEST(Views, ExtentFileRejectsHolesAndOverlaps) {
   auto bytes = std::make_shared<const std::string>("abcdef");
   const auto extent = [&](uint64_t offset, uint64_t length) {
