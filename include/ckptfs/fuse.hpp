@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <sys/types.h>
 #include <vector>
 
 #include "ckptfs/s3_cache.hpp"
@@ -12,10 +13,19 @@
 
 namespace ckptfs::fuse {
 
+// What an operator sets in place of the access the sources give (-o uid=,gid=,umask=; docs/mount.md).
+struct AccessOverride {
+  std::optional<uid_t> uid;    // owner of every node
+  std::optional<gid_t> gid;    // group of every node
+  std::optional<mode_t> umask;  // modes 0444 & ~umask for files, 0555 & ~umask for directories
+};
+
 struct ServeOptions {
   std::string mountpoint;  // absolute, symbolic links resolved (what check_mountpoint returns)
-  // Mount options for libfuse ("allow_other", "fsname=...", ...); "ro" is always added.
+  // Mount options for libfuse ("allow_other", "fsname=...", ...); "ro" and "default_permissions" are always
+  // added: the kernel checks each node's owner and mode (vfs::Node::access) for every user.
   std::vector<std::string> fuse_options;
+  AccessOverride access;
   bool foreground = false;
   bool debug = false;  // libfuse's request trace on stderr; implies foreground
   unsigned max_threads = 16;

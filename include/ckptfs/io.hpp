@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -38,6 +39,15 @@ struct FileIdentity {
   std::string etag;
   std::string last_modified;
   bool operator==(const FileIdentity&) const = default;
+};
+
+// Who may read a source file as its directory entry says (owner, group, permission bits): what the mount
+// shows for the nodes made of it (vfs::AccessRules). Objects of an object store have none.
+struct Access {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  mode_t mode = 0;  // permission bits only (07777)
+  bool operator==(const Access&) const = default;
 };
 
 // An open source descriptor; closed when the last holder lets go (the descriptor cache, a read in
@@ -67,6 +77,7 @@ class RemoteReader;     // src/io/remote_object.hpp
 struct OnDisk {
   std::shared_ptr<DescriptorSlot> slot;  // the open descriptor
   uint64_t readahead_bytes = 0;          // the device's readahead: one fadvise call's reach
+  Access access;                         // as the file was when opened
 };
 struct Decoded {
   std::shared_ptr<const DecodedItem> item;
@@ -108,6 +119,9 @@ class File {
   uint64_t size() const { return identity_.size; }
   int64_t mtime_ns() const { return identity_.mtime_ns; }
   const FileIdentity& identity() const { return identity_; }
+  // Owner, group and mode of the file on disk when it was opened (a decoded item: its file's); nullopt for
+  // an object, which has none.
+  std::optional<Access> access() const;
 
   // Reads exactly dst.size() bytes at `offset` (retrying on EINTR and short reads). Throws SourceError
   // naming the file on an I/O error, when the range runs past the end of the file, or when the file

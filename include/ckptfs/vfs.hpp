@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -27,6 +28,8 @@ struct Node {
   std::string name;
   bool is_dir = false;
   int64_t mtime_ns = 0;
+  // Who may read it (docs/mount.md#permissions): a file, r bits only; a directory, x wherever r.
+  io::Access access;
   // Regular files: the bytes, and file->sources() (the files they are read from), kept here because
   // every open checks them.
   views::VirtualFilePtr file;
@@ -56,16 +59,21 @@ class VirtualTree {
 
 class TreeBuilder {
  public:
-  TreeBuilder();
+  explicit TreeBuilder(io::Access root = {0, 0, 0555});
   // Adds a regular file at `path` ("fp32/model.safetensors"), creating its directories. Throws
   // std::invalid_argument when the path is empty, has an empty, "." or ".." component, or is taken.
-  Ino add_file(std::string_view path, views::VirtualFilePtr file);
+  // Without `access` the file gets its directory's read bits, owner and group.
+  Ino add_file(std::string_view path, views::VirtualFilePtr file, std::optional<io::Access> access = std::nullopt);
+  // The access of directory `path` ("" the root) and of the directories below it that have none of their own
+  // (they take their parent's); the directory is created when missing.
+  void set_directory_access(std::string_view path, io::Access access);
   // Adds `path` as a second name of the regular file `target` (a hard link: one inode, one page-cache
   // copy). Throws std::invalid_argument as add_file does.
   void add_link(std::string_view path, Ino target);
   // Room for about `entries` nodes and names, so that building a large tree does not rehash.
   void reserve(size_t entries);
-  // Directories and files without sources get the newest mtime of all sources.
+  // Directories and files without sources get the newest mtime of all sources; directories without an
+  // access of their own their parent's, files without one their directory's read bits.
   VirtualTree build() &&;
 
  private:
@@ -103,6 +111,7 @@ class TreeBuilder {
   };
   VirtualTree tree_;
   std::unordered_map<ChildKey, Ino, ChildKeyHash, ChildKeyEqual> index_;
+  std::vector<bool> access_set_;  // per ino - 1: given by add_file or set_directory_access
   // The directory the last file went into ("" and the root at first): consecutive files of a view share
   // it, and directories are never removed, so its ino stays right.
   std::string last_dir_path_;

@@ -85,8 +85,13 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      index_cache=DIR  where the index of SRC is kept (default $XDG_CACHE_HOME/ckptfs, else
                       ~/.cache/ckptfs); a mount of unchanged sources loads it instead of parsing;
                       index_cache=off neither reads nor writes one (docs/mount.md)
-     allow_other, default_permissions, fsname=..., and the other FUSE mount options (mount.fuse3(8))
-     are passed to libfuse; ro is always set, rw and defaults are ignored.
+     uid=N, gid=N     show every node as owned by user N / group N (numbers), in place of the owners of
+                      the sources it is made of
+     umask=OOO        show files as 0444 & ~OOO and directories as 0555 & ~OOO (octal), in place of the
+                      read bits the sources grant (docs/mount.md#permissions)
+     allow_other, fsname=..., and the other FUSE mount options (mount.fuse3(8)) are passed to libfuse;
+     ro and default_permissions are always set (the kernel checks every node's owner and mode, which
+     come from the sources), rw and defaults are ignored.
 
 Exit codes (docs/exit-codes.md): 0 mounted, 2 usage, 3 source unreadable, 4 invalid checkpoint,
 5 unsupported layout, 6 mount failed.
@@ -106,6 +111,16 @@ struct MountArguments {
   std::optional<unsigned> transpose_cache_mb;
   std::optional<fs::path> index_cache = index::default_cache_dir();  // nullopt: off
 };
+
+// "key=OOO": an octal umask, at most 0777.
+mode_t parse_umask(const std::string& option) {
+  const std::string_view value = std::string_view(option).substr(option.find('=') + 1);
+  unsigned mask = 0;
+  auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), mask, 8);
+  if (value.empty() || ec != std::errc() || end != value.data() + value.size() || mask > 0777)
+    throw UsageError(fmt::format("-o {}: expected an octal mask such as 022 or 0027", option));
+  return static_cast<mode_t>(mask);
+}
 
 // Escapes a value for libfuse's comma-separated option list.
 std::string escape_option(const std::string& value) {
@@ -137,6 +152,12 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.stats_file = true;
   } else if (option.starts_with("shard_size=")) {
     m.shards.max_shard_size = parse_shard_size_option("-o " + option, option.substr(11));
+  } else if (option.starts_with("uid=")) {
+    m.serve.access.uid = parse_number(option, 0);
+  } else if (option.starts_with("gid=")) {
+    m.serve.access.gid = parse_number(option, 0);
+  } else if (option.starts_with("umask=")) {
+    m.serve.access.umask = parse_umask(option);
   } else if (option.starts_with("threads=")) {
     m.serve.max_threads = parse_number(option, 1);
   } else if (option.starts_with("max_open=")) {

@@ -73,10 +73,11 @@ void guarded(fuse_req_t req, fuse_ino_t ino, const char* op, Body&& body) noexce
 struct stat attributes(const Context& c, const vfs::Node& node) {
   struct stat st {};
   st.st_ino = node.ino;
-  st.st_mode = node.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+  const mode_t permissions = c.access.umask ? (node.is_dir ? 0555 : 0444) & ~*c.access.umask : node.access.mode;
+  st.st_mode = (node.is_dir ? S_IFDIR : S_IFREG) | permissions;
   st.st_nlink = node.is_dir ? 2 + node.subdirs : node.links;
-  st.st_uid = c.uid;
-  st.st_gid = c.gid;
+  st.st_uid = c.access.uid.value_or(node.access.uid);
+  st.st_gid = c.access.gid.value_or(node.access.gid);
   st.st_size = static_cast<off_t>(node.size());  // directories: 0, so `du -sb` sums the files exactly
   st.st_blocks = static_cast<blkcnt_t>((node.size() + 511) / 512);
   st.st_blksize = 1 << 20;  // hint for stdio and cp: large reads

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <vector>
 
+#include "ckptfs/fuse.hpp"
 #include "ckptfs/vfs.hpp"
 #include "fuse/read_ahead.hpp"
 
@@ -17,8 +18,7 @@ namespace ckptfs::fuse {
 // What the callbacks reach through fuse_req_userdata(); outlives the session.
 struct Context {
   const vfs::VirtualTree* tree = nullptr;
-  uid_t uid = 0;  // owner shown for every node: whoever mounted
-  gid_t gid = 0;
+  AccessOverride access;  // -o uid=,gid=,umask=, in place of the nodes' own
   bool use_syslog = false;  // daemonised: stderr is /dev/null
   uint64_t prefetch_bytes = 0;  // how far ahead of a sequential reader source ranges are prefetched
   uint64_t remote_cache_bytes = 0;  // ServeOptions::remote_cache_bytes

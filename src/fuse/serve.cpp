@@ -33,8 +33,9 @@ struct LoopConfigDeleter {
 
 std::unique_ptr<fuse_session, SessionDeleter> new_session(const ServeOptions& options,
                                                           const fuse_lowlevel_ops& ops, Context& context) {
-  std::vector<std::string> args = {"ckptfs", "-o", "ro"};
-  for (const auto& option : options.fuse_options) args[2] += "," + option;
+  std::vector<std::string> args = {"ckptfs", "-o", "ro,default_permissions"};
+  for (const auto& option : options.fuse_options)
+    if (option != "default_permissions") args[2] += "," + option;
   if (options.debug) args.emplace_back("-d");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -129,8 +130,7 @@ void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
   OpenFiles open_files;
   std::vector<std::atomic<uint64_t>> served(tree.node_count() + 1);
   Context context{&tree,
-                  ::getuid(),
-                  ::getgid(),
+                  options.access,
                   !foreground,
                   uint64_t{options.prefetch_mb} << 20,
                   options.remote_cache_bytes,

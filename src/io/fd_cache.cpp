@@ -63,7 +63,7 @@ FileIdentity identity_of(const struct stat& st) {
           nanoseconds(st.st_ctim), {}, {}};
 }
 
-std::pair<OpenFdPtr, FileIdentity> open_source(const std::filesystem::path& path) {
+OpenedSource open_source(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw SourceError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
   auto holder = std::make_shared<const OpenFd>(fd);
@@ -71,7 +71,7 @@ std::pair<OpenFdPtr, FileIdentity> open_source(const std::filesystem::path& path
   if (::fstat(fd, &st) != 0)
     throw SourceError(fmt::format("{}: cannot stat: {}", path.string(), std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) throw SourceError(fmt::format("{}: not a regular file", path.string()));
-  return {std::move(holder), identity_of(st)};
+  return {std::move(holder), identity_of(st), Access{st.st_uid, st.st_gid, st.st_mode & 07777}};
 }
 
 void set_max_open_files(size_t max_open) {
@@ -120,12 +120,12 @@ OpenFdPtr acquire(const File& file, DescriptorSlot& slot) {
     return fd;
   }
   // Reopen without the lock held (opens on network filesystems take milliseconds).
-  auto [fd, identity] = open_source(file.path());
-  if (identity != file.identity())
+  OpenedSource opened = open_source(file.path());
+  if (opened.identity != file.identity())
     throw SourceError(fmt::format("{}: changed since it was indexed (replaced, or its size, mtime or ctime "
                                   "differ); remount to serve the new checkpoint",
                                   file.path().string()));
-  return insert(slot, std::move(fd));
+  return insert(slot, std::move(opened.fd));
 }
 
 void forget(DescriptorSlot& slot) {

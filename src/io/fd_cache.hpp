@@ -19,8 +19,14 @@ namespace ckptfs::io {
 
 FileIdentity identity_of(const struct stat& st);
 
-// Opens `path` read-only and returns it with its identity. Throws SourceError naming the path.
-std::pair<OpenFdPtr, FileIdentity> open_source(const std::filesystem::path& path);
+// A source file opened read-only: its descriptor, identity and who may read it.
+struct OpenedSource {
+  OpenFdPtr fd;
+  FileIdentity identity;
+  Access access;
+};
+// Opens `path` read-only. Throws SourceError naming the path.
+OpenedSource open_source(const std::filesystem::path& path);
 
 // Where a File keeps its descriptor. `fd` is read under `mutex` and set only under the cache's lock as
 // well (taken first), so it is set exactly while the slot is in the cache's ring. Not std::atomic<

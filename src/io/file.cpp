@@ -38,9 +38,9 @@ std::shared_ptr<File> File::open(const std::filesystem::path& path) {
     file->origin_ = Remote{std::make_shared<RemoteReader>(object->cache, object->bucket, object->info)};
     return file;
   }
-  auto [fd, identity] = open_source(path);
+  auto [fd, identity, access] = open_source(path);
   std::shared_ptr<File> file(new File(path, identity));
-  OnDisk disk{std::make_shared<DescriptorSlot>(), readahead_bytes(identity.device)};
+  OnDisk disk{std::make_shared<DescriptorSlot>(), readahead_bytes(identity.device), access};
   fd_cache::insert(*disk.slot, std::move(fd));  // the indexing that follows reads it at once
   file->origin_ = std::move(disk);
   return file;
@@ -102,6 +102,15 @@ std::vector<std::byte> File::read(uint64_t offset, uint64_t length) const {
   std::vector<std::byte> out(length);
   read_exact(offset, out);
   return out;
+}
+
+std::optional<Access> File::access() const {
+  return std::visit(Overloaded{
+                        [](const OnDisk& disk) { return std::optional<Access>(disk.access); },
+                        [](const Decoded& decoded) { return decoded.item->backing()->access(); },
+                        [](const Remote&) { return std::optional<Access>(); },
+                    },
+                    origin_);
 }
 
 bool File::has_descriptor() const { return std::holds_alternative<OnDisk>(origin_); }

@@ -1,6 +1,8 @@
 // The mount layout of a checkpoint (docs/mount.md).
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <set>
 
 #include "ckptfs/describe.hpp"
@@ -8,6 +10,7 @@
 #include "ckptfs/live_stats.hpp"
 #include "ckptfs/version.hpp"
 #include "ckptfs/vfs.hpp"
+#include "vfs/source_access.hpp"
 
 namespace ckptfs::vfs {
 
@@ -18,7 +21,10 @@ constexpr std::string_view kRenamedDir = "source";  // side files whose name a v
 }  // namespace
 
 VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file, const ShardOptions& shards) {
-  TreeBuilder builder;
+  // What has no POSIX modes (an object store's) is the mounting user's, as s3fs and mountpoint-s3 show it.
+  SourceAccess access(checkpoint.root, {::geteuid(), ::getegid(), 0555});
+  TreeBuilder builder(access.directory(checkpoint.root));
+  builder.set_directory_access(ckptfs::views::kTagsDir, access.directory(checkpoint.root));
   std::vector<std::vector<ViewFile>> views;  // per tag; the root shares the latest tag's files
   for (const auto& tag : checkpoint.tags) views.push_back(tag_views(tag, true, shards));
   const Tag& latest = checkpoint.latest_tag();
@@ -28,15 +34,22 @@ VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file, const Shar
   builder.reserve(entries * 2);  // files and the dirs above them, roughly: no rehash of a million entries
   // The root views and tags/<latest>/ are the same inodes (hard links): one page-cache copy.
   std::vector<Ino> root_inodes;
-  for (const auto& v : root_views) root_inodes.push_back(builder.add_file(v.path, v.file));
+  for (const auto& v : root_views) {
+    root_inodes.push_back(builder.add_file(v.path, v.file, access.file(v.file->sources())));
+    // A view's directory at the root (fp32/, universal/) stands for the latest tag's.
+    if (const size_t slash = v.path.find('/'); slash != std::string::npos)
+      builder.set_directory_access(std::string_view(v.path).substr(0, slash), access.directory(latest.dir));
+  }
   for (size_t i = 0; i < views.size(); ++i) {
     const bool is_root = &views[i] == &root_views;
+    const std::string tag_dir = fmt::format("{}/{}", ckptfs::views::kTagsDir, checkpoint.tags[i].name);
+    builder.set_directory_access(tag_dir, access.directory(checkpoint.tags[i].dir));
     for (size_t j = 0; j < views[i].size(); ++j) {
-      const std::string path = fmt::format("{}/{}/{}", ckptfs::views::kTagsDir, checkpoint.tags[i].name, views[i][j].path);
+      const std::string path = fmt::format("{}/{}", tag_dir, views[i][j].path);
       if (is_root) {
         builder.add_link(path, root_inodes[j]);
       } else {
-        builder.add_file(path, views[i][j].file);
+        builder.add_file(path, views[i][j].file, access.file(views[i][j].file->sources()));
       }
     }
   }
@@ -59,7 +72,7 @@ VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file, const Shar
   for (const auto& [name, file] : side_files) {
     std::string mount_path = name;
     if (taken.contains(name)) renamed[name] = mount_path = fmt::format("{}/{}", kRenamedDir, name);
-    builder.add_file(mount_path, views::make_passthrough(file));
+    builder.add_file(mount_path, views::make_passthrough(file), access.file({file}));
   }
 
   nlohmann::json info = describe_checkpoint(checkpoint, false, views);

@@ -50,12 +50,14 @@ std::string VirtualTree::path(Ino ino) const {
   return out;
 }
 
-TreeBuilder::TreeBuilder() {
+TreeBuilder::TreeBuilder(io::Access root_access) {
   Node root;
   root.ino = kRootIno;
   root.parent = kRootIno;
   root.is_dir = true;
+  root.access = root_access;
   tree_.nodes_.push_back(std::move(root));
+  access_set_.push_back(true);
 }
 
 void TreeBuilder::reserve(size_t entries) {
@@ -79,6 +81,7 @@ Ino TreeBuilder::add_child(Ino parent, std::string_view name, bool is_dir) {
   dir.subdirs += is_dir ? 1 : 0;
   index_.emplace(ChildKey{parent, child.name}, child.ino);
   tree_.nodes_.push_back(std::move(child));  // invalidates `dir`
+  access_set_.push_back(false);
   return tree_.nodes_.back().ino;
 }
 
@@ -113,15 +116,30 @@ Ino TreeBuilder::add_directories(std::string_view path, const std::vector<std::s
   return dir;
 }
 
-Ino TreeBuilder::add_file(std::string_view path, views::VirtualFilePtr file) {
+Ino TreeBuilder::add_file(std::string_view path, views::VirtualFilePtr file, std::optional<io::Access> access) {
   const auto parts = components(path);
   const Ino ino = add_child(add_parents(path, parts), parts.back(), false);
   Node& node = tree_.nodes_[ino - 1];
+  if (access) {
+    node.access = *access;
+    access_set_[ino - 1] = true;
+  }
   tree_.total_bytes_ += file->size();
   node.sources = file->sources();
   node.file = std::move(file);
   for (const auto& s : node.sources) node.mtime_ns = std::max(node.mtime_ns, s->mtime_ns());
   return ino;
+}
+
+void TreeBuilder::set_directory_access(std::string_view path, io::Access access) {
+  Ino dir = kRootIno;
+  if (!path.empty()) {
+    auto parts = components(path);
+    parts.emplace_back();  // add_directories makes every component but the last
+    dir = add_directories(path, parts);
+  }
+  tree_.nodes_[dir - 1].access = access;
+  access_set_[dir - 1] = true;
 }
 
 void TreeBuilder::add_link(std::string_view path, Ino target) {
@@ -141,6 +159,12 @@ VirtualTree TreeBuilder::build() && {
   for (const auto& n : tree_.nodes_) newest = std::max(newest, n.mtime_ns);
   for (auto& n : tree_.nodes_)
     if (n.mtime_ns == 0) n.mtime_ns = newest;
+  // A parent's ino is below its children's: one pass in ino order hands access down.
+  for (auto& n : tree_.nodes_) {
+    if (access_set_[n.ino - 1]) continue;
+    n.access = tree_.nodes_[n.parent - 1].access;
+    if (!n.is_dir) n.access.mode &= 0444;
+  }
   return std::move(tree_);
 }
 

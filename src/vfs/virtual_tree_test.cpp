@@ -21,6 +21,23 @@ VirtualTree sample_tree() {
   return std::move(b).build();
 }
 
+TEST(VfsTree, NodesWithoutAccessOfTheirOwnTakeTheirDirectorysReadBits) {
+  TreeBuilder b({1, 2, 0555});
+  b.set_directory_access("tags/step2", {3, 4, 0550});
+  b.add_file("tags/step2/fp32/model.safetensors", memory_file("z"));
+  b.add_file("tags/step2/config.json", memory_file("{}"), io::Access{5, 6, 0400});
+  b.add_file("ckptfs.json", memory_file("{}"));
+  const VirtualTree tree = std::move(b).build();
+  const auto access = [&](std::string_view path) { return lookup_path(tree, path).node->access; };
+  EXPECT_EQ(access(""), (io::Access{1, 2, 0555}));
+  EXPECT_EQ(access("tags"), (io::Access{1, 2, 0555}));
+  EXPECT_EQ(access("tags/step2"), (io::Access{3, 4, 0550}));
+  EXPECT_EQ(access("tags/step2/fp32"), (io::Access{3, 4, 0550}));
+  EXPECT_EQ(access("tags/step2/fp32/model.safetensors"), (io::Access{3, 4, 0440}));
+  EXPECT_EQ(access("tags/step2/config.json"), (io::Access{5, 6, 0400}));
+  EXPECT_EQ(access("ckptfs.json"), (io::Access{1, 2, 0444}));
+}
+
 TEST(VfsTree, LookupWalksDirectories) {
   const VirtualTree tree = sample_tree();
   const Node* root = tree.node(kRootIno);

@@ -1,0 +1,43 @@
+// Who may read a node of the mount, from the sources it is made of (docs/mount.md#permissions): the mount
+// never gives anyone more than the source files do. A file's read bits are those every source grants, each
+// masked by the search bits of the directories between it and SRC (a class that cannot pass one of them
+// cannot reach the file on disk); a directory shows the read bits of the source directory it stands for,
+// with x wherever r. The directories above SRC are not looked at: where the mount point lies decides who
+// reaches it.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "ckptfs/io.hpp"
+
+namespace ckptfs::vfs {
+
+class SourceAccess {
+ public:
+  // `src`: the checkpoint's root (a directory, or a lone file whose directory then counts). `unlisted`: the
+  // owner, group and directory mode of what has no POSIX modes (an object store's objects and prefixes).
+  SourceAccess(const std::filesystem::path& src, io::Access unlisted);
+
+  // The access of a mount directory standing for source directory `dir` (a file: its directory).
+  io::Access directory(const std::filesystem::path& dir);
+  // The access of a file made of `sources`: the owner and group they share (else SRC's), the read bits all
+  // of them grant. nullopt when there are none (the file then takes its directory's).
+  std::optional<io::Access> file(const std::vector<io::FilePtr>& sources);
+
+ private:
+  // What stat shows for `path` (mode 0 when it cannot be stat'ed: nobody but root passes).
+  io::Access stat_access(const std::filesystem::path& path);
+  // `access`'s read bits, less those of a class that lacks x on a directory from `dir` up to SRC's.
+  mode_t reachable_read_bits(const std::filesystem::path& dir, const io::Access& access);
+  io::Access of_source(const io::File& source);
+
+  std::filesystem::path boundary_;  // SRC's directory
+  io::Access unlisted_;
+  std::map<std::filesystem::path, io::Access> stats_;
+  std::map<const io::File*, io::Access> sources_;
+};
+
+}  // namespace ckptfs::vfs
