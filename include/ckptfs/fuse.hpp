@@ -3,7 +3,9 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -19,6 +21,10 @@ struct AccessOverride {
   std::optional<gid_t> gid;    // group of every node
   std::optional<mode_t> umask;  // modes 0444 & ~umask for files, 0555 & ~umask for directories
 };
+
+// Makes `tree` the one a live mount serves: new lookups see it, the kernel drops the names, listings and
+// inodes that changed, open files keep the tree they were opened on.
+using ReplaceTree = std::function<void(std::shared_ptr<const vfs::VirtualTree> tree)>;
 
 struct ServeOptions {
   std::string mountpoint;  // absolute, symbolic links resolved (what check_mountpoint returns)
@@ -47,6 +53,12 @@ struct ServeOptions {
   // mount is live, in the process that serves; serve returns only after it has finished. Must not throw;
   // what it returns, when not empty, is logged as a warning (stderr, and syslog when daemonised).
   std::function<std::string()> once_live;
+  // A live mount (docs/mount.md#live-runs): runs on a thread of its own once the mount is live, until `stop`
+  // is requested as the mount goes away, and hands each new tree to `replace`. Must not throw; `log` writes
+  // a line to stderr, and to syslog when daemonised.
+  std::function<void(const ReplaceTree& replace, const std::function<void(const std::string&)>& log,
+                     std::stop_token stop)>
+      follow;
 };
 
 // A line of /proc/self/mountinfo.
@@ -72,6 +84,6 @@ std::string check_mountpoint(const std::string& mountpoint);
 // arrives, then unmounts. Without `foreground` the process forks once the mount is live: the parent exits 0
 // there (so `ckptfs SRC MNT && ls MNT` works) and the child serves. Throws Error with ExitCode::usage for
 // options libfuse rejects and ExitCode::mount_failed when the mount cannot be made.
-void serve(const vfs::VirtualTree& tree, const ServeOptions& options);
+void serve(std::shared_ptr<const vfs::VirtualTree> tree, const ServeOptions& options);
 
 }  // namespace ckptfs::fuse

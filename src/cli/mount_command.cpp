@@ -284,7 +284,7 @@ int run_mount(int argc, char** argv) {
                                                  opened.index_file.string()));
     for (const auto& l : opened.checkpoint.left_out)
       fmt::print(stderr, "ckptfs: left out tag {} (-o strict refuses instead): {}\n", l.name, l.error);
-    const vfs::VirtualTree tree = vfs::build_tree(opened.checkpoint, m.stats_file, m.shards);
+    auto tree = std::make_shared<const vfs::VirtualTree>(vfs::build_tree(opened.checkpoint, m.stats_file, m.shards));
     // Indexing parsed every pickle into trees that are gone now; hand their pages back before serving.
     ::malloc_trim(0);
     fuse::serve(tree, m.serve);

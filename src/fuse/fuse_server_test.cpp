@@ -43,7 +43,7 @@ class FuseServer : public ::testing::Test {
     b.add_file("fp32/pytorch_model.bin", memory_file(pattern(5000)));
     b.add_file("broken.bin", memory_file(pattern(100), {}, true));
     b.add_file("from_shard.bin", memory_file("x", {io::File::open(source_path_)}));
-    tree_ = new vfs::VirtualTree(std::move(b).build());
+    tree_ = std::make_shared<const vfs::VirtualTree>(std::move(b).build());
     server_ = new std::thread([] {
       ServeOptions options;
       options.mountpoint = mountpoint_->path().string();
@@ -51,7 +51,7 @@ class FuseServer : public ::testing::Test {
       options.max_threads = 4;
       options.read_ahead_kb = 0;
       try {
-        serve(*tree_, options);
+        serve(tree_, options);
       } catch (const std::exception& e) {
         failure_ = e.what();
       }
@@ -74,7 +74,7 @@ class FuseServer : public ::testing::Test {
       std::system(("fusermount3 -u -z '" + mnt + "'").c_str());
     server_->join();
     delete server_;
-    delete tree_;
+    tree_.reset();
     delete mountpoint_;
     delete sources_;
   }
@@ -99,7 +99,7 @@ class FuseServer : public ::testing::Test {
   static inline testing::TempDir* sources_ = nullptr;
   static inline testing::TempDir* mountpoint_ = nullptr;
   static inline std::filesystem::path source_path_;
-  static inline vfs::VirtualTree* tree_ = nullptr;
+  static inline std::shared_ptr<const vfs::VirtualTree> tree_;
   static inline std::thread* server_ = nullptr;
   static inline bool mounted_ = false;
   static inline std::atomic<bool> server_done_ = false;

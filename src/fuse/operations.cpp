@@ -21,11 +21,18 @@ namespace ckptfs::fuse {
 
 namespace {
 
-// The tree never changes while mounted, so the kernel may cache names, attributes and misses for long.
+// A tree never changes; a live mount replaces it and has the kernel drop what changed (InodeTable), so the
+// kernel may cache names, attributes and misses for long.
 constexpr double kTimeout = 86400.0;
 
 const Context& context(fuse_req_t req) {
   return *static_cast<const Context*>(fuse_req_userdata(req));
+}
+
+// "a/b/c" of kernel inode `ino`, for log lines.
+std::string path_of(const Context& c, fuse_ino_t ino) {
+  const Resolved r = c.inodes->find(ino);
+  return r.node != nullptr ? r.generation->tree->path(r.node->ino) : fmt::format("(inode {})", ino);
 }
 
 // Logs `message` unless the same file already failed for the same source: a changed or unreadable
@@ -44,7 +51,7 @@ void log_once(const Context& c, fuse_ino_t ino, std::string_view source, const s
 // throws: a failure to build the message (bad_alloc) only loses the log line.
 void log_failure(const Context& c, fuse_ino_t ino, const char* op, std::string_view what) noexcept {
   try {
-    log_once(c, ino, what.substr(0, what.find(": ")), fmt::format("{} /{}: {}", op, c.tree->path(ino), what));
+    log_once(c, ino, what.substr(0, what.find(": ")), fmt::format("{} /{}: {}", op, path_of(c, ino), what));
   } catch (...) {
   }
 }
@@ -70,9 +77,9 @@ void guarded(fuse_req_t req, fuse_ino_t ino, const char* op, Body&& body) noexce
   }
 }
 
-struct stat attributes(const Context& c, const vfs::Node& node) {
+struct stat attributes(const Context& c, const vfs::Node& node, fuse_ino_t ino) {
   struct stat st {};
-  st.st_ino = node.ino;
+  st.st_ino = ino;
   const mode_t permissions = c.access.umask ? (node.is_dir ? 0555 : 0444) & ~*c.access.umask : node.access.mode;
   st.st_mode = (node.is_dir ? S_IFDIR : S_IFREG) | permissions;
   st.st_nlink = node.is_dir ? 2 + node.subdirs : node.links;
@@ -87,10 +94,10 @@ struct stat attributes(const Context& c, const vfs::Node& node) {
   return st;
 }
 
-fuse_entry_param entry(const Context& c, const vfs::Node& node) {
+fuse_entry_param entry(const Context& c, const vfs::Node& node, fuse_ino_t ino) {
   fuse_entry_param e{};
-  e.ino = node.ino;
-  e.attr = attributes(c, node);
+  e.ino = ino;
+  e.attr = attributes(c, node, ino);
   e.attr_timeout = e.entry_timeout = kTimeout;
   return e;
 }
@@ -111,77 +118,106 @@ void op_init(void*, fuse_conn_info* conn) {
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   guarded(req, parent, "lookup", [&] {
     const Context& c = context(req);
-    const vfs::Node* dir = c.tree->node(parent);
-    if (dir == nullptr) return (void)fuse_reply_err(req, ENOENT);
-    if (!dir->is_dir) return (void)fuse_reply_err(req, ENOTDIR);
+    const Resolved dir = c.inodes->find(parent);
+    if (dir.node == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    if (!dir.node->is_dir) return (void)fuse_reply_err(req, ENOTDIR);
     fuse_entry_param e{};  // ino 0: the kernel caches the miss for entry_timeout
     e.entry_timeout = kTimeout;
-    if (const vfs::Node* node = c.tree->lookup(parent, name)) e = entry(c, *node);
-    fuse_reply_entry(req, &e);
+    if (const vfs::Node* node = dir.generation->tree->lookup(dir.node->ino, name))
+      e = entry(c, *node, c.inodes->looked_up(dir.generation, node->ino));
+    // A reply the kernel did not take (the request was interrupted) hands it no reference.
+    if (fuse_reply_entry(req, &e) != 0 && e.ino != 0) c.inodes->forget(e.ino, 1);
   });
 }
 
 void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   guarded(req, ino, "getattr", [&] {
     const Context& c = context(req);
-    const vfs::Node* node = c.tree->node(ino);
-    if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
-    const struct stat st = attributes(c, *node);
+    const Resolved r = c.inodes->find(ino);
+    if (r.node == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    const struct stat st = attributes(c, *r.node, ino);
     fuse_reply_attr(req, &st, kTimeout);
   });
 }
 
-// readdir and readdirplus: offsets are entry indexes (0 ".", 1 "..", 2.. children), stable because the
-// tree never changes.
-void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, bool plus) {
+// readdir and readdirplus: offsets are entry indexes (0 ".", 1 "..", 2.. children), stable because a
+// tree never changes (a listing of a directory a live mount changed since its opendir is of the tree it
+// was started on: the directory handle holds it).
+void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi, bool plus) {
   guarded(req, ino, "readdir", [&] {
     const Context& c = context(req);
-    const vfs::Node* dir = c.tree->node(ino);
+    const auto* listed = reinterpret_cast<const Resolved*>(fi->fh);
+    const Resolved found = listed != nullptr ? Resolved{} : c.inodes->find(ino);
+    const Resolved& r = listed != nullptr ? *listed : found;
+    const vfs::Node* dir = r.node;
     if (dir == nullptr) return (void)fuse_reply_err(req, ENOENT);
     if (!dir->is_dir) return (void)fuse_reply_err(req, ENOTDIR);
+    const vfs::VirtualTree& tree = *r.generation->tree;
+    const std::vector<KernelIno>& kernel = r.generation->kernel;
     thread_local std::vector<char> buffer;  // per worker thread, as large as the largest request
     if (buffer.size() < size) buffer.resize(size);
     size_t used = 0;
     const size_t count = dir->children.size() + 2;
+    std::vector<fuse_ino_t> handed;  // readdirplus: the entries that take a lookup reference
     for (size_t i = static_cast<size_t>(std::max<off_t>(offset, 0)); i < count; ++i) {
-      const vfs::Node* node =
-          i < 2 ? c.tree->node(i == 0 ? dir->ino : dir->parent) : c.tree->node(dir->children[i - 2].second);
+      const vfs::Ino local = i < 2 ? (i == 0 ? dir->ino : dir->parent) : dir->children[i - 2].second;
+      const vfs::Node* node = tree.node(local);
+      const fuse_ino_t node_ino = i == 0 ? ino : kernel[local];
       const char* name = i == 0 ? "." : i == 1 ? ".." : dir->children[i - 2].first.c_str();
       const off_t next = static_cast<off_t>(i + 1);
       size_t n;
       if (plus) {
-        const fuse_entry_param e = entry(c, *node);
+        const fuse_entry_param e = entry(c, *node, node_ino);
         n = fuse_add_direntry_plus(req, buffer.data() + used, size - used, name, &e, next);
       } else {
-        const struct stat st = attributes(c, *node);
+        const struct stat st = attributes(c, *node, node_ino);
         n = fuse_add_direntry(req, buffer.data() + used, size - used, name, &st, next);
       }
       if (n > size - used) break;  // did not fit: the kernel asks again from `next - 1`
       used += n;
+      if (plus && i >= 2) handed.push_back(c.inodes->looked_up(r.generation, local));
     }
-    fuse_reply_buf(req, buffer.data(), used);
+    if (fuse_reply_buf(req, buffer.data(), used) != 0)
+      for (fuse_ino_t h : handed) c.inodes->forget(h, 1);
   });
 }
 
-// Directories never change: the kernel may keep their listings (cache_readdir), so a second `ls -lR`
-// or `du` of a large tree is served without a READDIR round trip per block of entries.
+// A tree's directories never change: the kernel may keep their listings (cache_readdir), so a second
+// `ls -lR` or `du` of a large tree is served without a READDIR round trip per block of entries (a live
+// mount that changes one has the kernel drop its listing). The handle holds the directory's tree.
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   guarded(req, ino, "opendir", [&] {
-    const vfs::Node* node = context(req).tree->node(ino);
-    if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
-    if (!node->is_dir) return (void)fuse_reply_err(req, ENOTDIR);
+    auto listed = std::make_unique<Resolved>(context(req).inodes->find(ino));
+    if (listed->node == nullptr) return (void)fuse_reply_err(req, ENOENT);
+    if (!listed->node->is_dir) return (void)fuse_reply_err(req, ENOTDIR);
     fi->cache_readdir = 1;
     fi->keep_cache = 1;
-    fuse_reply_open(req, fi);
+    fi->fh = reinterpret_cast<uint64_t>(listed.get());
+    if (fuse_reply_open(req, fi) == 0) listed.release();
   });
 }
 
-void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
-  read_directory(req, ino, size, offset, false);
+void op_releasedir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+  delete reinterpret_cast<Resolved*>(fi->fh);
+  fuse_reply_err(req, 0);
 }
 
-void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
-  read_directory(req, ino, size, offset, true);
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi) {
+  read_directory(req, ino, size, offset, fi, false);
+}
+
+void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi) {
+  read_directory(req, ino, size, offset, fi, true);
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  context(req).inodes->forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  for (size_t i = 0; i < count; ++i) context(req).inodes->forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
 }
 
 // How far ahead of a sequential reader prefetch reaches, and the least it refills that window by. A
@@ -231,7 +267,8 @@ void prefetch_ahead(const Context& c, OpenFile& open, uint64_t start, uint64_t l
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   guarded(req, ino, "open", [&] {
     const Context& c = context(req);
-    const vfs::Node* node = c.tree->node(ino);
+    const Resolved r = c.inodes->find(ino);
+    const vfs::Node* node = r.node;
     if (node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     if (node->is_dir) return (void)fuse_reply_err(req, EISDIR);
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC) != 0)
@@ -243,7 +280,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
         log_once(c, ino, source->path().string(),
                  fmt::format("open /{}: {}: changed since the mount (replaced, or its size, mtime or ctime "
                              "differ); remount to serve the new checkpoint",
-                             c.tree->path(ino), source->path().string()));
+                             r.generation->tree->path(node->ino), source->path().string()));
         return (void)fuse_reply_err(req, EIO);
       }
     }
@@ -259,7 +296,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi) {
   guarded(req, ino, "read", [&] {
     const Context& c = context(req);
-    const vfs::Node* node = c.tree->node(ino);
+    const Resolved r = c.inodes->find(ino);
+    const vfs::Node* node = r.node;
     if (node == nullptr || node->is_dir) return (void)fuse_reply_err(req, node == nullptr ? ENOENT : EISDIR);
     OpenFile* open = fi != nullptr && fi->fh != 0 ? reinterpret_cast<OpenFile*>(fi->fh) : nullptr;
     const views::VirtualFile& content = open != nullptr ? *open->content : *node->file;
@@ -278,8 +316,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
       ~Release() { deferred.clear(); }
     } release;
     content.read_deferring(start, std::span(buffer.data(), length), deferred);
-    if (c.served != nullptr && ino < c.served->size() && !node->file->live())
-      (*c.served)[ino].fetch_add(length, std::memory_order_relaxed);
+    if (!node->file->live()) r.generation->served[node->ino].fetch_add(length, std::memory_order_relaxed);
     if (deferred.empty())
       fuse_reply_buf(req, reinterpret_cast<const char*>(buffer.data()), length);
     else if (const std::string problem = reply_with_runs(req, std::span(buffer.data(), length), deferred);
@@ -295,11 +332,11 @@ void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 
 void op_statfs(fuse_req_t req, fuse_ino_t ino) {
   guarded(req, ino, "statfs", [&] {
-    const Context& c = context(req);
+    const vfs::VirtualTree& tree = *context(req).inodes->current()->tree;
     struct statvfs st {};
     st.f_bsize = st.f_frsize = 4096;
-    st.f_blocks = (c.tree->total_bytes() + 4095) / 4096;
-    st.f_files = c.tree->node_count();
+    st.f_blocks = (tree.total_bytes() + 4095) / 4096;
+    st.f_files = tree.node_count();
     st.f_namemax = 255;
     st.f_flag = ST_RDONLY;
     fuse_reply_statfs(req, &st);
@@ -341,8 +378,11 @@ fuse_lowlevel_ops make_operations() {
   fuse_lowlevel_ops ops{};
   ops.init = op_init;
   ops.lookup = op_lookup;
+  ops.forget = op_forget;
+  ops.forget_multi = op_forget_multi;
   ops.getattr = op_getattr;
   ops.opendir = op_opendir;
+  ops.releasedir = op_releasedir;
   ops.readdir = op_readdir;
   ops.readdirplus = op_readdirplus;
   ops.open = op_open;

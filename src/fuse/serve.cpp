@@ -69,13 +69,21 @@ void set_read_ahead(const std::string& mountpoint, unsigned kb) {
     std::ofstream(fmt::format("/sys/class/bdi/{}/read_ahead_kb", mount->device)) << kb;
 }
 
-// {path: bytes answered} of every file read so far (a file at two paths, a root view and tags/<latest>/,
-// under its first).
-nlohmann::json served_bytes(const vfs::VirtualTree& tree, const std::vector<std::atomic<uint64_t>>& served) {
+// {path: bytes answered} of every file of the tree served now that was read (a file at two paths, a root
+// view and tags/<latest>/, under its first).
+nlohmann::json served_bytes(const Generation& generation) {
   nlohmann::json out = nlohmann::json::object();
-  for (size_t ino = 1; ino < served.size(); ++ino)
-    if (const uint64_t bytes = served[ino].load(std::memory_order_relaxed); bytes > 0) out[tree.path(ino)] = bytes;
+  for (vfs::Ino ino = 1; ino <= generation.tree->node_count(); ++ino)
+    if (const uint64_t bytes = generation.served[ino].load(std::memory_order_relaxed); bytes > 0)
+      out[generation.tree->path(ino)] = bytes;
   return out;
+}
+
+// The kernel drops what a replaced tree changed. ENOENT (nothing cached there) is the common answer.
+void invalidate(fuse_session* se, const Invalidations& changed) {
+  for (const auto& [parent, name] : changed.entries)
+    fuse_lowlevel_notify_inval_entry(se, parent, name.c_str(), name.size());
+  for (KernelIno ino : changed.inodes) fuse_lowlevel_notify_inval_inode(se, ino, 0, 0);
 }
 
 }  // namespace
@@ -125,19 +133,18 @@ std::string check_mountpoint(const std::string& mountpoint) {
   return canonical;
 }
 
-void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
+void serve(std::shared_ptr<const vfs::VirtualTree> tree, const ServeOptions& options) {
   const bool foreground = options.foreground || options.debug;
   OpenFiles open_files;
-  std::vector<std::atomic<uint64_t>> served(tree.node_count() + 1);
-  Context context{&tree,
+  InodeTable inodes(std::move(tree));
+  Context context{&inodes,
                   options.access,
                   !foreground,
                   uint64_t{options.prefetch_mb} << 20,
                   options.remote_cache_bytes,
                   &open_files,
-                  std::chrono::milliseconds(options.source_check_ms),
-                  &served};
-  live_stats::add_section("served", [&] { return served_bytes(tree, served); });
+                  std::chrono::milliseconds(options.source_check_ms)};
+  live_stats::add_section("served", [&] { return served_bytes(*inodes.current()); });
   const struct Unregister {
     ~Unregister() { live_stats::remove_section("served"); }
   } unregister;
@@ -170,10 +177,20 @@ void serve(const vfs::VirtualTree& tree, const ServeOptions& options) {
     once_live = std::jthread([&] {
       if (const std::string warning = options.once_live(); !warning.empty()) log_error(context, warning);
     });
+  std::jthread follow;
+  if (options.follow)
+    follow = std::jthread([&](std::stop_token stop) {
+      options.follow([&](std::shared_ptr<const vfs::VirtualTree> next) { invalidate(se, inodes.replace(std::move(next))); },
+                     [&](const std::string& line) { log_error(context, line); }, stop);
+    });
   std::unique_ptr<fuse_loop_config, LoopConfigDeleter> config(fuse_loop_cfg_create());
   fuse_loop_cfg_set_clone_fd(config.get(), 1);
   fuse_loop_cfg_set_max_threads(config.get(), options.max_threads);
   const int status = fuse_session_loop_mt(se, config.get());
+  if (follow.joinable()) {  // before the session goes: it may be invalidating
+    follow.request_stop();
+    follow.join();
+  }
   fuse_remove_signal_handlers(se);
   fuse_session_unmount(se);
   // A signal ends the loop with status = the signal number; only a negative status is a failure.

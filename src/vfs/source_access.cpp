@@ -15,19 +15,11 @@ constexpr mode_t kReadBits = 0444;
 // r for every class that has r: a directory listable by a class is passable by it in the mount.
 mode_t with_search_bits(mode_t read_bits) { return read_bits | (read_bits & kReadBits) >> 2; }
 
-// Whether `path` is `dir` or below it.
-bool is_within(const fs::path& path, const fs::path& dir) {
-  auto p = path.begin();
-  for (auto d = dir.begin(); d != dir.end(); ++d, ++p)
-    if (p == path.end() || *p != *d) return false;
-  return true;
-}
-
 }  // namespace
 
 SourceAccess::SourceAccess(const fs::path& src, io::Access unlisted) : unlisted_(unlisted) {
-  boundary_ = src;
-  if (!io::is_remote(src) && !io::is_directory(src)) boundary_ = src.parent_path();
+  src_dir_ = src;
+  if (!io::is_remote(src) && !io::is_directory(src)) src_dir_ = src.parent_path();
 }
 
 io::Access SourceAccess::stat_access(const fs::path& path) {
@@ -37,25 +29,41 @@ io::Access SourceAccess::stat_access(const fs::path& path) {
   return stats_.emplace(path, access).first->second;
 }
 
-mode_t SourceAccess::reachable_read_bits(const fs::path& dir, const io::Access& access) {
-  mode_t bits = access.mode & kReadBits;
-  if (!is_within(dir, boundary_)) return bits;
-  for (fs::path d = dir;; d = d.parent_path()) {
-    const io::Access above = stat_access(d);
-    // The owner and group of `access` pass `d` as its owner or group where they are the same, else as others.
+mode_t SourceAccess::passable_bits(fs::path dir, const io::Access& access, mode_t bits) {
+  for (;; dir = dir.parent_path()) {
+    const io::Access above = stat_access(dir);
+    // The owner and group of `access` pass `dir` as its owner or group where they are the same, else as others.
     if ((above.mode & (above.uid == access.uid ? 0100 : 0001)) == 0) bits &= ~mode_t{0400};
     if ((above.mode & (above.gid == access.gid ? 0010 : 0001)) == 0) bits &= ~mode_t{0040};
     if ((above.mode & 0001) == 0) bits &= ~mode_t{0004};
-    if (d == boundary_ || !d.has_relative_path()) return bits;
+    if (!dir.has_relative_path()) return bits;
   }
+}
+
+fs::path SourceAccess::resolved_parent(const fs::path& path) {
+  struct stat st {};
+  std::error_code ec;
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) return fs::canonical(path, ec).parent_path();
+  const fs::path parent = path.parent_path();
+  if (auto it = resolved_dirs_.find(parent); it != resolved_dirs_.end()) return it->second;
+  fs::path resolved = fs::canonical(parent, ec);
+  return resolved_dirs_.emplace(parent, ec ? parent : resolved).first->second;
+}
+
+mode_t SourceAccess::reachable_read_bits(const fs::path& path, const io::Access& access) {
+  mode_t bits = access.mode & kReadBits;
+  if (!path.has_relative_path()) return bits;
+  bits = passable_bits(path.parent_path(), access, bits);
+  if (const fs::path resolved = resolved_parent(path); !resolved.empty() && resolved != path.parent_path())
+    bits = passable_bits(resolved, access, bits);
+  return bits;
 }
 
 io::Access SourceAccess::directory(const fs::path& dir) {
   if (io::is_remote(dir)) return unlisted_;
-  fs::path d = dir;
+  const fs::path d = io::is_directory(dir) ? dir : dir.parent_path();
   io::Access access = stat_access(d);
-  if (!io::is_directory(d)) access = stat_access(d = d.parent_path());
-  access.mode = with_search_bits(d == boundary_ ? access.mode & kReadBits : reachable_read_bits(d.parent_path(), access));
+  access.mode = with_search_bits(reachable_read_bits(d, access));
   return access;
 }
 
@@ -64,7 +72,7 @@ io::Access SourceAccess::of_source(const io::File& source) {
   io::Access access{unlisted_.uid, unlisted_.gid, unlisted_.mode & kReadBits};
   if (const auto on_disk = source.access()) {
     access = *on_disk;
-    access.mode = reachable_read_bits(source.path().parent_path(), access);
+    access.mode = reachable_read_bits(source.path(), access);
   }
   return sources_.emplace(&source, access).first->second;
 }
@@ -80,7 +88,7 @@ std::optional<io::Access> SourceAccess::file(const std::vector<io::FilePtr>& sou
     same_group = same_group && one.gid == out.gid;
   }
   if (!same_owner || !same_group) {
-    const io::Access src = directory(boundary_);
+    const io::Access src = stat_access(src_dir_);
     if (!same_owner) out.uid = src.uid;
     if (!same_group) out.gid = src.gid;
   }

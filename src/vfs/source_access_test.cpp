@@ -61,7 +61,7 @@ TEST(SourceAccess, ADirectoryAClassCannotPassTakesItsReadBitsOnWhatIsBelow) {
   EXPECT_EQ(access.directory(s.dir.path()).mode, 0555u);
 }
 
-TEST(SourceAccess, SrcClosedToOthersClosesEverythingBelowIt) {
+TEST(SourceAccess, ADirectoryClosedToOthersClosesEverythingBelowIt) {
   Sources s;
   ::chmod(s.dir.path().c_str(), 0700);
   ::chmod(s.tag.c_str(), 0755);
@@ -71,6 +71,21 @@ TEST(SourceAccess, SrcClosedToOthersClosesEverythingBelowIt) {
   EXPECT_EQ(access.directory(s.dir.path()).mode, 0500u);
   EXPECT_EQ(access.directory(s.tag).mode, 0500u);
   EXPECT_EQ(access.file({s.rank0})->mode, 0400u);
+}
+
+TEST(SourceAccess, ASymbolicLinkIsReachedThroughTheDirectoriesOfWhatItNames) {
+  Sources s;
+  testing::TempDir elsewhere;
+  const fs::path hidden = elsewhere.path() / "private";
+  fs::create_directory(hidden);
+  std::ofstream(hidden / "rank2.pt") << "2";
+  ::chmod((hidden / "rank2.pt").c_str(), 0644);
+  ::chmod(hidden.c_str(), 0700);
+  ::chmod(s.dir.path().c_str(), 0755);
+  ::chmod(s.tag.c_str(), 0755);
+  fs::create_symlink(hidden / "rank2.pt", s.tag / "rank2.pt");
+  SourceAccess access(s.dir.path(), kUnlisted);
+  EXPECT_EQ(access.file({io::File::open(s.tag / "rank2.pt")})->mode, 0400u);
 }
 
 TEST(SourceAccess, ADirectoryShowsSearchBitsWhereverItGrantsRead) {
