@@ -7,10 +7,10 @@ import subprocess
 from mounting import CMD_TIMEOUT
 
 
-def walk_sizes(mnt, dir_mode=None):
-    """`ls -lR mnt` succeeds; every file has st_blocks = ceil(size / 512) and mode 0444 (every folder
-    `dir_mode` when given).  Returns {inode: size}: the root views and tags/<latest>/ are hard links, which du
-    counts once."""
+def walk_sizes(mnt):
+    """`ls -lR mnt` succeeds; every file has st_blocks = ceil(size / 512) and is read-only (read bits only: which
+    of them the sources decide, test_permissions.py checks them), every folder has x where it has r and no w.
+    Returns {inode: size}: the root views and tags/<latest>/ are hard links, which du counts once."""
     ls = subprocess.run(["ls", "-lR", mnt], capture_output=True, text=True, timeout=CMD_TIMEOUT)
     assert ls.returncode == 0, ls.stderr
     sizes = {}
@@ -18,11 +18,11 @@ def walk_sizes(mnt, dir_mode=None):
         for f in files:
             st = os.stat(os.path.join(root, f))
             assert st.st_blocks == math.ceil(st.st_size / 512), f
-            assert st.st_mode & 0o777 == 0o444, f
+            assert st.st_mode & 0o777 & ~0o444 == 0 and st.st_mode & 0o400, f"{f}: {st.st_mode:o}"
             sizes[st.st_ino] = st.st_size
-        if dir_mode is not None:
-            for dn in dirs:
-                assert os.stat(os.path.join(root, dn)).st_mode & 0o777 == dir_mode, dn
+        for dn in dirs:
+            mode = os.stat(os.path.join(root, dn)).st_mode & 0o777
+            assert mode & 0o400 and mode == (mode & 0o444) | (mode & 0o444) >> 2, f"{dn}: {mode:o}"
     return sizes
 
 

@@ -178,7 +178,7 @@ def root_names(exp):
 
 def check_walk(mnt, tags, latest, out_dir):
     """ls -lR, du, st_blocks, modes; root views are the latest tag's inodes; ckptfs.json."""
-    sizes = walk_sizes(mnt, dir_mode=0o555)
+    sizes = walk_sizes(mnt)
     du = subprocess.run(["du", "-sb", mnt], capture_output=True, text=True, timeout=CMD_TIMEOUT)
     assert du.returncode == 0, du.stderr
     assert int(du.stdout.split()[0]) == sum(sizes.values())
