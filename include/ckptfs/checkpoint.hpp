@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -125,6 +126,7 @@ struct Checkpoint {
   std::vector<Tag> tags;                          // sorted naturally (global_step9 before global_step10)
   std::vector<std::filesystem::path> side_files;  // regular files of the root that are not checkpoint data
   std::vector<LeftOutTag> left_out;               // tags other than `latest` that failed to read
+  std::vector<std::string> in_progress;           // a refresh: tags whose save is not complete yet
 
   const Tag* find(const std::string& tag) const;
   const Tag& latest_tag() const;
@@ -135,6 +137,11 @@ struct OpenOptions {
   // Refuse the whole source when any tag fails to read (default: only the root tag must be valid; other
   // broken tags are left out, see Checkpoint::left_out).
   bool strict = false;
+  // A live mount's refresh (docs/mount.md#live-runs): the tag already read under a name, to keep as read, or
+  // null to read it again. Set, a tag it does not know is read only once its save is complete (its
+  // framework's mark: the tracker names it or a later tag, HF Trainer's trainer_state.json); until then it
+  // is in Checkpoint::in_progress, not served.
+  std::function<const Tag*(const std::string& name)> known;
 };
 
 // Detects the framework of `source` (a save dir or one tag dir) and indexes it. `source` may be spelt any

@@ -23,7 +23,7 @@ struct Opened {
   bool from_index = false;
   std::filesystem::path index_file;  // where the index is (or would be); empty when the cache is off
   std::string parsed_because;        // why the index was not used, when it was looked for
-  std::string key;                   // what the index is written for; empty when there is none to write
+  std::string key;                   // what the index is written for; empty without a cache or a build id
 };
 
 // open_checkpoint, through the index cache in `cache_dir` (nullopt: no cache). A parsed checkpoint's index

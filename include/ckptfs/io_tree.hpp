@@ -62,5 +62,8 @@ std::filesystem::path canonical(const std::filesystem::path& path, std::error_co
 // Throws SourceError (an s3::Error naming the URL and the S3 code) when the listing fails, and SourceError
 // when nothing is stored under the prefix.
 std::filesystem::path open_remote_source(const s3::Url& url, std::shared_ptr<s3::Client> client);
+// Lists the object-store source `source` (what open_remote_source returned) again: later lookups see the
+// store as it is now (a live mount's refresh). Throws SourceError as open_remote_source does.
+void relist_remote_source(const std::filesystem::path& source);
 
 }  // namespace ckptfs::io

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/io.hpp"
 #include "ckptfs/layout.hpp"
@@ -133,10 +135,15 @@ PathLookup lookup_path(const VirtualTree& tree, std::string_view path);
 std::vector<std::string> closest_names(const VirtualTree& tree, const Node& dir, std::string_view name,
                                        size_t limit);
 
+struct TreeOptions {
+  bool stats_file = false;  // -o stats: ckptfs-stats.json, the daemon's figures (live_stats.hpp) at each open
+  ShardOptions shards;      // -o shard_size
+  // A live mount (docs/mount.md#live-runs): what ckptfs.json says of it under "live" (null: a snapshot).
+  nlohmann::json live;
+};
+
 // The mount layout for `checkpoint` (docs/mount.md): the latest tag's views at the root, the side files,
-// tags/<tag>/ for every tag, ckptfs.json, and source/<name> for side files whose name a view takes; with
-// `stats_file` (-o stats), ckptfs-stats.json too: the daemon's figures (live_stats.hpp) at each open; the
-// safetensors views sharded as `shards` says (-o shard_size).
-VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file = false, const ShardOptions& shards = {});
+// tags/<tag>/ for every tag, ckptfs.json, and source/<name> for side files whose name a view takes.
+VirtualTree build_tree(const Checkpoint& checkpoint, const TreeOptions& options = {});
 
 }  // namespace ckptfs::vfs

@@ -33,7 +33,7 @@ struct Arguments {
 
   bool has(const std::string& flag) const { return flags.count(flag) != 0; }
   // --tag T and --strict as options for open_checkpoint.
-  OpenOptions open_options() const { return {tag, has("--strict")}; }
+  OpenOptions open_options() const { return {tag, has("--strict"), nullptr}; }
 };
 
 // SIZE of -o shard_size= / --shard-size (views::parse_shard_size); `what` names the option in the

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "ckptfs/vfs.hpp"
 #include "cli/arguments.hpp"
 #include "cli/commands.hpp"
+#include "cli/live_run.hpp"
 #include "cli/source_argument.hpp"
 #include "io/remote_object.hpp"
 
@@ -80,6 +82,12 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
                       SIZE) writes it: model-0000I-of-0000N.safetensors + model.safetensors.index.json,
                       its single file under unsharded/ (default 50GB, transformers' own; SIZE: 500MB,
                       1.5GB, 60KB decimal, 512MiB binary, or bytes; docs/mount.md)
+     static           serve SRC as it is at the mount (default for a save dir: follow it as the run
+                      saves, docs/mount.md#live-runs: a new tag appears once its save is complete,
+                      the root follows the tracker, a deleted tag goes)
+     refresh=SECONDS  a live mount of an s3:// SRC, or of a save dir on a filesystem that sends no
+                      change events (NFS, Lustre, GPFS, CephFS, SMB, FUSE), lists it again this often
+                      (default 30; one LIST request per 1,000 objects each time)
      stats            add ckptfs-stats.json at the root: the daemon's figures (bytes served per
                       file so far, and for s3:// sources what was fetched) at each open
      index_cache=DIR  where the index of SRC is kept (default $XDG_CACHE_HOME/ckptfs, else
@@ -97,6 +105,9 @@ Exit codes (docs/exit-codes.md): 0 mounted, 2 usage, 3 source unreadable, 4 inva
 5 unsupported layout, 6 mount failed.
 )";
 
+// How often a live mount lists an s3:// source, or a save dir on a filesystem without change events, again.
+constexpr std::chrono::seconds kDefaultRefresh{30};
+
 struct MountArguments {
   std::string source_text;  // as given: a path, or s3://BUCKET/PREFIX
   fs::path source, mountpoint;
@@ -110,6 +121,8 @@ struct MountArguments {
   std::optional<unsigned> decoded_cache_mb;
   std::optional<unsigned> transpose_cache_mb;
   std::optional<fs::path> index_cache = index::default_cache_dir();  // nullopt: off
+  bool snapshot = false;                 // -o static
+  std::chrono::seconds refresh{kDefaultRefresh};  // -o refresh=
 };
 
 // "key=OOO": an octal umask, at most 0777.
@@ -148,6 +161,10 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.open.tag = option.substr(4);
   } else if (option == "strict") {
     m.open.strict = true;
+  } else if (option == "static") {
+    m.snapshot = true;
+  } else if (option.starts_with("refresh=")) {
+    m.refresh = std::chrono::seconds(parse_number(option, 1));
   } else if (option == "stats") {
     m.stats_file = true;
   } else if (option.starts_with("shard_size=")) {
@@ -251,6 +268,12 @@ MountArguments parse(int argc, char** argv) {
   return m;
 }
 
+// A save dir (its tags are dirs below SRC) is followed as the run saves, unless -o static or one tag is asked for.
+bool follows(const MountArguments& m, const Checkpoint& checkpoint) {
+  if (m.snapshot || m.open.tag) return false;
+  return std::none_of(checkpoint.tags.begin(), checkpoint.tags.end(), [&](const Tag& t) { return t.dir == checkpoint.root; });
+}
+
 }  // namespace
 
 int run_mount(int argc, char** argv) {
@@ -284,7 +307,16 @@ int run_mount(int argc, char** argv) {
                                                  opened.index_file.string()));
     for (const auto& l : opened.checkpoint.left_out)
       fmt::print(stderr, "ckptfs: left out tag {} (-o strict refuses instead): {}\n", l.name, l.error);
-    auto tree = std::make_shared<const vfs::VirtualTree>(vfs::build_tree(opened.checkpoint, m.stats_file, m.shards));
+    vfs::TreeOptions tree_options{m.stats_file, m.shards, {}};
+    std::optional<LiveRun> live;
+    if (follows(m, opened.checkpoint)) {
+      live.emplace(LiveRun::Options{m.source, m.open, tree_options, m.refresh, opened.index_file, opened.key},
+                   opened.checkpoint);
+      tree_options.live = live->description();
+      m.serve.follow = [&live](const fuse::ReplaceTree& replace, const std::function<void(const std::string&)>& log,
+                               std::stop_token stop) { live->follow(replace, log, stop); };
+    }
+    auto tree = std::make_shared<const vfs::VirtualTree>(vfs::build_tree(opened.checkpoint, tree_options));
     // Indexing parsed every pickle into trees that are gone now; hand their pages back before serving.
     ::malloc_trim(0);
     fuse::serve(tree, m.serve);

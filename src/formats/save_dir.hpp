@@ -61,6 +61,9 @@ struct SaveDir {
   std::optional<Tracked> tracked;                  // the root tag, when a tracker names one; else the last tag
   std::vector<std::filesystem::path> side_files;   // of the root
   std::string none_found;                          // "no DeepSpeed tag directory found": the error when no tag
+  // The adapter's own mark of a complete save beside the tracker's (HF Trainer's trainer_state.json); null:
+  // a tag the adapter found is complete once the tracker allows.
+  std::function<bool(const std::string& name, const Where& where)> complete;
 };
 
 namespace detail {
@@ -68,6 +71,19 @@ namespace detail {
 template <typename Where>
 bool has_tag(const SaveDir<Where>& dir, const std::string& name) {
   return std::any_of(dir.tags.begin(), dir.tags.end(), [&](const auto& t) { return t.first == name; });
+}
+
+// A refresh of a live mount sees a tag it does not know yet only once complete: a save dir with a tracker
+// writes it after the tag (DeepSpeed's `latest`, Megatron's and verl's trackers), so a tag after the one
+// it names is still being written.
+template <typename Where>
+bool is_complete(const SaveDir<Where>& dir, size_t index) {
+  if (dir.tracked) {
+    const auto tracked = std::find_if(dir.tags.begin(), dir.tags.end(),
+                                      [&](const auto& t) { return t.first == dir.tracked->tag; });
+    if (tracked != dir.tags.end() && index > static_cast<size_t>(tracked - dir.tags.begin())) return false;
+  }
+  return !dir.complete || dir.complete(dir.tags[index].first, dir.tags[index].second);
 }
 
 template <typename Where>
@@ -104,13 +120,31 @@ Checkpoint open_save_dir(SaveDir<Where> dir, const OpenOptions& options, Read re
     cp.latest = *options.tag;
   }
   io::FileSet files;
-  for (const auto& [name, where] : dir.tags) {
+  for (size_t i = 0; i < dir.tags.size(); ++i) {
+    const auto& [name, where] = dir.tags[i];
+    if (options.known) {
+      if (const Tag* kept = options.known(name)) {
+        cp.tags.push_back(*kept);
+        continue;
+      }
+      if (!detail::is_complete(dir, i)) {
+        cp.in_progress.push_back(name);
+        continue;
+      }
+    }
     try {
       cp.tags.push_back(read(files, name, where));
     } catch (const Error& e) {
       if (options.strict || name == cp.latest) throw;
       cp.left_out.push_back({name, e.what()});
     }
+  }
+  // Without a tracker the root is the last tag: the last complete one while a later save is in progress.
+  if (!dir.tracked && !options.tag && !cp.in_progress.empty() && cp.find(cp.latest) == nullptr) {
+    if (cp.tags.empty())
+      throw SourceError(fmt::format("{}: no complete save yet (in progress: {})", dir.root.string(),
+                                    fmt::join(cp.in_progress, ", ")));
+    cp.latest = cp.tags.back().name;
   }
   return cp;
 }

@@ -108,6 +108,7 @@ Opened open_indexed(const fs::path& source, const OpenOptions& options, const st
     try {
       out.checkpoint = decode_checkpoint(as_bytes(unpack_index(*bytes, key)));
       out.from_index = true;
+      out.key = key.key;  // a live mount rewrites it as the run saves
       return out;
     } catch (const Error& e) {  // stale or damaged (StaleIndex is a FormatError): parse, and replace it
       out.parsed_because = e.what();
@@ -121,7 +122,7 @@ Opened open_indexed(const fs::path& source, const OpenOptions& options, const st
 }
 
 std::string save_index(const Opened& opened) {
-  if (opened.key.empty()) return {};
+  if (opened.from_index || opened.key.empty()) return {};
   try {
     write_atomically(opened.index_file, pack_index({build_id(), opened.key}, encode_checkpoint(opened.checkpoint)));
     return {};

@@ -119,26 +119,48 @@ std::map<std::string, bool> children(const std::filesystem::path& path) {
 
 }  // namespace remote_tree
 
-std::filesystem::path open_remote_source(const s3::Url& url, std::shared_ptr<s3::Client> client) {
+namespace {
+
+// The objects under `root` (bucket, then the prefix's parts) as the store lists them now. Throws SourceError
+// when there are none.
+std::shared_ptr<remote_tree::Tree> list_source(std::vector<std::string> root, std::shared_ptr<s3::Client> client,
+                                               std::shared_ptr<const RemoteCache> cache) {
   auto tree = std::make_shared<remote_tree::Tree>();
-  tree->client = client;
-  tree->cache = std::make_shared<RemoteCache>(client);
-  tree->root = remote_tree::components(url.str());
+  tree->client = std::move(client);
+  tree->cache = std::move(cache);
+  tree->root = std::move(root);
+  const std::string bucket = tree->root[0];
   const std::string prefix = remote_tree::joined(tree->root, 1);
-  const std::filesystem::path source = fmt::format("s3://{}", remote_tree::joined(tree->root, 0));
   // The prefix as a directory ("ckpt/"), and as one object when it names one (a plain torch.save file).
-  for (const auto& info : client->list(url.bucket, prefix.empty() ? "" : prefix + "/"))
+  for (const auto& info : tree->client->list(bucket, prefix.empty() ? "" : prefix + "/"))
     if (!info.key.ends_with('/'))  // a zero-byte "dir/" marker object is no file
       tree->add(remote_tree::joined(remote_tree::components("s3://" + info.key), tree->root.size() - 1), info);
   if (tree->files.empty() && !prefix.empty())
-    for (const auto& info : client->list(url.bucket, prefix))
+    for (const auto& info : tree->client->list(bucket, prefix))
       if (info.key == prefix) tree->files[""] = info;
   if (tree->files.empty())
-    throw SourceError(fmt::format("{}: no objects under this prefix", source.string()));
+    throw SourceError(fmt::format("s3://{}: no objects under this prefix", remote_tree::joined(tree->root, 0)));
+  return tree;
+}
+
+}  // namespace
+
+std::filesystem::path open_remote_source(const s3::Url& url, std::shared_ptr<s3::Client> client) {
+  auto cache = std::make_shared<RemoteCache>(client);
+  auto tree = list_source(remote_tree::components(url.str()), client, cache);
+  const std::filesystem::path source = fmt::format("s3://{}", remote_tree::joined(tree->root, 0));
   live_stats::add_section("fetched from " + source.string(), [cache = tree->cache] { return cache->figures(); });
   std::lock_guard lock(remote_tree::registry().mutex);
   remote_tree::registry().trees.push_back(std::move(tree));
   return source;
+}
+
+void relist_remote_source(const std::filesystem::path& source) {
+  const remote_tree::Found found = remote_tree::find(source);
+  auto tree = list_source(found.tree->root, found.tree->client, found.tree->cache);
+  std::lock_guard lock(remote_tree::registry().mutex);
+  for (auto& t : remote_tree::registry().trees)
+    if (t == found.tree) t = std::move(tree);  // Files opened from the old listing keep what it showed
 }
 
 }  // namespace ckptfs::io

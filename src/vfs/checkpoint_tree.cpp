@@ -20,7 +20,8 @@ constexpr std::string_view kRenamedDir = "source";  // side files whose name a v
 
 }  // namespace
 
-VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file, const ShardOptions& shards) {
+VirtualTree build_tree(const Checkpoint& checkpoint, const TreeOptions& options) {
+  const ShardOptions& shards = options.shards;
   // What has no POSIX modes (an object store's) is the mounting user's, as s3fs and mountpoint-s3 show it.
   SourceAccess access(checkpoint.root, {::geteuid(), ::getegid(), 0555});
   TreeBuilder builder(access.directory(checkpoint.root));
@@ -78,12 +79,13 @@ VirtualTree build_tree(const Checkpoint& checkpoint, bool stats_file, const Shar
   nlohmann::json info = describe_checkpoint(checkpoint, false, views);
   info["root_tag"] = latest.name;
   info["renamed_side_files"] = std::move(renamed);
+  if (!options.live.is_null()) info["live"] = options.live;
   // Which ckptfs made these files (a view's bytes can change between versions: say which one served them).
   const std::string_view revision = version::git_revision();
   info["ckptfs"] = {{"version", version::project_version()},
                     {"git_revision", revision.empty() ? nlohmann::json() : nlohmann::json(revision)}};
   builder.add_file(ckptfs::views::kInfoFile, views::make_bytes_file(info.dump(2) + "\n"));
-  if (stats_file)
+  if (options.stats_file)
     builder.add_file(ckptfs::views::kStatsFile, views::make_live_file([] { return live_stats::snapshot().dump(2) + "\n"; }));
   return std::move(builder).build();
 }

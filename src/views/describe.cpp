@@ -60,6 +60,7 @@ nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
   }
   j["left_out"] = nlohmann::json::array();
   for (const auto& l : cp.left_out) j["left_out"].push_back({{"tag", l.name}, {"error", l.error}});
+  if (!cp.in_progress.empty()) j["in_progress"] = cp.in_progress;  // a live mount: saves not complete yet
   return j;
 }
 
