@@ -5,7 +5,6 @@
 
 #include <set>
 
-#include "io/change_watch.hpp"
 
 namespace ckptfs::cli {
 
@@ -40,7 +39,8 @@ bool unchanged(const std::vector<std::pair<fs::path, std::optional<io::PathState
 
 }  // namespace
 
-LiveRun::LiveRun(Options options, const Checkpoint& first) : options_(std::move(options)), current_(first) {
+LiveRun::LiveRun(Options options, const Checkpoint& first)
+    : options_(std::move(options)), watch_(options_.source, options_.refresh), current_(first) {
   remember(current_);
 }
 
@@ -61,7 +61,10 @@ void LiveRun::remember(const Checkpoint& checkpoint) {
 }
 
 nlohmann::json LiveRun::description() const {
-  nlohmann::json j = {{"following", true}, {"how", how_.empty() ? "inotify" : how_}, {"refreshes", refreshes_}};
+  const std::string how = watch_.polling_because().empty()
+                              ? "inotify"
+                              : fmt::format("a poll every {} s ({})", options_.refresh.count(), watch_.polling_because());
+  nlohmann::json j = {{"following", true}, {"how", how}, {"refreshes", refreshes_}};
   j["last_changes"] = last_changes_;
   return j;
 }
@@ -100,13 +103,9 @@ std::optional<Checkpoint> LiveRun::refresh(std::vector<std::string>& changes) {
 
 void LiveRun::follow(const fuse::ReplaceTree& replace, const std::function<void(const std::string&)>& log,
                      std::stop_token stop) {
-  io::ChangeWatch watch(options_.source, options_.refresh);
-  if (!watch.polling_because().empty()) {
-    how_ = fmt::format("a poll every {} s ({})", options_.refresh.count(), watch.polling_because());
-    log(fmt::format("following {}: {}", options_.source.string(), how_));
-  }
+  log(fmt::format("following {}: {}", options_.source.string(), description()["how"].get<std::string>()));
   std::string last_failure;
-  while (watch.wait(stop)) {
+  while (watch_.wait(stop)) {
     try {
       std::vector<std::string> changes;
       auto next = refresh(changes);

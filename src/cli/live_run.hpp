@@ -20,6 +20,7 @@
 #include "ckptfs/index.hpp"
 #include "ckptfs/io_tree.hpp"
 #include "ckptfs/vfs.hpp"
+#include "io/change_watch.hpp"
 
 namespace ckptfs::cli {
 
@@ -49,12 +50,12 @@ class LiveRun {
   void remember(const Checkpoint& checkpoint);
 
   Options options_;
+  io::ChangeWatch watch_;  // made with the mount (before the server forks): ckptfs.json says how it watches
   Checkpoint current_;
   std::map<std::string, Snapshot, std::less<>> snapshots_;  // per tag: its dir and files as read
   Snapshot side_files_;
   std::vector<std::string> last_changes_;
   uint64_t refreshes_ = 0;
-  std::string how_;  // "inotify" or why it polls
 };
 
 }  // namespace ckptfs::cli
