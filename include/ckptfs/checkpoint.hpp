@@ -144,6 +144,14 @@ struct OpenOptions {
   std::function<const Tag*(const std::string& name)> known;
 };
 
+// `options` as a mount that follows a save dir opens it the first time (docs/mount.md#live-runs): complete
+// saves only, none known yet. A mount of every tag does (unless -o static), and so does `ckptfs index`,
+// whose index that mount loads.
+inline OpenOptions complete_saves_only(OpenOptions options) {
+  if (!options.tag) options.known = [](const std::string&) -> const Tag* { return nullptr; };
+  return options;
+}
+
 // Detects the framework of `source` (a save dir or one tag dir) and indexes it. `source` may be spelt any
 // way that names the directory (trailing slashes, `./`, `..`, symlinks): it is resolved first, so every
 // spelling gives the same checkpoint. Throws SourceError when nothing readable is there, FormatError /

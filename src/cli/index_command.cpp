@@ -20,7 +20,7 @@ constexpr const char* kUsage = "ckptfs index SRC [--tag T] [--strict] [--cache D
 int run_index(std::span<const std::string> args) {
   try {
     Arguments a = parse_arguments(args, {"--strict"}, 1, kUsage);
-    const OpenOptions options = a.open_options();
+    const OpenOptions options = complete_saves_only(a.open_options());  // what a mount of SRC loads
     const auto dir = a.cache ? std::optional<std::filesystem::path>(std::filesystem::absolute(*a.cache))
                              : index::default_cache_dir();
     if (!dir) throw UsageError(fmt::format("no cache dir: set XDG_CACHE_HOME or HOME, or give --cache DIR\nusage: {}", kUsage));

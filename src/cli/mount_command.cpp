@@ -268,10 +268,12 @@ MountArguments parse(int argc, char** argv) {
   return m;
 }
 
+bool may_follow(const MountArguments& m) { return !m.snapshot && !m.open.tag; }
+
 // A save dir (its tags are dirs below SRC) is followed as the run saves, unless -o static or one tag is asked for.
 bool follows(const MountArguments& m, const Checkpoint& checkpoint) {
-  if (m.snapshot || m.open.tag) return false;
-  return std::none_of(checkpoint.tags.begin(), checkpoint.tags.end(), [&](const Tag& t) { return t.dir == checkpoint.root; });
+  return may_follow(m) && std::none_of(checkpoint.tags.begin(), checkpoint.tags.end(),
+                                       [&](const Tag& t) { return t.dir == checkpoint.root; });
 }
 
 }  // namespace
@@ -298,6 +300,9 @@ int run_mount(int argc, char** argv) {
     // hits, and the chain of readaheads that follows (which FADV_RANDOM set afterwards does not stop) reads
     // each shard to its end.
     io::set_kernel_readahead(m.serve.prefetch_mb == 0);
+    // A live mount serves complete saves only, from the first look: a save in progress at the mount waits
+    // for its framework's mark like one begun later.
+    if (may_follow(m)) m.open = complete_saves_only(std::move(m.open));
     const index::Opened opened = index::open_indexed(m.source, m.open, m.index_cache);
     m.serve.once_live = [&opened] { return index::save_index(opened); };
     if (m.serve.foreground && !opened.index_file.empty())

@@ -84,13 +84,13 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
       save_dir.tags.emplace_back(d.filename().string(), TagDirs{d, std::move(dirs)});
     }
     save_dir.side_files = side_files_of(source);
+    // HF Trainer writes trainer_state.json into checkpoint-N/ after the model and the optimizer: a live mount
+    // serves a new checkpoint-N once it is there (any other step dir once its .metadata, DCP's last write, is).
+    save_dir.complete = [](const std::string& name, const TagDirs& t) {
+      static const std::regex kTrainerStep(R"(checkpoint-\d+)");
+      return !std::regex_match(name, kTrainerStep) || io::exists(t.dir / "trainer_state.json");
+    };
   }
-  // HF Trainer writes trainer_state.json into checkpoint-N/ after the model and the optimizer: a live mount
-  // serves a new checkpoint-N once it is there (any other step dir once its .metadata, DCP's last write, is).
-  save_dir.complete = [](const std::string& name, const TagDirs& t) {
-    static const std::regex kTrainerStep(R"(checkpoint-\d+)");
-    return !std::regex_match(name, kTrainerStep) || io::exists(t.dir / "trainer_state.json");
-  };
   return formats::open_save_dir(std::move(save_dir), options, [](io::FileSet& files, const std::string& name,
                                                                  const TagDirs& t) {
     if (t.dcp_dirs.empty()) return read_hf_storage_tag(files, t.dir, name);
