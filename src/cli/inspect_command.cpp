@@ -34,6 +34,8 @@ void print_text(const Checkpoint& cp, bool tensors) {
   for (size_t i = 0; i < cp.tags.size(); ++i) fmt::print("{}{}", i ? ", " : "", cp.tags[i].name);
   fmt::print(" (latest: {})\n", cp.latest);
   for (const auto& l : cp.left_out) fmt::print("left out:   tag {}: {}\n", l.name, l.error);
+  for (const auto& t : cp.in_progress)
+    fmt::print("in progress: tag {}: its save is not complete (a mount serves it once it is: docs/mount.md#live-runs)\n", t);
   for (const auto& tag : cp.tags) {
     const auto& t = tag.topology;
     fmt::print("\ntag {}  ({})\n", tag.name, tag.dir.string());
@@ -64,7 +66,8 @@ void print_text(const Checkpoint& cp, bool tensors) {
 int run_inspect(std::span<const std::string> args) {
   try {
     Arguments a = parse_arguments(args, {"--json", "--tensors", "--strict"}, 1, kUsage);
-    Checkpoint cp = open_checkpoint(open_source(a.positional[0], a.s3), a.open_options());
+    // What a mount of SRC serves: the complete saves.
+    Checkpoint cp = open_checkpoint(open_source(a.positional[0], a.s3), complete_saves_only(a.open_options()));
     if (a.has("--json")) {
       fmt::print("{}\n", describe_checkpoint(cp, a.has("--tensors")).dump(2));
     } else {
