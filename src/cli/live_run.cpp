@@ -103,7 +103,8 @@ std::optional<Checkpoint> LiveRun::refresh(std::vector<std::string>& changes) {
 
 void LiveRun::follow(const fuse::ReplaceTree& replace, const std::function<void(const std::string&)>& log,
                      std::stop_token stop) {
-  log(fmt::format("following {}: {}", options_.source.string(), description()["how"].get<std::string>()));
+  if (!watch_.polling_because().empty())
+    log(fmt::format("following {}: {}", options_.source.string(), description()["how"].get<std::string>()));
   std::string last_failure;
   while (watch_.wait(stop)) {
     try {

@@ -61,8 +61,8 @@ struct SaveDir {
   std::optional<Tracked> tracked;                  // the root tag, when a tracker names one; else the last tag
   std::vector<std::filesystem::path> side_files;   // of the root
   std::string none_found;                          // "no DeepSpeed tag directory found": the error when no tag
-  // The adapter's own mark of a complete save beside the tracker's (HF Trainer's trainer_state.json); null:
-  // a tag the adapter found is complete once the tracker allows.
+  // The adapter's own mark of a complete save (HF Trainer's trainer_state.json, DeepSpeed's two trackers),
+  // in place of the tracker's; null: a tag is complete once it sorts no later than the one `tracked` names.
   std::function<bool(const std::string& name, const Where& where)> complete;
 };
 
@@ -73,17 +73,16 @@ bool has_tag(const SaveDir<Where>& dir, const std::string& name) {
   return std::any_of(dir.tags.begin(), dir.tags.end(), [&](const auto& t) { return t.first == name; });
 }
 
-// A refresh of a live mount sees a tag it does not know yet only once complete: a save dir with a tracker
-// writes it after the tag (DeepSpeed's `latest`, Megatron's and verl's trackers), so a tag after the one
-// it names is still being written.
+// A live mount serves a tag it does not know yet only once complete: the adapter's own mark where it has
+// one, else the tracker's (a save dir with a tracker writes it after the tag: DeepSpeed's `latest`,
+// Megatron's and verl's trackers, so a tag after the one it names is still being written).
 template <typename Where>
 bool is_complete(const SaveDir<Where>& dir, size_t index) {
-  if (dir.tracked) {
-    const auto tracked = std::find_if(dir.tags.begin(), dir.tags.end(),
-                                      [&](const auto& t) { return t.first == dir.tracked->tag; });
-    if (tracked != dir.tags.end() && index > static_cast<size_t>(tracked - dir.tags.begin())) return false;
-  }
-  return !dir.complete || dir.complete(dir.tags[index].first, dir.tags[index].second);
+  if (dir.complete) return dir.complete(dir.tags[index].first, dir.tags[index].second);
+  if (!dir.tracked) return true;
+  const auto tracked = std::find_if(dir.tags.begin(), dir.tags.end(),
+                                    [&](const auto& t) { return t.first == dir.tracked->tag; });
+  return tracked == dir.tags.end() || index <= static_cast<size_t>(tracked - dir.tags.begin());
 }
 
 template <typename Where>

@@ -283,7 +283,9 @@ struct Fields<LeftOutTag> {
 };
 template <>
 struct Fields<Checkpoint> {
-  static void visit(auto& c, auto& cp) { c(cp.framework, cp.root, cp.latest, cp.tags, cp.side_files, cp.left_out); }
+  static void visit(auto& c, auto& cp) {
+    c(cp.framework, cp.root, cp.latest, cp.tags, cp.side_files, cp.left_out, cp.in_progress);
+  }
 };
 
 }  // namespace ckptfs::index

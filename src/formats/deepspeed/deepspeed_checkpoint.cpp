@@ -2,6 +2,8 @@
 #include "ckptfs/deepspeed.hpp"
 #include "ckptfs/io_tree.hpp"
 #include "formats/deepspeed/tag_files.hpp"
+#include "formats/deepspeed/universal_input.hpp"
+#include "formats/natural_order.hpp"
 #include "formats/save_dir.hpp"
 
 namespace ckptfs::deepspeed {
@@ -33,6 +35,15 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
   } else {
     for (const auto& d : tag_dirs(source)) dir.tags.emplace_back(d.filename().string(), d);
     dir.tracked = tracked_tag(source);
+    // `latest` is written once a save is complete, `latest_universal` once ds_to_universal has converted
+    // one: a tag, or a universal dir, after the one its tracker names is being written. Without the
+    // tracker (save_latest=False) a tag is taken as complete.
+    dir.complete = [latest = formats::read_tracker(source / "latest"),
+                    latest_universal = formats::read_tracker(source / "latest_universal")](const std::string& name,
+                                                                                          const fs::path& tag_dir) {
+      const auto& tracker = is_universal_dir(tag_dir) ? latest_universal : latest;
+      return !tracker || tracker->empty() || !natural_less(*tracker, name);
+    };
   }
   dir.side_files = formats::side_files(source, [&](const std::string& name) {
     return name == "latest" || name == "latest_universal" ||
