@@ -56,10 +56,27 @@ std::vector<fs::path> side_files_of(const fs::path& dir) {
   });
 }
 
-// A tag: the dir it is named after and its DCP dirs (none: a Hugging Face storage step dir).
+// A step dir whose DCP data is being written: .distcp files in it (or in its DCP dirs, one level down), no
+// .metadata yet (DCP writes it last).
+bool is_step_being_saved(const fs::path& dir) {
+  if (!is_step_name(dir.filename().string())) return false;
+  const auto holds_data = [](const fs::path& d) {
+    const auto entries = io::list_directory(d);
+    return std::any_of(entries.begin(), entries.end(),
+                       [](const io::DirectoryEntry& e) { return e.is_file && e.path.extension() == ".distcp"; });
+  };
+  if (holds_data(dir)) return true;
+  for (const auto& d : subdirs(dir))
+    if (holds_data(d)) return true;
+  return false;
+}
+
+// A tag: the dir it is named after and its DCP dirs (none: a Hugging Face storage step dir); `saving`: a step
+// dir being written (is_step_being_saved), which a live mount lists as in progress.
 struct TagDirs {
   fs::path dir;
   std::vector<fs::path> dcp_dirs;
+  bool saving = false;
 };
 
 }  // namespace
@@ -80,15 +97,18 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
   } else {
     for (const auto& d : subdirs(source)) {
       auto dirs = dcp_dirs_of(d);
-      if (dirs.empty() && !is_hf_step_dir(d)) continue;
-      save_dir.tags.emplace_back(d.filename().string(), TagDirs{d, std::move(dirs)});
+      if (!dirs.empty() || is_hf_step_dir(d)) {
+        save_dir.tags.emplace_back(d.filename().string(), TagDirs{d, std::move(dirs)});
+      } else if (options.known && is_step_being_saved(d)) {  // only a live mount says what is in progress
+        save_dir.tags.emplace_back(d.filename().string(), TagDirs{d, {}, true});
+      }
     }
     save_dir.side_files = side_files_of(source);
-    // HF Trainer writes trainer_state.json into checkpoint-N/ after the model and the optimizer: a live mount
-    // serves a new checkpoint-N once it is there (any other step dir once its .metadata, DCP's last write, is).
+    // DCP writes .metadata last; HF Trainer writes trainer_state.json into checkpoint-N/ after the model and
+    // the optimizer: a live mount serves a new checkpoint-N once it is there.
     save_dir.complete = [](const std::string& name, const TagDirs& t) {
       static const std::regex kTrainerStep(R"(checkpoint-\d+)");
-      return !std::regex_match(name, kTrainerStep) || io::exists(t.dir / "trainer_state.json");
+      return !t.saving && (!std::regex_match(name, kTrainerStep) || io::exists(t.dir / "trainer_state.json"));
     };
   }
   return formats::open_save_dir(std::move(save_dir), options, [](io::FileSet& files, const std::string& name,
