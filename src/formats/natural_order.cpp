@@ -37,4 +37,27 @@ bool natural_less(std::string_view a, std::string_view b) {
   return a.size() - i < b.size() - j;
 }
 
+bool same_series(std::string_view a, std::string_view b) {
+  const auto skip_digits = [](std::string_view s, size_t i) {
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    return i;
+  };
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const bool digit_a = a[i] >= '0' && a[i] <= '9', digit_b = b[j] >= '0' && b[j] <= '9';
+    if (digit_a != digit_b) return false;
+    if (digit_a) {
+      i = skip_digits(a, i);
+      j = skip_digits(b, j);
+    } else if (a[i++] != b[j++]) {
+      return false;
+    }
+  }
+  return i == a.size() && j == b.size();
+}
+
+bool tracker_reached(std::string_view tracked, std::string_view name) {
+  return !same_series(tracked, name) || !natural_less(tracked, name);
+}
+
 }  // namespace ckptfs

@@ -16,5 +16,16 @@ TEST(NaturalOrder, DigitRunsCompareAsNumbers) {
   EXPECT_TRUE(natural_less("checkpoint-500", "checkpoint-1000"));
 }
 
+TEST(NaturalOrder, ATrackerReachesWhatComesNoLaterInItsSeries) {
+  EXPECT_TRUE(same_series("global_step9", "global_step10"));
+  EXPECT_FALSE(same_series("global_step9", "global_step9_universal"));
+  EXPECT_FALSE(same_series("global_step9", "best"));
+  EXPECT_TRUE(tracker_reached("global_step10", "global_step9"));
+  EXPECT_TRUE(tracker_reached("global_step10", "global_step10"));
+  EXPECT_FALSE(tracker_reached("global_step10", "global_step11"));
+  EXPECT_TRUE(tracker_reached("global_step10", "global_step10_universal"));  // another series
+  EXPECT_TRUE(tracker_reached("best", "global_step11"));
+}
+
 }  // namespace
 }  // namespace ckptfs

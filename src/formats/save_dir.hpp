@@ -21,6 +21,7 @@
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
+#include "formats/natural_order.hpp"
 
 namespace ckptfs::formats {
 
@@ -62,7 +63,7 @@ struct SaveDir {
   std::vector<std::filesystem::path> side_files;   // of the root
   std::string none_found;                          // "no DeepSpeed tag directory found": the error when no tag
   // The adapter's own mark of a complete save (HF Trainer's trainer_state.json, DeepSpeed's two trackers),
-  // in place of the tracker's; null: a tag is complete once it sorts no later than the one `tracked` names.
+  // in place of the tracker's; null: a tag is complete once `tracked` has reached it (tracker_reached).
   std::function<bool(const std::string& name, const Where& where)> complete;
 };
 
@@ -75,14 +76,11 @@ bool has_tag(const SaveDir<Where>& dir, const std::string& name) {
 
 // A live mount serves a tag it does not know yet only once complete: the adapter's own mark where it has
 // one, else the tracker's (a save dir with a tracker writes it after the tag: DeepSpeed's `latest`,
-// Megatron's and verl's trackers, so a tag after the one it names is still being written).
+// Megatron's and verl's trackers, so a tag of its series after the one it names is still being written).
 template <typename Where>
 bool is_complete(const SaveDir<Where>& dir, size_t index) {
   if (dir.complete) return dir.complete(dir.tags[index].first, dir.tags[index].second);
-  if (!dir.tracked) return true;
-  const auto tracked = std::find_if(dir.tags.begin(), dir.tags.end(),
-                                    [&](const auto& t) { return t.first == dir.tracked->tag; });
-  return tracked == dir.tags.end() || index <= static_cast<size_t>(tracked - dir.tags.begin());
+  return !dir.tracked || tracker_reached(dir.tracked->tag, dir.tags[index].first);
 }
 
 template <typename Where>

@@ -36,13 +36,13 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     for (const auto& d : tag_dirs(source)) dir.tags.emplace_back(d.filename().string(), d);
     dir.tracked = tracked_tag(source);
     // `latest` is written once a save is complete, `latest_universal` once ds_to_universal has converted
-    // one: a tag, or a universal dir, after the one its tracker names is being written. Without the
-    // tracker (save_latest=False) a tag is taken as complete.
+    // one: a tag, or a universal dir, of its tracker's series after the one it names is being written.
+    // Without the tracker (save_latest=False) a tag is taken as complete.
     dir.complete = [latest = formats::read_tracker(source / "latest"),
                     latest_universal = formats::read_tracker(source / "latest_universal")](const std::string& name,
                                                                                           const fs::path& tag_dir) {
       const auto& tracker = is_universal_dir(tag_dir) ? latest_universal : latest;
-      return !tracker || tracker->empty() || !natural_less(*tracker, name);
+      return !tracker || tracker->empty() || tracker_reached(*tracker, name);
     };
   }
   dir.side_files = formats::side_files(source, [&](const std::string& name) {
