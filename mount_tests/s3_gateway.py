@@ -74,8 +74,12 @@ rgw_ops_log_file_path = {root}/ops.log
 
 
 def in_sid(*args):
-    """The command line that runs `args` in the chroot with its own /proc (see the module's quirks)."""
-    script = 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"'
+    """The command line that runs `args` in the chroot with its own /proc (see the module's quirks). The private
+    mount namespace drops the copies it took of ckptfs mounts: a gateway started while one exists would hold
+    its FUSE connection, and the ckptfs server would not exit at its unmount until the gateway does."""
+    script = ('mount -t proc proc "$0/proc" || exit 1; '
+              'for m in $(grep -w fuse.ckptfs /proc/self/mountinfo | cut -d" " -f5); do umount -l "$m"; done; '
+              'exec chroot "$0" "$@"')
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, SID, *PATH_ENV, *args]
 
 

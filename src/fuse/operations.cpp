@@ -21,9 +21,11 @@ namespace ckptfs::fuse {
 
 namespace {
 
-// A tree never changes; a live mount replaces it and has the kernel drop what changed (InodeTable), so the
-// kernel may cache names, attributes and misses for long.
-constexpr double kTimeout = 86400.0;
+// How long the kernel may cache names, attributes and misses. A tree never changes: a snapshot's for long.
+// A live mount replaces its tree and has the kernel drop what changed (InodeTable), but a lookup answered
+// from the old tree while the new one is swapped in can land after that: a second bounds how long its answer
+// stands.
+double cache_timeout(const Context& c) { return c.live ? 1.0 : 86400.0; }
 
 const Context& context(fuse_req_t req) {
   return *static_cast<const Context*>(fuse_req_userdata(req));
@@ -94,11 +96,17 @@ struct stat attributes(const Context& c, const vfs::Node& node, fuse_ino_t ino) 
   return st;
 }
 
-fuse_entry_param entry(const Context& c, const vfs::Node& node, fuse_ino_t ino) {
+// Whether entries of `generation` may be cached: not those of a tree a live mount has replaced since (an
+// older directory handle's, or a lookup that raced the swap), which the kernel is to ask for again.
+bool cacheable(const Context& c, const std::shared_ptr<const Generation>& generation) {
+  return generation == c.inodes->current();
+}
+
+fuse_entry_param entry(const Context& c, const vfs::Node& node, fuse_ino_t ino, bool cacheable) {
   fuse_entry_param e{};
   e.ino = ino;
   e.attr = attributes(c, node, ino);
-  e.attr_timeout = e.entry_timeout = kTimeout;
+  e.attr_timeout = e.entry_timeout = cacheable ? cache_timeout(c) : 0.0;
   return e;
 }
 
@@ -122,9 +130,9 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     if (dir.node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     if (!dir.node->is_dir) return (void)fuse_reply_err(req, ENOTDIR);
     fuse_entry_param e{};  // ino 0: the kernel caches the miss for entry_timeout
-    e.entry_timeout = kTimeout;
+    e.entry_timeout = cache_timeout(c);
     if (const vfs::Node* node = dir.generation->tree->lookup(dir.node->ino, name))
-      e = entry(c, *node, c.inodes->looked_up(dir.generation, node->ino));
+      e = entry(c, *node, c.inodes->looked_up(dir.generation, node->ino), cacheable(c, dir.generation));
     // A reply the kernel did not take (the request was interrupted) hands it no reference.
     if (fuse_reply_entry(req, &e) != 0 && e.ino != 0) c.inodes->forget(e.ino, 1);
   });
@@ -136,7 +144,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
     const Resolved r = c.inodes->find(ino);
     if (r.node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     const struct stat st = attributes(c, *r.node, ino);
-    fuse_reply_attr(req, &st, kTimeout);
+    fuse_reply_attr(req, &st, cache_timeout(c));
   });
 }
 
@@ -159,6 +167,7 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, f
     size_t used = 0;
     const size_t count = dir->children.size() + 2;
     std::vector<fuse_ino_t> handed;  // readdirplus: the entries that take a lookup reference
+    const bool listing_cacheable = !plus || cacheable(c, r.generation);
     for (size_t i = static_cast<size_t>(std::max<off_t>(offset, 0)); i < count; ++i) {
       const vfs::Ino local = i < 2 ? (i == 0 ? dir->ino : dir->parent) : dir->children[i - 2].second;
       const vfs::Node* node = tree.node(local);
@@ -167,7 +176,7 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, f
       const off_t next = static_cast<off_t>(i + 1);
       size_t n;
       if (plus) {
-        const fuse_entry_param e = entry(c, *node, node_ino);
+        const fuse_entry_param e = entry(c, *node, node_ino, listing_cacheable);
         n = fuse_add_direntry_plus(req, buffer.data() + used, size - used, name, &e, next);
       } else {
         const struct stat st = attributes(c, *node, node_ino);
@@ -182,16 +191,18 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, f
   });
 }
 
-// A tree's directories never change: the kernel may keep their listings (cache_readdir), so a second
-// `ls -lR` or `du` of a large tree is served without a READDIR round trip per block of entries (a live
-// mount that changes one has the kernel drop its listing). The handle holds the directory's tree.
+// A snapshot's directories never change: the kernel may keep their listings (cache_readdir), so a second
+// `ls -lR` or `du` of a large tree is served without a READDIR round trip per block of entries. A live
+// mount's are listed afresh by each opendir: a READDIR of an older handle answered after the kernel dropped
+// a listing would cache the old one again, for every later opendir. The handle holds the directory's tree.
 void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   guarded(req, ino, "opendir", [&] {
-    auto listed = std::make_unique<Resolved>(context(req).inodes->find(ino));
+    const Context& c = context(req);
+    auto listed = std::make_unique<Resolved>(c.inodes->find(ino));
     if (listed->node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     if (!listed->node->is_dir) return (void)fuse_reply_err(req, ENOTDIR);
-    fi->cache_readdir = 1;
-    fi->keep_cache = 1;
+    fi->cache_readdir = !c.live;
+    fi->keep_cache = !c.live;
     fi->fh = reinterpret_cast<uint64_t>(listed.get());
     if (fuse_reply_open(req, fi) == 0) listed.release();
   });

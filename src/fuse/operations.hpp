@@ -20,6 +20,7 @@ namespace ckptfs::fuse {
 struct Context {
   InodeTable* inodes = nullptr;  // the tree served, as the kernel's inode numbers name its nodes
   AccessOverride access;  // -o uid=,gid=,umask=, in place of the nodes' own
+  bool live = false;       // the tree may be replaced (ServeOptions::follow)
   bool use_syslog = false;  // daemonised: stderr is /dev/null
   uint64_t prefetch_bytes = 0;  // how far ahead of a sequential reader source ranges are prefetched
   uint64_t remote_cache_bytes = 0;  // ServeOptions::remote_cache_bytes

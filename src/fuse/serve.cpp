@@ -139,6 +139,7 @@ void serve(std::shared_ptr<const vfs::VirtualTree> tree, const ServeOptions& opt
   InodeTable inodes(std::move(tree));
   Context context{&inodes,
                   options.access,
+                  static_cast<bool>(options.follow),
                   !foreground,
                   uint64_t{options.prefetch_mb} << 20,
                   options.remote_cache_bytes,
