@@ -16,7 +16,7 @@ import pytest
 import helpers as H
 from conftest import REAL_DIR, case_info
 from mount_walk import tree_of
-from mounting import foreground, mounted, run_ckptfs
+from mounting import foreground, mounted, run_ckptfs, wait_until
 
 REPO = H.REPO
 LOADED = "index loaded from"
@@ -242,3 +242,25 @@ def test_index_of_a_broken_source_fails_like_a_mount(case_copy, ckptfs_bin, tmp_
     r = run_ckptfs(ckptfs_bin, "index", src, "--cache", tmp_path / "cache")
     H.assert_one_line_error(r, H.EXIT_INVALID, [victim])
     assert not (tmp_path / "cache").exists() or not os.listdir(tmp_path / "cache")
+
+
+def test_a_live_mount_rewrites_the_index_as_the_run_saves(case_copy, ckptfs_bin, tmp_path):
+    """A tag saved under a live mount (its files, then `latest`) is in the index the mount rewrites: the next
+    mount loads it, and serves what a parse serves, the new tag at the root."""
+    src = case_copy("twotags_z2_bf16_dp2")
+    cache = tmp_path / "cache"
+    with foreground(ckptfs_bin, src, tmp_path / "mnt", index_cache=cache) as p:
+        assert PARSED in stderr_of(p)
+        shutil.copytree(os.path.join(src, "global_step4"), os.path.join(src, "global_step6"))
+        with open(os.path.join(src, "latest"), "w") as f:
+            f.write("global_step6")
+
+        def root_tag():
+            with open(tmp_path / "mnt" / "ckptfs.json") as f:
+                return json.load(f)["root_tag"]
+        assert wait_until(lambda: root_tag() == "global_step6", timeout=30), root_tag()
+    # the server has exited: the index written after the refresh is complete
+    with foreground(ckptfs_bin, src, tmp_path / "mnt2", index_cache=cache) as p:
+        assert LOADED in stderr_of(p)
+        assert sorted(os.listdir(tmp_path / "mnt2" / "tags")) == ["global_step2", "global_step4", "global_step6"]
+        assert_serves_what_parsing_serves(ckptfs_bin, src, tmp_path / "mnt2", tmp_path)
