@@ -92,9 +92,10 @@ std::optional<Checkpoint> LiveRun::refresh(std::vector<std::string>& changes) {
   for (const auto& name : reread)
     if (after.contains(name)) changes.push_back(fmt::format("tag {} read again (its files changed)", name));
   if (next.latest != current_.latest) changes.push_back(fmt::format("root now tag {}", next.latest));
-  if (!unchanged(side_files_) || states_of(next.side_files) != side_files_) changes.push_back("side files changed");
+  if (states_of(next.side_files) != side_files_) changes.push_back("side files changed");
+  const auto left_out_before = left_out_names(current_);
   for (const auto& l : next.left_out)
-    if (!left_out_names(current_).contains(l.name)) changes.push_back(fmt::format("tag {} left out: {}", l.name, l.error));
+    if (!left_out_before.contains(l.name)) changes.push_back(fmt::format("tag {} left out: {}", l.name, l.error));
   if (next.in_progress != current_.in_progress && !next.in_progress.empty())
     changes.push_back(fmt::format("in progress (not served until complete): {}", fmt::join(next.in_progress, ", ")));
   if (changes.empty()) return std::nullopt;
