@@ -1,5 +1,6 @@
 """Walks of a mounted tree shared by test files: test_mount.py (DeepSpeed cases) and test_dcp.py (DCP cases)
 check sizes and modes; test_index_cache.py and test_s3_mount.py compare whole trees."""
+import json
 import math
 import os
 import subprocess
@@ -36,3 +37,11 @@ def tree_of(mnt):
             with open(os.path.join(root, f), "rb") as fh:
                 tree[os.path.relpath(os.path.join(root, f), mnt)] = fh.read()
     return tree
+
+
+def info_without_live(info_bytes):
+    """ckptfs.json's content as a snapshot has it: a live mount's adds how it follows its save dir ("live"),
+    which differs between a local mount (inotify), an s3:// one (a poll) and `ckptfs cat` (none)."""
+    info = json.loads(info_bytes)
+    info.pop("live", None)
+    return info

@@ -22,6 +22,7 @@ import torch
 
 import helpers as H
 from conftest import case_info, case_source, generate_only
+from mount_walk import info_without_live
 from mounting import mounted
 from s3_gateway import s3_gateway  # noqa: F401 (the session fixture)
 from test_real_megatron import HF_REF, check_hf_config
@@ -60,13 +61,6 @@ def cat_both_ways(ckptfs_bin, src, view, out, *options, **kw):
     return piped.stdout
 
 
-def without_live_section(info_bytes):
-    """ckptfs.json as a snapshot has it: a live mount's adds how it follows the save dir ("live")."""
-    info = json.loads(info_bytes)
-    info.pop("live", None)
-    return info
-
-
 def check_against_mount(ckptfs_bin, src, views, tmp_path, *options):
     """{view: bytes}: each view by cat (both ways), equal to the same path of a FUSE mount of `src` (ckptfs.json
     but for the live mount's "live" section, which cat's, a snapshot, has not)."""
@@ -77,7 +71,7 @@ def check_against_mount(ckptfs_bin, src, views, tmp_path, *options):
             mounted_bytes = read(os.path.join(mnt, view))
             if view.endswith("ckptfs.json"):
                 assert "live" not in json.loads(got[view])
-                assert without_live_section(got[view]) == without_live_section(mounted_bytes)
+                assert info_without_live(got[view]) == info_without_live(mounted_bytes)
             else:
                 assert got[view] == mounted_bytes, f"{view}: cat gave {len(got[view])} bytes, the mount {len(mounted_bytes)}"
     return got

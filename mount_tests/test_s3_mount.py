@@ -23,7 +23,7 @@ import time
 import pytest
 
 import helpers as H
-from mount_walk import tree_of
+from mount_walk import info_without_live, tree_of
 from mounting import foreground, mounted, run_ckptfs
 from s3_gateway import s3_gateway  # noqa: F401 (the session fixture)
 
@@ -70,9 +70,7 @@ def without_how_it_follows(tree):
     out = {}
     for p, v in tree.items():
         if v is not None and os.path.basename(p) == "ckptfs.json":
-            info = json.loads(v)
-            info.pop("live", None)
-            v = json.dumps(info, sort_keys=True).encode()
+            v = json.dumps(info_without_live(v), sort_keys=True).encode()
         out[p] = v
     return out
 

@@ -13,15 +13,21 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
+// Runs `act` on a thread of its own a moment after the watch has begun waiting.
+template <class Act>
+std::jthread in_a_moment(Act act) {
+  return std::jthread([act] {
+    std::this_thread::sleep_for(100ms);
+    act();
+  });
+}
+
 TEST(ChangeWatch, AFileWrittenTwoLevelsDownIsSeen) {
   testing::TempDir dir;
   fs::create_directories(dir.path() / "step-1" / "model");
   ChangeWatch watch(dir.path(), 3600s);
   ASSERT_EQ(watch.polling_because(), "");
-  std::jthread writer([&] {
-    std::this_thread::sleep_for(100ms);
-    std::ofstream(dir.path() / "step-1" / "model" / ".metadata") << "x";
-  });
+  auto writer = in_a_moment([&] { std::ofstream(dir.path() / "step-1" / "model" / ".metadata") << "x"; });
   std::stop_source stop;
   EXPECT_TRUE(watch.wait(stop.get_token()));
 }
@@ -30,16 +36,10 @@ TEST(ChangeWatch, ADirectoryMadeAfterTheWatchIsWatchedToo) {
   testing::TempDir dir;
   ChangeWatch watch(dir.path(), 3600s);
   std::stop_source stop;
-  std::jthread writer([&] {
-    std::this_thread::sleep_for(100ms);
-    fs::create_directories(dir.path() / "step-2");
-  });
+  auto writer = in_a_moment([&] { fs::create_directories(dir.path() / "step-2"); });
   EXPECT_TRUE(watch.wait(stop.get_token()));
   writer.join();
-  std::jthread second([&] {
-    std::this_thread::sleep_for(100ms);
-    std::ofstream(dir.path() / "step-2" / "trainer_state.json") << "{}";
-  });
+  auto second = in_a_moment([&] { std::ofstream(dir.path() / "step-2" / "trainer_state.json") << "{}"; });
   EXPECT_TRUE(watch.wait(stop.get_token()));
 }
 
@@ -47,10 +47,7 @@ TEST(ChangeWatch, AStopEndsTheWait) {
   testing::TempDir dir;
   ChangeWatch watch(dir.path(), 3600s);
   std::stop_source stop;
-  std::jthread stopper([&] {
-    std::this_thread::sleep_for(100ms);
-    stop.request_stop();
-  });
+  auto stopper = in_a_moment([&] { stop.request_stop(); });
   EXPECT_FALSE(watch.wait(stop.get_token()));
 }
 
