@@ -236,17 +236,22 @@ def test_fused_masters_without_flat_buffer_views(ckptfs_bin, case_copy, tmp_path
     H.assert_one_line_error(export(ckptfs_bin, victim.parent.parent, tmp_path), H.EXIT_INVALID, [victim.name])
 
 
-def test_accelerate_local_state_dict_is_refused_not_served_empty(ckptfs_bin, tmp_path):
+def test_accelerate_local_folder_with_a_damaged_model_file_is_refused_not_served_as_its_optimizer(ckptfs_bin,
+                                                                                                  tmp_path):
     """accelerate's save_state under FSDP's LOCAL_STATE_DICT (mount_tests/fixtures/fsdp-local-real, written by
     accelerate 1.14 on torch 2.14): the model as per-rank flat-parameter files beside optimizer_0/, a DCP dir of
-    the optimizer's state alone. Not read yet: refused (exit 5, naming a model file), never mounted as that DCP
-    dir with an empty model.safetensors."""
-    src = os.path.join(H.REPO, "mount_tests", "fixtures", "fsdp-local-real", "accelerate_llama_ws2_fp32_orig",
-                       "checkpoint")
-    H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_UNSUPPORTED,
-                            ["pytorch_model_fsdp_rank0.bin", "LOCAL_STATE_DICT"])
+    the optimizer's state alone. With a model file cut short the folder is refused (exit 4, naming that file),
+    never mounted as that DCP dir with an empty model.safetensors."""
+    src = tmp_path / "checkpoint"
+    shutil.copytree(os.path.join(H.REPO, "mount_tests", "fixtures", "fsdp-local-real",
+                                 "accelerate_llama_ws2_fp32_orig", "checkpoint"), src)
+    victim = src / "pytorch_model_fsdp_rank1.bin"
+    victim.chmod(0o644)
+    with open(victim, "r+b") as f:
+        f.truncate(victim.stat().st_size // 2)
+    H.assert_one_line_error(export(ckptfs_bin, src, tmp_path), H.EXIT_INVALID, ["pytorch_model_fsdp_rank1.bin"])
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     proc = H.run([ckptfs_bin, src, mnt, "-o", "index_cache=off"])
-    H.assert_one_line_error(proc, H.EXIT_UNSUPPORTED, ["pytorch_model_fsdp_rank0.bin"])
+    H.assert_one_line_error(proc, H.EXIT_INVALID, ["pytorch_model_fsdp_rank1.bin"])
     assert not os.path.ismount(mnt)

@@ -142,6 +142,9 @@ struct OpenOptions {
   // framework's mark: the tracker names it or a later tag, HF Trainer's trainer_state.json); until then it
   // is in Checkpoint::in_progress, not served.
   std::function<const Tag*(const std::string& name)> known;
+  // The wrapper prefix to strip from the model's names (-o strip_prefix=P); unset: found against config.json's
+  // architecture where there is one (docs/formats/fsdp-per-rank.md#prefixes).
+  std::optional<std::string> strip_prefix;
 };
 
 // `options` as a mount that follows a save dir opens it the first time (docs/mount.md#live-runs): complete

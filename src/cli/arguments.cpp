@@ -23,7 +23,7 @@ Arguments parse_arguments(std::span<const std::string> args, const std::set<std:
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const std::pair<std::string_view, std::optional<std::string>*> valued[] = {
-        {"--tag", &out.tag}, {"-t", &out.tag}, {"--cache", &out.cache}, {"--shard-size", &out.shard_size},
+        {"--tag", &out.tag}, {"-t", &out.tag}, {"--strip-prefix", &out.strip_prefix}, {"--cache", &out.cache}, {"--shard-size", &out.shard_size},
         {"--endpoint", &out.s3.endpoint}, {"--region", &out.s3.region},
         {"--output", &out.output}, {"-o", &out.output}};
     const auto named = std::find_if(std::begin(valued), std::end(valued), [&](const auto& v) {

@@ -1,5 +1,5 @@
 // Minimal parser for the inspect/export/index/cat command lines: positionals ("-" among them), boolean
-// flags, --tag T, --cache DIR, -o/--output FILE and --shard-size SIZE (each only where it is among the known
+// flags, --tag T, --strip-prefix P, --cache DIR, -o/--output FILE and --shard-size SIZE (each only where it is among the known
 // flags: elsewhere an unknown option), and for
 // an s3:// SRC --endpoint URL, --region R, --s3-path-style, --s3-no-sign.
 #pragma once
@@ -29,11 +29,12 @@ struct Arguments {
   std::optional<std::string> cache;  // --cache DIR (`ckptfs index`)
   std::optional<std::string> output;  // -o FILE, --output FILE (`ckptfs cat`)
   std::optional<std::string> shard_size;  // --shard-size SIZE (`ckptfs export`)
+  std::optional<std::string> strip_prefix;  // --strip-prefix P
   s3::Options s3;
 
   bool has(const std::string& flag) const { return flags.count(flag) != 0; }
-  // --tag T and --strict as options for open_checkpoint.
-  OpenOptions open_options() const { return {tag, has("--strict"), nullptr}; }
+  // --tag T, --strict and --strip-prefix P as options for open_checkpoint.
+  OpenOptions open_options() const { return {tag, has("--strict"), nullptr, strip_prefix}; }
 };
 
 // SIZE of -o shard_size= / --shard-size (views::parse_shard_size); `what` names the option in the

@@ -54,6 +54,9 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
                       the root must be valid; a broken other tag, such as an older step or a damaged
                       <tag>_universal/ beside a good tag, is left out, with its error in the log,
                       `ckptfs inspect` and ckptfs.json)
+     strip_prefix=P   strip the wrapper prefix P (a LightningModule's "model.", DDP's "module.")
+                      from the model's names (default: the one that makes them config.json's
+                      architecture's, where config.json names one)
      read_ahead_kb=N  kernel readahead of the mount in KiB (default 1024, set when run as root;
                       0 keeps the kernel's default, 128)
      prefetch=MB      how far ahead of a sequential reader the source ranges it will need are
@@ -161,6 +164,8 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.open.tag = option.substr(4);
   } else if (option == "strict") {
     m.open.strict = true;
+  } else if (option.starts_with("strip_prefix=")) {
+    m.open.strip_prefix = option.substr(13);
   } else if (option == "static") {
     m.snapshot = true;
   } else if (option.starts_with("refresh=")) {

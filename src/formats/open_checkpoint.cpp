@@ -8,6 +8,7 @@
 #include "ckptfs/dcp.hpp"
 #include "ckptfs/deepspeed.hpp"
 #include "ckptfs/error.hpp"
+#include "ckptfs/fsdp.hpp"
 #include "ckptfs/io_tree.hpp"
 #include "ckptfs/megatron.hpp"
 #include "ckptfs/plain.hpp"
@@ -90,10 +91,12 @@ Checkpoint open_resolved(const fs::path& source, const OpenOptions& options) {
   if (verl::is_verl_source(source)) return verl::open(source, options);
   // before DCP: a torch_dist iteration dir is a DCP dir too
   if (megatron::is_megatron_source(source)) return megatron::open(source, options);
+  // before DCP: accelerate writes its optimizer as a DCP dir beside the rank files
+  if (fsdp::is_fsdp_source(source)) return fsdp::open(source, options);
   if (dcp::is_dcp_source(source)) return dcp::open(source, options);
   if (dcp::is_hf_storage_dir(source)) return dcp::open_hf_storage(source, options);
   throw SourceError(fmt::format(
-      "{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, a Megatron-LM save dir or iteration dir, a verl save dir, a PyTorch DCP dir or a dir of safetensors files)", source.string()));
+      "{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, a Megatron-LM save dir or iteration dir, a verl save dir, a folder of FSDP per-rank files, a PyTorch DCP dir or a dir of safetensors files)", source.string()));
 }
 
 }  // namespace

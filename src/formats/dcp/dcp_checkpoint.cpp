@@ -71,21 +71,6 @@ bool is_step_being_saved(const fs::path& dir) {
   return false;
 }
 
-// accelerate's save_state under FSDP's LOCAL_STATE_DICT writes the model as one flat-parameter shard per rank
-// (pytorch_model_fsdp[_I]_rank{R}.bin) beside the optimizer's DCP dir: served as that DCP dir, the mount would
-// hold an empty model. Throws UnsupportedError naming the first such file.
-void refuse_local_state_dict_beside(const fs::path& dir) {
-  static const std::regex kLocalModel(R"(pytorch_model_fsdp(_\d+)?_rank\d+\.bin)");
-  std::vector<fs::path> found;
-  for (const auto& e : io::list_directory(dir))
-    if (e.is_file && std::regex_match(e.path.filename().string(), kLocalModel)) found.push_back(e.path);
-  if (found.empty()) return;
-  throw UnsupportedError(fmt::format(
-      "{}: an FSDP LOCAL_STATE_DICT model file (each rank's shard of the flat parameters, named by the model "
-      "alone) is not read yet; the DCP dir beside it holds only the optimizer's state",
-      std::min_element(found.begin(), found.end())->string()));
-}
-
 // A tag: the dir it is named after and its DCP dirs (none: a Hugging Face storage step dir); `saving`: a step
 // dir being written (is_step_being_saved), which a live mount lists as in progress.
 struct TagDirs {
@@ -129,7 +114,6 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
   return formats::open_save_dir(std::move(save_dir), options, [](io::FileSet& files, const std::string& name,
                                                                  const TagDirs& t) {
     if (t.dcp_dirs.empty()) return read_hf_storage_tag(files, t.dir, name);
-    refuse_local_state_dict_beside(t.dir);
     Tag tag = read_tag(files, t.dir, name, t.dcp_dirs);
     tag.side_files = side_files_of(t.dir);
     return tag;

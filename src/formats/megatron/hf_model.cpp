@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "ckptfs/error.hpp"
+#include "formats/hf_layout.hpp"
 #include "formats/megatron/state_names.hpp"
 
 namespace ckptfs::megatron {
@@ -35,22 +36,19 @@ struct Rule {
   std::string hf;  // the HF name (after the family's layer prefix for layer tensors), or the module for splits
 };
 
-// A Hugging Face model family: its names and its config.json.
+// A Hugging Face model family: how Megatron's tensors become its names, and its config.json. Its names'
+// order and layer prefix come from the table of families (formats/hf_layout.hpp).
 struct Family {
-  std::string layer_prefix;  // "model.layers.{}."
+  formats::HfFamily family;
   std::vector<Rule> layer_rules, model_rules;
   std::function<nlohmann::ordered_json(const ModelArgs&, int64_t vocab)> config;
-  // The model's state_dict order (its modules' order of creation), which save_pretrained splits shards in
-  // (docs/mount.md, "Sharded views"): names outside the layers, "" where the layers go, and a layer's names
-  // after layer_prefix.
-  std::vector<std::string_view> model_order, layer_order;
 };
 
 std::string dtype_name(DType d) { return d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32"; }
 
 const Family& llama() {
   static const Family kLlama{
-      "model.layers.{}.",
+      formats::HfFamily::llama,
       {
           {{"input_layernorm.weight", "input_norm.weight", "self_attention.linear_qkv.layer_norm_weight"}, Op::Copy,
            "input_layernorm.weight"},
@@ -102,17 +100,13 @@ const Family& llama() {
         if (!qwen2) c["mlp_bias"] = false;
         c["initializer_range"] = a.init_std;
         return c;
-      },
-      {"model.embed_tokens.weight", "", "model.norm.weight", "lm_head.weight"},
-      {"self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight", "self_attn.k_proj.bias",
-       "self_attn.v_proj.weight", "self_attn.v_proj.bias", "self_attn.o_proj.weight", "mlp.gate_proj.weight",
-       "mlp.up_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight"}};
+      }};
   return kLlama;
 }
 
 const Family& gpt2() {
   static const Family kGpt2{
-      "transformer.h.{}.",
+      formats::HfFamily::gpt2,
       {
           {{"input_layernorm.weight", "input_norm.weight", "self_attention.linear_qkv.layer_norm_weight"}, Op::Copy,
            "ln_1.weight"},
@@ -156,11 +150,7 @@ const Family& gpt2() {
         c["tie_word_embeddings"] = a.tied_embeddings;
         c["initializer_range"] = a.init_std;
         return c;
-      },
-      {"transformer.wte.weight", "transformer.wpe.weight", "", "transformer.ln_f.weight", "transformer.ln_f.bias",
-       "lm_head.weight"},
-      {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
-       "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"}};
+      }};
   return kGpt2;
 }
 
@@ -180,7 +170,7 @@ class HfBuilder {
     if (auto layer = parse_layer_name(t.name)) {
       const Rule* rule = find_rule(family_.layer_rules, layer->rest.substr(1));
       if (rule == nullptr) throw UnsupportedError(fmt::format("tensor {} has no Hugging Face counterpart", t.name));
-      apply(*rule, t, fmt::format(fmt::runtime(family_.layer_prefix), layer->index));
+      apply(*rule, t, fmt::format(fmt::runtime(formats::layer_prefix(family_.family)), layer->index));
       return;
     }
     const Rule* rule = find_rule(family_.model_rules, t.name);
@@ -286,14 +276,17 @@ std::pair<const Family*, std::string> family_of(const ModelArgs& a) {
                                a.swiglu ? "SwiGLU" : "a non-gated MLP", a.position_embedding, a.normalization)};
 }
 
-// Puts `hf`'s tensors in the Hugging Face model's state_dict order (the family's model_order and
-// layer_order; the builder emits them in Megatron's order); a name in neither stays last, in its order.
+// Puts `hf`'s tensors in the Hugging Face model's state_dict order (its modules' order of creation, which
+// save_pretrained splits shards in: docs/mount.md, "Sharded views"; the builder emits them in Megatron's
+// order); a name the family does not list stays last, in its order.
 void order_as_state_dict(catalog::Catalog& hf, const Family& family) {
-  const auto index_in = [](const std::vector<std::string_view>& names, std::string_view name) {
+  const formats::HfNameOrder order = formats::name_order(family.family);
+  const auto index_in = [](const std::vector<std::string>& names, std::string_view name) {
     return static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
   };
-  const size_t layers_at = index_in(family.model_order, "");
-  const std::string_view layer_head = std::string_view(family.layer_prefix).substr(0, family.layer_prefix.find("{}"));
+  const size_t layers_at = index_in(order.model, "");
+  const std::string prefix = formats::layer_prefix(family.family);
+  const std::string_view layer_head = std::string_view(prefix).substr(0, prefix.find("{}"));
   const auto key = [&](const LogicalTensor& t) -> std::tuple<size_t, uint64_t, size_t> {
     std::string_view name = t.name;
     if (name.starts_with(layer_head)) {
@@ -301,9 +294,9 @@ void order_as_state_dict(catalog::Catalog& hf, const Family& family) {
       uint64_t layer = 0;
       const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), layer);
       if (ec == std::errc() && end < name.data() + name.size() && *end == '.')
-        return {layers_at, layer, index_in(family.layer_order, name.substr(end + 1 - name.data()))};
+        return {layers_at, layer, index_in(order.layer, name.substr(end + 1 - name.data()))};
     }
-    return {index_in(family.model_order, t.name), 0, 0};
+    return {index_in(order.model, t.name), 0, 0};
   };
   std::stable_sort(hf.tensors.begin(), hf.tensors.end(),
                    [&](const LogicalTensor& a, const LogicalTensor& b) { return key(a) < key(b); });

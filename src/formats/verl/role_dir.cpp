@@ -14,13 +14,12 @@
 #include "formats/parallel_reads.hpp"
 #include "formats/pickle_access.hpp"
 #include "formats/save_dir.hpp"
-#include "formats/verl/dtensor.hpp"
+#include "formats/dtensor.hpp"
+#include "formats/rank_state_dict.hpp"
 
 namespace ckptfs::formats::verl {
 
 namespace fs = std::filesystem;
-using catalog::Box;
-using catalog::LogicalTensor;
 
 namespace {
 
@@ -78,118 +77,6 @@ std::optional<int> read_fsdp_config(const fs::path& dir, int world_size) {
   return cfg["FSDP_version"].get<int>();
 }
 
-// One saved parameter of one rank: a DTensor shard, or (older saves) a plain tensor.
-struct RankEntry {
-  std::optional<DTensorShard> dtensor;
-  torch::SourceTensor tensor;
-};
-
-struct RankModel {
-  fs::path file;
-  std::vector<std::string> names;  // state-dict order
-  std::map<std::string, RankEntry> entries;
-};
-
-RankModel read_rank_model(io::FileSet& files, const fs::path& path) {
-  const auto archive = torch::TorchArchive::open(files.open(path));
-  const Field root = root_field(archive);
-  RankModel out{path, {}, {}};
-  for (const auto& [name, value] : root.items()) {
-    RankEntry e;
-    e.dtensor = as_dtensor(value);
-    if (e.dtensor) e.tensor = e.dtensor->local;
-    else e.tensor = value.as_tensor();
-    if (!out.entries.emplace(name, std::move(e)).second) value.fail("saved twice");
-    out.names.push_back(name);
-  }
-  return out;
-}
-
-// A DTensor parameter from every rank's shard: the ranks at coordinate 0 of each replicated mesh
-// dimension place their local tensors at the box their Shard placements give them.
-LogicalTensor merge_dtensor(const std::string& name, const std::vector<RankModel>& ranks) {
-  const DTensorShard& first = *ranks[0].entries.at(name).dtensor;
-  const auto world = static_cast<int64_t>(ranks.size());
-  int64_t mesh_size = 1;  // capped past the world size: no overflow, whatever sizes were pickled
-  for (auto n : first.mesh_shape) mesh_size = n > world ? world + 1 : std::min(mesh_size * n, world + 1);
-  if (mesh_size != world)
-    throw FormatError(fmt::format("{}: {}: DTensor mesh {} does not hold the world size of {} ranks",
-                                  ranks[0].file.string(), name, mesh_string(first.mesh_shape, first.mesh_dim_names),
-                                  world));
-  std::vector<Box> boxes;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const auto& entry = ranks[r].entries.at(name);
-    const auto fail = [&](const std::string& problem) {
-      throw FormatError(fmt::format("{}: {}: {}", ranks[r].file.string(), name, problem));
-    };
-    if (!entry.dtensor) fail("a plain tensor where rank 0 saved a DTensor");
-    const DTensorShard& s = *entry.dtensor;
-    if (s.global_shape != first.global_shape || s.placements != first.placements || s.mesh_shape != first.mesh_shape)
-      fail(fmt::format("DTensor {} {} on mesh {}, rank 0's is {} {} on mesh {}", fmt::join(s.global_shape, "x"),
-                       placement_string(s.placements), mesh_string(s.mesh_shape, s.mesh_dim_names),
-                       fmt::join(first.global_shape, "x"), placement_string(first.placements),
-                       mesh_string(first.mesh_shape, first.mesh_dim_names)));
-    // verl's meshes (init_device_mesh) number ranks row-major: rank r's file holds coordinate r
-    const auto coordinate = mesh_coordinate(static_cast<int64_t>(r), s.mesh_shape);
-    if (s.coordinate && *s.coordinate != coordinate)
-      fail(fmt::format("holds the shard of mesh coordinate ({}), but rank {} is at ({})", fmt::join(*s.coordinate, ", "),
-                       r, fmt::join(coordinate, ", ")));
-    const LocalBox box = local_box(s.global_shape, s.placements, s.mesh_shape, coordinate);
-    if (box.sizes != s.local.shape)
-      fail(fmt::format("local shard [{}] at mesh coordinate ({}), but {} of [{}] gives [{}] there (shards do not tile)",
-                       fmt::join(s.local.shape, ", "), fmt::join(coordinate, ", "), placement_string(s.placements),
-                       fmt::join(s.global_shape, ", "), fmt::join(box.sizes, ", ")));
-    if (s.local.dtype != first.local.dtype)
-      fail(fmt::format("local tensor of {}, rank 0's is {}", dtype_torch_name(s.local.dtype),
-                       dtype_torch_name(first.local.dtype)));
-    bool replica = false;  // a copy of what the rank at coordinate 0 of a replicated dimension holds
-    for (size_t m = 0; m < s.placements.size(); ++m) replica = replica || (s.placements[m].replicate && coordinate[m] != 0);
-    if (!replica) boxes.push_back({.offsets = box.offsets, .sizes = box.sizes, .source = s.local, .inner = nullptr});
-  }
-  const std::string origin = fmt::format("DTensor {} over mesh {}", placement_string(first.placements),
-                                         mesh_string(first.mesh_shape, first.mesh_dim_names));
-  try {
-    return catalog::assembled_tensor(name, first.local.dtype, first.global_shape, std::move(boxes), origin);
-  } catch (const FormatError& e) {
-    throw FormatError(fmt::format("{}: {}", ranks[0].file.parent_path().string(), e.what()));
-  }
-}
-
-// A plain tensor on every rank (no DTensor): the ranks' tensors concatenated on dim 0 in rank order, as
-// verl's model_merger does with them.
-LogicalTensor merge_plain(const std::string& name, const std::vector<RankModel>& ranks) {
-  const auto& first = ranks[0].entries.at(name).tensor;
-  if (first.shape.empty()) return catalog::whole_tensor(name, first, first.dtype, "0-d tensor of rank 0");
-  std::vector<Box> boxes;
-  std::vector<int64_t> shape = first.shape;
-  shape[0] = 0;
-  for (const auto& rank : ranks) {
-    const auto& entry = rank.entries.at(name);
-    const auto& t = entry.tensor;
-    if (entry.dtensor || t.shape.size() != first.shape.size() ||
-        !std::equal(t.shape.begin() + 1, t.shape.end(), first.shape.begin() + 1) || t.dtype != first.dtype)
-      throw FormatError(fmt::format("{}: {}: does not concatenate with rank 0's {} [{}] on dim 0", rank.file.string(),
-                                    name, dtype_torch_name(first.dtype), fmt::join(first.shape, ", ")));
-    std::vector<int64_t> offsets(t.shape.size(), 0);
-    offsets[0] = shape[0];
-    shape[0] += t.shape[0];
-    boxes.push_back({.offsets = offsets, .sizes = t.shape, .source = t, .inner = nullptr});
-  }
-  return catalog::assembled_tensor(name, first.dtype, shape, std::move(boxes), "plain tensors concatenated on dim 0");
-}
-
-std::shared_ptr<catalog::Catalog> merge_ranks(const std::vector<RankModel>& ranks) {
-  const std::set<std::string> names(ranks[0].names.begin(), ranks[0].names.end());
-  for (const auto& rank : ranks)
-    if (std::set<std::string>(rank.names.begin(), rank.names.end()) != names)
-      throw FormatError(fmt::format("{}: holds other parameter names than {}", rank.file.string(),
-                                    ranks[0].file.filename().string()));
-  auto out = std::make_shared<catalog::Catalog>();
-  for (const auto& name : ranks[0].names)
-    out->tensors.push_back(ranks[0].entries.at(name).dtensor ? merge_dtensor(name, ranks) : merge_plain(name, ranks));
-  return out;
-}
-
 // The other per-rank files (optimizer, extra state) either exist for every rank or for none.
 std::vector<fs::path> rank_files(const fs::path& dir, std::string_view kind, int world_size) {
   std::vector<fs::path> out;
@@ -240,9 +127,17 @@ std::vector<fs::path> huggingface_files(const fs::path& dir, std::vector<std::st
 }  // namespace
 
 bool is_role_dir(const fs::path& dir) {
-  for (const auto& entry : io::list_directory(dir))
-    if (std::regex_match(entry.path.filename().string(), kModelFile)) return true;
-  return false;
+  static const std::regex kVerlFile(R"((optim|extra_state)_world_size_\d{1,6}_rank_\d{1,6}\.pt|fsdp_config\.json)");
+  bool model = false, verl = false;
+  for (const auto& entry : io::list_directory(dir)) {
+    const std::string name = entry.path.filename().string();
+    model = model || std::regex_match(name, kModelFile);
+    verl = verl || std::regex_match(name, kVerlFile) || (name == "huggingface" && entry.is_directory);
+  }
+  // model files alone are any per-rank save so named (formats/fsdp): verl writes more beside them, or the
+  // role dir sits in its global_step_N dir
+  const std::string parent = dir.parent_path().filename().string();
+  return model && (verl || (parent.starts_with("global_step_") && is_decimal(parent.substr(12))));
 }
 
 RoleDir read_role_dir(io::FileSet& files, const fs::path& dir) {
@@ -253,10 +148,10 @@ RoleDir read_role_dir(io::FileSet& files, const fs::path& dir) {
   role.fsdp_version = read_fsdp_config(dir, role.world_size);
   std::vector<fs::path> model_files;
   for (int r = 0; r < role.world_size; ++r) model_files.push_back(rank_file(dir, "model", role.world_size, r));
-  const auto ranks = read_all(model_files, [&](const fs::path& p) { return read_rank_model(files, p); });
-  role.parameters = merge_ranks(ranks);
+  const auto ranks = read_all(model_files, [&](const fs::path& p) { return read_rank_state_dict(files, p); });
+  role.parameters = merge_dtensor_ranks(ranks, PlainTensors::concatenated);
   for (const auto& name : ranks[0].names)
-    if (const auto& dt = ranks[0].entries.at(name).dtensor) {
+    if (const auto* dt = std::get_if<DTensorShard>(&ranks[0].values.at(name))) {
       role.mesh_shape = dt->mesh_shape;
       role.mesh_dim_names = dt->mesh_dim_names;
       break;

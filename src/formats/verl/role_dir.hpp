@@ -28,7 +28,8 @@ struct RoleDir {
   std::vector<std::string> notes;
 };
 
-// True when `dir` holds model_world_size_W_rank_R.pt files.
+// True when `dir` holds model_world_size_W_rank_R.pt files and what verl writes beside them (optim_ or
+// extra_state_ rank files, fsdp_config.json, huggingface/), or sits in a global_step_N dir.
 bool is_role_dir(const std::filesystem::path& dir);
 
 // Reads and merges a role dir. Throws FormatError naming the file when a rank file is missing, the world

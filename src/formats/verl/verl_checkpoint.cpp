@@ -11,7 +11,7 @@
 #include "ckptfs/verl.hpp"
 #include "formats/model_selection.hpp"
 #include "formats/save_dir.hpp"
-#include "formats/verl/dtensor.hpp"
+#include "formats/dtensor.hpp"
 #include "formats/verl/role_dir.hpp"
 
 namespace ckptfs::verl {
@@ -44,7 +44,7 @@ std::string describe_role(const RoleDir& role) {
   return fmt::format("{}: FSDP{}, world size {}, mesh {}", role.name,
                      role.fsdp_version ? std::to_string(*role.fsdp_version) : "?", role.world_size,
                      role.mesh_shape.empty() ? "none (plain tensors)"
-                                             : formats::verl::mesh_string(role.mesh_shape, role.mesh_dim_names));
+                                             : formats::mesh_string(role.mesh_shape, role.mesh_dim_names));
 }
 
 // The served model: verl's model_merger casts every tensor to bfloat16; float32 ones are (round to nearest

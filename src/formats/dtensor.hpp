@@ -12,7 +12,7 @@
 #include "ckptfs/torch.hpp"
 #include "formats/pickle_access.hpp"
 
-namespace ckptfs::formats::verl {
+namespace ckptfs::formats {
 
 // One mesh dimension's placement: Shard(dim) splits tensor dim `dim` in torch.chunk pieces over the mesh
 // dimension; Replicate gives every coordinate the whole extent.
@@ -54,4 +54,4 @@ LocalBox local_box(const std::vector<int64_t>& global_shape, const std::vector<P
 // `rank` (row-major over the mesh, as init_device_mesh numbers it) as a mesh coordinate.
 std::vector<int64_t> mesh_coordinate(int64_t rank, const std::vector<int64_t>& mesh_shape);
 
-}  // namespace ckptfs::formats::verl
+}  // namespace ckptfs::formats

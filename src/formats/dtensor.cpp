@@ -1,4 +1,4 @@
-#include "formats/verl/dtensor.hpp"
+#include "formats/dtensor.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,7 +6,7 @@
 
 #include "ckptfs/error.hpp"
 
-namespace ckptfs::formats::verl {
+namespace ckptfs::formats {
 
 using pickle::Kind;
 using pickle::Value;
@@ -156,4 +156,4 @@ LocalBox local_box(const std::vector<int64_t>& global_shape, const std::vector<P
   return box;
 }
 
-}  // namespace ckptfs::formats::verl
+}  // namespace ckptfs::formats

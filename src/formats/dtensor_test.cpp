@@ -1,8 +1,8 @@
-#include "formats/verl/dtensor.hpp"
+#include "formats/dtensor.hpp"
 
 #include <gtest/gtest.h>
 
-namespace ckptfs::formats::verl {
+namespace ckptfs::formats {
 namespace {
 
 using Sizes = std::vector<int64_t>;
@@ -56,4 +56,4 @@ TEST(DTensorPlacementString, AsTorchPrintsThem) {
 }
 
 }  // namespace
-}  // namespace ckptfs::formats::verl
+}  // namespace ckptfs::formats

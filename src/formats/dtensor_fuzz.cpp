@@ -5,7 +5,7 @@
 
 #include "ckptfs/error.hpp"
 #include "formats/pickle_access.hpp"
-#include "formats/verl/dtensor.hpp"
+#include "formats/dtensor.hpp"
 #include "io/fuzz_input.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -14,13 +14,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const auto archive = torch::TorchArchive::open(input.open());
     for (const auto& [name, value] : formats::root_field(archive).items()) {
-      const auto shard = formats::verl::as_dtensor(value);
+      const auto shard = formats::as_dtensor(value);
       if (!shard) continue;
       int64_t ranks = 1;
       for (const auto n : shard->mesh_shape) ranks = n > 64 ? 65 : std::min<int64_t>(ranks * n, 65);
       for (int64_t r = 0; r < ranks && ranks <= 64; ++r)
-        formats::verl::local_box(shard->global_shape, shard->placements, shard->mesh_shape,
-                                 formats::verl::mesh_coordinate(r, shard->mesh_shape));
+        formats::local_box(shard->global_shape, shard->placements, shard->mesh_shape,
+                                 formats::mesh_coordinate(r, shard->mesh_shape));
     }
   } catch (const Error&) {
   }

@@ -1,0 +1,18 @@
+// FSDP's per-rank saves: a folder of every rank's torch.save of its state dict (FSDP1 LOCAL_STATE_DICT flat
+// parameters as ShardedTensors, FSDP2 or FSDP1-with-mesh DTensors), under any naming (rank{R}.pt,
+// accelerate's pytorch_model_fsdp_rank{R}.bin beside its optimizer_0/), or a folder of such step dirs (HF
+// Trainer's checkpoint-N/): detection and indexing (docs/formats/fsdp-per-rank.md).
+#pragma once
+
+#include <filesystem>
+
+#include "ckptfs/checkpoint.hpp"
+
+namespace ckptfs::fsdp {
+
+// True when `source`, or a subdir of it, holds per-rank files by name (NAME{R}.pt with "rank" before R).
+bool is_fsdp_source(const std::filesystem::path& source);
+
+Checkpoint open(const std::filesystem::path& source, const OpenOptions& options);
+
+}  // namespace ckptfs::fsdp

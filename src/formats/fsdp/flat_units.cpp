@@ -1,0 +1,87 @@
+#include "formats/fsdp/flat_units.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
+#include "ckptfs/error.hpp"
+
+namespace ckptfs::formats::fsdp {
+
+namespace {
+
+[[noreturn]] void fail(const RankStateDict& rank, const std::string& key, const std::string& problem) {
+  throw FormatError(fmt::format("{}: {}: {}", rank.file.string(), key, problem));
+}
+
+}  // namespace
+
+bool is_flat_param_key(std::string_view key) {
+  return key == kFlatParamKey || (key.ends_with(kFlatParamKey) && key[key.size() - kFlatParamKey.size() - 1] == '.');
+}
+
+std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks) {
+  const auto world = static_cast<int64_t>(ranks.size());
+  std::vector<FlatUnit> out;
+  for (const auto& key : ranks[0].names) {
+    if (!is_flat_param_key(key)) continue;
+    FlatUnit unit;
+    unit.key = key;
+    unit.module = key.size() > kFlatParamKey.size() ? key.substr(0, key.size() - kFlatParamKey.size() - 1) : "";
+    const ShardedTensorValue* first = nullptr;
+    for (int64_t r = 0; r < world; ++r) {
+      const auto& rank = ranks[static_cast<size_t>(r)];
+      const auto found = rank.values.find(key);
+      if (found == rank.values.end()) fail(rank, key, "missing (rank 0's file has this FSDP unit)");
+      const auto* t = std::get_if<ShardedTensorValue>(&found->second);
+      if (t == nullptr) fail(rank, key, "a flat parameter that is no ShardedTensor");
+      if (t->rank != r || t->world_size != world)
+        fail(rank, key, fmt::format("saved by rank {} of a world of {}, but it is rank {}'s file of {}", t->rank,
+                                    t->world_size, r, world));
+      if (t->global_size.size() != 1) fail(rank, key, "a flat parameter of more than one dimension");
+      if (first == nullptr) {
+        first = t;
+        unit.dtype = t->dtype;
+        unit.numel = t->global_size[0];
+      } else if (t->dtype != first->dtype || t->global_size != first->global_size || t->shards != first->shards) {
+        fail(rank, key, fmt::format("a ShardedTensor of {} [{}] in {} shards, rank 0's is {} [{}] in {}",
+                                    dtype_torch_name(t->dtype), t->global_size[0], t->shards.size(),
+                                    dtype_torch_name(first->dtype), first->global_size[0], first->shards.size()));
+      }
+      for (const auto& local : t->local) unit.chunks.emplace_back(local.placement.offsets[0], local.tensor);
+    }
+    // each rank's file holds the shard the metadata places on it (as_sharded_tensor), so the chunks are
+    // exactly the metadata's, which tile [0, numel)
+    std::sort(unit.chunks.begin(), unit.chunks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    out.push_back(std::move(unit));
+  }
+  return out;
+}
+
+catalog::LogicalTensor flat_slice(const FlatUnit& unit, std::string name, std::vector<int64_t> shape, int64_t first,
+                                  std::string origin) {
+  const int64_t count = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  if (first < 0 || count < 0 || first + count > unit.numel)
+    throw FormatError(fmt::format("{}: elements [{}, {}) of a flat parameter of {}", unit.key, first, first + count,
+                                  unit.numel));
+  catalog::FlatRuns runs;
+  for (const auto& [begin, chunk] : unit.chunks) {
+    const int64_t end = begin + static_cast<int64_t>(chunk.numel());
+    const int64_t from = std::max(begin, first), to = std::min(end, first + count);
+    if (from < to)
+      catalog::append_source_range(runs.pieces, static_cast<uint64_t>(from - first), chunk,
+                                   static_cast<uint64_t>(from - begin), static_cast<uint64_t>(to - from));
+  }
+  catalog::LogicalTensor t;
+  t.name = std::move(name);
+  t.dtype = unit.dtype;
+  t.shape = std::move(shape);
+  t.source = std::move(runs);
+  t.origin = std::move(origin);
+  catalog::validate(t);
+  return t;
+}
+
+}  // namespace ckptfs::formats::fsdp

@@ -1,0 +1,38 @@
+// FSDP1 LOCAL_STATE_DICT saves: each FSDP unit's flat parameter, one ShardedTensor per rank file under
+// "<module>._flat_param" (the root unit's "_flat_param"), put back together from every rank's chunk
+// (docs/formats/fsdp-per-rank.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckptfs/catalog.hpp"
+#include "formats/rank_state_dict.hpp"
+
+namespace ckptfs::formats::fsdp {
+
+inline constexpr std::string_view kFlatParamKey = "_flat_param";
+
+struct FlatUnit {
+  std::string key;     // "model.layers.0._flat_param"
+  std::string module;  // "model.layers.0"; "" for the root unit
+  DType dtype = DType::F32;
+  int64_t numel = 0;   // the flat parameter's elements (FSDP's world-size padding excluded)
+  std::vector<std::pair<int64_t, torch::SourceTensor>> chunks;  // (first element, rank's chunk), tiling [0, numel)
+};
+
+// True for a state-dict key FSDP gives a unit's flat parameter.
+bool is_flat_param_key(std::string_view key);
+
+// Every unit of the ranks' files, in rank 0's order. Throws FormatError naming the file when a rank lacks a
+// unit or has a ShardedTensor other than rank 0's (size, dtype, shard placements), when rank r's file is
+// not rank r's of a world of the files' number, or when a flat parameter is no ShardedTensor.
+std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks);
+
+// Elements [first, first + numel(shape)) of `unit`'s flat parameter as the tensor `name` of `shape`.
+catalog::LogicalTensor flat_slice(const FlatUnit& unit, std::string name, std::vector<int64_t> shape, int64_t first,
+                                  std::string origin);
+
+}  // namespace ckptfs::formats::fsdp

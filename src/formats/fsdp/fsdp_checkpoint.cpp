@@ -1,0 +1,251 @@
+// FSDP per-rank save dirs: a tag per folder of rank files (the folder given, or HF Trainer's checkpoint-N
+// dirs below it), each rank group's model merged: flat parameters cut by config.json's architecture, DTensors
+// placed by their placements.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <regex>
+#include <set>
+
+#include "ckptfs/error.hpp"
+#include "ckptfs/fsdp.hpp"
+#include "ckptfs/io_tree.hpp"
+#include "formats/fsdp/flat_units.hpp"
+#include "formats/fsdp/rank_files.hpp"
+#include "formats/fsdp/unit_cut.hpp"
+#include "formats/hf_layout.hpp"
+#include "formats/model_selection.hpp"
+#include "formats/name_prefix.hpp"
+#include "formats/parallel_reads.hpp"
+#include "formats/rank_state_dict.hpp"
+#include "formats/save_dir.hpp"
+
+namespace ckptfs::fsdp {
+
+namespace fs = std::filesystem;
+using formats::HfLayout;
+using formats::RankStateDict;
+using formats::fsdp::FlatUnit;
+using formats::fsdp::RankFiles;
+
+namespace {
+
+// config.json's architecture (the tag dir's, else the save dir's), or why there is none.
+struct ModelConfig {
+  std::optional<HfLayout> layout;
+  std::string why;  // when no layout
+};
+
+ModelConfig model_config(const fs::path& tag_dir, const fs::path& root) {
+  for (const auto& dir : {tag_dir, root}) {
+    const fs::path path = dir / "config.json";
+    if (!io::is_file(path)) continue;
+    auto found = formats::layout_from_config(path);
+    if (auto* layout = std::get_if<HfLayout>(&found)) return {std::move(*layout), ""};
+    return {std::nullopt, std::get<std::string>(found)};
+  }
+  return {std::nullopt, "no config.json beside the rank files names the model's architecture"};
+}
+
+// Every rank's state dict of a group; nullopt when rank 0's holds no DTensor or ShardedTensor (not a
+// per-rank model: an optimizer's or other state so named).
+std::optional<std::vector<RankStateDict>> read_group(io::FileSet& files, const RankFiles& group) {
+  RankStateDict first = formats::read_rank_state_dict(files, group.files[0]);
+  if (!first.holds_distributed_tensors()) return std::nullopt;
+  std::vector<fs::path> rest(group.files.begin() + 1, group.files.end());
+  std::vector<RankStateDict> ranks;
+  ranks.push_back(std::move(first));
+  for (auto& r : formats::read_all(rest, [&](const fs::path& p) { return formats::read_rank_state_dict(files, p); }))
+    ranks.push_back(std::move(r));
+  // the world size the first flat parameter was saved in: a missing last rank file is named
+  for (const auto& [name, value] : ranks[0].values)
+    if (const auto* t = std::get_if<formats::ShardedTensorValue>(&value); t && t->world_size > static_cast<int64_t>(ranks.size()))
+      throw FormatError(fmt::format("{}: missing ({}'s {} was saved by a world of {} ranks)",
+                                    (group.files[0].parent_path() / fmt::format("{}{}{}", group.stem, ranks.size(),
+                                                                                 group.files[0].extension().string())).string(),
+                                    group.files[0].filename().string(), name, t->world_size));
+  return ranks;
+}
+
+// A plain tensor beside flat parameters: a piece of an original parameter (use_orig_params: 1-D, sized per
+// rank; not served, the flat parameters hold the same elements) or a buffer every rank saves whole.
+bool is_orig_param_piece(const std::string& name, const std::vector<RankStateDict>& ranks,
+                         const std::set<std::string>& parameters) {
+  if (parameters.contains(name)) return true;
+  const auto& first = std::get<torch::SourceTensor>(ranks[0].values.at(name));
+  return std::any_of(ranks.begin(), ranks.end(), [&](const RankStateDict& r) {
+    const auto* t = std::get_if<torch::SourceTensor>(&r.values.at(name));
+    return t != nullptr && t->shape != first.shape;
+  });
+}
+
+std::string describe_cut(const formats::fsdp::CutUnit& u) {
+  return fmt::format("FSDP unit {}: {} parameters ({} .. {}), {} elements, each aligned to {} element{}, {} of padding",
+                     u.unit->key, u.parameters.size(), u.parameters.front().name, u.parameters.back().name,
+                     u.unit->numel, u.alignment, u.alignment == 1 ? "" : "s", u.padding);
+}
+
+// An FSDP1 LOCAL_STATE_DICT model: the flat parameters cut by the layout, or each served whole.
+std::shared_ptr<catalog::Catalog> flat_model(const std::vector<RankStateDict>& ranks, const ModelConfig& config,
+                                             const OpenOptions& options, Tag& tag) {
+  const auto units = formats::fsdp::gather_flat_units(ranks);
+  const auto world = static_cast<int64_t>(ranks.size());
+  std::shared_ptr<catalog::Catalog> model;
+  std::string prefix;
+  std::set<std::string> parameters;  // the prefixed names of the layout's parameters
+  std::string why = config.why;
+  if (config.layout) {
+    std::vector<std::string> modules;
+    for (const auto& u : units)
+      if (!u.module.empty()) modules.push_back(u.module);
+    prefix = options.strip_prefix.value_or(formats::layout_prefix(modules, *config.layout).value_or(""));
+    for (const auto& p : config.layout->parameters) parameters.insert(prefix + p.name);
+    auto cut = formats::fsdp::cut_units(units, *config.layout, prefix, world);
+    if (auto* ok = std::get_if<std::vector<formats::fsdp::CutUnit>>(&cut)) {
+      model = formats::fsdp::cut_model(*ok, *config.layout);
+      for (const auto& u : *ok) tag.notes.push_back(describe_cut(u));
+      if (!prefix.empty()) tag.notes.push_back(fmt::format("stripped the prefix '{}' from the units' modules", prefix));
+    } else {
+      why = std::get<std::string>(cut);
+    }
+  }
+  if (!model) {
+    model = std::make_shared<catalog::Catalog>();
+    for (const auto& u : units)
+      model->tensors.push_back(formats::fsdp::flat_slice(u, u.key, {u.numel}, 0, "the whole flat parameter"));
+    tag.notes.push_back(fmt::format("model.safetensors holds each FSDP unit's whole flat parameter (1-D, as saved) "
+                                    "under its key: the parameters' names and shapes are in no rank file, and {}",
+                                    why));
+  }
+  formats::check_same_names(ranks);
+  size_t pieces = 0;
+  for (const auto& name : ranks[0].names) {
+    if (formats::fsdp::is_flat_param_key(name)) continue;
+    if (is_orig_param_piece(name, ranks, parameters)) {
+      ++pieces;
+      continue;
+    }
+    auto buffer = formats::merge_plain_tensor(name, ranks, formats::PlainTensors::replicated);
+    if (name.starts_with(prefix)) buffer.name = name.substr(prefix.size());
+    model->tensors.push_back(std::move(buffer));
+  }
+  if (pieces > 0)
+    tag.notes.push_back(fmt::format("{} original parameters' per-rank pieces (use_orig_params) not served: the flat "
+                                    "parameters hold the same elements", pieces));
+  return model;
+}
+
+// A model of DTensor state dicts (FSDP2, FSDP1 with a device mesh): placed by their placements, buffers
+// (plain tensors) served as rank 0 saved them.
+std::shared_ptr<catalog::Catalog> dtensor_model(const std::vector<RankStateDict>& ranks, Tag& tag) {
+  auto model = formats::merge_dtensor_ranks(ranks, formats::PlainTensors::replicated);
+  for (const auto& name : ranks[0].names)
+    if (const auto* d = std::get_if<formats::DTensorShard>(&ranks[0].values.at(name))) {
+      tag.notes.push_back(fmt::format("DTensors over mesh {}, e.g. {} {}", formats::mesh_string(d->mesh_shape, d->mesh_dim_names),
+                                      name, formats::placement_string(d->placements)));
+      break;
+    }
+  return model;
+}
+
+// The model's names without the wrapper prefix: -o strip_prefix, else the one found against the layout.
+std::shared_ptr<const catalog::Catalog> without_prefix(std::shared_ptr<catalog::Catalog> model,
+                                                       const ModelConfig& config, const OpenOptions& options,
+                                                       Tag& tag) {
+  std::optional<std::string> prefix = options.strip_prefix;
+  if (!prefix && config.layout) {
+    std::vector<std::string> names;
+    for (const auto& t : model->tensors) names.push_back(t.name);
+    prefix = formats::layout_prefix(names, *config.layout);
+  }
+  if (!prefix || prefix->empty()) return model;
+  tag.notes.push_back(fmt::format("stripped the prefix '{}' from the model's names", *prefix));
+  return formats::strip_prefix(*model, *prefix);
+}
+
+bool all_float32(const catalog::Catalog& model) {
+  return std::all_of(model.tensors.begin(), model.tensors.end(),
+                     [](const auto& t) { return !dtype_is_floating(t.dtype) || t.dtype == DType::F32; });
+}
+
+// The folder a group's model is served in: the first group at the root, accelerate's further models
+// (pytorch_model_fsdp_1_rank{R}.bin) in a folder named by their files ("pytorch_model_fsdp_1").
+std::string folder_of(const RankFiles& group, bool first) {
+  if (first) return "";
+  std::string stem = group.stem;
+  while (!stem.empty() && (stem.back() == '_' || stem.back() == '-')) stem.pop_back();
+  if (stem.ends_with("rank")) stem.resize(stem.size() - 4);
+  while (!stem.empty() && (stem.back() == '_' || stem.back() == '-')) stem.pop_back();
+  return stem.empty() ? group.stem : stem;
+}
+
+Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, const fs::path& root,
+             const OpenOptions& options) {
+  Tag tag;
+  tag.name = name;
+  tag.dir = dir;
+  const ModelConfig config = model_config(dir, root);
+  std::set<std::string> model_files;
+  std::vector<std::string> kinds;
+  for (const auto& group : formats::fsdp::rank_file_groups(dir)) {
+    auto ranks = read_group(files, group);
+    if (!ranks) continue;
+    const bool flat = std::any_of(ranks->at(0).values.begin(), ranks->at(0).values.end(), [](const auto& v) {
+      return std::holds_alternative<formats::ShardedTensorValue>(v.second);
+    });
+    const std::string folder = folder_of(group, kinds.empty());
+    auto model = flat ? flat_model(*ranks, config, options, tag) : dtensor_model(*ranks, tag);
+    CatalogPtr served = flat ? CatalogPtr(model) : without_prefix(model, config, options, tag);
+    if (all_float32(*served)) tag.add(ViewRole::fp32, served, folder);
+    tag.add(ViewRole::model, served, folder);
+    kinds.push_back(fmt::format("{} ({}, {} ranks{})", group.pattern, flat ? "FSDP1 LOCAL_STATE_DICT flat parameters" : "DTensors",
+                                ranks->size(), folder.empty() ? "" : ", served in " + folder + "/"));
+    for (const auto& f : group.files) {
+      tag.files.push_back(f);
+      model_files.insert(f.filename().string());
+    }
+    tag.topology.dp = static_cast<int>(ranks->size());
+    for (const auto& t : served->tensors)
+      if (dtype_is_floating(t.dtype)) {
+        tag.topology.train_dtype = t.dtype;
+        break;
+      }
+  }
+  if (kinds.empty())
+    throw FormatError(fmt::format("{}: its rank files hold no DTensor or ShardedTensor (no per-rank model save)",
+                                  dir.string()));
+  tag.format = fmt::format("FSDP per-rank save: {}", fmt::join(kinds, "; "));
+  if (io::is_directory(dir / "optimizer_0"))
+    tag.notes.push_back("optimizer_0/: the optimizer's DCP checkpoint (accelerate), not served");
+  tag.side_files = formats::side_files(dir, [&](const std::string& n) { return model_files.contains(n); });
+  return tag;
+}
+
+}  // namespace
+
+bool is_fsdp_source(const fs::path& source) {
+  return formats::fsdp::has_rank_files(source) || !formats::sorted_subdirs(source, formats::fsdp::has_rank_files).empty();
+}
+
+Checkpoint open(const fs::path& source, const OpenOptions& options) {
+  formats::SaveDir<fs::path> save_dir("fsdp", source, "no per-rank model files (NAME_rank{R}.pt, .bin)");
+  if (formats::fsdp::has_rank_files(source)) {
+    save_dir.tags.emplace_back(source.filename().string(), source);
+  } else {
+    for (const auto& d : formats::sorted_subdirs(source, formats::fsdp::has_rank_files))
+      save_dir.tags.emplace_back(d.filename().string(), d);
+    save_dir.side_files = formats::side_files(source, [](const std::string&) { return false; });
+    // HF Trainer writes trainer_state.json into checkpoint-N/ after the model and the optimizer
+    save_dir.complete = [](const std::string& name, const fs::path& dir) {
+      static const std::regex kTrainerStep(R"(checkpoint-\d+)");
+      return !std::regex_match(name, kTrainerStep) || io::exists(dir / "trainer_state.json");
+    };
+  }
+  return formats::open_save_dir(std::move(save_dir), options, [&](io::FileSet& files, const std::string& name,
+                                                                  const fs::path& dir) {
+    return read_tag(files, name, dir, source, options);
+  });
+}
+
+}  // namespace ckptfs::fsdp

@@ -1,0 +1,100 @@
+#include "formats/fsdp/unit_cut.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <set>
+
+namespace ckptfs::formats::fsdp {
+
+namespace {
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+}
+
+// The unit holding `name`: the one of the longest module that is a prefix of it (the root unit, module "",
+// holds what no nested unit does); null when none does.
+const FlatUnit* owner(const std::vector<FlatUnit>& units, const std::string& name) {
+  const FlatUnit* best = nullptr;
+  for (const auto& u : units)
+    if ((u.module.empty() || name.starts_with(u.module + ".")) && (best == nullptr || u.module.size() > best->module.size()))
+      best = &u;
+  return best;
+}
+
+// FSDP pads before each parameter to a multiple of `alignment` (use_orig_params), and at the end so that
+// the flat parameter divides by the world size (only when it aligned).
+std::optional<CutUnit> cut_with(const FlatUnit& unit, const std::vector<const HfParameter*>& params, int64_t alignment,
+                                int64_t world_size) {
+  CutUnit out{&unit, alignment, 0, {}};
+  int64_t at = 0;
+  for (const auto* p : params) {
+    const int64_t pad = (alignment - at % alignment) % alignment;
+    at += pad;
+    out.padding += pad;
+    out.parameters.push_back({p->name, p->shape, at});
+    at += numel_of(p->shape);
+  }
+  const int64_t tail = unit.numel - at;
+  if (tail == 0 || (alignment > 1 && tail > 0 && tail < world_size && unit.numel % world_size == 0)) {
+    out.padding += tail;
+    return out;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<std::vector<CutUnit>, std::string> cut_units(const std::vector<FlatUnit>& units, const HfLayout& layout,
+                                                          const std::string& prefix, int64_t world_size) {
+  std::map<const FlatUnit*, std::vector<const HfParameter*>> owned;
+  for (const auto& p : layout.parameters) {
+    if (!p.tied_to.empty()) continue;  // flattened once, as its target
+    const FlatUnit* u = owner(units, prefix + p.name);
+    if (u == nullptr) return fmt::format("{} belongs to no FSDP unit (units: {} ...)", prefix + p.name, units[0].key);
+    owned[u].push_back(&p);
+  }
+  std::vector<CutUnit> out;
+  for (const auto& unit : units) {
+    const auto& params = owned[&unit];
+    if (params.empty()) return fmt::format("{}: no parameter of {} falls in this unit", unit.key, architecture_name(layout.family));
+    std::set<int64_t> alignments = {1, 16 / static_cast<int64_t>(dtype_size(unit.dtype)), 8, 4};
+    std::optional<CutUnit> cut;
+    for (const int64_t a : alignments)
+      if ((cut = cut_with(unit, params, a, world_size))) break;
+    if (!cut) {
+      int64_t total = 0;
+      for (const auto* p : params) total += numel_of(p->shape);
+      return fmt::format("{}: its {} parameters per config.json ({} ... {}) hold {} elements, its flat parameter has "
+                         "{} (no FSDP alignment padding of 1, 2, 4 or 8 elements accounts for the difference)",
+                         unit.key, params.size(), params.front()->name, params.back()->name, total, unit.numel);
+    }
+    out.push_back(std::move(*cut));
+  }
+  return out;
+}
+
+std::shared_ptr<catalog::Catalog> cut_model(const std::vector<CutUnit>& cut, const HfLayout& layout) {
+  std::map<std::string, catalog::LogicalTensor> by_name;
+  for (const auto& u : cut)
+    for (const auto& p : u.parameters)
+      by_name.emplace(p.name, flat_slice(*u.unit, p.name, p.shape, p.first,
+                                         fmt::format("{} elements [{}, {})", u.unit->key, p.first,
+                                                     p.first + numel_of(p.shape))));
+  auto out = std::make_shared<catalog::Catalog>();
+  for (const auto& p : layout.parameters) {
+    catalog::LogicalTensor t = by_name.at(p.tied_to.empty() ? p.name : p.tied_to);
+    if (!p.tied_to.empty()) {
+      t.name = p.name;
+      t.origin = "tied to " + p.tied_to + ": " + t.origin;
+    }
+    out->tensors.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace ckptfs::formats::fsdp

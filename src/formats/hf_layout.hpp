@@ -1,0 +1,57 @@
+// The one table of Hugging Face model families ckptfs knows: each family's parameters (names, shapes,
+// registration order, tied aliases) as transformers' *ForCausalLM classes create them. Megatron's hf/ takes
+// its state-dict order from it; FSDP's flat parameters are cut by it (docs/formats/fsdp-per-rank.md).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace ckptfs::formats {
+
+enum class HfFamily { llama, qwen2, gpt2 };
+
+std::string_view architecture_name(HfFamily family);  // "LlamaForCausalLM", ...
+
+// The sizes a family's parameter shapes follow, as config.json names them for that family.
+struct HfDims {
+  int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t positions = 0;  // GPT-2's learned position table
+  bool tied = false;      // tie_word_embeddings: lm_head.weight is embed's parameter
+  bool attention_bias = false, mlp_bias = false;  // Llama's flags (Qwen2: q/k/v biases only)
+};
+
+struct HfParameter {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string tied_to;  // non-empty: the same parameter as this earlier one (lm_head.weight of a tied model)
+};
+
+struct HfLayout {
+  HfFamily family;
+  HfDims dims;
+  // Every parameter in the model's registration order (module.named_parameters(remove_duplicate=False)).
+  std::vector<HfParameter> parameters;
+};
+
+// The layout a config.json describes, or why there is none (an architecture not in the table: a string
+// naming it). Throws FormatError naming the file when it is not JSON or a field the family needs is missing
+// or not a positive integer (exit 4).
+std::variant<HfLayout, std::string> layout_from_config(const std::filesystem::path& config_json);
+
+// The layout of `family` with `dims`.
+HfLayout layout_of(HfFamily family, const HfDims& dims);
+
+// The family's state-dict order of names for a model of any depth: names outside the layers with "" where the
+// layers go, and a layer's names after its prefix ("model.layers.{}.", see layer_prefix).
+struct HfNameOrder {
+  std::vector<std::string> model, layer;
+};
+HfNameOrder name_order(HfFamily family);
+std::string layer_prefix(HfFamily family);  // "model.layers.{}." / "transformer.h.{}."
+
+}  // namespace ckptfs::formats
