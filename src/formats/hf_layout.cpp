@@ -188,6 +188,18 @@ std::variant<HfLayout, std::string> layout_from_config(const fs::path& config_js
                      "Qwen2ForCausalLM, GPT2LMHeadModel)", name);
 }
 
+std::variant<HfLayout, std::string> layout_in(const std::vector<fs::path>& dirs) {
+  for (const auto& dir : dirs) {
+    if (!io::is_file(dir / "config.json")) continue;
+    try {
+      return layout_from_config(dir / "config.json");
+    } catch (const FormatError& e) {  // the weights are served all the same, under their saved names
+      return e.what();
+    }
+  }
+  return "no config.json names the model's architecture";
+}
+
 std::string layer_prefix(HfFamily family) {
   return family == HfFamily::gpt2 ? "transformer.h.{}." : "model.layers.{}.";
 }

@@ -43,6 +43,10 @@ struct HfLayout {
 // or not a positive integer (exit 4).
 std::variant<HfLayout, std::string> layout_from_config(const std::filesystem::path& config_json);
 
+// The layout the first config.json of `dirs` describes (a tag dir, then its save dir), or why there is none
+// (no config.json, another architecture, a field missing: layout_from_config's message).
+std::variant<HfLayout, std::string> layout_in(const std::vector<std::filesystem::path>& dirs);
+
 // The layout of `family` with `dims`.
 HfLayout layout_of(HfFamily family, const HfDims& dims);
 

@@ -9,6 +9,7 @@
 
 namespace ckptfs::formats {
 
+
 std::optional<std::string> layout_prefix(const std::vector<std::string>& names, const HfLayout& layout) {
   std::set<std::string, std::less<>> own;  // the layout's parameter names and module paths
   for (const auto& p : layout.parameters)
@@ -45,6 +46,27 @@ std::shared_ptr<catalog::Catalog> strip_prefix(const catalog::Catalog& model, co
       throw FormatError(fmt::format("{}: two tensors are named so once the prefix '{}' is stripped", t.name, prefix));
   }
   return out;
+}
+
+void strip_wrapper_prefixes(Checkpoint& checkpoint, const OpenOptions& options) {
+  for (auto& tag : checkpoint.tags) {
+    if (!tag.has(ViewRole::model)) continue;
+    std::optional<std::string> prefix = options.strip_prefix;
+    if (!prefix) {
+      const auto found = layout_in({tag.dir, checkpoint.root});
+      const auto* layout = std::get_if<HfLayout>(&found);
+      if (layout == nullptr) continue;
+      std::vector<std::string> names;
+      for (const auto& t : tag.catalog(ViewRole::model)->tensors) names.push_back(t.name);
+      prefix = layout_prefix(names, *layout);
+    }
+    if (!prefix || prefix->empty()) continue;
+    for (auto& [folder, roles] : tag.models)
+      for (auto& [role, catalog] : roles)
+        if (role != ViewRole::hf) catalog = strip_prefix(*catalog, *prefix);
+    tag.notes.push_back(fmt::format("stripped the wrapper prefix '{}' from the model's names{}", *prefix,
+                                    options.strip_prefix ? " (-o strip_prefix)" : " (config.json's architecture)"));
+  }
 }
 
 }  // namespace ckptfs::formats

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ckptfs/catalog.hpp"
+#include "ckptfs/checkpoint.hpp"
 #include "formats/hf_layout.hpp"
 
 namespace ckptfs::formats {
@@ -20,5 +21,10 @@ std::optional<std::string> layout_prefix(const std::vector<std::string>& names, 
 // `model` with `prefix` removed from the names that start with it (the others kept as they are). Throws
 // FormatError naming the tensor when two names become one.
 std::shared_ptr<catalog::Catalog> strip_prefix(const catalog::Catalog& model, const std::string& prefix);
+
+// Strips, in every tag's model and fp32 catalogs, OpenOptions::strip_prefix or else the prefix that makes
+// the names those of the architecture a config.json names (the tag dir's, else the save dir's), and notes
+// what it stripped. Names that are the architecture's already are left as they are.
+void strip_wrapper_prefixes(Checkpoint& checkpoint, const OpenOptions& options);
 
 }  // namespace ckptfs::formats

@@ -14,6 +14,7 @@
 #include "ckptfs/plain.hpp"
 #include "ckptfs/verl.hpp"
 #include "formats/dcp/hf_storage.hpp"
+#include "formats/name_prefix.hpp"
 
 namespace ckptfs {
 
@@ -102,7 +103,9 @@ Checkpoint open_resolved(const fs::path& source, const OpenOptions& options) {
 }  // namespace
 
 Checkpoint open_checkpoint(const fs::path& source, const OpenOptions& options) {
-  return open_resolved(resolved(source), options);
+  Checkpoint checkpoint = open_resolved(resolved(source), options);
+  formats::strip_wrapper_prefixes(checkpoint, options);
+  return checkpoint;
 }
 
 }  // namespace ckptfs

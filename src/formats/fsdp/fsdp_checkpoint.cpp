@@ -31,23 +31,6 @@ using formats::fsdp::RankFiles;
 
 namespace {
 
-// config.json's architecture (the tag dir's, else the save dir's), or why there is none.
-struct ModelConfig {
-  std::optional<HfLayout> layout;
-  std::string why;  // when no layout
-};
-
-ModelConfig model_config(const fs::path& tag_dir, const fs::path& root) {
-  for (const auto& dir : {tag_dir, root}) {
-    const fs::path path = dir / "config.json";
-    if (!io::is_file(path)) continue;
-    auto found = formats::layout_from_config(path);
-    if (auto* layout = std::get_if<HfLayout>(&found)) return {std::move(*layout), ""};
-    return {std::nullopt, std::get<std::string>(found)};
-  }
-  return {std::nullopt, "no config.json beside the rank files names the model's architecture"};
-}
-
 // Every rank's state dict of a group; nullopt when rank 0's holds no DTensor or ShardedTensor (not a
 // per-rank model: an optimizer's or other state so named).
 std::optional<std::vector<RankStateDict>> read_group(io::FileSet& files, const RankFiles& group) {
@@ -87,23 +70,24 @@ std::string describe_cut(const formats::fsdp::CutUnit& u) {
 }
 
 // An FSDP1 LOCAL_STATE_DICT model: the flat parameters cut by the layout, or each served whole.
-std::shared_ptr<catalog::Catalog> flat_model(const std::vector<RankStateDict>& ranks, const ModelConfig& config,
+std::shared_ptr<catalog::Catalog> flat_model(const std::vector<RankStateDict>& ranks, const std::variant<HfLayout, std::string>& config,
                                              const OpenOptions& options, Tag& tag) {
   const auto units = formats::fsdp::gather_flat_units(ranks);
   const auto world = static_cast<int64_t>(ranks.size());
   std::shared_ptr<catalog::Catalog> model;
   std::string prefix;
   std::set<std::string> parameters;  // the prefixed names of the layout's parameters
-  std::string why = config.why;
-  if (config.layout) {
+  const HfLayout* layout = std::get_if<HfLayout>(&config);
+  std::string why = layout ? "" : std::get<std::string>(config);
+  if (layout) {
     std::vector<std::string> modules;
     for (const auto& u : units)
       if (!u.module.empty()) modules.push_back(u.module);
-    prefix = options.strip_prefix.value_or(formats::layout_prefix(modules, *config.layout).value_or(""));
-    for (const auto& p : config.layout->parameters) parameters.insert(prefix + p.name);
-    auto cut = formats::fsdp::cut_units(units, *config.layout, prefix, world);
+    prefix = options.strip_prefix.value_or(formats::layout_prefix(modules, *layout).value_or(""));
+    for (const auto& p : layout->parameters) parameters.insert(prefix + p.name);
+    auto cut = formats::fsdp::cut_units(units, *layout, prefix, world);
     if (auto* ok = std::get_if<std::vector<formats::fsdp::CutUnit>>(&cut)) {
-      model = formats::fsdp::cut_model(*ok, *config.layout);
+      model = formats::fsdp::cut_model(*ok, *layout);
       for (const auto& u : *ok) tag.notes.push_back(describe_cut(u));
       if (!prefix.empty()) tag.notes.push_back(fmt::format("stripped the prefix '{}' from the units' modules", prefix));
     } else {
@@ -149,21 +133,6 @@ std::shared_ptr<catalog::Catalog> dtensor_model(const std::vector<RankStateDict>
   return model;
 }
 
-// The model's names without the wrapper prefix: -o strip_prefix, else the one found against the layout.
-std::shared_ptr<const catalog::Catalog> without_prefix(std::shared_ptr<catalog::Catalog> model,
-                                                       const ModelConfig& config, const OpenOptions& options,
-                                                       Tag& tag) {
-  std::optional<std::string> prefix = options.strip_prefix;
-  if (!prefix && config.layout) {
-    std::vector<std::string> names;
-    for (const auto& t : model->tensors) names.push_back(t.name);
-    prefix = formats::layout_prefix(names, *config.layout);
-  }
-  if (!prefix || prefix->empty()) return model;
-  tag.notes.push_back(fmt::format("stripped the prefix '{}' from the model's names", *prefix));
-  return formats::strip_prefix(*model, *prefix);
-}
-
 bool all_float32(const catalog::Catalog& model) {
   return std::all_of(model.tensors.begin(), model.tensors.end(),
                      [](const auto& t) { return !dtype_is_floating(t.dtype) || t.dtype == DType::F32; });
@@ -185,7 +154,7 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
   Tag tag;
   tag.name = name;
   tag.dir = dir;
-  const ModelConfig config = model_config(dir, root);
+  const auto config = formats::layout_in({dir, root});
   std::set<std::string> model_files;
   std::vector<std::string> kinds;
   for (const auto& group : formats::fsdp::rank_file_groups(dir)) {
@@ -195,8 +164,8 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
       return std::holds_alternative<formats::ShardedTensorValue>(v.second);
     });
     const std::string folder = folder_of(group, kinds.empty());
-    auto model = flat ? flat_model(*ranks, config, options, tag) : dtensor_model(*ranks, tag);
-    CatalogPtr served = flat ? CatalogPtr(model) : without_prefix(model, config, options, tag);
+    // the flat parameters' units are found under the prefix; other names lose it in strip_wrapper_prefixes
+    CatalogPtr served = flat ? flat_model(*ranks, config, options, tag) : dtensor_model(*ranks, tag);
     if (all_float32(*served)) tag.add(ViewRole::fp32, served, folder);
     tag.add(ViewRole::model, served, folder);
     kinds.push_back(fmt::format("{} ({}, {} ranks{})", group.pattern, flat ? "FSDP1 LOCAL_STATE_DICT flat parameters" : "DTensors",
