@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "ckptfs/fsdp.hpp"
 #include "ckptfs/io_tree.hpp"
 #include "formats/fsdp/flat_units.hpp"
+#include "formats/fsdp/optimizer_shapes.hpp"
 #include "formats/fsdp/rank_files.hpp"
 #include "formats/fsdp/unit_cut.hpp"
 #include "formats/hf_layout.hpp"
@@ -69,29 +71,80 @@ std::string describe_cut(const formats::fsdp::CutUnit& u) {
                      u.unit->numel, u.alignment, u.alignment == 1 ? "" : "s", u.padding);
 }
 
-// An FSDP1 LOCAL_STATE_DICT model: the flat parameters cut by the layout, or each served whole.
-std::shared_ptr<catalog::Catalog> flat_model(const std::vector<RankStateDict>& ranks, const std::variant<HfLayout, std::string>& config,
-                                             const OpenOptions& options, Tag& tag) {
-  const auto units = formats::fsdp::gather_flat_units(ranks);
-  const auto world = static_cast<int64_t>(ranks.size());
-  std::shared_ptr<catalog::Catalog> model;
-  std::string prefix;
-  std::set<std::string> parameters;  // the prefixed names of the layout's parameters
-  const HfLayout* layout = std::get_if<HfLayout>(&config);
-  std::string why = layout ? "" : std::get<std::string>(config);
-  if (layout) {
+// The parameters the units hold in registration order, and where they come from.
+struct UnitParameters {
+  std::vector<formats::HfParameter> parameters;  // names without `prefix`
+  std::string prefix;  // before the names in the units' modules and the rank files ("", "model.", ...)
+  std::string source;  // "config.json's LlamaForCausalLM", for messages
+};
+
+using Shapes = std::map<std::string, std::vector<int64_t>>;
+
+// config.json's parameters disagree with the optimizer's record of the same run: one of them is not this
+// model's, and cutting by either could serve wrong tensors silently.
+void check_against_optimizer(const HfLayout& layout, const std::string& prefix, const Shapes& shapes,
+                             const fs::path& optimizer_dir) {
+  std::set<std::string> known;
+  for (const auto& p : layout.parameters) {
+    known.insert(prefix + p.name);
+    const auto it = shapes.find(prefix + p.name);
+    if (p.tied_to.empty() && it != shapes.end() && it->second != p.shape)
+      throw FormatError(fmt::format("{}/.metadata: {} is [{}] there, config.json's {} makes it [{}]",
+                                    optimizer_dir.string(), it->first, fmt::join(it->second, ", "),
+                                    formats::architecture_name(layout.family), fmt::join(p.shape, ", ")));
+  }
+  for (const auto& [name, shape] : shapes)
+    if (!known.contains(name))
+      throw FormatError(fmt::format("{}/.metadata: parameter {} is not one of config.json's {}", optimizer_dir.string(),
+                                    name, formats::architecture_name(layout.family)));
+}
+
+// config.json's architecture (checked against the optimizer's shapes), else the parameter names rank 0's
+// file lists beside the flat parameters (use_orig_params) with the optimizer's shapes; or why neither.
+std::variant<UnitParameters, std::string> unit_parameters(const std::vector<FlatUnit>& units, const RankStateDict& rank0,
+                                                          const std::variant<HfLayout, std::string>& config,
+                                                          const fs::path& optimizer_dir, const OpenOptions& options) {
+  const Shapes shapes = formats::fsdp::optimizer_parameter_shapes(optimizer_dir);
+  if (const auto* layout = std::get_if<HfLayout>(&config)) {
     std::vector<std::string> modules;
     for (const auto& u : units)
       if (!u.module.empty()) modules.push_back(u.module);
-    prefix = options.strip_prefix.value_or(formats::layout_prefix(modules, *layout).value_or(""));
-    for (const auto& p : layout->parameters) parameters.insert(prefix + p.name);
-    auto cut = formats::fsdp::cut_units(units, *layout, prefix, world);
+    std::string prefix = options.strip_prefix.value_or(formats::layout_prefix(modules, *layout).value_or(""));
+    check_against_optimizer(*layout, prefix, shapes, optimizer_dir);
+    return UnitParameters{layout->parameters, std::move(prefix),
+                          fmt::format("config.json's {}", formats::architecture_name(layout->family))};
+  }
+  UnitParameters listed{{}, "", fmt::format("the rank files' names with {}/'s shapes", optimizer_dir.filename().string())};
+  for (const auto& name : rank0.names)
+    if (const auto it = shapes.find(name); it != shapes.end() && !formats::fsdp::is_flat_param_key(name))
+      listed.parameters.push_back({name, it->second, ""});
+  if (!listed.parameters.empty()) return listed;
+  return std::get<std::string>(config) +
+         (shapes.empty() ? "" : fmt::format("; {}/ lists the shapes, but the rank files no names (use_orig_params=False)",
+                                            optimizer_dir.filename().string()));
+}
+
+// An FSDP1 LOCAL_STATE_DICT model: the flat parameters cut into the model's parameters, or each served whole.
+std::shared_ptr<catalog::Catalog> flat_model(const std::vector<RankStateDict>& ranks,
+                                             const std::variant<HfLayout, std::string>& config,
+                                             const fs::path& optimizer_dir, const OpenOptions& options, Tag& tag) {
+  const auto units = formats::fsdp::gather_flat_units(ranks);
+  std::shared_ptr<catalog::Catalog> model;
+  auto known = unit_parameters(units, ranks[0], config, optimizer_dir, options);
+  std::string prefix;
+  std::set<std::string> parameters;  // the names the rank files give the parameters
+  if (auto* found = std::get_if<UnitParameters>(&known)) {
+    prefix = found->prefix;
+    for (const auto& p : found->parameters) parameters.insert(prefix + p.name);
+    auto cut = formats::fsdp::cut_units(units, found->parameters, prefix, static_cast<int64_t>(ranks.size()),
+                                        found->source);
     if (auto* ok = std::get_if<std::vector<formats::fsdp::CutUnit>>(&cut)) {
-      model = formats::fsdp::cut_model(*ok, *layout);
+      model = formats::fsdp::cut_model(*ok, found->parameters);
+      tag.notes.push_back("the flat parameters are cut by " + found->source);
       for (const auto& u : *ok) tag.notes.push_back(describe_cut(u));
       if (!prefix.empty()) tag.notes.push_back(fmt::format("stripped the prefix '{}' from the units' modules", prefix));
     } else {
-      why = std::get<std::string>(cut);
+      known = std::get<std::string>(cut);
     }
   }
   if (!model) {
@@ -100,7 +153,7 @@ std::shared_ptr<catalog::Catalog> flat_model(const std::vector<RankStateDict>& r
       model->tensors.push_back(formats::fsdp::flat_slice(u, u.key, {u.numel}, 0, "the whole flat parameter"));
     tag.notes.push_back(fmt::format("model.safetensors holds each FSDP unit's whole flat parameter (1-D, as saved) "
                                     "under its key: the parameters' names and shapes are in no rank file, and {}",
-                                    why));
+                                    std::get<std::string>(known)));
   }
   formats::check_same_names(ranks);
   size_t pieces = 0;
@@ -165,7 +218,8 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
     });
     const std::string folder = folder_of(group, kinds.empty());
     // the flat parameters' units are found under the prefix; other names lose it in strip_wrapper_prefixes
-    CatalogPtr served = flat ? flat_model(*ranks, config, options, tag) : dtensor_model(*ranks, tag);
+    const fs::path optimizer_dir = dir / fmt::format("optimizer_{}", kinds.size());  // accelerate's
+    CatalogPtr served = flat ? flat_model(*ranks, config, optimizer_dir, options, tag) : dtensor_model(*ranks, tag);
     if (all_float32(*served)) tag.add(ViewRole::fp32, served, folder);
     tag.add(ViewRole::model, served, folder);
     kinds.push_back(fmt::format("{} ({}, {} ranks{})", group.pattern, flat ? "FSDP1 LOCAL_STATE_DICT flat parameters" : "DTensors",
@@ -185,8 +239,9 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
     throw FormatError(fmt::format("{}: its rank files hold no DTensor or ShardedTensor (no per-rank model save)",
                                   dir.string()));
   tag.format = fmt::format("FSDP per-rank save: {}", fmt::join(kinds, "; "));
-  if (io::is_directory(dir / "optimizer_0"))
-    tag.notes.push_back("optimizer_0/: the optimizer's DCP checkpoint (accelerate), not served");
+  for (size_t i = 0; i < kinds.size(); ++i)
+    if (io::is_directory(dir / fmt::format("optimizer_{}", i)))
+      tag.notes.push_back(fmt::format("optimizer_{}/: the optimizer's DCP checkpoint (accelerate), not served", i));
   tag.side_files = formats::side_files(dir, [&](const std::string& n) { return model_files.contains(n); });
   return tag;
 }

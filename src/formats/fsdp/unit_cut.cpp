@@ -1,6 +1,7 @@
 #include "formats/fsdp/unit_cut.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <functional>
@@ -49,10 +50,12 @@ std::optional<CutUnit> cut_with(const FlatUnit& unit, const std::vector<const Hf
 
 }  // namespace
 
-std::variant<std::vector<CutUnit>, std::string> cut_units(const std::vector<FlatUnit>& units, const HfLayout& layout,
-                                                          const std::string& prefix, int64_t world_size) {
+std::variant<std::vector<CutUnit>, std::string> cut_units(const std::vector<FlatUnit>& units,
+                                                          const std::vector<HfParameter>& parameters,
+                                                          const std::string& prefix, int64_t world_size,
+                                                          const std::string& source) {
   std::map<const FlatUnit*, std::vector<const HfParameter*>> owned;
-  for (const auto& p : layout.parameters) {
+  for (const auto& p : parameters) {
     if (!p.tied_to.empty()) continue;  // flattened once, as its target
     const FlatUnit* u = owner(units, prefix + p.name);
     if (u == nullptr) return fmt::format("{} belongs to no FSDP unit (units: {} ...)", prefix + p.name, units[0].key);
@@ -61,7 +64,7 @@ std::variant<std::vector<CutUnit>, std::string> cut_units(const std::vector<Flat
   std::vector<CutUnit> out;
   for (const auto& unit : units) {
     const auto& params = owned[&unit];
-    if (params.empty()) return fmt::format("{}: no parameter of {} falls in this unit", unit.key, architecture_name(layout.family));
+    if (params.empty()) return fmt::format("{}: no parameter of {} falls in this unit", unit.key, source);
     std::set<int64_t> alignments = {1, 16 / static_cast<int64_t>(dtype_size(unit.dtype)), 8, 4};
     std::optional<CutUnit> cut;
     for (const int64_t a : alignments)
@@ -69,16 +72,17 @@ std::variant<std::vector<CutUnit>, std::string> cut_units(const std::vector<Flat
     if (!cut) {
       int64_t total = 0;
       for (const auto* p : params) total += numel_of(p->shape);
-      return fmt::format("{}: its {} parameters per config.json ({} ... {}) hold {} elements, its flat parameter has "
-                         "{} (no FSDP alignment padding of 1, 2, 4 or 8 elements accounts for the difference)",
-                         unit.key, params.size(), params.front()->name, params.back()->name, total, unit.numel);
+      return fmt::format("{}: its {} parameters per {} ({} ... {}) hold {} elements, its flat parameter has {} (no "
+                         "FSDP alignment padding to {} elements accounts for the difference)",
+                         unit.key, params.size(), source, params.front()->name, params.back()->name, total,
+                         unit.numel, fmt::join(alignments, ", "));
     }
     out.push_back(std::move(*cut));
   }
   return out;
 }
 
-std::shared_ptr<catalog::Catalog> cut_model(const std::vector<CutUnit>& cut, const HfLayout& layout) {
+std::shared_ptr<catalog::Catalog> cut_model(const std::vector<CutUnit>& cut, const std::vector<HfParameter>& parameters) {
   std::map<std::string, catalog::LogicalTensor> by_name;
   for (const auto& u : cut)
     for (const auto& p : u.parameters)
@@ -86,7 +90,7 @@ std::shared_ptr<catalog::Catalog> cut_model(const std::vector<CutUnit>& cut, con
                                          fmt::format("{} elements [{}, {})", u.unit->key, p.first,
                                                      p.first + numel_of(p.shape))));
   auto out = std::make_shared<catalog::Catalog>();
-  for (const auto& p : layout.parameters) {
+  for (const auto& p : parameters) {
     catalog::LogicalTensor t = by_name.at(p.tied_to.empty() ? p.name : p.tied_to);
     if (!p.tied_to.empty()) {
       t.name = p.name;

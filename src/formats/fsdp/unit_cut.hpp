@@ -29,13 +29,17 @@ struct CutUnit {
   std::vector<CutParameter> parameters;
 };
 
-// The cut of every unit, whose modules carry `prefix` before the layout's names ("" or "model." ...); or
-// why the layout does not fit (a parameter in no unit, a unit whose sizes do not add up).
-std::variant<std::vector<CutUnit>, std::string> cut_units(const std::vector<FlatUnit>& units, const HfLayout& layout,
-                                                          const std::string& prefix, int64_t world_size);
+// The cut of every unit by `parameters` (in registration order: an HfLayout's, or the names the rank files
+// list with an optimizer's shapes), whose modules carry `prefix` before those names ("" or "model." ...); or
+// why they do not fit (a parameter in no unit, a unit whose sizes do not add up). `source` names where the
+// parameters come from, for that message ("config.json's LlamaForCausalLM").
+std::variant<std::vector<CutUnit>, std::string> cut_units(const std::vector<FlatUnit>& units,
+                                                          const std::vector<HfParameter>& parameters,
+                                                          const std::string& prefix, int64_t world_size,
+                                                          const std::string& source);
 
-// The model: every parameter of `layout` in its order, cut out of its unit (a tied one the same elements
-// as its target), in the flat parameters' dtype.
-std::shared_ptr<catalog::Catalog> cut_model(const std::vector<CutUnit>& cut, const HfLayout& layout);
+// The model: every one of `parameters` in its order, cut out of its unit (a tied one the same elements as
+// its target), in the flat parameters' dtype.
+std::shared_ptr<catalog::Catalog> cut_model(const std::vector<CutUnit>& cut, const std::vector<HfParameter>& parameters);
 
 }  // namespace ckptfs::formats::fsdp
