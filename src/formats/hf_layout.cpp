@@ -144,6 +144,18 @@ HfDims gpt2_dims(const ConfigFields& c) {
 
 }  // namespace
 
+std::string_view model_type(HfFamily family) {
+  switch (family) {
+    case HfFamily::llama:
+      return "llama";
+    case HfFamily::qwen2:
+      return "qwen2";
+    case HfFamily::gpt2:
+      return "gpt2";
+  }
+  throw std::logic_error("unknown family");
+}
+
 std::string_view architecture_name(HfFamily family) {
   switch (family) {
     case HfFamily::llama:
@@ -175,12 +187,18 @@ std::variant<HfLayout, std::string> layout_from_config(const fs::path& config_js
   }
   if (!json.is_object()) throw FormatError(fmt::format("{}: not a JSON object", config_json.string()));
   const ConfigFields fields(json, config_json);
+  // save_pretrained of a bare config (no model) writes model_type without architectures: the causal LM of
+  // that type is meant
   const auto& architectures = json.contains("architectures") ? json["architectures"] : nlohmann::json();
-  if (!architectures.is_array() || architectures.size() != 1 || !architectures[0].is_string())
+  std::string name;
+  if (architectures.is_array() && architectures.size() == 1 && architectures[0].is_string())
+    name = architectures[0].get<std::string>();
+  else if (architectures.is_null() && json.contains("model_type") && json["model_type"].is_string())
+    name = json["model_type"].get<std::string>();
+  else
     return fmt::format("{} names no single architecture", config_json.filename().string());
-  const std::string name = architectures[0].get<std::string>();
   for (const HfFamily family : {HfFamily::llama, HfFamily::qwen2, HfFamily::gpt2}) {
-    if (name != architecture_name(family)) continue;
+    if (name != architecture_name(family) && name != model_type(family)) continue;
     const HfDims dims = family == HfFamily::gpt2 ? gpt2_dims(fields) : llama_dims(fields, family);
     return layout_of(family, dims);
   }

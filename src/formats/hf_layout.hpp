@@ -16,6 +16,7 @@ namespace ckptfs::formats {
 enum class HfFamily { llama, qwen2, gpt2 };
 
 std::string_view architecture_name(HfFamily family);  // "LlamaForCausalLM", ...
+std::string_view model_type(HfFamily family);         // config.json's model_type: "llama", ...
 
 // The sizes a family's parameter shapes follow, as config.json names them for that family.
 struct HfDims {
@@ -38,9 +39,10 @@ struct HfLayout {
   std::vector<HfParameter> parameters;
 };
 
-// The layout a config.json describes, or why there is none (an architecture not in the table: a string
-// naming it). Throws FormatError naming the file when it is not JSON or a field the family needs is missing
-// or not a positive integer (exit 4).
+// The layout a config.json describes (its architectures' one entry, or without architectures its
+// model_type's causal LM), or why there is none (an architecture not in the table: a string naming it).
+// Throws FormatError naming the file when it is not JSON or a field the family needs is missing or not a
+// positive integer (exit 4).
 std::variant<HfLayout, std::string> layout_from_config(const std::filesystem::path& config_json);
 
 // The layout the first config.json of `dirs` describes (a tag dir, then its save dir), or why there is none

@@ -16,6 +16,18 @@ namespace {
   throw FormatError(fmt::format("{}: {}: {}", rank.file.string(), key, problem));
 }
 
+// The plain 1-D tensors of `rank` that view `chunk`'s storage, placed in the flat parameter (chunk `begin`).
+void find_pieces(const RankStateDict& rank, const torch::SourceTensor& chunk, int64_t begin, std::vector<OrigPiece>& out) {
+  for (const auto& [name, value] : rank.values) {
+    const auto* t = std::get_if<torch::SourceTensor>(&value);
+    if (t == nullptr || t->shape.size() != 1 || t->shape[0] == 0 || t->storage.file != chunk.storage.file ||
+        t->storage.offset != chunk.storage.offset || t->storage_offset < chunk.storage_offset ||
+        t->storage_offset + t->shape[0] > chunk.storage_offset + static_cast<int64_t>(chunk.numel()))
+      continue;
+    out.push_back({name, begin + t->storage_offset - chunk.storage_offset, t->shape[0]});
+  }
+}
+
 }  // namespace
 
 bool is_flat_param_key(std::string_view key) {
@@ -50,7 +62,10 @@ std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks)
                                     dtype_torch_name(t->dtype), t->global_size[0], t->shards.size(),
                                     dtype_torch_name(first->dtype), first->global_size[0], first->shards.size()));
       }
-      for (const auto& local : t->local) unit.chunks.emplace_back(local.placement.offsets[0], local.tensor);
+      for (const auto& local : t->local) {
+        unit.chunks.emplace_back(local.placement.offsets[0], local.tensor);
+        find_pieces(rank, local.tensor, local.placement.offsets[0], unit.pieces);
+      }
     }
     // each rank's file holds the shard the metadata places on it (as_sharded_tensor), so the chunks are
     // exactly the metadata's, which tile [0, numel)

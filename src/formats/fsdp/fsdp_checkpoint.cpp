@@ -53,18 +53,6 @@ std::optional<std::vector<RankStateDict>> read_group(io::FileSet& files, const R
   return ranks;
 }
 
-// A plain tensor beside flat parameters: a piece of an original parameter (use_orig_params: 1-D, sized per
-// rank; not served, the flat parameters hold the same elements) or a buffer every rank saves whole.
-bool is_orig_param_piece(const std::string& name, const std::vector<RankStateDict>& ranks,
-                         const std::set<std::string>& parameters) {
-  if (parameters.contains(name)) return true;
-  const auto& first = std::get<torch::SourceTensor>(ranks[0].values.at(name));
-  return std::any_of(ranks.begin(), ranks.end(), [&](const RankStateDict& r) {
-    const auto* t = std::get_if<torch::SourceTensor>(&r.values.at(name));
-    return t != nullptr && t->shape != first.shape;
-  });
-}
-
 std::string describe_cut(const formats::fsdp::CutUnit& u) {
   return fmt::format("FSDP unit {}: {} parameters ({} .. {}), {} elements, each aligned to {} element{}, {} of padding",
                      u.unit->key, u.parameters.size(), u.parameters.front().name, u.parameters.back().name,
@@ -132,10 +120,12 @@ std::shared_ptr<catalog::Catalog> flat_model(const std::vector<RankStateDict>& r
   std::shared_ptr<catalog::Catalog> model;
   auto known = unit_parameters(units, ranks[0], config, optimizer_dir, options);
   std::string prefix;
-  std::set<std::string> parameters;  // the names the rank files give the parameters
+  std::set<std::string> pieces;  // the names the rank files give the parameters' pieces (use_orig_params)
+  for (const auto& u : units)
+    for (const auto& p : u.pieces) pieces.insert(p.name);
   if (auto* found = std::get_if<UnitParameters>(&known)) {
     prefix = found->prefix;
-    for (const auto& p : found->parameters) parameters.insert(prefix + p.name);
+    for (const auto& p : found->parameters) pieces.insert(prefix + p.name);  // an empty piece views no chunk
     auto cut = formats::fsdp::cut_units(units, found->parameters, prefix, static_cast<int64_t>(ranks.size()),
                                         found->source);
     if (auto* ok = std::get_if<std::vector<formats::fsdp::CutUnit>>(&cut)) {
@@ -156,20 +146,20 @@ std::shared_ptr<catalog::Catalog> flat_model(const std::vector<RankStateDict>& r
                                     std::get<std::string>(known)));
   }
   formats::check_same_names(ranks);
-  size_t pieces = 0;
+  size_t skipped = 0;
   for (const auto& name : ranks[0].names) {
     if (formats::fsdp::is_flat_param_key(name)) continue;
-    if (is_orig_param_piece(name, ranks, parameters)) {
-      ++pieces;
+    if (pieces.contains(name)) {  // the flat parameters hold the same elements
+      ++skipped;
       continue;
     }
     auto buffer = formats::merge_plain_tensor(name, ranks, formats::PlainTensors::replicated);
     if (name.starts_with(prefix)) buffer.name = name.substr(prefix.size());
     model->tensors.push_back(std::move(buffer));
   }
-  if (pieces > 0)
+  if (skipped > 0)
     tag.notes.push_back(fmt::format("{} original parameters' per-rank pieces (use_orig_params) not served: the flat "
-                                    "parameters hold the same elements", pieces));
+                                    "parameters hold the same elements", skipped));
   return model;
 }
 

@@ -27,10 +27,21 @@ const FlatUnit* owner(const std::vector<FlatUnit>& units, const std::string& nam
   return best;
 }
 
-// FSDP pads before each parameter to a multiple of `alignment` (use_orig_params), and at the end so that
-// the flat parameter divides by the world size (only when it aligned).
+// Whether every original parameter's piece lies inside that parameter in `cut`.
+bool pieces_fit(const CutUnit& cut, const std::string& prefix) {
+  std::map<std::string, std::pair<int64_t, int64_t>, std::less<>> range;  // saved name -> [first, end)
+  for (const auto& p : cut.parameters) range[prefix + p.name] = {p.first, p.first + numel_of(p.shape)};
+  return std::all_of(cut.unit->pieces.begin(), cut.unit->pieces.end(), [&](const OrigPiece& piece) {
+    const auto it = range.find(piece.name);
+    return it != range.end() && it->second.first <= piece.first && piece.first + piece.count <= it->second.second;
+  });
+}
+
+// FSDP pads before each parameter to a multiple of `alignment` and at the end to divide by the world size,
+// both with use_orig_params only (then the pieces pin the alignment down: with more than 4 ranks a wrong one
+// can still end within the world-size padding).
 std::optional<CutUnit> cut_with(const FlatUnit& unit, const std::vector<const HfParameter*>& params, int64_t alignment,
-                                int64_t world_size) {
+                                int64_t world_size, const std::string& prefix) {
   CutUnit out{&unit, alignment, 0, {}};
   int64_t at = 0;
   for (const auto* p : params) {
@@ -41,11 +52,11 @@ std::optional<CutUnit> cut_with(const FlatUnit& unit, const std::vector<const Hf
     at += numel_of(p->shape);
   }
   const int64_t tail = unit.numel - at;
-  if (tail == 0 || (alignment > 1 && tail > 0 && tail < world_size && unit.numel % world_size == 0)) {
-    out.padding += tail;
-    return out;
-  }
-  return std::nullopt;
+  const bool aligned = !unit.pieces.empty();
+  if (!(tail == 0 || (aligned && tail > 0 && tail < world_size && unit.numel % world_size == 0))) return std::nullopt;
+  if (aligned ? !pieces_fit(out, prefix) : alignment != 1) return std::nullopt;
+  out.padding += tail;
+  return out;
 }
 
 }  // namespace
@@ -65,10 +76,10 @@ std::variant<std::vector<CutUnit>, std::string> cut_units(const std::vector<Flat
   for (const auto& unit : units) {
     const auto& params = owned[&unit];
     if (params.empty()) return fmt::format("{}: no parameter of {} falls in this unit", unit.key, source);
-    std::set<int64_t> alignments = {1, 16 / static_cast<int64_t>(dtype_size(unit.dtype)), 8, 4};
+    const std::set<int64_t> alignments = {1, 2, 4, 8};  // 16 bytes of an 8-, 4-, 2-byte compute dtype
     std::optional<CutUnit> cut;
     for (const int64_t a : alignments)
-      if ((cut = cut_with(unit, params, a, world_size))) break;
+      if ((cut = cut_with(unit, params, a, world_size, prefix))) break;
     if (!cut) {
       int64_t total = 0;
       for (const auto* p : params) total += numel_of(p->shape);

@@ -5,12 +5,12 @@
 namespace ckptfs::formats::fsdp {
 namespace {
 
-FlatUnit unit(std::string module, int64_t numel, DType dtype = DType::F32) {
+FlatUnit unit(std::string module, int64_t numel, std::vector<OrigPiece> pieces = {}) {
   FlatUnit u;
+  u.pieces = std::move(pieces);
   u.key = module.empty() ? "_flat_param" : module + "._flat_param";
   u.module = std::move(module);
   u.numel = numel;
-  u.dtype = dtype;
   return u;
 }
 
@@ -34,9 +34,10 @@ std::vector<int64_t> firsts(const CutUnit& u) {
 
 // The real accelerate save's root unit (mount_tests/fixtures/fsdp-local-real/accelerate_llama_ws2_fp32_orig,
 // case.json's live FlatParameter): use_orig_params pads 2 elements before norm and before lm_head so that each
-// starts on 16 bytes of float32.
+// starts on 16 bytes of float32; the ranks' pieces of the parameters (rank 1's from element 5525) pin it down.
 TEST(FsdpUnitCut, UseOrigParamsAlignsEachParameterTo16BytesOfItsDtype) {
-  const auto units = std::vector{unit("", 11050)};
+  const auto units = std::vector{unit("", 11050, {{"model.embed_tokens.weight", 0, 5502}, {"model.norm.weight", 5504, 21},
+                                                  {"model.norm.weight", 5525, 21}, {"lm_head.weight", 5548, 5502}})};
   const auto c = cut(units, parameters({{"model.embed_tokens.weight", {131, 42}}, {"model.norm.weight", {42}},
                                         {"lm_head.weight", {131, 42}}}), 2);
   EXPECT_EQ(c[0].alignment, 4);
@@ -55,17 +56,18 @@ TEST(FsdpUnitCut, WithoutAlignmentParametersAreContiguous) {
 
 // Aligned flat parameters are also padded at the end to divide by the world size.
 TEST(FsdpUnitCut, AnAlignedFlatParameterMayEndInWorldSizePadding) {
-  const auto units = std::vector{unit("", 12)};
-  const auto c = cut(units, parameters({{"a", {3}}, {"b", {5}}}), 4);  // 3, pad 1, 5 -> 9, pad 3 -> 12
+  const auto units = std::vector{unit("", 16, {{"a", 0, 2}, {"b", 4, 5}, {"c", 12, 3}})};
+  const auto c = cut(units, parameters({{"a", {2}}, {"b", {5}}, {"c", {3}}}), 4);  // 2, pad 2, 5, pad 3, 3, pad 1
   EXPECT_EQ(c[0].alignment, 4);
-  EXPECT_EQ(firsts(c[0]), (std::vector<int64_t>{0, 4}));
-  EXPECT_EQ(c[0].padding, 4);
+  EXPECT_EQ(firsts(c[0]), (std::vector<int64_t>{0, 4, 12}));
+  EXPECT_EQ(c[0].padding, 6);
 }
 
-// bf16 compute over fp32 storage aligns to 16 bytes of bf16: 8 elements.
+// bf16 compute over fp32 storage aligns to 16 bytes of bf16: 8 elements. On 8 ranks a cut aligned to 4 would
+// also end within the world-size padding (3, 5, 8 at 0, 4, 12: 20 of 24); the pieces rule it out.
 TEST(FsdpUnitCut, MixedPrecisionAlignsToTheComputeDtype) {
-  const auto units = std::vector{unit("", 24)};
-  const auto c = cut(units, parameters({{"a", {3}}, {"b", {5}}, {"c", {8}}}), 2);  // 0, 8, 16
+  const auto units = std::vector{unit("", 24, {{"a", 0, 3}, {"b", 8, 1}, {"b", 9, 3}, {"b", 12, 1}, {"c", 16, 3}, {"c", 19, 5}})};
+  const auto c = cut(units, parameters({{"a", {3}}, {"b", {5}}, {"c", {8}}}), 8);  // 0, 8, 16
   EXPECT_EQ(c[0].alignment, 8);
   EXPECT_EQ(firsts(c[0]), (std::vector<int64_t>{0, 8, 16}));
 }
