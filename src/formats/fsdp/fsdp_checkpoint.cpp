@@ -66,12 +66,10 @@ struct UnitParameters {
   std::string source;  // "config.json's LlamaForCausalLM", for messages
 };
 
-using Shapes = std::map<std::string, std::vector<int64_t>>;
-
 // config.json's parameters disagree with the optimizer's record of the same run: one of them is not this
 // model's, and cutting by either could serve wrong tensors silently.
-void check_against_optimizer(const HfLayout& layout, const std::string& prefix, const Shapes& shapes,
-                             const fs::path& optimizer_dir) {
+void check_against_optimizer(const HfLayout& layout, const std::string& prefix,
+                             const std::map<std::string, std::vector<int64_t>>& shapes, const fs::path& optimizer_dir) {
   std::set<std::string> known;
   for (const auto& p : layout.parameters) {
     known.insert(prefix + p.name);
@@ -87,38 +85,42 @@ void check_against_optimizer(const HfLayout& layout, const std::string& prefix, 
                                     name, formats::architecture_name(layout.family)));
 }
 
-// config.json's architecture (checked against the optimizer's shapes), else the parameter names rank 0's
-// file lists beside the flat parameters (use_orig_params) with the optimizer's shapes; or why neither.
+// config.json's architecture (checked against the optimizer's shapes), else the optimizer's record: its
+// shapes, with the names in the order rank 0's file lists their pieces (use_orig_params) or its param groups
+// list them; or why neither.
 std::variant<UnitParameters, std::string> unit_parameters(const std::vector<FlatUnit>& units, const RankStateDict& rank0,
                                                           const std::variant<HfLayout, std::string>& config,
+                                                          const formats::fsdp::OptimizerRecord& optimizer,
                                                           const fs::path& optimizer_dir, const OpenOptions& options) {
-  const Shapes shapes = formats::fsdp::optimizer_parameter_shapes(optimizer_dir);
   if (const auto* layout = std::get_if<HfLayout>(&config)) {
     std::vector<std::string> modules;
     for (const auto& u : units)
       if (!u.module.empty()) modules.push_back(u.module);
     std::string prefix = options.strip_prefix.value_or(formats::layout_prefix(modules, *layout).value_or(""));
-    check_against_optimizer(*layout, prefix, shapes, optimizer_dir);
+    check_against_optimizer(*layout, prefix, optimizer.shapes, optimizer_dir);
     return UnitParameters{layout->parameters, std::move(prefix),
                           fmt::format("config.json's {}", formats::architecture_name(layout->family))};
   }
-  UnitParameters listed{{}, "", fmt::format("the rank files' names with {}/'s shapes", optimizer_dir.filename().string())};
-  for (const auto& name : rank0.names)
-    if (const auto it = shapes.find(name); it != shapes.end() && !formats::fsdp::is_flat_param_key(name))
-      listed.parameters.push_back({name, it->second, ""});
-  if (!listed.parameters.empty()) return listed;
-  return std::get<std::string>(config) +
-         (shapes.empty() ? "" : fmt::format("; {}/ lists the shapes, but the rank files no names (use_orig_params=False)",
-                                            optimizer_dir.filename().string()));
+  const std::string dir = optimizer_dir.filename().string();
+  const auto listed = [&](const std::vector<std::string>& order, const std::string& names) {
+    UnitParameters out{{}, "", fmt::format("{} with {}/'s shapes", names, dir)};
+    for (const auto& name : order)
+      if (const auto it = optimizer.shapes.find(name); it != optimizer.shapes.end()) out.parameters.push_back({name, it->second, ""});
+    return out;
+  };
+  if (auto by_pieces = listed(rank0.names, "the rank files' names"); !by_pieces.parameters.empty()) return by_pieces;
+  if (auto by_groups = listed(optimizer.order, dir + "/'s parameter groups"); !by_groups.parameters.empty()) return by_groups;
+  return std::get<std::string>(config) + (optimizer.shapes.empty() ? "" : fmt::format("; {}/ names no parameter", dir));
 }
 
 // An FSDP1 LOCAL_STATE_DICT model: the flat parameters cut into the model's parameters, or each served whole.
-std::shared_ptr<catalog::Catalog> flat_model(const std::vector<RankStateDict>& ranks,
+std::shared_ptr<catalog::Catalog> flat_model(io::FileSet& files, const std::vector<RankStateDict>& ranks,
                                              const std::variant<HfLayout, std::string>& config,
                                              const fs::path& optimizer_dir, const OpenOptions& options, Tag& tag) {
   const auto units = formats::fsdp::gather_flat_units(ranks);
   std::shared_ptr<catalog::Catalog> model;
-  auto known = unit_parameters(units, ranks[0], config, optimizer_dir, options);
+  const auto optimizer = formats::fsdp::read_optimizer_record(files, optimizer_dir);
+  auto known = unit_parameters(units, ranks[0], config, optimizer, optimizer_dir, options);
   std::string prefix;
   std::set<std::string> pieces;  // the names the rank files give the parameters' pieces (use_orig_params)
   for (const auto& u : units)
@@ -209,7 +211,7 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
     const std::string folder = folder_of(group, kinds.empty());
     // the flat parameters' units are found under the prefix; other names lose it in strip_wrapper_prefixes
     const fs::path optimizer_dir = dir / fmt::format("optimizer_{}", kinds.size());  // accelerate's
-    CatalogPtr served = flat ? flat_model(*ranks, config, optimizer_dir, options, tag) : dtensor_model(*ranks, tag);
+    CatalogPtr served = flat ? flat_model(files, *ranks, config, optimizer_dir, options, tag) : dtensor_model(*ranks, tag);
     if (all_float32(*served)) tag.add(ViewRole::fp32, served, folder);
     tag.add(ViewRole::model, served, folder);
     kinds.push_back(fmt::format("{} ({}, {} ranks{})", group.pattern, flat ? "FSDP1 LOCAL_STATE_DICT flat parameters" : "DTensors",

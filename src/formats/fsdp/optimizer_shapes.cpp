@@ -1,17 +1,37 @@
 #include "formats/fsdp/optimizer_shapes.hpp"
 
+#include "formats/dcp/dcp_items.hpp"
 #include "formats/dcp/dcp_metadata.hpp"
+#include "formats/pickle_access.hpp"
 
 namespace ckptfs::formats::fsdp {
 
-std::map<std::string, std::vector<int64_t>> optimizer_parameter_shapes(const std::filesystem::path& dir) {
-  std::map<std::string, std::vector<int64_t>> out;
-  if (dcp::metadata_files(dir).empty()) return out;
-  constexpr std::string_view kState = "optimizer.state.";
+namespace {
+
+constexpr std::string_view kState = "optimizer.state.";
+constexpr std::string_view kGroups = "optimizer.param_groups.";
+
+// "optimizer.param_groups.<g>.params"
+bool is_group_params(const std::string& fqn) {
+  return fqn.starts_with(kGroups) && fqn.ends_with(".params") && fqn.size() > kGroups.size() + 7;
+}
+
+}  // namespace
+
+OptimizerRecord read_optimizer_record(io::FileSet& files, const std::filesystem::path& dir) {
+  OptimizerRecord out;
+  const auto metadata = dcp::metadata_files(dir);
+  if (metadata.empty()) return out;
+  const dcp::ItemReader reader(files, dir, metadata.front());
   for (const auto& item : dcp::read_dir_metadata(dir).items) {
     const auto last_dot = item.fqn.rfind('.');
-    if (!item.is_tensor || item.size.empty() || !item.fqn.starts_with(kState) || last_dot <= kState.size()) continue;
-    out.emplace(item.fqn.substr(kState.size(), last_dot - kState.size()), item.size);
+    if (item.is_tensor && !item.size.empty() && item.fqn.starts_with(kState) && last_dot > kState.size()) {
+      out.shapes.emplace(item.fqn.substr(kState.size(), last_dot - kState.size()), item.size);
+    } else if (!item.is_tensor && is_group_params(item.fqn)) {
+      const auto archive = reader.archive(item, item.location);
+      const Field params = root_field(archive);
+      for (size_t i = 0; i < params.size(); ++i) out.order.push_back(params.at(i).as_string());
+    }
   }
   return out;
 }

@@ -1,6 +1,8 @@
-// The parameters' full shapes an optimizer's DCP dir records beside FSDP's per-rank model files
-// (accelerate's optimizer_{I}/, keys "optimizer.state.<parameter>.<state>"): the one record of shapes a
-// LOCAL_STATE_DICT save has besides the model's config.json.
+// What an optimizer's DCP dir records of the model beside FSDP's per-rank model files (accelerate's
+// optimizer_{I}/, FSDP.optim_state_dict saved by torch.distributed.checkpoint): each parameter's full
+// shape (keys "optimizer.state.<parameter>.<state>") and the parameters of each group in the flat
+// parameters' order ("optimizer.param_groups.<g>.params"): with config.json, the only record of names and
+// shapes a LOCAL_STATE_DICT save has.
 #pragma once
 
 #include <cstdint>
@@ -9,10 +11,17 @@
 #include <string>
 #include <vector>
 
+#include "ckptfs/io.hpp"
+
 namespace ckptfs::formats::fsdp {
 
-// Parameter name -> full shape, from the first non-scalar state tensor of each parameter; empty when `dir`
-// is no DCP dir. Throws FormatError naming the metadata file when it cannot be read.
-std::map<std::string, std::vector<int64_t>> optimizer_parameter_shapes(const std::filesystem::path& dir);
+struct OptimizerRecord {
+  std::map<std::string, std::vector<int64_t>> shapes;  // from the first non-scalar state tensor of each
+  std::vector<std::string> order;                      // every group's parameters, groups in order
+};
+
+// The record of `dir`; empty when `dir` is no DCP dir. Throws FormatError naming the metadata file when it
+// cannot be read.
+OptimizerRecord read_optimizer_record(io::FileSet& files, const std::filesystem::path& dir);
 
 }  // namespace ckptfs::formats::fsdp
