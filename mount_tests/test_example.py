@@ -168,9 +168,12 @@ def test_verl_example_mounts_as_the_generated_case(ckptfs_bin, verl_fixtures, tm
     ("deepspeed-moe-ep2", "deepspeed-0.19-real/moe_ep2_z2_bf16_ws2", "topology:   ZeRO-2, DP 2, TP 1, PP 1, EP 2 (2 experts)"),
     ("dcp-hf-storage-ws2", "dcp-2.14-real/hf_sharded_ws2",
      "Hugging Face storage (HuggingFaceStorageWriter): distributed shards"),
+    ("fsdp-local-llama-ws2", "fsdp-local-real/fsdp1_llama_ws2_fp32_flat",
+     "format:     FSDP per-rank save: rank{R}.pt (FSDP1 LOCAL_STATE_DICT flat parameters, 2 ranks)"),
 ])
 def test_real_example_is_inspected_and_the_frameworks_output(run_sh_output, example, fixture, says):
-    """The MoE and HF storage examples are the real fixtures' checkpoints (DeepSpeed 0.19.5, torch 2.14)."""
+    """The MoE, HF storage and FSDP per-rank examples are the real fixtures' checkpoints (DeepSpeed 0.19.5, torch
+    2.14)."""
     out = run_sh_output[run_sh_output.index(f"$ ckptfs inspect examples/{example}"):]
     assert says in out
     assert re.search(r"^\s+fp32/pytorch_model\.bin\s+\d+ bytes", out, re.M)
