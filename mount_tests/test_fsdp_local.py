@@ -172,20 +172,38 @@ def test_shards_that_do_not_tile_are_refused(fsdp_fixtures, ckptfs_bin, tmp_path
     assert_refused(ckptfs_bin, src, tmp_path, files)
 
 
-@pytest.mark.parametrize("name", [FLAT_CASE, "accelerate_qwen2_ws3_fp32_orig"])
-def test_config_whose_sizes_do_not_add_up(fsdp_fixtures, ckptfs_bin, tmp_path, name):
-    """config.json with intermediate_size one more than the model's: the mount still succeeds and serves every
-    unit's whole flat parameter under its key; inspect names the units and config.json (why no names)."""
+def wrong_config(fsdp_fixtures, name, tmp_path):
+    """A copy of case `name` whose config.json has intermediate_size one more than the model's."""
     src = copy_case(fsdp_fixtures, name, tmp_path)
     with open(src / "config.json") as f:
         config = json.load(f)
     config["intermediate_size"] += 1
     with open(src / "config.json", "w") as f:
         json.dump(config, f, indent=2)
-    info = info_of(fsdp_fixtures, name)
-    keys = info["views"][0]["unit_keys"]
-    proc = assert_inspect_names(ckptfs_bin, src, keys, f"{name} with a wrong config.json")
+    return src
+
+
+def test_config_whose_sizes_do_not_add_up(fsdp_fixtures, ckptfs_bin, tmp_path):
+    """config.json with intermediate_size one more than the model's: the mount still succeeds and serves every
+    unit's whole flat parameter under its key; inspect names the units and config.json (why no names)."""
+    src = wrong_config(fsdp_fixtures, FLAT_CASE, tmp_path)
+    keys = info_of(fsdp_fixtures, FLAT_CASE)["views"][0]["unit_keys"]
+    proc = assert_inspect_names(ckptfs_bin, src, keys, f"{FLAT_CASE} with a wrong config.json")
     assert "config.json" in proc.stdout, f"inspect does not say config.json is why:\n{proc.stdout}"
     with mounted(ckptfs_bin, src, tmp_path / "mnt") as mnt:
-        check_views(mnt, os.path.join(fsdp_fixtures, name, "expected"), f"{name} (wrong config.json) mount",
+        check_views(mnt, os.path.join(fsdp_fixtures, FLAT_CASE, "expected"), f"{FLAT_CASE} (wrong config.json) mount",
                     stem="flat_params", config=str(src / "config.json"))
+
+
+def test_a_config_the_optimizer_contradicts_gives_way_to_the_optimizers_record(fsdp_fixtures, ckptfs_bin, tmp_path):
+    """accelerate's optimizer_0/.metadata records every parameter's shape: where config.json disagrees with it,
+    inspect says config.json is not this model's and the model is cut by the optimizer's record (names in the
+    order of the rank files' use_orig_params pieces, the tied head found by its pieces): FSDP's full state dict."""
+    name = "accelerate_qwen2_ws3_fp32_orig"
+    src = wrong_config(fsdp_fixtures, name, tmp_path)
+    proc = H.run([ckptfs_bin, "inspect", src])
+    H.assert_ok(proc)
+    assert "config.json is not this model's" in proc.stdout, proc.stdout
+    with mounted(ckptfs_bin, src, tmp_path / "mnt") as mnt:
+        check_views(mnt, os.path.join(fsdp_fixtures, name, "expected"), f"{name} (wrong config.json) mount",
+                    config=str(src / "config.json"))

@@ -145,6 +145,9 @@ struct OpenOptions {
   // The wrapper prefix to strip from the model's names (-o strip_prefix=P); unset: found against config.json's
   // architecture where there is one (docs/formats/fsdp-per-rank.md#prefixes).
   std::optional<std::string> strip_prefix;
+  // The model's config.json where none lies beside the checkpoint (-o config=FILE: an FSDP LOCAL_STATE_DICT
+  // save of HF Trainer or accelerate has none); it names the architecture the model is cut and named by.
+  std::optional<std::filesystem::path> model_config;
 };
 
 // `options` as a mount that follows a save dir opens it the first time (docs/mount.md#live-runs): complete

@@ -17,13 +17,27 @@ uint64_t parse_shard_size_option(const std::string& what, std::string_view size)
   }
 }
 
+std::filesystem::path model_config_path(const std::string& path) {
+  std::error_code ec;
+  const auto absolute = std::filesystem::absolute(path, ec);
+  if (ec || !std::filesystem::is_regular_file(absolute, ec))
+    throw UsageError(fmt::format("config {}: no such file (the model's config.json)", path));
+  return absolute;
+}
+
+OpenOptions Arguments::open_options() const {
+  OpenOptions o{tag, has("--strict"), nullptr, strip_prefix, std::nullopt};
+  if (config) o.model_config = model_config_path(*config);
+  return o;
+}
+
 Arguments parse_arguments(std::span<const std::string> args, const std::set<std::string>& known_flags,
                           size_t positionals, const char* usage) {
   Arguments out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const std::pair<std::string_view, std::optional<std::string>*> valued[] = {
-        {"--tag", &out.tag}, {"-t", &out.tag}, {"--strip-prefix", &out.strip_prefix}, {"--cache", &out.cache}, {"--shard-size", &out.shard_size},
+        {"--tag", &out.tag}, {"-t", &out.tag}, {"--strip-prefix", &out.strip_prefix}, {"--config", &out.config}, {"--cache", &out.cache}, {"--shard-size", &out.shard_size},
         {"--endpoint", &out.s3.endpoint}, {"--region", &out.s3.region},
         {"--output", &out.output}, {"-o", &out.output}};
     const auto named = std::find_if(std::begin(valued), std::end(valued), [&](const auto& v) {

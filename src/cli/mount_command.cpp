@@ -57,6 +57,9 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      strip_prefix=P   strip the wrapper prefix P (a LightningModule's "model.", DDP's "module.")
                       from the model's names (default: the one that makes them config.json's
                       architecture's, where config.json names one)
+     config=FILE      the model's config.json where none lies beside the checkpoint (an FSDP
+                      LOCAL_STATE_DICT save names no parameter: its architecture cuts them), served
+                      as config.json
      read_ahead_kb=N  kernel readahead of the mount in KiB (default 1024, set when run as root;
                       0 keeps the kernel's default, 128)
      prefetch=MB      how far ahead of a sequential reader the source ranges it will need are
@@ -166,6 +169,8 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.open.strict = true;
   } else if (option.starts_with("strip_prefix=")) {
     m.open.strip_prefix = option.substr(13);
+  } else if (option.starts_with("config=")) {
+    m.open.model_config = model_config_path(option.substr(7));
   } else if (option == "static") {
     m.snapshot = true;
   } else if (option.starts_with("refresh=")) {

@@ -206,11 +206,19 @@ std::variant<HfLayout, std::string> layout_from_config(const fs::path& config_js
                      "Qwen2ForCausalLM, GPT2LMHeadModel)", name);
 }
 
-std::variant<HfLayout, std::string> layout_in(const std::vector<fs::path>& dirs) {
-  for (const auto& dir : dirs) {
-    if (!io::is_file(dir / "config.json")) continue;
+std::vector<fs::path> config_files(const OpenOptions& options, const fs::path& tag_dir, const fs::path& root) {
+  std::vector<fs::path> out;
+  if (options.model_config) out.push_back(*options.model_config);
+  out.push_back(tag_dir / "config.json");
+  out.push_back(root / "config.json");
+  return out;
+}
+
+std::variant<HfLayout, std::string> layout_in(const std::vector<fs::path>& configs) {
+  for (const auto& config : configs) {
+    if (!io::is_file(config)) continue;
     try {
-      return layout_from_config(dir / "config.json");
+      return layout_from_config(config);
     } catch (const FormatError& e) {  // the weights are served all the same, under their saved names
       return e.what();
     }

@@ -11,6 +11,8 @@
 #include <variant>
 #include <vector>
 
+#include "ckptfs/checkpoint.hpp"
+
 namespace ckptfs::formats {
 
 enum class HfFamily { llama, qwen2, gpt2 };
@@ -45,9 +47,14 @@ struct HfLayout {
 // positive integer (exit 4).
 std::variant<HfLayout, std::string> layout_from_config(const std::filesystem::path& config_json);
 
-// The layout the first config.json of `dirs` describes (a tag dir, then its save dir), or why there is none
-// (no config.json, another architecture, a field missing: layout_from_config's message).
-std::variant<HfLayout, std::string> layout_in(const std::vector<std::filesystem::path>& dirs);
+// The config.json files that describe the model of a tag, first first: -o config=FILE, the tag dir's, the
+// save dir's.
+std::vector<std::filesystem::path> config_files(const OpenOptions& options, const std::filesystem::path& tag_dir,
+                                                const std::filesystem::path& root);
+
+// The layout the first existing file of `configs` describes, or why there is none (no config.json, another
+// architecture, a field missing: layout_from_config's message).
+std::variant<HfLayout, std::string> layout_in(const std::vector<std::filesystem::path>& configs);
 
 // The layout of `family` with `dims`.
 HfLayout layout_of(HfFamily family, const HfDims& dims);

@@ -53,7 +53,7 @@ void strip_wrapper_prefixes(Checkpoint& checkpoint, const OpenOptions& options) 
     if (!tag.has(ViewRole::model)) continue;
     std::optional<std::string> prefix = options.strip_prefix;
     if (!prefix) {
-      const auto found = layout_in({tag.dir, checkpoint.root});
+      const auto found = layout_in(config_files(options, tag.dir, checkpoint.root));
       const auto* layout = std::get_if<HfLayout>(&found);
       if (layout == nullptr) continue;
       std::vector<std::string> names;

@@ -24,10 +24,11 @@ namespace {
 // What an index must have been written for: this ckptfs build, this source, these options (a live mount's
 // holds the complete saves only: OpenOptions::known).
 IndexKey index_key(const fs::path& source, const OpenOptions& options) {
-  return {build_id(), fmt::format("{}\n{}\n{}{}{}{}", version::version_line(), source.string(),
+  return {build_id(), fmt::format("{}\n{}\n{}{}{}{}{}", version::version_line(), source.string(),
                                   options.tag ? "tag " + *options.tag : "all tags", options.strict ? ", strict" : "",
                                   options.known ? ", complete saves" : "",
-                                  options.strip_prefix ? ", strip prefix '" + *options.strip_prefix + "'" : "")};
+                                  options.strip_prefix ? ", strip prefix '" + *options.strip_prefix + "'" : "",
+                                  options.model_config ? ", config " + options.model_config->string() : "")};
 }
 
 // FNV-1a of the key, not of the build id: a file name stable across runs, which a rebuilt ckptfs

@@ -12,6 +12,7 @@
 #include "ckptfs/error.hpp"
 #include "ckptfs/fsdp.hpp"
 #include "ckptfs/io_tree.hpp"
+#include "ckptfs/overloaded.hpp"
 #include "formats/fsdp/flat_units.hpp"
 #include "formats/fsdp/optimizer_shapes.hpp"
 #include "formats/fsdp/rank_files.hpp"
@@ -43,13 +44,24 @@ std::optional<std::vector<RankStateDict>> read_group(io::FileSet& files, const R
   ranks.push_back(std::move(first));
   for (auto& r : formats::read_all(rest, [&](const fs::path& p) { return formats::read_rank_state_dict(files, p); }))
     ranks.push_back(std::move(r));
-  // the world size the first flat parameter was saved in: a missing last rank file is named
-  for (const auto& [name, value] : ranks[0].values)
-    if (const auto* t = std::get_if<formats::ShardedTensorValue>(&value); t && t->world_size > static_cast<int64_t>(ranks.size()))
+  // the world rank 0 saved in (a ShardedTensor's process group, a DTensor's mesh): a missing last rank file is
+  // named, not found as a mismatch later
+  for (const auto& name : ranks[0].names) {
+    const auto world = std::visit(Overloaded{[](const torch::SourceTensor&) { return int64_t{0}; },
+                                             [](const formats::ShardedTensorValue& t) { return t.world_size; },
+                                             [](const formats::DTensorShard& d) {
+                                               int64_t n = 1;
+                                               for (const auto m : d.mesh_shape) n = std::min(n * m, int64_t{1} << 30);
+                                               return n;
+                                             }},
+                                  ranks[0].values.at(name));
+    if (world > static_cast<int64_t>(ranks.size()))
       throw FormatError(fmt::format("{}: missing ({}'s {} was saved by a world of {} ranks)",
                                     (group.files[0].parent_path() / fmt::format("{}{}{}", group.stem, ranks.size(),
                                                                                  group.files[0].extension().string())).string(),
-                                    group.files[0].filename().string(), name, t->world_size));
+                                    group.files[0].filename().string(), name, world));
+    if (world > 0) break;
+  }
   return ranks;
 }
 
@@ -66,51 +78,89 @@ struct UnitParameters {
   std::string source;  // "config.json's LlamaForCausalLM", for messages
 };
 
-// config.json's parameters disagree with the optimizer's record of the same run: one of them is not this
-// model's, and cutting by either could serve wrong tensors silently.
-void check_against_optimizer(const HfLayout& layout, const std::string& prefix,
-                             const std::map<std::string, std::vector<int64_t>>& shapes, const fs::path& optimizer_dir) {
+// Where config.json's parameters disagree with the optimizer's record of the same run (a shape, or a name
+// the architecture lacks): config.json is not this model's.
+std::optional<std::string> disagreement(const HfLayout& layout, const std::string& prefix,
+                                        const std::map<std::string, std::vector<int64_t>>& shapes,
+                                        const fs::path& optimizer_dir) {
   std::set<std::string> known;
   for (const auto& p : layout.parameters) {
     known.insert(prefix + p.name);
     const auto it = shapes.find(prefix + p.name);
     if (p.tied_to.empty() && it != shapes.end() && it->second != p.shape)
-      throw FormatError(fmt::format("{}/.metadata: {} is [{}] there, config.json's {} makes it [{}]",
-                                    optimizer_dir.string(), it->first, fmt::join(it->second, ", "),
-                                    formats::architecture_name(layout.family), fmt::join(p.shape, ", ")));
+      return fmt::format("{}/.metadata has {} [{}], config.json's {} makes it [{}]", optimizer_dir.filename().string(),
+                         it->first, fmt::join(it->second, ", "), formats::architecture_name(layout.family),
+                         fmt::join(p.shape, ", "));
   }
   for (const auto& [name, shape] : shapes)
     if (!known.contains(name))
-      throw FormatError(fmt::format("{}/.metadata: parameter {} is not one of config.json's {}", optimizer_dir.string(),
-                                    name, formats::architecture_name(layout.family)));
+      return fmt::format("{}/.metadata has {}, which config.json's {} lacks", optimizer_dir.filename().string(), name,
+                         formats::architecture_name(layout.family));
+  return std::nullopt;
 }
 
-// config.json's architecture (checked against the optimizer's shapes), else the optimizer's record: its
-// shapes, with the names in the order rank 0's file lists their pieces (use_orig_params) or its param groups
-// list them; or why neither.
+// Each name's pieces (use_orig_params), in the order the units list them.
+std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> pieces_by_name(const std::vector<FlatUnit>& units) {
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> out;
+  for (const auto& u : units)
+    for (const auto& p : u.pieces) out[p.name].emplace_back(p.first, p.count);
+  return out;
+}
+
+// The optimizer's shapes in the order `order` lists the names; a name the optimizer does not list whose
+// pieces are an earlier one's is that parameter tied (FSDP flattened it once, the optimizer holds it once).
+std::vector<formats::HfParameter> listed_parameters(const std::vector<std::string>& order,
+                                                    const formats::fsdp::OptimizerRecord& optimizer,
+                                                    const std::vector<FlatUnit>& units) {
+  const auto pieces = pieces_by_name(units);
+  std::vector<formats::HfParameter> out;
+  for (const auto& name : order) {
+    if (const auto it = optimizer.shapes.find(name); it != optimizer.shapes.end()) {
+      out.push_back({name, it->second, ""});
+      continue;
+    }
+    const auto mine = pieces.find(name);
+    if (mine == pieces.end()) continue;
+    for (const auto& p : out)
+      if (p.tied_to.empty() && pieces.contains(p.name) && pieces.at(p.name) == mine->second) {
+        out.push_back({name, p.shape, p.name});
+        break;
+      }
+  }
+  return out;
+}
+
+// config.json's architecture, unless the optimizer's record of the run disagrees with it; else the
+// optimizer's shapes, with the names in the order rank 0's file lists their pieces (use_orig_params) or its
+// param groups list them; or why neither.
 std::variant<UnitParameters, std::string> unit_parameters(const std::vector<FlatUnit>& units, const RankStateDict& rank0,
                                                           const std::variant<HfLayout, std::string>& config,
                                                           const formats::fsdp::OptimizerRecord& optimizer,
-                                                          const fs::path& optimizer_dir, const OpenOptions& options) {
+                                                          const fs::path& optimizer_dir, const OpenOptions& options,
+                                                          Tag& tag) {
+  std::string why = config.index() == 1 ? std::get<std::string>(config) : "";
   if (const auto* layout = std::get_if<HfLayout>(&config)) {
     std::vector<std::string> modules;
     for (const auto& u : units)
       if (!u.module.empty()) modules.push_back(u.module);
     std::string prefix = options.strip_prefix.value_or(formats::layout_prefix(modules, *layout).value_or(""));
-    check_against_optimizer(*layout, prefix, optimizer.shapes, optimizer_dir);
-    return UnitParameters{layout->parameters, std::move(prefix),
-                          fmt::format("config.json's {}", formats::architecture_name(layout->family))};
+    const auto differs = disagreement(*layout, prefix, optimizer.shapes, optimizer_dir);
+    if (!differs)
+      return UnitParameters{layout->parameters, std::move(prefix),
+                            fmt::format("config.json's {}", formats::architecture_name(layout->family))};
+    why = "config.json is not this model's: " + *differs;
+    tag.notes.push_back(why);
   }
   const std::string dir = optimizer_dir.filename().string();
-  const auto listed = [&](const std::vector<std::string>& order, const std::string& names) {
-    UnitParameters out{{}, "", fmt::format("{} with {}/'s shapes", names, dir)};
-    for (const auto& name : order)
-      if (const auto it = optimizer.shapes.find(name); it != optimizer.shapes.end()) out.parameters.push_back({name, it->second, ""});
-    return out;
-  };
-  if (auto by_pieces = listed(rank0.names, "the rank files' names"); !by_pieces.parameters.empty()) return by_pieces;
-  if (auto by_groups = listed(optimizer.order, dir + "/'s parameter groups"); !by_groups.parameters.empty()) return by_groups;
-  return std::get<std::string>(config) + (optimizer.shapes.empty() ? "" : fmt::format("; {}/ names no parameter", dir));
+  auto by_pieces = listed_parameters(rank0.names, optimizer, units);
+  if (!by_pieces.empty())
+    return UnitParameters{std::move(by_pieces), "",  // names as saved: any prefix goes in strip_wrapper_prefixes
+                          fmt::format("the rank files' names with {}/'s shapes", dir)};
+  auto by_groups = listed_parameters(optimizer.order, optimizer, units);
+  if (!by_groups.empty())
+    return UnitParameters{std::move(by_groups), "",
+                          fmt::format("{}/'s parameter groups and shapes", dir)};
+  return why + (optimizer.shapes.empty() ? "" : fmt::format("; {}/ names no parameter", dir));
 }
 
 // An FSDP1 LOCAL_STATE_DICT model: the flat parameters cut into the model's parameters, or each served whole.
@@ -120,7 +170,7 @@ std::shared_ptr<catalog::Catalog> flat_model(io::FileSet& files, const std::vect
   const auto units = formats::fsdp::gather_flat_units(ranks);
   std::shared_ptr<catalog::Catalog> model;
   const auto optimizer = formats::fsdp::read_optimizer_record(files, optimizer_dir);
-  auto known = unit_parameters(units, ranks[0], config, optimizer, optimizer_dir, options);
+  auto known = unit_parameters(units, ranks[0], config, optimizer, optimizer_dir, options, tag);
   std::string prefix;
   std::set<std::string> pieces;  // the names the rank files give the parameters' pieces (use_orig_params)
   for (const auto& u : units)
@@ -146,6 +196,8 @@ std::shared_ptr<catalog::Catalog> flat_model(io::FileSet& files, const std::vect
     tag.notes.push_back(fmt::format("model.safetensors holds each FSDP unit's whole flat parameter (1-D, as saved) "
                                     "under its key: the parameters' names and shapes are in no rank file, and {}",
                                     std::get<std::string>(known)));
+    for (const auto& u : units)
+      tag.notes.push_back(fmt::format("FSDP unit {}: {} elements, served whole", u.key, u.numel));
   }
   formats::check_same_names(ranks);
   size_t skipped = 0;
@@ -199,7 +251,8 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
   Tag tag;
   tag.name = name;
   tag.dir = dir;
-  const auto config = formats::layout_in({dir, root});
+  const auto config = formats::layout_in(formats::config_files(options, dir, root));
+  const std::variant<HfLayout, std::string> no_config = "config.json describes the first model only";
   std::set<std::string> model_files;
   std::vector<std::string> kinds;
   for (const auto& group : formats::fsdp::rank_file_groups(dir)) {
@@ -211,7 +264,8 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
     const std::string folder = folder_of(group, kinds.empty());
     // the flat parameters' units are found under the prefix; other names lose it in strip_wrapper_prefixes
     const fs::path optimizer_dir = dir / fmt::format("optimizer_{}", kinds.size());  // accelerate's
-    CatalogPtr served = flat ? flat_model(files, *ranks, config, optimizer_dir, options, tag) : dtensor_model(*ranks, tag);
+    CatalogPtr served = flat ? flat_model(files, *ranks, kinds.empty() ? config : no_config, optimizer_dir, options, tag)
+                             : dtensor_model(*ranks, tag);
     if (all_float32(*served)) tag.add(ViewRole::fp32, served, folder);
     tag.add(ViewRole::model, served, folder);
     kinds.push_back(fmt::format("{} ({}, {} ranks{})", group.pattern, flat ? "FSDP1 LOCAL_STATE_DICT flat parameters" : "DTensors",
@@ -235,6 +289,9 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
     if (io::is_directory(dir / fmt::format("optimizer_{}", i)))
       tag.notes.push_back(fmt::format("optimizer_{}/: the optimizer's DCP checkpoint (accelerate), not served", i));
   tag.side_files = formats::side_files(dir, [&](const std::string& n) { return model_files.contains(n); });
+  // the model's config given with -o config=FILE is served where from_pretrained looks for it
+  if (options.model_config && !io::is_file(dir / "config.json"))
+    tag.extra_files.push_back({.path = "config.json", .text = {}, .source = *options.model_config});
   return tag;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <regex>
 
@@ -33,7 +34,7 @@ std::vector<RankFiles> rank_file_groups(const fs::path& dir) {
     if (entry.is_file && !is_other_state(name) && std::regex_match(name, m, kRankFile))
       groups[{m[1].str(), m[3].str()}][std::stoi(m[2].str())] = entry.path;
   }
-  std::vector<RankFiles> out;
+  std::vector<RankFiles> out;  // accelerate's pytorch_model_fsdp_rank before pytorch_model_fsdp_1_rank
   for (const auto& [key, ranks] : groups) {
     const auto& [stem, extension] = key;
     RankFiles g{fmt::format("{}{{R}}{}", stem, extension), stem, {}};
@@ -47,6 +48,7 @@ std::vector<RankFiles> rank_file_groups(const fs::path& dir) {
     }
     out.push_back(std::move(g));
   }
+  std::stable_sort(out.begin(), out.end(), [](const RankFiles& a, const RankFiles& b) { return a.stem.size() < b.stem.size(); });
   return out;
 }
 

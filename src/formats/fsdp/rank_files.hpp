@@ -17,7 +17,7 @@ struct RankFiles {
 };
 
 // The groups of rank files of `dir` (names with "rank" before the number that ends them: NAME{R}.pt, .pth,
-// .bin), sorted by stem. Throws FormatError naming the missing file when a group lacks a rank below its
+// .bin), the shortest stem first (accelerate's first model, then pytorch_model_fsdp_{I}_rank). Throws FormatError naming the missing file when a group lacks a rank below its
 // highest.
 std::vector<RankFiles> rank_file_groups(const std::filesystem::path& dir);
 

@@ -27,10 +27,13 @@ const FlatUnit* owner(const std::vector<FlatUnit>& units, const std::string& nam
   return best;
 }
 
-// Whether every original parameter's piece lies inside that parameter in `cut`.
-bool pieces_fit(const CutUnit& cut, const std::string& prefix) {
+// Whether every original parameter's piece lies inside that parameter in `cut` (a tied alias's piece is
+// its target's).
+bool pieces_fit(const CutUnit& cut, const std::string& prefix, const std::map<std::string, std::string>& aliases) {
   std::map<std::string, std::pair<int64_t, int64_t>, std::less<>> range;  // saved name -> [first, end)
   for (const auto& p : cut.parameters) range[prefix + p.name] = {p.first, p.first + numel_of(p.shape)};
+  for (const auto& [alias, target] : aliases)
+    if (range.contains(prefix + target)) range[prefix + alias] = range[prefix + target];
   return std::all_of(cut.unit->pieces.begin(), cut.unit->pieces.end(), [&](const OrigPiece& piece) {
     const auto it = range.find(piece.name);
     return it != range.end() && it->second.first <= piece.first && piece.first + piece.count <= it->second.second;
@@ -41,7 +44,8 @@ bool pieces_fit(const CutUnit& cut, const std::string& prefix) {
 // both with use_orig_params only (then the pieces pin the alignment down: with more than 4 ranks a wrong one
 // can still end within the world-size padding).
 std::optional<CutUnit> cut_with(const FlatUnit& unit, const std::vector<const HfParameter*>& params, int64_t alignment,
-                                int64_t world_size, const std::string& prefix) {
+                                int64_t world_size, const std::string& prefix,
+                                const std::map<std::string, std::string>& aliases) {
   CutUnit out{&unit, alignment, 0, {}};
   int64_t at = 0;
   for (const auto* p : params) {
@@ -54,7 +58,7 @@ std::optional<CutUnit> cut_with(const FlatUnit& unit, const std::vector<const Hf
   const int64_t tail = unit.numel - at;
   const bool aligned = !unit.pieces.empty();
   if (!(tail == 0 || (aligned && tail > 0 && tail < world_size && unit.numel % world_size == 0))) return std::nullopt;
-  if (aligned ? !pieces_fit(out, prefix) : alignment != 1) return std::nullopt;
+  if (aligned ? !pieces_fit(out, prefix, aliases) : alignment != 1) return std::nullopt;
   out.padding += tail;
   return out;
 }
@@ -66,8 +70,12 @@ std::variant<std::vector<CutUnit>, std::string> cut_units(const std::vector<Flat
                                                           const std::string& prefix, int64_t world_size,
                                                           const std::string& source) {
   std::map<const FlatUnit*, std::vector<const HfParameter*>> owned;
+  std::map<std::string, std::string> aliases;  // tied name -> its target
   for (const auto& p : parameters) {
-    if (!p.tied_to.empty()) continue;  // flattened once, as its target
+    if (!p.tied_to.empty()) {  // flattened once, as its target
+      aliases[p.name] = p.tied_to;
+      continue;
+    }
     const FlatUnit* u = owner(units, prefix + p.name);
     if (u == nullptr) return fmt::format("{} belongs to no FSDP unit (units: {} ...)", prefix + p.name, units[0].key);
     owned[u].push_back(&p);
@@ -79,7 +87,7 @@ std::variant<std::vector<CutUnit>, std::string> cut_units(const std::vector<Flat
     const std::set<int64_t> alignments = {1, 2, 4, 8};  // 16 bytes of an 8-, 4-, 2-byte compute dtype
     std::optional<CutUnit> cut;
     for (const int64_t a : alignments)
-      if ((cut = cut_with(unit, params, a, world_size, prefix))) break;
+      if ((cut = cut_with(unit, params, a, world_size, prefix, aliases))) break;
     if (!cut) {
       int64_t total = 0;
       for (const auto* p : params) total += numel_of(p->shape);
