@@ -16,7 +16,8 @@ its key, or, in accelerate's folder, the names and shapes of optimizer_0/'s DCP 
 tags/checkpoint-N/, the root the latest), `ckptfs inspect` naming the units;
 from_pretrained of the mount in the sid chroot for a Llama, a tied Qwen2, two tied GPT-2 and an FSDP2 case; a
 missing rank file and shards that do not tile refused (exit 4, the file named); a config.json whose sizes do not
-add up still mounted, as the flat parameters.
+add up still mounted, as the flat parameters; one the optimizer contradicts gives way to the optimizer's record;
+`-o config=FILE` for a save without config.json.
 
 The sid chroot writes the cases: with CKPTFS_SKIP_MODERN=1, or without the chroot and without current cases in
 the cache, these tests are skipped.
@@ -207,3 +208,20 @@ def test_a_config_the_optimizer_contradicts_gives_way_to_the_optimizers_record(f
     with mounted(ckptfs_bin, src, tmp_path / "mnt") as mnt:
         check_views(mnt, os.path.join(fsdp_fixtures, name, "expected"), f"{name} (wrong config.json) mount",
                     config=str(src / "config.json"))
+
+
+def test_a_config_given_with_an_option_names_a_save_without_one(fsdp_fixtures, ckptfs_bin, tmp_path):
+    """HF Trainer and accelerate write no config.json beside a LOCAL_STATE_DICT save: `-o config=FILE` (and
+    `--config FILE`) names the model's; the mount is then FSDP's full state dict and serves FILE as config.json.
+    A FILE that does not exist is a usage error (exit 2)."""
+    src = copy_case(fsdp_fixtures, FLAT_CASE, tmp_path)
+    config = tmp_path / "base-model-config.json"
+    shutil.move(src / "config.json", config)
+    with mounted(ckptfs_bin, src, tmp_path / "mnt", "-o", f"config={config}") as mnt:
+        check_views(mnt, os.path.join(fsdp_fixtures, FLAT_CASE, "expected"), f"{FLAT_CASE} -o config= mount",
+                    config=str(config))
+    proc = H.run([ckptfs_bin, "inspect", src, "--config", config])
+    H.assert_ok(proc)
+    assert "cut by config.json's LlamaForCausalLM" in proc.stdout, proc.stdout
+    H.assert_one_line_error(H.run([ckptfs_bin, "inspect", src, "--config", tmp_path / "none.json"]), H.EXIT_USAGE,
+                            ["none.json"])

@@ -25,10 +25,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [--strip-prefix P] [-o FILE|--output FILE]\n"
+constexpr const char* kUsage = "ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [--strip-prefix P] [--config FILE] [-o FILE|--output FILE]\n"
                          "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
-constexpr const char* kHelp = R"(usage: ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [--strip-prefix P] [-o FILE|--output FILE]
+constexpr const char* kHelp = R"(usage: ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [--strip-prefix P] [--config FILE] [-o FILE|--output FILE]
        (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])
 
 Writes one file of the tree `ckptfs SRC MNT` mounts to stdout, or to FILE, without FUSE: the bytes a read
@@ -40,6 +40,7 @@ a side file such as config.json, ckptfs.json.
   --tag T                 the tree of `ckptfs --tag T SRC MNT`: tag T alone, at the root
   --strict                refuse SRC when any of its tags fails to read
   --strip-prefix P        strip the wrapper prefix P from the model's names (`-o strip_prefix=P`)
+  --config FILE           the model's config.json where none lies beside SRC (`-o config=FILE`)
   -o FILE, --output FILE  write FILE (as FILE.partial, renamed once complete) instead of stdout; - is stdout
 
 A progress bar is drawn on stderr when stderr is a terminal and the bytes do not go to one.

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T] [--strict] [--strip-prefix P] [--universal] [--shard-size SIZE]\n"
+constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--universal] [--shard-size SIZE]\n"
                          "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
 }  // namespace

@@ -12,7 +12,7 @@ namespace ckptfs::cli {
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs index SRC [--tag T] [--strict] [--strip-prefix P] [--cache DIR]\n"
+constexpr const char* kUsage = "ckptfs index SRC [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--cache DIR]\n"
                          "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
 }  // namespace

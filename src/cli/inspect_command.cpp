@@ -15,7 +15,7 @@ namespace ckptfs::cli {
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs inspect SRC [--tag T] [--strict] [--strip-prefix P] [--json] [--tensors]\n"
+constexpr const char* kUsage = "ckptfs inspect SRC [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--json] [--tensors]\n"
                          "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
 std::string shape_string(const std::vector<int64_t>& shape) {

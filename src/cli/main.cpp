@@ -17,20 +17,21 @@ namespace {
 constexpr const char* kUsage = R"(usage:
   ckptfs SRC MNT [-o opt,...] [-f] [-d]     mount the merged views of checkpoint SRC on MNT
   ckptfs mount SRC MNT [...]                the same
-  ckptfs inspect SRC [--tag T] [--strict] [--strip-prefix P] [--json] [--tensors]
-  ckptfs export SRC OUT [--tag T] [--strict] [--strip-prefix P] [--universal] [--shard-size SIZE]
+  ckptfs inspect SRC [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--json] [--tensors]
+  ckptfs export SRC OUT [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--universal] [--shard-size SIZE]
                                             write OUT/model.safetensors, OUT/fp32/pytorch_model.bin,
                                             OUT/fp32/model.safetensors (and OUT/universal/); views over
                                             SIZE (default 50GB) sharded as save_pretrained does
-  ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [--strip-prefix P] [-o FILE]
+  ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [--strip-prefix P] [--config FILE] [-o FILE]
                                             write one file of the mount of SRC (fp32/model.safetensors,
                                             hf/config.json, ...) to stdout or FILE, without FUSE
-  ckptfs index SRC [--tag T] [--strict] [--strip-prefix P] [--cache DIR]
+  ckptfs index SRC [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--cache DIR]
                                             write the index a later mount of SRC loads instead of
                                             parsing (default DIR: $XDG_CACHE_HOME/ckptfs)
   --strict: refuse SRC when any tag fails to read (default: broken tags but the root one are left out)
   --strip-prefix P: strip the wrapper prefix P from the model's names (default: the one that makes them
     config.json's architecture's, where config.json names one)
+  --config FILE: the model's config.json where none lies beside SRC (an FSDP LOCAL_STATE_DICT save)
   inspect, export, index and cat of an s3://BUCKET/PREFIX SRC also take
     [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign]   (a mount too, or -o endpoint=, ...)
   ckptfs --help | --version                 this text | the version and git revision of this build
