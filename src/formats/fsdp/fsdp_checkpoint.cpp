@@ -5,7 +5,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <map>
 #include <regex>
 #include <set>
 
@@ -17,9 +16,8 @@
 #include "formats/fsdp/optimizer_shapes.hpp"
 #include "formats/fsdp/rank_files.hpp"
 #include "formats/fsdp/unit_cut.hpp"
+#include "formats/fsdp/unit_parameters.hpp"
 #include "formats/hf_layout.hpp"
-#include "formats/model_selection.hpp"
-#include "formats/name_prefix.hpp"
 #include "formats/parallel_reads.hpp"
 #include "formats/rank_state_dict.hpp"
 #include "formats/save_dir.hpp"
@@ -71,98 +69,6 @@ std::string describe_cut(const formats::fsdp::CutUnit& u) {
                      u.unit->numel, u.alignment, u.alignment == 1 ? "" : "s", u.padding);
 }
 
-// The parameters the units hold in registration order, and where they come from.
-struct UnitParameters {
-  std::vector<formats::HfParameter> parameters;  // names without `prefix`
-  std::string prefix;  // before the names in the units' modules and the rank files ("", "model.", ...)
-  std::string source;  // "config.json's LlamaForCausalLM", for messages
-};
-
-// Where config.json's parameters disagree with the optimizer's record of the same run (a shape, or a name
-// the architecture lacks): config.json is not this model's.
-std::optional<std::string> disagreement(const HfLayout& layout, const std::string& prefix,
-                                        const std::map<std::string, std::vector<int64_t>>& shapes,
-                                        const fs::path& optimizer_dir) {
-  std::set<std::string> known;
-  for (const auto& p : layout.parameters) {
-    known.insert(prefix + p.name);
-    const auto it = shapes.find(prefix + p.name);
-    if (p.tied_to.empty() && it != shapes.end() && it->second != p.shape)
-      return fmt::format("{}/.metadata has {} [{}], config.json's {} makes it [{}]", optimizer_dir.filename().string(),
-                         it->first, fmt::join(it->second, ", "), formats::architecture_name(layout.family),
-                         fmt::join(p.shape, ", "));
-  }
-  for (const auto& [name, shape] : shapes)
-    if (!known.contains(name))
-      return fmt::format("{}/.metadata has {}, which config.json's {} lacks", optimizer_dir.filename().string(), name,
-                         formats::architecture_name(layout.family));
-  return std::nullopt;
-}
-
-// Each name's pieces (use_orig_params), in the order the units list them.
-std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> pieces_by_name(const std::vector<FlatUnit>& units) {
-  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> out;
-  for (const auto& u : units)
-    for (const auto& p : u.pieces) out[p.name].emplace_back(p.first, p.count);
-  return out;
-}
-
-// The optimizer's shapes in the order `order` lists the names; a name the optimizer does not list whose
-// pieces are an earlier one's is that parameter tied (FSDP flattened it once, the optimizer holds it once).
-std::vector<formats::HfParameter> listed_parameters(const std::vector<std::string>& order,
-                                                    const formats::fsdp::OptimizerRecord& optimizer,
-                                                    const std::vector<FlatUnit>& units) {
-  const auto pieces = pieces_by_name(units);
-  std::vector<formats::HfParameter> out;
-  for (const auto& name : order) {
-    if (const auto it = optimizer.shapes.find(name); it != optimizer.shapes.end()) {
-      out.push_back({name, it->second, ""});
-      continue;
-    }
-    const auto mine = pieces.find(name);
-    if (mine == pieces.end()) continue;
-    for (const auto& p : out)
-      if (p.tied_to.empty() && pieces.contains(p.name) && pieces.at(p.name) == mine->second) {
-        out.push_back({name, p.shape, p.name});
-        break;
-      }
-  }
-  return out;
-}
-
-// config.json's architecture, unless the optimizer's record of the run disagrees with it; else the
-// optimizer's shapes, with the names in the order rank 0's file lists their pieces (use_orig_params) or its
-// param groups list them; or why neither.
-std::variant<UnitParameters, std::string> unit_parameters(const std::vector<FlatUnit>& units, const RankStateDict& rank0,
-                                                          const std::variant<HfLayout, std::string>& config,
-                                                          const formats::fsdp::OptimizerRecord& optimizer,
-                                                          const fs::path& optimizer_dir, const OpenOptions& options,
-                                                          Tag& tag) {
-  std::string why = config.index() == 1 ? std::get<std::string>(config) : "";
-  if (const auto* layout = std::get_if<HfLayout>(&config)) {
-    std::vector<std::string> modules;
-    for (const auto& u : units)
-      if (!u.module.empty()) modules.push_back(u.module);
-    std::string prefix = options.strip_prefix.value_or(formats::layout_prefix(modules, *layout).value_or(""));
-    const auto differs = disagreement(*layout, prefix, optimizer.shapes, optimizer_dir);
-    if (!differs)
-      return UnitParameters{layout->parameters, std::move(prefix),
-                            fmt::format("config.json's {}", formats::architecture_name(layout->family))};
-    why = "config.json is not this model's: " + *differs;
-    tag.notes.push_back(why);
-  }
-  const std::string dir = optimizer_dir.filename().string();
-  auto by_pieces = listed_parameters(rank0.names, optimizer, units);
-  if (!by_pieces.empty())
-    return UnitParameters{std::move(by_pieces), "",  // names as saved: any prefix goes in strip_wrapper_prefixes
-                          fmt::format("the rank files' names with {}/'s shapes", dir)};
-  auto by_groups = listed_parameters(optimizer.order, optimizer, units);
-  if (!by_groups.empty())
-    return UnitParameters{std::move(by_groups), "",
-                          fmt::format("{}/'s parameter groups and shapes", dir)};
-  return why + (optimizer.shapes.empty() ? "" : fmt::format("; {}/ names no parameter", dir));
-}
-
 // An FSDP1 LOCAL_STATE_DICT model: the flat parameters cut into the model's parameters, or each served whole.
 std::shared_ptr<catalog::Catalog> flat_model(io::FileSet& files, const std::vector<RankStateDict>& ranks,
                                              const std::variant<HfLayout, std::string>& config,
@@ -170,12 +76,12 @@ std::shared_ptr<catalog::Catalog> flat_model(io::FileSet& files, const std::vect
   const auto units = formats::fsdp::gather_flat_units(ranks);
   std::shared_ptr<catalog::Catalog> model;
   const auto optimizer = formats::fsdp::read_optimizer_record(files, optimizer_dir);
-  auto known = unit_parameters(units, ranks[0], config, optimizer, optimizer_dir, options, tag);
+  auto known = formats::fsdp::unit_parameters(units, ranks[0], config, optimizer, optimizer_dir, options, tag.notes);
   std::string prefix;
   std::set<std::string> pieces;  // the names the rank files give the parameters' pieces (use_orig_params)
   for (const auto& u : units)
     for (const auto& p : u.pieces) pieces.insert(p.name);
-  if (auto* found = std::get_if<UnitParameters>(&known)) {
+  if (auto* found = std::get_if<formats::fsdp::UnitParameters>(&known)) {
     prefix = found->prefix;
     for (const auto& p : found->parameters) pieces.insert(prefix + p.name);  // an empty piece views no chunk
     auto cut = formats::fsdp::cut_units(units, found->parameters, prefix, static_cast<int64_t>(ranks.size()),
