@@ -38,6 +38,8 @@ sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import deepspeed_classes  # noqa: E402
 from case_cache import case_is_current  # noqa: E402
 from llama_layout import llama_tensors  # noqa: E402
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gen_prefixes"))
+from lightning_state import ckpt_path as lightning_ckpt_path, lightning_state  # noqa: E402
 from tp_slicing import tp_cols, tp_gated_rows, tp_rows  # noqa: E402
 
 DS = deepspeed_classes.install()
@@ -142,7 +144,29 @@ def many_params_entries(n_train=MANY_PARAMS):
     return E
 
 
+def wrapped_llama_entries(case):
+    """llama_entries() as a training wrapper holds the HF model (prefix cases): the HF names in ``hf_frozen``
+    frozen, ``lm_head.weight`` tied to the embedding when ``tied`` (tie_word_embeddings), then every name
+    (the alias's owner too) under the wrapper's ``prefix``, as the wrapper module's state_dict() names it and
+    so as DeepSpeed records it everywhere (module, param_shapes, frozen_param_shapes/fragments,
+    shared_params, param_slice_mappings)."""
+    E = llama_entries()
+    for e in E:
+        if e.name in case.get("hf_frozen", ()):
+            e.kind, e.group, e.subgroup = "frozen", None, None
+    if case.get("tied"):
+        head = E[-1]
+        assert head.name == "lm_head.weight", head.name
+        E[-1] = Entry(head.name, "alias", head.shape, owner=E[0].name)
+    for e in E:
+        e.name = case["prefix"] + e.name
+        e.owner = e.owner and case["prefix"] + e.owner
+    return E
+
+
 def entries_of(case):
+    if "prefix" in case:
+        return wrapped_llama_entries(case)
     if case.get("model") == "many_params":
         return many_params_entries(case.get("n_train", MANY_PARAMS))
     if case.get("model") == "tiny_lm_unfused":
@@ -281,10 +305,19 @@ def model_state_dict(case, module, buffer_names, optimizer, param_shapes, frozen
           "global_samples": 4 * dp * case["global_steps"], "dp_world_size": dp, "mp_world_size": mp,
           **({"checkpoint_parallel_dimensions": case["parallel_dimensions"]} if "parallel_dimensions" in case else {}),
           "ds_config": case["ds_config"], "ds_version": case.get("ds_version", DS_VERSION),
-          # client state, as the real fixtures pass it
-          "fixture_case": case["name"], "my_epoch": 1, "my_float": 0.125, "my_list": [1, 2, 3],
-          "my_tensor": torch.arange(5)}
+          **client_state(case)}
     return sd
+
+
+def client_state(case):
+    """What the training stack passes as save_checkpoint(client_state=...): DeepSpeed stores it at the top
+    level of the model-state files.  Default: what the real fixtures pass."""
+    if case.get("client") == "lightning":
+        return lightning_client_state(case)
+    if case.get("client") == "openrlhf":
+        return openrlhf_client_state(case)
+    return {"fixture_case": case["name"], "my_epoch": 1, "my_float": 0.125, "my_list": [1, 2, 3],
+            "my_tensor": torch.arange(5)}
 
 
 def save(obj, path):
@@ -1520,6 +1553,124 @@ def tp_cases():
                  frozen=["language_model.encoder.layers.1.self_attention.query_key_value.bias"])]
 
 
+# Wrapper prefixes (only with --only; mount_tests/test_prefixes.py generates them): the Llama of
+# llama_z3_bf16_dp2 as training frameworks hand it to DeepSpeed, every name under the wrapper's prefix, in
+# their own save dirs.  Their cache version is case_version's, so that changing them leaves the cache of
+# the other cases valid.
+PREFIX_GEN_VERSION = 1
+LIGHTNING_CKPT = lightning_ckpt_path(0, 3)
+
+
+def prefix_cases():
+    """Lightning's DeepSpeedStrategy: save_checkpoint(filepath, client_state=<the Lightning checkpoint less
+    state_dict and optimizer_states>, tag="checkpoint") (lightning/pytorch/strategies/deepspeed.py
+    save_checkpoint), so ModelCheckpoint's `epoch=0-step=3.ckpt` is a save dir holding `latest`
+    ("checkpoint") and the tag dir `checkpoint/`.  The engine's module is the LightningModule (>= 2.1;
+    the HF model held as `self.model`: prefix `model.`), `_LightningModuleWrapperBase(forward_module=...)`
+    in 1.8-2.0 (`_forward_module.model.`), `LightningDeepSpeedModule` (its `module`) up to 1.7
+    (`module.model.`).  config.json (LlamaForCausalLM) and tokenizer.json in the save dir.
+    OpenRLHF's PPO actor: DeepSpeed gets the HF model itself (openrlhf/utils/deepspeed/deepspeed.py:
+    `raw_model = model.model if isinstance(model, Actor)`, `deepspeed.initialize(model=raw_model)`): plain HF
+    names, no prefix; save_ckpt(actor engine, <ckpt.path>/_actor, tag=global_step<N>) with `metric.json` in
+    the tag dir, and save_model's <ckpt.path>/global_step<N>_hf/ (config.json, tokenizer) beside `_actor/`,
+    none in the save dir."""
+    base = {"pipeline": False, "dp": 2, "optimizer": "zero", "model": "llama", "side_files": True}
+    lightning = dict(base, client="lightning", save_dir=LIGHTNING_CKPT, src=LIGHTNING_CKPT, tags=["checkpoint"])
+    return [
+        # Lightning >= 2.1, strategy="deepspeed_stage_2", precision="bf16-mixed"; the embedding frozen
+        dict(lightning, name="lightning_z2_bf16_dp2", stage=2, dtype="bf16", prefix="model.",
+             lightning_version="2.5.5", hf_frozen=["model.embed_tokens.weight"]),
+        # Lightning 1.8-2.0, "deepspeed_stage_3"; lm_head tied to the embedding, the final norm frozen
+        dict(lightning, name="lightning20_z3_bf16_dp2", stage=3, dtype="bf16", prefix="_forward_module.model.",
+             lightning_version="2.0.9", tied=True, hf_frozen=["model.norm.weight"]),
+        # Lightning <= 1.7, "deepspeed_stage_1", precision=16
+        dict(lightning, name="lightning17_z1_fp16_dp2", stage=1, dtype="fp16", prefix="module.model.",
+             lightning_version="1.7.7"),
+        # OpenRLHF's actor (ZeRO-2, its default stage), two saves
+        dict(base, name="openrlhf_z2_bf16_dp2", stage=2, dtype="bf16", prefix="", client="openrlhf",
+             side_files=False, save_dir="ckpt/_actor", src="ckpt/_actor", tags=["global_step2", "global_step4"],
+             hf_dir="ckpt/global_step4_hf"),
+    ]
+
+
+def case_version(case):
+    """The generator_version a case's case.json carries (case_cache)."""
+    return f"{GEN_VERSION}+prefix{PREFIX_GEN_VERSION}" if "prefix" in case else GEN_VERSION
+
+
+def lightning_ds_config(stage, dtype_name):
+    """DeepSpeedStrategy(stage=S)'s config (_create_default_config with its defaults, then
+    _format_precision_config and _format_batch_size_and_grad_accum_config), as the engine saves it."""
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_allow_untested_optimizer": True,
+           "zero_optimization": {"stage": stage, "contiguous_gradients": True, "overlap_comm": True,
+                                 "allgather_partitions": True, "reduce_scatter": True,
+                                 "allgather_bucket_size": 200000000, "reduce_bucket_size": 200000000,
+                                 "sub_group_size": 1000000000000},
+           "activation_checkpointing": {"partition_activations": False, "cpu_checkpointing": False,
+                                        "contiguous_memory_optimization": False,
+                                        "synchronize_checkpoint_boundary": False},
+           "aio": {"block_size": 1048576, "queue_depth": 8, "single_submit": False, "overlap_events": True,
+                   "thread_count": 1}}
+    if dtype_name == "fp16":
+        cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
+                       "hysteresis": 2, "min_loss_scale": 1}
+    elif dtype_name == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    cfg.update(gradient_accumulation_steps=1, gradient_clipping=0.0)
+    return cfg
+
+
+def openrlhf_ds_config(stage, dtype_name):
+    """openrlhf/utils/deepspeed/deepspeed_utils.py get_train_ds_config(offload=False, adam_offload=False), the
+    optimizer section (DeepSpeed builds the optimizer) and the batch sizes the strategy adds."""
+    return {"steps_per_print": 100,
+            "zero_optimization": {"stage": stage, "offload_param": {"device": "none"},
+                                  "offload_optimizer": {"device": "none", "pin_memory": True},
+                                  "sub_group_size": "auto", "stage3_max_live_parameters": "auto",
+                                  "stage3_max_reuse_distance": "auto", "stage3_param_persistence_threshold": "auto",
+                                  "stage3_prefetch_bucket_size": "auto", "reduce_bucket_size": "auto",
+                                  "zero_hpz_partition_size": 8, "zero_quantized_weights": False,
+                                  "zero_quantized_gradients": False},
+            "bf16": {"enabled": dtype_name == "bf16"}, "fp16": {"enabled": dtype_name == "fp16"},
+            "gradient_clipping": 1.0, "prescale_gradients": False, "wall_clock_breakdown": False,
+            "data_types": {"grad_accum_dtype": None}, "checkpoint": {"load_universal": False},
+            "compile": {"deepcompile": False}, "tensor_parallel": {"autotp_size": 1},
+            "optimizer": {"type": "AdamW", "params": {"lr": 5e-07, "betas": [0.9, 0.95], "eps": 1e-08,
+                                                      "weight_decay": 0.0}},
+            "train_micro_batch_size_per_gpu": 1, "train_batch_size": 8}
+
+
+def lightning_client_state(case):
+    """What DeepSpeedStrategy.save_checkpoint passes as client_state: the Lightning checkpoint less `state_dict`
+    and `optimizer_states`."""
+    return lightning_state(case["global_steps"], case["lightning_version"])
+
+
+def openrlhf_client_state(case):
+    """ppo_trainer.py's client_states for the actor's save_ckpt."""
+    step = case["global_steps"]
+    return {"episode": 0, "global_step": step, "total_consumed_prompts": 4 * step,
+            "data_loader_state_dict": {"_iterator_finished": False, "_num_yielded": step}}
+
+
+def write_openrlhf_files(root, tagdir, case, tag):
+    """metric.json in the tag dir (DeepspeedStrategy._write_ckpt_metric, after save_checkpoint) and, for the
+    last tag, save_model's <ckpt.path>/<tag>_hf/ with the config and tokenizer (its weights are not needed)."""
+    with open(os.path.join(tagdir, "metric.json"), "w") as f:
+        json.dump({"metric_key": None, "metric_value": None}, f, indent=2, sort_keys=True)
+    if tag == case["tags"][-1]:
+        hf = os.path.join(root, case["hf_dir"])
+        os.makedirs(hf)
+        write_llama_side_files(hf, case)
+
+
+def unprefixed(case, state):
+    """An expectation under the HF model's own names: the wrapper's prefix taken off every name."""
+    p = case["prefix"]
+    assert all(k.startswith(p) for k in state), f"a name without the prefix {p!r}"
+    return OD((k[len(p):], v) for k, v in state.items())
+
+
 BENCH = {"name": "bench_z3_dp64", "stage": 3, "dtype": "bf16", "dp": 64, "optimizer": "zero", "pipeline": False,
          "tags": ["global_step3"], "src": "checkpoint", "side_files": False, "bench": True}
 # The bench model at a few MB (vocab, hidden, ffn, layers as in BENCH_DIMS): 8 rank files of 1.4 MB, the
@@ -1547,7 +1698,7 @@ def write_llama_side_files(save_dir, case):
     """A config.json that transformers' AutoConfig / AutoModelForCausalLM accept, and a tokenizer.json."""
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **LLAMA,
            "hidden_act": "silu", "initializer_range": 0.02, "attention_bias": False, "attention_dropout": 0.0,
-           "mlp_bias": False, "tie_word_embeddings": False, "use_cache": True, "bos_token_id": 1,
+           "mlp_bias": False, "tie_word_embeddings": bool(case.get("tied")), "use_cache": True, "bos_token_id": 1,
            "eos_token_id": 2, "pad_token_id": 0, "rope_scaling": None,
            "head_dim": LLAMA["hidden_size"] // LLAMA["num_attention_heads"],
            "torch_dtype": {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[case["dtype"]]}
@@ -1562,11 +1713,16 @@ def write_llama_side_files(save_dir, case):
 
 def generate_case(case, root):
     name = case["name"]
-    save_dir = os.path.join(root, "checkpoint")
+    save_dir = os.path.join(root, case.get("save_dir", "checkpoint"))
     os.makedirs(save_dir)
     case = dict(case)
-    case["ds_config"] = ds_config(case["stage"], case["dtype"], case["optimizer"] == "bf16_optimizer",
-                                  case["pipeline"], case.get("round_robin", False))
+    if case.get("client") == "lightning":
+        case["ds_config"] = lightning_ds_config(case["stage"], case["dtype"])
+    elif case.get("client") == "openrlhf":
+        case["ds_config"] = openrlhf_ds_config(case["stage"], case["dtype"])
+    else:
+        case["ds_config"] = ds_config(case["stage"], case["dtype"], case["optimizer"] == "bf16_optimizer",
+                                      case["pipeline"], case.get("round_robin", False))
     expected_dirs = {}
     universal = None
     for ti, tag in enumerate(case["tags"]):
@@ -1592,6 +1748,10 @@ def generate_case(case, root):
             else:
                 module = write_zero012(case, tagdir, entries, values, uni)
             fp32, model = expected_outputs(case, entries, values, module)
+            if "prefix" in case:  # what the HF model's state_dict() holds: its own names
+                fp32, model = unprefixed(case, fp32), unprefixed(case, model)
+        if case.get("client") == "openrlhf":
+            write_openrlhf_files(root, tagdir, case, tag)
         exp = "expected" if ti == len(case["tags"]) - 1 else f"expected_{tag}"
         os.makedirs(os.path.join(root, exp))
         save(fp32, os.path.join(root, exp, "fp32.pt"))
@@ -1616,7 +1776,7 @@ def generate_case(case, root):
     case["seed"] = {t: case_seed(name, t) for t in case["tags"]}
     # the universal/ tree ckptfs serves for every tag (null: no partitioned optimizer state, no universal/)
     case["universal"] = universal
-    case["generator_version"] = GEN_VERSION
+    case["generator_version"] = case_version(case)
     with open(os.path.join(root, "case.json"), "w") as f:
         json.dump(case, f, indent=1)
 
@@ -1740,7 +1900,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
     ap.add_argument("--only", nargs="+", metavar="NAME",
-                    help="generate only these cases (bench_z3_dp64, the scale, many_params and tp cases too)")
+                    help="generate only these cases (bench_z3_dp64, the scale, many_params, tp, moe and prefix "
+                         "cases too)")
     ap.add_argument("--list", action="store_true", help="print the default case names and exit")
     ap.add_argument("--force", action="store_true", help="regenerate cases that exist")
     args = ap.parse_args(argv)
@@ -1757,6 +1918,7 @@ def main(argv=None):
     by_name.update((c["name"], c) for c in many_params_cases())
     by_name.update((c["name"], c) for c in tp_cases())
     by_name.update((c["name"], c) for c in moe_cases())
+    by_name.update((c["name"], c) for c in prefix_cases())
     if args.only:
         unknown = [n for n in args.only if n not in by_name]
         if unknown:
@@ -1770,7 +1932,7 @@ def main(argv=None):
     for c in todo:
         final = os.path.join(args.out_dir, c["name"])
         if os.path.isdir(final):
-            if case_is_current(final, GEN_VERSION) and not args.force:
+            if case_is_current(final, case_version(c)) and not args.force:
                 continue
             shutil.rmtree(final)
         tmp = os.path.join(args.out_dir, f".tmp-{c['name']}-{os.getpid()}")
@@ -1782,7 +1944,7 @@ def main(argv=None):
                 os.rename(tmp, final)
             except OSError:
                 # another run (a concurrent pytest session) finished the same case first
-                if not case_is_current(final, GEN_VERSION):
+                if not case_is_current(final, case_version(c)):
                     raise
                 shutil.rmtree(tmp, ignore_errors=True)
                 continue
