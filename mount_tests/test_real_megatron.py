@@ -58,9 +58,10 @@ def sources(name):
 # ---------------------------------------------------------------------------------------------------
 # the checks, on one directory holding the views (an export, the mount root, tags/<tag>/)
 
-def check_model(d, name, what):
-    """model.safetensors against expected/manifest.json and expected/full_model.pt; returns it."""
-    manifest = load_json(case_path(name, "expected", "manifest.json"))["tensors"]
+def check_model(d, name, what, real_dir=REAL_DIR):
+    """model.safetensors against expected/manifest.json and expected/full_model.pt (of case `name` under
+    `real_dir`); returns it."""
+    manifest = load_json(os.path.join(real_dir, name, "expected", "manifest.json"))["tensors"]
     ours = H.read_safetensors(os.path.join(d, "model.safetensors"))
     assert set(ours) == set(manifest), f"{what} model.safetensors: names differ from Megatron's TP=1 PP=1 load: " \
         f"ours only {sorted(set(ours) - set(manifest))}, Megatron only {sorted(set(manifest) - set(ours))}"
@@ -69,7 +70,7 @@ def check_model(d, name, what):
         assert str(t.dtype) == f"torch.{m['dtype']}", f"{what} {k}: dtype {t.dtype}, Megatron {m['dtype']}"
         assert list(t.shape) == m["shape"], f"{what} {k}: shape {list(t.shape)}, Megatron {m['shape']}"
         assert H.sha256_le(t) == m["sha256"], f"{what} {k}: bytes differ from the manifest's sha256"
-    full = H.load_expected(case_path(name, "expected", "full_model.pt"))
+    full = H.load_expected(os.path.join(real_dir, name, "expected", "full_model.pt"))
     H.assert_state_equal(ours, full, ordered=False, what=f"{what} model.safetensors vs expected/full_model.pt")
     return ours
 
@@ -168,19 +169,25 @@ def test_export_matches_megatron(export_cache, name):
         check_views(str(out), name, f"{name} export ({label})")
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_mount_matches_megatron(export_cache, ckptfs_bin, tmp_path, name):
-    src = case_path(name, "checkpoint")
+def check_mount(export_cache, ckptfs_bin, mnt, src, tag, check, views, what):
+    """Mounts save dir `src` (one iteration, `tag`): check(dir, what) on the root and tags/<tag>/, and the
+    `views` byte for byte as the export wrote them."""
     proc, out = export_cache(src)
     H.assert_ok(proc)
-    with mounted(ckptfs_bin, src, tmp_path / "mnt") as mnt:
-        assert os.listdir(os.path.join(mnt, "tags")) == [TAG]
-        info = load_json(os.path.join(mnt, "ckptfs.json"))
-        assert (info["framework"], info["root_tag"]) == ("megatron", TAG), info
-        for rel in (".", os.path.join("tags", TAG)):
-            d = os.path.join(mnt, rel)
-            check_views(d, name, f"{name} mount {rel}")
-            same_files(d, str(out), VIEWS, f"{name} mount {rel} vs export")
+    with mounted(ckptfs_bin, src, mnt) as m:
+        assert os.listdir(os.path.join(m, "tags")) == [tag]
+        info = load_json(os.path.join(m, "ckptfs.json"))
+        assert (info["framework"], info["root_tag"]) == ("megatron", tag), info
+        for rel in (".", os.path.join("tags", tag)):
+            d = os.path.join(m, rel)
+            check(d, f"{what} mount {rel}")
+            same_files(d, str(out), views, f"{what} mount {rel} vs export")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_mount_matches_megatron(export_cache, ckptfs_bin, tmp_path, name):
+    check_mount(export_cache, ckptfs_bin, tmp_path / "mnt", case_path(name, "checkpoint"), TAG,
+                lambda d, what: check_views(d, name, what), VIEWS, name)
 
 
 def test_both_formats_give_the_same_hf_weights(export_cache):

@@ -13,6 +13,7 @@
 #include "formats/megatron/module_order.hpp"
 #include "formats/megatron/split_rules.hpp"
 #include "formats/megatron/state_names.hpp"
+#include "formats/megatron/torch_dist_keys.hpp"
 #include "formats/pickle_access.hpp"
 
 namespace ckptfs::megatron {
@@ -289,8 +290,9 @@ std::optional<BufferLayout> matching_layout(const std::vector<DomainParam>& para
 }  // namespace
 
 bool has_bucketed_masters(const dcp::Metadata& md) {
-  return std::any_of(md.items.begin(), md.items.end(),
-                     [](const dcp::Item& item) { return item.fqn.starts_with("optimizer.distributed."); });
+  return std::any_of(md.items.begin(), md.items.end(), [](const dcp::Item& item) {
+    return std::holds_alternative<BucketedOptimizerKey>(classify_torch_dist_key(item.fqn));
+  });
 }
 
 std::shared_ptr<catalog::Catalog> masters_from_buckets(const dcp::Metadata& md, const dcp::ItemReader& reader,

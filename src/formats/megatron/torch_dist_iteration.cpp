@@ -17,6 +17,7 @@
 #include "formats/megatron/module_order.hpp"
 #include "formats/megatron/stacked_tensors.hpp"
 #include "formats/megatron/state_names.hpp"
+#include "formats/megatron/torch_dist_keys.hpp"
 
 namespace ckptfs::megatron {
 
@@ -26,17 +27,9 @@ using catalog::LogicalTensor;
 namespace {
 
 constexpr std::string_view kStackedPrefix = "decoder.layers.";
-// Where the non-distributed optimizer (and the distributed one's fully reshardable and, flattened,
-// fully_sharded_model_space layouts) keep fp32 masters under the model's keys.
-constexpr std::string_view kMasterPrefixes[] = {"optimizer.state.fp32_param.", "optimizer.state.param."};
 
 bool is_stacked(std::string_view key) {
   return key.starts_with(kStackedPrefix) && !parse_layer_name(key).has_value();
-}
-
-bool is_model_key(std::string_view key) {
-  return !key.starts_with("optimizer.") && !key.starts_with("rng_state") && !key.starts_with("rerun_state_machine") &&
-         !key.starts_with("common_state") && !is_extra_state(key);
 }
 
 // The saved args: common.pt, or (core 0.19+) the common_state bytes item, a torch.save([dict]).
@@ -167,14 +160,10 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
   for (const auto& item : md.items) items_by_key.emplace(item.fqn, &item);
   for (const auto& item : md.items) {
     if (!item.is_tensor) continue;
-    std::string_view key = item.fqn;
-    bool master = false;
-    for (auto prefix : kMasterPrefixes)
-      if (key.starts_with(prefix)) {
-        key.remove_prefix(prefix.size());
-        master = true;
-      }
-    if (!master && !is_model_key(key)) continue;
+    const TorchDistKey kind = classify_torch_dist_key(item.fqn);
+    const bool master = std::holds_alternative<MasterKey>(kind);
+    if (!master && !std::holds_alternative<ModelKey>(kind)) continue;
+    const std::string_view key = master ? std::get<MasterKey>(kind).name : std::get<ModelKey>(kind).name;
     LogicalTensor t = reader.tensor(item);
     if (const auto model_item = items_by_key.find(key); master && model_item != items_by_key.end())
       if (auto unflattened = unflatten_fragments(t, model_item->second->size)) t = std::move(*unflattened);
