@@ -340,8 +340,6 @@ def test_config_option_tells_the_architecture(config_option_case, ckptfs_bin, tm
     assert [n for ns in notes.values() for n in ns if "prefix" in n] == [note("model.")], notes
 
 
-@pytest.mark.xfail(strict=True, reason="-o config=FILE is served as config.json for FSDP per-rank saves only, not "
-                                       "for DeepSpeed or DCP mounts (docs/mount.md says it is served)")
 def test_config_option_file_is_served_as_config_json(config_option_case, ckptfs_bin, tmp_path):
     """docs/mount.md: the FILE of `-o config=FILE` is served as config.json (so that from_pretrained(MNT) works)."""
     src, config, _ = config_option_case

@@ -100,11 +100,24 @@ Checkpoint open_resolved(const fs::path& source, const OpenOptions& options) {
       "{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, a Megatron-LM save dir or iteration dir, a verl save dir, a folder of FSDP per-rank files, a PyTorch DCP dir or a dir of safetensors files)", source.string()));
 }
 
+// -o config=FILE is served as config.json beside each tag's views that have none, where from_pretrained
+// looks for it.
+void serve_model_config(Checkpoint& checkpoint, const OpenOptions& options) {
+  if (!options.model_config) return;
+  const auto is_config = [](const fs::path& f) { return f.filename() == "config.json"; };
+  if (std::any_of(checkpoint.side_files.begin(), checkpoint.side_files.end(), is_config)) return;
+  for (auto& tag : checkpoint.tags)
+    if (std::none_of(tag.side_files.begin(), tag.side_files.end(), is_config) &&
+        std::none_of(tag.extra_files.begin(), tag.extra_files.end(), [](const ExtraFile& f) { return f.path == "config.json"; }))
+      tag.extra_files.push_back({.path = "config.json", .text = {}, .source = *options.model_config});
+}
+
 }  // namespace
 
 Checkpoint open_checkpoint(const fs::path& source, const OpenOptions& options) {
   Checkpoint checkpoint = open_resolved(resolved(source), options);
   formats::strip_wrapper_prefixes(checkpoint, options);
+  serve_model_config(checkpoint, options);
   return checkpoint;
 }
 

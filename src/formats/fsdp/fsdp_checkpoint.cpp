@@ -195,9 +195,6 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
     if (io::is_directory(dir / fmt::format("optimizer_{}", i)))
       tag.notes.push_back(fmt::format("optimizer_{}/: the optimizer's DCP checkpoint (accelerate), not served", i));
   tag.side_files = formats::side_files(dir, [&](const std::string& n) { return model_files.contains(n); });
-  // the model's config given with -o config=FILE is served where from_pretrained looks for it
-  if (options.model_config && !io::is_file(dir / "config.json"))
-    tag.extra_files.push_back({.path = "config.json", .text = {}, .source = *options.model_config});
   return tag;
 }
 
