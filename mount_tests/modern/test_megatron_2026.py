@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import helpers as H  # noqa: E402
 from mounting import mounted  # noqa: E402
-from test_megatron_hf import chroot_dir, require_sid  # noqa: E402,F401 (chroot_dir: a fixture)
+from test_megatron_hf import SCRIPTS, chroot_dir, require_sid, run_logits  # noqa: E402,F401 (chroot_dir: a fixture)
 from test_modern_clients import in_chroot, staged  # noqa: E402,F401 (staged: a fixture)
 from test_real_megatron import check_model  # noqa: E402
 from test_real_megatron_2026 import REAL_DIR, TAG, TORCH_DIST_MOE  # noqa: E402
@@ -40,3 +40,14 @@ def test_chained_distributed_optimizer_state_is_not_served_as_weights(chroot_dir
         with open(os.path.join(m, "ckptfs.json")) as f:
             notes = json.load(f)["tags"][0]["notes"]
     assert any("chained optimizer" in n and "fp32" in n for n in notes), notes
+
+
+def test_from_pretrained_of_the_mounted_qwen3_moe_hf(chroot_dir, staged, ckptfs_bin):
+    """AutoModelForCausalLM.from_pretrained(MNT/hf) of the real torch_dist Qwen3-MoE EP2 case (transformers 5.12
+    fuses the per-expert tensors as it loads) gives the golden model's logits exactly, and within 1e-6 those its
+    logits_check.json records."""
+    root = require_sid(chroot_dir)
+    host, inside, mnt, mnt_inside = staged("megatron-2026-qwen3moe", *SCRIPTS)
+    shutil.copytree(os.path.join(REAL_DIR, TORCH_DIST_MOE, "expected", "hf_llama"), os.path.join(host, "ref"))
+    with mounted(ckptfs_bin, os.path.join(REAL_DIR, TORCH_DIST_MOE, "checkpoint"), mnt):
+        run_logits(root, inside, f"{inside}/ref", [f"{mnt_inside}/hf", f"{mnt_inside}/tags/{TAG}/hf"])

@@ -17,6 +17,9 @@ constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
 
 using Shape = std::vector<int64_t>;
 
+constexpr HfFamily kFamilies[] = {HfFamily::llama, HfFamily::qwen2,     HfFamily::gpt2,
+                                  HfFamily::qwen3, HfFamily::qwen3_moe, HfFamily::mixtral};
+
 class LayoutBuilder {
  public:
   explicit LayoutBuilder(std::vector<HfParameter>& out) : out_(out) {}
@@ -44,11 +47,28 @@ class LayoutBuilder {
   std::vector<HfParameter>& out_;
 };
 
-// LlamaForCausalLM and Qwen2ForCausalLM (transformers' modeling_llama.py / modeling_qwen2.py): the same
-// modules; Qwen2 has biases on q, k and v only.
+bool is_moe(HfFamily family) { return family == HfFamily::qwen3_moe || family == HfFamily::mixtral; }
+
+// A sparse MoE block as transformers 5 creates it: the experts fused into 3-D parameters (gate and up rows
+// stacked per expert), the router a bare [experts, hidden] parameter (modeling_qwen3_moe.py: experts, then
+// gate; modeling_mixtral.py: gate, then experts). Checkpoints on disk name each expert's projections apart
+// (model.layers.{l}.mlp.experts.{e}.gate_proj.weight, Mixtral's block_sparse_moe.experts.{e}.w1.weight):
+// transformers converts them when it loads.
+void moe_parameters(HfFamily family, const HfDims& d, const std::string& p, LayoutBuilder& b) {
+  const auto gate = [&] { b.add(p + "mlp.gate.weight", {d.experts, d.hidden}); };
+  if (family == HfFamily::mixtral) gate();
+  b.add(p + "mlp.experts.gate_up_proj", {d.experts, 2 * d.moe_intermediate, d.hidden});
+  b.add(p + "mlp.experts.down_proj", {d.experts, d.hidden, d.moe_intermediate});
+  if (family == HfFamily::qwen3_moe) gate();
+}
+
+// LlamaForCausalLM, Qwen2ForCausalLM, Qwen3(Moe)ForCausalLM and MixtralForCausalLM (transformers'
+// modeling_llama.py, modeling_qwen2.py, modeling_qwen3*.py, modeling_mixtral.py): the same attention and
+// norms; Qwen2 has biases on q, k and v only, Qwen3 adds per-head RMSNorms of q and k after o_proj.
 void llama_parameters(HfFamily family, const HfDims& d, LayoutBuilder& b) {
+  const bool qwen3 = family == HfFamily::qwen3 || family == HfFamily::qwen3_moe;
   const bool qkv_bias = family == HfFamily::qwen2 || d.attention_bias;
-  const bool o_bias = family == HfFamily::llama && d.attention_bias;
+  const bool o_bias = (family == HfFamily::llama || qwen3) && d.attention_bias;
   const bool mlp_bias = family == HfFamily::llama && d.mlp_bias;
   b.add("model.embed_tokens.weight", {d.vocab, d.hidden});
   for (int64_t l = 0; l < d.layers; ++l) {
@@ -57,9 +77,17 @@ void llama_parameters(HfFamily family, const HfDims& d, LayoutBuilder& b) {
     b.linear(p + "self_attn.k_proj", d.hidden, d.kv_heads * d.head_dim, qkv_bias);
     b.linear(p + "self_attn.v_proj", d.hidden, d.kv_heads * d.head_dim, qkv_bias);
     b.linear(p + "self_attn.o_proj", d.heads * d.head_dim, d.hidden, o_bias);
-    b.linear(p + "mlp.gate_proj", d.hidden, d.intermediate, mlp_bias);
-    b.linear(p + "mlp.up_proj", d.hidden, d.intermediate, mlp_bias);
-    b.linear(p + "mlp.down_proj", d.intermediate, d.hidden, mlp_bias);
+    if (qwen3) {
+      b.layer_norm(p + "self_attn.q_norm", d.head_dim, false);
+      b.layer_norm(p + "self_attn.k_norm", d.head_dim, false);
+    }
+    if (is_moe(family)) {
+      moe_parameters(family, d, p, b);
+    } else {
+      b.linear(p + "mlp.gate_proj", d.hidden, d.intermediate, mlp_bias);
+      b.linear(p + "mlp.up_proj", d.hidden, d.intermediate, mlp_bias);
+      b.linear(p + "mlp.down_proj", d.intermediate, d.hidden, mlp_bias);
+    }
     b.layer_norm(p + "input_layernorm", d.hidden, false);
     b.layer_norm(p + "post_attention_layernorm", d.hidden, false);
   }
@@ -97,10 +125,19 @@ class ConfigFields {
       fail(fmt::format("{} is {}, expected a positive integer", key, json_[key].dump()));
     return json_[key].get<int64_t>();
   }
+  bool has(const char* key) const { return json_.contains(key) && !json_[key].is_null(); }
   bool flag(const char* key, bool fallback) const {
     if (!json_.contains(key) || json_[key].is_null()) return fallback;
     if (!json_[key].is_boolean()) fail(fmt::format("{} is {}, expected true or false", key, json_[key].dump()));
     return json_[key].get<bool>();
+  }
+  // Qwen3-MoE's dense layers (mlp_only_layers, decoder_sparse_step > 1) are not in the table yet.
+  void require_every_layer_sparse() const {
+    const bool dense = (json_.contains("mlp_only_layers") && json_["mlp_only_layers"].is_array() &&
+                        !json_["mlp_only_layers"].empty()) ||
+                       positive("decoder_sparse_step", 1) != 1;
+    if (dense) throw UnsupportedError(fmt::format("{}: dense MLP layers beside the MoE ones (mlp_only_layers, "
+                                                  "decoder_sparse_step) are not mapped yet", path_.string()));
   }
   [[noreturn]] void fail(const std::string& problem) const {
     throw FormatError(fmt::format("{}: {}", path_.string(), problem));
@@ -121,9 +158,17 @@ HfDims llama_dims(const ConfigFields& c, HfFamily family) {
   d.kv_heads = c.positive("num_key_value_heads", d.heads);
   d.head_dim = c.positive("head_dim", d.hidden / d.heads);
   d.tied = c.flag("tie_word_embeddings", false);
-  if (family == HfFamily::llama) {
+  if (family == HfFamily::llama || family == HfFamily::qwen3 || family == HfFamily::qwen3_moe)
     d.attention_bias = c.flag("attention_bias", false);
-    d.mlp_bias = c.flag("mlp_bias", false);
+  if (family == HfFamily::llama) d.mlp_bias = c.flag("mlp_bias", false);
+  if (family == HfFamily::qwen3_moe) {
+    // Qwen3MoeConfig maps num_experts to num_local_experts (transformers 5 writes the latter)
+    d.experts = c.has("num_local_experts") ? c.positive("num_local_experts") : c.positive("num_experts");
+    d.moe_intermediate = c.positive("moe_intermediate_size");
+    c.require_every_layer_sparse();
+  } else if (family == HfFamily::mixtral) {
+    d.experts = c.positive("num_local_experts");
+    d.moe_intermediate = d.intermediate;
   }
   return d;
 }
@@ -152,6 +197,12 @@ std::string_view model_type(HfFamily family) {
       return "qwen2";
     case HfFamily::gpt2:
       return "gpt2";
+    case HfFamily::qwen3:
+      return "qwen3";
+    case HfFamily::qwen3_moe:
+      return "qwen3_moe";
+    case HfFamily::mixtral:
+      return "mixtral";
   }
   throw std::logic_error("unknown family");
 }
@@ -164,6 +215,12 @@ std::string_view architecture_name(HfFamily family) {
       return "Qwen2ForCausalLM";
     case HfFamily::gpt2:
       return "GPT2LMHeadModel";
+    case HfFamily::qwen3:
+      return "Qwen3ForCausalLM";
+    case HfFamily::qwen3_moe:
+      return "Qwen3MoeForCausalLM";
+    case HfFamily::mixtral:
+      return "MixtralForCausalLM";
   }
   throw std::logic_error("unknown family");
 }
@@ -197,13 +254,18 @@ std::variant<HfLayout, std::string> layout_from_config(const fs::path& config_js
     name = json["model_type"].get<std::string>();
   else
     return fmt::format("{} names no single architecture", config_json.filename().string());
-  for (const HfFamily family : {HfFamily::llama, HfFamily::qwen2, HfFamily::gpt2}) {
+  for (const HfFamily family : kFamilies) {
     if (name != architecture_name(family) && name != model_type(family)) continue;
-    const HfDims dims = family == HfFamily::gpt2 ? gpt2_dims(fields) : llama_dims(fields, family);
-    return layout_of(family, dims);
+    try {
+      const HfDims dims = family == HfFamily::gpt2 ? gpt2_dims(fields) : llama_dims(fields, family);
+      return layout_of(family, dims);
+    } catch (const UnsupportedError& e) {
+      return std::string(e.what());
+    }
   }
-  return fmt::format("architecture {} is not in ckptfs's table of model families (LlamaForCausalLM, "
-                     "Qwen2ForCausalLM, GPT2LMHeadModel)", name);
+  std::string known;
+  for (const HfFamily family : kFamilies) known += (known.empty() ? "" : ", ") + std::string(architecture_name(family));
+  return fmt::format("architecture {} is not in ckptfs's table of model families ({})", name, known);
 }
 
 std::vector<fs::path> config_files(const OpenOptions& options, const fs::path& tag_dir, const fs::path& root) {
@@ -233,7 +295,8 @@ std::string layer_prefix(HfFamily family) {
 HfNameOrder name_order(HfFamily family) {
   // one layer, every optional bias present: the order of any model of the family is a subsequence
   const HfDims dims{.vocab = 1, .hidden = 1, .intermediate = 1, .layers = 1, .heads = 1, .kv_heads = 1,
-                    .head_dim = 1, .positions = 1, .tied = false, .attention_bias = true, .mlp_bias = true};
+                    .head_dim = 1, .positions = 1, .tied = false, .attention_bias = true, .mlp_bias = true,
+                    .experts = 1, .moe_intermediate = 1};
   const std::string head = fmt::format(fmt::runtime(layer_prefix(family)), 0);
   HfNameOrder out;
   for (const auto& p : layout_of(family, dims).parameters) {

@@ -15,7 +15,7 @@
 
 namespace ckptfs::formats {
 
-enum class HfFamily { llama, qwen2, gpt2 };
+enum class HfFamily { llama, qwen2, gpt2, qwen3, qwen3_moe, mixtral };
 
 std::string_view architecture_name(HfFamily family);  // "LlamaForCausalLM", ...
 std::string_view model_type(HfFamily family);         // config.json's model_type: "llama", ...
@@ -25,7 +25,8 @@ struct HfDims {
   int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
   int64_t positions = 0;  // GPT-2's learned position table
   bool tied = false;      // tie_word_embeddings: lm_head.weight is embed's parameter
-  bool attention_bias = false, mlp_bias = false;  // Llama's flags (Qwen2: q/k/v biases only)
+  bool attention_bias = false, mlp_bias = false;  // Llama's flags (Qwen2: q/k/v biases only; Qwen3: q/k/v/o)
+  int64_t experts = 0, moe_intermediate = 0;      // Qwen3-MoE's and Mixtral's routed experts (every layer)
 };
 
 struct HfParameter {

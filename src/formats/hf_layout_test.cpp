@@ -1,6 +1,11 @@
 #include "formats/hf_layout.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "formats/name_prefix.hpp"
 
@@ -59,6 +64,76 @@ TEST(HfLayout, NameOrderListsEveryOptionalName) {
   const auto order = name_order(HfFamily::llama);
   EXPECT_EQ(order.model, (std::vector<std::string>{"model.embed_tokens.weight", "", "model.norm.weight", "lm_head.weight"}));
   EXPECT_EQ(order.layer[1], "self_attn.q_proj.bias");
+}
+
+// Qwen3Attention (transformers 5.12 modeling_qwen3.py) registers q_norm and k_norm, RMSNorms of one head
+// (head_dim may differ from hidden / heads), after o_proj.
+TEST(HfLayout, Qwen3NormsQueriesAndKeysPerHead) {
+  auto d = llama_dims();
+  d.head_dim = 24;
+  const auto layout = layout_of(HfFamily::qwen3, d);
+  EXPECT_EQ(layout.parameters[1].shape, (std::vector<int64_t>{96, 32}));
+  EXPECT_EQ(layout.parameters[4].name, "model.layers.0.self_attn.o_proj.weight");
+  EXPECT_EQ(layout.parameters[5].name, "model.layers.0.self_attn.q_norm.weight");
+  EXPECT_EQ(layout.parameters[5].shape, (std::vector<int64_t>{24}));
+  EXPECT_EQ(layout.parameters[6].name, "model.layers.0.self_attn.k_norm.weight");
+  EXPECT_EQ(layout.parameters[7].name, "model.layers.0.mlp.gate_proj.weight");
+}
+
+// transformers 5 fuses a sparse block's experts into 3-D parameters: Qwen3MoeSparseMoeBlock registers
+// experts (gate_up_proj [E, 2 x moe_intermediate, hidden], down_proj [E, hidden, moe_intermediate]) then
+// gate; MixtralSparseMoeBlock gate first.
+TEST(HfLayout, MoeExpertsFusedAsTransformersCreatesThem) {
+  auto d = llama_dims();
+  d.experts = 8;
+  d.moe_intermediate = 16;
+  const auto qwen = layout_of(HfFamily::qwen3_moe, d);
+  EXPECT_EQ(qwen.parameters[7].name, "model.layers.0.mlp.experts.gate_up_proj");
+  EXPECT_EQ(qwen.parameters[7].shape, (std::vector<int64_t>{8, 32, 32}));
+  EXPECT_EQ(qwen.parameters[8].name, "model.layers.0.mlp.experts.down_proj");
+  EXPECT_EQ(qwen.parameters[8].shape, (std::vector<int64_t>{8, 32, 16}));
+  EXPECT_EQ(qwen.parameters[9].name, "model.layers.0.mlp.gate.weight");
+  EXPECT_EQ(qwen.parameters[9].shape, (std::vector<int64_t>{8, 32}));
+  EXPECT_EQ(qwen.parameters[10].name, "model.layers.0.input_layernorm.weight");
+  const auto mixtral = layout_of(HfFamily::mixtral, d);
+  EXPECT_EQ(mixtral.parameters[5].name, "model.layers.0.mlp.gate.weight");
+  EXPECT_EQ(mixtral.parameters[6].name, "model.layers.0.mlp.experts.gate_up_proj");
+  EXPECT_EQ(mixtral.parameters[8].name, "model.layers.0.input_layernorm.weight");
+}
+
+class ConfigFile {
+ public:
+  explicit ConfigFile(const std::string& json)
+      : path_(std::filesystem::temp_directory_path() / fmt::format("ckptfs-hf-layout-{}.json", ::getpid())) {
+    std::ofstream(path_) << json;
+  }
+  ~ConfigFile() { std::filesystem::remove(path_); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+TEST(HfLayout, Qwen3MoeConfigAsTransformersWritesIt) {
+  const ConfigFile config(R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 24, "moe_intermediate_size": 32, "num_local_experts": 8, "decoder_sparse_step": 1,
+    "mlp_only_layers": []})");
+  const auto layout = layout_from_config(config.path());
+  ASSERT_TRUE(std::holds_alternative<HfLayout>(layout)) << std::get<std::string>(layout);
+  const auto& l = std::get<HfLayout>(layout);
+  EXPECT_EQ(l.family, HfFamily::qwen3_moe);
+  EXPECT_EQ(l.dims.experts, 8);
+  EXPECT_EQ(l.parameters.size(), 1 + 2 * 11 + 2U);  // embed, 2 x (4 projections, 2 head norms, 3 MoE, 2 norms), norm, head
+}
+
+TEST(HfLayout, Qwen3MoeDenseLayersAreNotInTheTableYet) {
+  const ConfigFile config(R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "moe_intermediate_size": 32,
+    "num_experts": 8, "mlp_only_layers": [1]})");
+  const auto layout = layout_from_config(config.path());
+  ASSERT_TRUE(std::holds_alternative<std::string>(layout));
+  EXPECT_NE(std::get<std::string>(layout).find("mlp_only_layers"), std::string::npos);
 }
 
 TEST(NamePrefix, FoundAgainstTheArchitecturesNamesAndModules) {

@@ -33,7 +33,9 @@ enum class Op {
 struct Rule {
   std::vector<std::string_view> suffixes;  // megatron-core, TransformerEngine and legacy names of one parameter
   Op op;
-  std::string hf;  // the HF name (after the family's layer prefix for layer tensors), or the module for splits
+  // The HF name (after the family's layer prefix for layer tensors; "{}" stands for an expert's number), or
+  // for SplitQkv the leaf (weight, bias); for SplitGateUp the gate's name, and `up` the up projection's.
+  std::string hf, up = {};
 };
 
 // A Hugging Face model family: how Megatron's tensors become its names, and its config.json. Its names'
@@ -46,62 +48,140 @@ struct Family {
 
 std::string dtype_name(DType d) { return d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32"; }
 
+// The layers of the Llama-like families (Llama, Qwen2, Qwen3, Qwen3-MoE): attention, norms (Qwen3's per-head
+// q/k norms, weights of [kv_channels]) and the SwiGLU MLP, or the router and the routed experts under their
+// expert-free names (see without_expert_number; "{}" in an HF name is the expert's global number).
+std::vector<Rule> llama_like_layer_rules(bool qk_norm, bool experts) {
+  std::vector<Rule> rules = {
+      {{"input_layernorm.weight", "input_norm.weight", "self_attention.linear_qkv.layer_norm_weight"}, Op::Copy,
+       "input_layernorm.weight"},
+      {{"self_attention.linear_qkv.weight", "self_attention.query_key_value.weight"}, Op::SplitQkv, "weight"},
+      {{"self_attention.linear_qkv.bias", "self_attention.query_key_value.bias"}, Op::SplitQkv, "bias"},
+      {{"self_attention.linear_proj.weight", "self_attention.dense.weight"}, Op::Copy, "self_attn.o_proj.weight"},
+      {{"pre_mlp_layernorm.weight", "post_attention_norm.weight", "post_attention_layernorm.weight",
+        "mlp.linear_fc1.layer_norm_weight"},
+       Op::Copy, "post_attention_layernorm.weight"},
+  };
+  if (qk_norm) {
+    rules.push_back({{"self_attention.q_layernorm.weight"}, Op::Copy, "self_attn.q_norm.weight"});
+    rules.push_back({{"self_attention.k_layernorm.weight"}, Op::Copy, "self_attn.k_norm.weight"});
+  }
+  if (experts) {
+    rules.push_back({{"mlp.experts.linear_fc1.weight"}, Op::SplitGateUp, "mlp.experts.{}.gate_proj.weight",
+                     "mlp.experts.{}.up_proj.weight"});
+    rules.push_back({{"mlp.experts.linear_fc2.weight"}, Op::Copy, "mlp.experts.{}.down_proj.weight"});
+    rules.push_back({{"mlp.router.weight"}, Op::Copy, "mlp.gate.weight"});
+  } else {
+    rules.push_back({{"mlp.linear_fc1.weight", "mlp.dense_h_to_4h.weight"}, Op::SplitGateUp, "mlp.gate_proj.weight",
+                     "mlp.up_proj.weight"});
+    rules.push_back({{"mlp.linear_fc2.weight", "mlp.dense_4h_to_h.weight"}, Op::Copy, "mlp.down_proj.weight"});
+  }
+  return rules;
+}
+
+std::vector<Rule> llama_like_model_rules() {
+  return {
+      {{"word_embeddings.weight"}, Op::Vocab, "model.embed_tokens.weight"},
+      {{"final_layernorm.weight", "final_norm.weight"}, Op::Copy, "model.norm.weight"},
+      {{"output_layer.weight"}, Op::Vocab, "lm_head.weight"},
+  };
+}
+
+// config.json of the Llama-like families: what they share (transformers' LlamaConfig fields), then each
+// family's own fields as its configuration class writes them.
+nlohmann::ordered_json llama_like_config(const ModelArgs& a, int64_t vocab, std::string_view architecture,
+                                         std::string_view model_type, int64_t intermediate) {
+  nlohmann::ordered_json c;
+  c["architectures"] = {architecture};
+  c["model_type"] = model_type;
+  c["hidden_size"] = a.hidden;
+  c["intermediate_size"] = intermediate;
+  c["num_hidden_layers"] = a.num_layers;
+  c["num_attention_heads"] = a.heads;
+  c["num_key_value_heads"] = a.query_groups;
+  c["head_dim"] = a.kv_channels;
+  c["hidden_act"] = "silu";
+  c["max_position_embeddings"] = a.max_positions;
+  c["rms_norm_eps"] = a.norm_epsilon;
+  // transformers >= 5 reads rope_parameters, earlier versions rope_theta and rope_scaling.
+  nlohmann::ordered_json rope = {{"rope_theta", a.rotary_base}, {"rope_type", "default"}};
+  c["rope_theta"] = a.rotary_base;
+  if (a.rope_scaling_factor) {  // Megatron's Llama 3.1 scaling: fixed low/high factors and original length
+    nlohmann::ordered_json scaling = {{"rope_type", "llama3"},
+                                      {"factor", *a.rope_scaling_factor},
+                                      {"low_freq_factor", 1.0},
+                                      {"high_freq_factor", 4.0},
+                                      {"original_max_position_embeddings", 8192}};
+    c["rope_scaling"] = scaling;
+    rope.update(scaling);
+    rope["rope_theta"] = a.rotary_base;
+  }
+  c["rope_parameters"] = rope;
+  c["vocab_size"] = vocab;
+  c["tie_word_embeddings"] = a.tied_embeddings;
+  c["initializer_range"] = a.init_std;
+  return c;
+}
+
+// Qwen3's and Qwen3-MoE's sliding-window fields, off (Megatron's attention is full).
+void no_sliding_window(nlohmann::ordered_json& c, const ModelArgs& a) {
+  c["attention_bias"] = false;
+  c["use_sliding_window"] = false;
+  c["sliding_window"] = nullptr;
+  c["max_window_layers"] = a.num_layers;
+}
+
 const Family& llama() {
   static const Family kLlama{
       formats::HfFamily::llama,
-      {
-          {{"input_layernorm.weight", "input_norm.weight", "self_attention.linear_qkv.layer_norm_weight"}, Op::Copy,
-           "input_layernorm.weight"},
-          {{"self_attention.linear_qkv.weight", "self_attention.query_key_value.weight"}, Op::SplitQkv, "weight"},
-          {{"self_attention.linear_qkv.bias", "self_attention.query_key_value.bias"}, Op::SplitQkv, "bias"},
-          {{"self_attention.linear_proj.weight", "self_attention.dense.weight"}, Op::Copy, "self_attn.o_proj.weight"},
-          {{"pre_mlp_layernorm.weight", "post_attention_norm.weight", "post_attention_layernorm.weight",
-            "mlp.linear_fc1.layer_norm_weight"},
-           Op::Copy, "post_attention_layernorm.weight"},
-          {{"mlp.linear_fc1.weight", "mlp.dense_h_to_4h.weight"}, Op::SplitGateUp, "weight"},
-          {{"mlp.linear_fc2.weight", "mlp.dense_4h_to_h.weight"}, Op::Copy, "mlp.down_proj.weight"},
-      },
-      {
-          {{"word_embeddings.weight"}, Op::Vocab, "model.embed_tokens.weight"},
-          {{"final_layernorm.weight", "final_norm.weight"}, Op::Copy, "model.norm.weight"},
-          {{"output_layer.weight"}, Op::Vocab, "lm_head.weight"},
-      },
+      llama_like_layer_rules(false, false),
+      llama_like_model_rules(),
       [](const ModelArgs& a, int64_t vocab) {
         const bool qwen2 = a.add_qkv_bias;  // biases on q, k and v only: Qwen2's layout
-        nlohmann::ordered_json c;
-        c["architectures"] = {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
-        c["model_type"] = qwen2 ? "qwen2" : "llama";
-        c["hidden_size"] = a.hidden;
-        c["intermediate_size"] = a.ffn_hidden;
-        c["num_hidden_layers"] = a.num_layers;
-        c["num_attention_heads"] = a.heads;
-        c["num_key_value_heads"] = a.query_groups;
-        c["head_dim"] = a.kv_channels;
-        c["hidden_act"] = "silu";
-        c["max_position_embeddings"] = a.max_positions;
-        c["rms_norm_eps"] = a.norm_epsilon;
-        // transformers >= 5 reads rope_parameters, earlier versions rope_theta and rope_scaling.
-        nlohmann::ordered_json rope = {{"rope_theta", a.rotary_base}, {"rope_type", "default"}};
-        c["rope_theta"] = a.rotary_base;
-        if (a.rope_scaling_factor) {  // Megatron's Llama 3.1 scaling: fixed low/high factors and original length
-          nlohmann::ordered_json scaling = {{"rope_type", "llama3"},
-                                            {"factor", *a.rope_scaling_factor},
-                                            {"low_freq_factor", 1.0},
-                                            {"high_freq_factor", 4.0},
-                                            {"original_max_position_embeddings", 8192}};
-          c["rope_scaling"] = scaling;
-          rope.update(scaling);
-          rope["rope_theta"] = a.rotary_base;
-        }
-        c["rope_parameters"] = rope;
-        c["vocab_size"] = vocab;
-        c["tie_word_embeddings"] = a.tied_embeddings;
+        auto c = llama_like_config(a, vocab, qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen2 ? "qwen2" : "llama",
+                                   a.ffn_hidden);
         c["attention_bias"] = a.add_qkv_bias;
         if (!qwen2) c["mlp_bias"] = false;
-        c["initializer_range"] = a.init_std;
         return c;
       }};
   return kLlama;
+}
+
+const Family& qwen3() {
+  static const Family kQwen3{
+      formats::HfFamily::qwen3,
+      llama_like_layer_rules(true, false),
+      llama_like_model_rules(),
+      [](const ModelArgs& a, int64_t vocab) {
+        auto c = llama_like_config(a, vocab, "Qwen3ForCausalLM", "qwen3", a.ffn_hidden);
+        no_sliding_window(c, a);
+        c["layer_types"] = std::vector<std::string>(static_cast<size_t>(a.num_layers), "full_attention");
+        return c;
+      }};
+  return kQwen3;
+}
+
+const Family& qwen3_moe() {
+  static const Family kQwen3Moe{
+      formats::HfFamily::qwen3_moe,
+      llama_like_layer_rules(true, true),
+      llama_like_model_rules(),
+      [](const ModelArgs& a, int64_t vocab) {
+        auto c = llama_like_config(a, vocab, "Qwen3MoeForCausalLM", "qwen3_moe", a.ffn_hidden);
+        no_sliding_window(c, a);
+        c["moe_intermediate_size"] = a.moe_ffn_hidden;
+        c["num_local_experts"] = a.num_experts;  // Qwen3MoeConfig's own name for num_experts
+        c["num_experts_per_tok"] = a.moe_topk;
+        c["router_aux_loss_coef"] = a.moe_aux_loss_coeff;
+        c["output_router_logits"] = false;
+        // Megatron's softmax over the top-k experts' logits is Qwen3-MoE's renormalised top-k probabilities;
+        // a softmax over all experts first (moe_router_pre_softmax) leaves them unnormalised
+        c["norm_topk_prob"] = !a.moe_pre_softmax;
+        c["decoder_sparse_step"] = 1;
+        c["mlp_only_layers"] = nlohmann::ordered_json::array();
+        return c;
+      }};
+  return kQwen3Moe;
 }
 
 const Family& gpt2() {
@@ -161,6 +241,27 @@ const Rule* find_rule(const std::vector<Rule>& rules, std::string_view name) {
   return nullptr;
 }
 
+// A routed expert's parameter under its expert-free name and its (global) number: SequentialMLP's
+// mlp.experts.local_experts.{e}.linear_fc1.weight and TEGroupedMLP's mlp.experts.linear_fc1.weight{e} are
+// both (mlp.experts.linear_fc1.weight, e); other names are returned as they are, number 0.
+std::pair<std::string, int64_t> without_expert_number(std::string_view name) {
+  if (!is_expert(name) || name.find("shared_experts") != std::string_view::npos) return {std::string(name), 0};
+  constexpr std::string_view kLocal = "local_experts.";
+  std::string out(name);
+  int64_t expert = 0;
+  if (const size_t at = out.find(kLocal); at != std::string::npos) {
+    const size_t digits = at + kLocal.size(), stop = out.find('.', digits);
+    std::from_chars(out.data() + digits, out.data() + stop, expert);
+    out.erase(at, stop + 1 - at);
+  } else {
+    size_t digits = out.size();
+    while (digits > 0 && out[digits - 1] >= '0' && out[digits - 1] <= '9') --digits;
+    std::from_chars(out.data() + digits, out.data() + out.size(), expert);
+    out.erase(digits);
+  }
+  return {out, expert};
+}
+
 class HfBuilder {
  public:
   HfBuilder(const ModelArgs& args, const Family& family, catalog::Catalog& out)
@@ -168,9 +269,10 @@ class HfBuilder {
 
   void add(const LogicalTensor& t) {
     if (auto layer = parse_layer_name(t.name)) {
-      const Rule* rule = find_rule(family_.layer_rules, layer->rest.substr(1));
+      const auto [rest, expert] = without_expert_number(layer->rest.substr(1));
+      const Rule* rule = find_rule(family_.layer_rules, rest);
       if (rule == nullptr) throw UnsupportedError(fmt::format("tensor {} has no Hugging Face counterpart", t.name));
-      apply(*rule, t, fmt::format(fmt::runtime(formats::layer_prefix(family_.family)), layer->index));
+      apply(*rule, t, fmt::format(fmt::runtime(formats::layer_prefix(family_.family)), layer->index), expert);
       return;
     }
     const Rule* rule = find_rule(family_.model_rules, t.name);
@@ -210,12 +312,13 @@ class HfBuilder {
     return out;
   }
 
-  void apply(const Rule& rule, const LogicalTensor& t, const std::string& prefix) {
+  void apply(const Rule& rule, const LogicalTensor& t, const std::string& prefix, int64_t expert = 0) {
     const std::string leaf = t.name.substr(t.name.rfind('.') + 1);  // weight / bias
+    const std::string hf = fmt::format(fmt::runtime(rule.hf), expert);
     const int64_t all = t.shape.empty() ? 0 : t.shape[0];
     switch (rule.op) {
       case Op::Copy:
-        emit_rows(prefix + rule.hf, t, {{0, all}});
+        emit_rows(prefix + hf, t, {{0, all}});
         break;
       case Op::Vocab:
         emit_rows(prefix + rule.hf, t, {{0, std::min(all, args_.vocab.value_or(all))}});
@@ -224,8 +327,8 @@ class HfBuilder {
         emit(catalog::transposed_tensor(prefix + rule.hf, rows(prefix + rule.hf, t, {{0, all}})));
         break;
       case Op::SplitGateUp:
-        emit_rows(prefix + "mlp.gate_proj." + leaf, t, {{0, all / 2}});
-        emit_rows(prefix + "mlp.up_proj." + leaf, t, {{all / 2, all}});
+        emit_rows(prefix + hf, t, {{0, all / 2}});
+        emit_rows(prefix + fmt::format(fmt::runtime(rule.up), expert), t, {{all / 2, all}});
         break;
       case Op::SplitQkv: {
         const auto [q, k, v] = qkv_rows();
@@ -251,19 +354,37 @@ class HfBuilder {
 };
 
 // The family whose code computes what Megatron computes for this model, or why there is none.
+// Why Megatron's router and experts compute something else than Qwen3-MoE's sparse block, or "".
+std::string moe_mismatch(const ModelArgs& a) {
+  if (!a.moe_every_layer) return "MoE layers beside dense ones (moe_layer_freq) are not mapped yet";
+  if (a.moe_shared_ffn > 0) return "shared experts (moe_shared_expert_intermediate_size) are not mapped yet";
+  if (!a.moe_softmax) return "a sigmoid router (moe_router_score_function) has no Qwen3-MoE counterpart";
+  if (a.moe_expert_bias) return "a router with expert bias (moe_router_enable_expert_bias) is not mapped yet";
+  return "";
+}
+
+std::pair<const Family*, std::string> llama_like_family(const ModelArgs& a) {
+  if (a.add_bias_linear) return {nullptr, "linear layers with biases (add_bias_linear) have no Llama counterpart"};
+  if (a.rotary_percent != 1.0) return {nullptr, "partial rotary embeddings (rotary_percent) are not mapped yet"};
+  if (a.qk_layernorm && a.add_qkv_bias) return {nullptr, "q/k layernorm with q/k/v biases is neither Qwen2 nor Qwen3"};
+  if (a.num_experts == 0) return {a.qk_layernorm ? &qwen3() : &llama(), ""};
+  if (a.add_qkv_bias) return {nullptr, "MoE with q/k/v biases (Qwen2-MoE) is not mapped yet"};
+  if (const std::string why = moe_mismatch(a); !why.empty()) return {nullptr, why};
+  // Mixtral's names are in the table (formats/hf_layout) but no Mixtral reference has been checked here yet
+  if (!a.qk_layernorm) return {nullptr, "MoE models without q/k layernorm (Mixtral-style) are not mapped yet"};
+  return {&qwen3_moe(), ""};
+}
+
+// The family whose code computes what Megatron computes for this model, or why there is none.
 std::pair<const Family*, std::string> family_of(const ModelArgs& a) {
-  if (a.num_experts > 0) return {nullptr, "mixture-of-experts models are not mapped yet"};
   if (a.layernorm_1p) return {nullptr, "zero-centred norm weights (apply_layernorm_1p) are not mapped yet"};
   if (a.rotary_interleaved) return {nullptr, "interleaved rotary embeddings are not mapped yet"};
   if (a.post_layernorm_residual)
     return {nullptr, "residual connections after the layernorm (apply_residual_connection_post_layernorm) have no "
                      "Hugging Face counterpart here"};
   if (a.query_groups <= 0 || a.heads % a.query_groups != 0) return {nullptr, "heads not divisible into query groups"};
-  if (a.swiglu && a.position_embedding == "rope" && a.normalization == "RMSNorm") {
-    if (a.add_bias_linear) return {nullptr, "linear layers with biases (add_bias_linear) have no Llama counterpart"};
-    if (a.rotary_percent != 1.0) return {nullptr, "partial rotary embeddings (rotary_percent) are not mapped yet"};
-    return {&llama(), ""};
-  }
+  if (a.swiglu && a.position_embedding == "rope" && a.normalization == "RMSNorm") return llama_like_family(a);
+  if (a.num_experts > 0) return {nullptr, "only Qwen3-MoE-style (SwiGLU, rope, RMSNorm, q/k layernorm) MoE models are mapped"};
   if (!a.swiglu && a.position_embedding == "learned_absolute" && a.normalization == "LayerNorm") {
     if (a.squared_relu) return {nullptr, "GPT-2 uses GeLU; this model uses squared ReLU"};
     if (!a.add_bias_linear) return {nullptr, "GPT-2 has biases on every linear layer; this model has none"};
@@ -276,9 +397,20 @@ std::pair<const Family*, std::string> family_of(const ModelArgs& a) {
                                a.swiglu ? "SwiGLU" : "a non-gated MLP", a.position_embedding, a.normalization)};
 }
 
+// A layer tensor's name as the model creates it: an expert's own projection (mlp.experts.{e}.gate_proj.weight,
+// how checkpoints store it) under the fused parameter transformers 5 loads it into (mlp.experts.gate_up_proj).
+std::string_view as_created(std::string_view name) {
+  constexpr std::string_view kExperts = "mlp.experts.";
+  if (!name.starts_with(kExperts)) return name;
+  if (name.ends_with(".down_proj.weight")) return "mlp.experts.down_proj";
+  if (name.ends_with(".gate_proj.weight") || name.ends_with(".up_proj.weight")) return "mlp.experts.gate_up_proj";
+  return name;
+}
+
 // Puts `hf`'s tensors in the Hugging Face model's state_dict order (its modules' order of creation, which
 // save_pretrained splits shards in: docs/mount.md, "Sharded views"; the builder emits them in Megatron's
-// order); a name the family does not list stays last, in its order.
+// order; experts at their fused parameter's place, expert by expert: save_pretrained's own split of them is
+// not checked); a name the family does not list stays last, in its order.
 void order_as_state_dict(catalog::Catalog& hf, const Family& family) {
   const formats::HfNameOrder order = formats::name_order(family.family);
   const auto index_in = [](const std::vector<std::string>& names, std::string_view name) {
@@ -294,7 +426,7 @@ void order_as_state_dict(catalog::Catalog& hf, const Family& family) {
       uint64_t layer = 0;
       const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), layer);
       if (ec == std::errc() && end < name.data() + name.size() && *end == '.')
-        return {layers_at, layer, index_in(order.layer, name.substr(end + 1 - name.data()))};
+        return {layers_at, layer, index_in(order.layer, as_created(name.substr(end + 1 - name.data())))};
     }
     return {index_in(order.model, t.name), 0, 0};
   };

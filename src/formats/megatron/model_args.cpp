@@ -65,6 +65,16 @@ ModelArgs read_model_args(const Field& args) {
   a.num_experts = integer(args, "num_experts", 0);
   a.etp = static_cast<int>(integer(args, "expert_tensor_parallel_size", a.tp));
   a.moe_grouped_gemm = flag(args, "moe_grouped_gemm", false);
+  a.moe_ffn_hidden = integer(args, "moe_ffn_hidden_size", a.ffn_hidden);
+  a.moe_topk = integer(args, "moe_router_topk", 2);
+  // an int (every n-th layer) or a pattern string / list: only 1 means every layer
+  if (const Field f = args["moe_layer_freq"]; f.present()) a.moe_every_layer = f.value().is(Kind::Int) && f.value().integer == 1;
+  a.moe_pre_softmax = flag(args, "moe_router_pre_softmax", false);
+  a.moe_softmax = text(args, "moe_router_score_function", "softmax") == "softmax";
+  a.moe_expert_bias = flag(args, "moe_router_enable_expert_bias", false);
+  a.moe_shared_ffn = integer(args, "moe_shared_expert_intermediate_size", 0);
+  a.moe_aux_loss_coeff = number(args, "moe_aux_loss_coeff", 0.0);
+  a.qk_layernorm = flag(args, "qk_layernorm", false);
   a.swiglu = flag(args, "swiglu", false);
   a.squared_relu = flag(args, "squared_relu", false);
   a.post_layernorm_residual = flag(args, "apply_residual_connection_post_layernorm", false);

@@ -21,6 +21,15 @@ struct ModelArgs {
   int64_t num_experts = 0;
   int etp = 1;                   // expert tensor parallel size
   bool moe_grouped_gemm = false;  // experts as TEGroupedMLP (linear_fc1.weight{e}), else SequentialMLP
+  int64_t moe_ffn_hidden = 0;     // an expert's ffn size (moe_ffn_hidden_size, else ffn_hidden_size)
+  int64_t moe_topk = 2;
+  bool moe_every_layer = true;    // moe_layer_freq 1: no dense MLP layers between the MoE ones
+  bool moe_pre_softmax = false;   // softmax over all experts before top-k (else over the chosen k)
+  bool moe_softmax = true;        // moe_router_score_function softmax (else sigmoid)
+  bool moe_expert_bias = false;   // moe_router_enable_expert_bias
+  int64_t moe_shared_ffn = 0;     // shared experts' size (moe_shared_expert_intermediate_size), 0: none
+  double moe_aux_loss_coeff = 0;
+  bool qk_layernorm = false;      // per-head RMSNorm of q and k (Qwen3)
   bool swiglu = false;
   bool squared_relu = false;
   bool post_layernorm_residual = false;  // apply_residual_connection_post_layernorm
