@@ -43,6 +43,8 @@ SOURCES = [
     ("megatron-legacy-real", "mount_tests/fixtures/megatron-real/legacy_tp2_pp2/checkpoint"),
     ("dcp-zstd-real", "mount_tests/fixtures/dcp-2.14-real/zstd_ws2/checkpoint"),
     ("verl-fsdp2-real", "mount_tests/fixtures/verl-real/fsdp2_fp32_ws2/checkpoint"),
+    # FSDP1 LOCAL_STATE_DICT rank files cut by the names and shapes of the optimizer's DCP dir beside them
+    ("fsdp-local-accelerate-real", "mount_tests/fixtures/fsdp-local-real/accelerate_llama_ws2_fp32_orig/checkpoint"),
     ("torch-save", "examples/torch-save-file/full_state.pt"),
     ("deepspeed-zero3-generated", "examples/deepspeed-zero3-bf16"),
     ("side-files", None),  # a copy of the generated ZeRO-3 case with side files larger than a splice's floor
