@@ -14,6 +14,7 @@ import io
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 
@@ -346,3 +347,22 @@ def test_progress_bar_on_a_terminal_only(ckptfs_bin, generated, tmp_path):
     assert code == 0 and b"100.0%" in drawn and b"fp32/model.safetensors" in drawn, drawn
     piped = cat(ckptfs_bin, src, "fp32/model.safetensors", "-o", tmp_path / "p")
     assert piped.returncode == 0 and piped.stderr == b""
+
+
+def test_output_to_a_device_or_fifo_is_written_in_place(ckptfs_bin, tmp_path):
+    """`-o /dev/null` (a character device) and `-o FIFO` are written in place: a rename of FILE.partial onto
+    them would replace the node itself (a regular file where /dev/null was). Tried on a null device and a FIFO
+    of the test's own, never on the machine's /dev/null."""
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | 0o020000, os.makedev(1, 3))  # S_IFCHR: the null device's numbers
+    proc = cat(ckptfs_bin, EXAMPLE, "model.safetensors", "-o", null)
+    assert proc.returncode == 0 and proc.stderr == b"", proc
+    assert stat.S_ISCHR(os.stat(null).st_mode) and not os.path.exists(f"{null}.partial")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen([ckptfs_bin, "cat", EXAMPLE, "config.json", "-o", fifo], stderr=subprocess.PIPE)
+    with open(fifo, "rb") as f:
+        got = f.read()
+    assert writer.wait(timeout=H.DEFAULT_TIMEOUT) == 0, writer.stderr.read()
+    assert got == read(os.path.join(EXAMPLE, "config.json"))
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)

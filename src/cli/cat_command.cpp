@@ -41,7 +41,8 @@ a side file such as config.json, ckptfs.json.
   --strict                refuse SRC when any of its tags fails to read
   --strip-prefix P        strip the wrapper prefix P from the model's names (`-o strip_prefix=P`)
   --config FILE           the model's config.json where none lies beside SRC (`-o config=FILE`)
-  -o FILE, --output FILE  write FILE (as FILE.partial, renamed once complete) instead of stdout; - is stdout
+  -o FILE, --output FILE  write FILE (as FILE.partial, renamed once complete; a device or FIFO such as
+                          /dev/null in place) instead of stdout; - is stdout
 
 A progress bar is drawn on stderr when stderr is a terminal and the bytes do not go to one.
 

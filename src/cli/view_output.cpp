@@ -79,27 +79,44 @@ void check_sources_unchanged(const views::VirtualFile& file, const std::string& 
                                     view, source->path().string()));
 }
 
+namespace {
+
+// stream_view into `fd` (named `name`), then `after` (if any); `fd` closed either way.
+void stream_and_close(const views::VirtualFile& file, const std::string& view, int fd, const std::string& name,
+                      Progress& progress, const std::function<void()>& after) {
+  try {
+    stream_view(file, view, fd, name, progress);
+    if (after) after();
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw OutputError(fmt::format("{}: close failed: {}", name, std::strerror(errno)));
+}
+
+}  // namespace
+
 void write_view(const views::VirtualFile& file, const std::string& view, const fs::path& path, Progress& progress,
                 const std::function<void()>& before_rename) {
+  std::error_code ec;
+  if (const auto status = fs::status(path, ec); !ec && fs::exists(status) && !fs::is_regular_file(status) &&
+                                                !fs::is_directory(status)) {
+    // a device or a FIFO (-o /dev/null): written in place; a rename onto it would replace the node itself
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw OutputError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
+    stream_and_close(file, view, fd, path.string(), progress, before_rename);
+    return;
+  }
   const fs::path partial = path.string() + ".partial";
-  int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw OutputError(fmt::format("{}: cannot create: {}", partial.string(), std::strerror(errno)));
   try {
-    stream_view(file, view, fd, partial.string(), progress);
-    if (before_rename) before_rename();
-    if (::close(fd) != 0) {
-      fd = -1;
-      throw OutputError(fmt::format("{}: close failed: {}", partial.string(), std::strerror(errno)));
-    }
-    fd = -1;
-    std::error_code ec;
+    stream_and_close(file, view, fd, partial.string(), progress, before_rename);
     fs::rename(partial, path, ec);
     if (ec)
       throw OutputError(fmt::format("{}: cannot rename to {}: {}", partial.string(), path.filename().string(),
                                     ec.message()));
   } catch (...) {
-    if (fd >= 0) ::close(fd);
-    std::error_code ec;
     fs::remove(partial, ec);
     throw;
   }

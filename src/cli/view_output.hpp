@@ -33,7 +33,8 @@ void stream_view(const views::VirtualFile& file, const std::string& view, int fd
 void check_sources_unchanged(const views::VirtualFile& file, const std::string& view);
 
 // stream_view into `path` through `path`.partial, renamed once complete (and `before_rename`, if any,
-// returned) and removed on failure: `path` never names a partial file.
+// returned) and removed on failure: `path` never names a partial file. A `path` that is a device or a FIFO
+// (/dev/null) is written in place.
 void write_view(const views::VirtualFile& file, const std::string& view, const std::filesystem::path& path,
                 Progress& progress, const std::function<void()>& before_rename = {});
 
