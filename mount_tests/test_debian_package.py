@@ -28,7 +28,7 @@ MIRROR = os.environ.get("CKPTFS_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 EXAMPLE = Path(H.REPO) / "examples" / "deepspeed-zero3-bf16"
 EXAMPLE_CASE = "z3_bf16_dp2"  # the generator case the example is (test_example.py)
 # Debian's runtime libraries ckptfs links, as dh_shlibdeps finds them, and the FUSE tools.
-RUNTIME_DEPENDS = ["libfuse3-3", "libcurl4", "liblz4-1", "libre2-9", "libfmt9", "libzstd1", "fuse3"]
+RUNTIME_DEPENDS = ["libfuse3-3", "libcurl4", "liblz4-1", "libre2-9", "libfmt9", "libzstd1", "libyaml-cpp0.7", "fuse3"]
 NEEDED_TOOLS = ["dpkg-buildpackage", "dh", "lintian", "debootstrap", "chroot"]
 
 pytestmark = [

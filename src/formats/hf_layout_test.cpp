@@ -1,13 +1,9 @@
 #include "formats/hf_layout.hpp"
 
-#include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
 
 #include "formats/name_prefix.hpp"
+#include "torch/test_support.hpp"
 
 namespace ckptfs::formats {
 namespace {
@@ -101,21 +97,8 @@ TEST(HfLayout, MoeExpertsFusedAsTransformersCreatesThem) {
   EXPECT_EQ(mixtral.parameters[8].name, "model.layers.0.input_layernorm.weight");
 }
 
-class ConfigFile {
- public:
-  explicit ConfigFile(const std::string& json)
-      : path_(std::filesystem::temp_directory_path() / fmt::format("ckptfs-hf-layout-{}.json", ::getpid())) {
-    std::ofstream(path_) << json;
-  }
-  ~ConfigFile() { std::filesystem::remove(path_); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 TEST(HfLayout, Qwen3MoeConfigAsTransformersWritesIt) {
-  const ConfigFile config(R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
+  const torch::test_support::TempFile config(R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
     "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
     "head_dim": 24, "moe_intermediate_size": 32, "num_local_experts": 8, "decoder_sparse_step": 1,
     "mlp_only_layers": []})");
@@ -128,7 +111,7 @@ TEST(HfLayout, Qwen3MoeConfigAsTransformersWritesIt) {
 }
 
 TEST(HfLayout, Qwen3MoeDenseLayersAreNotInTheTableYet) {
-  const ConfigFile config(R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
+  const torch::test_support::TempFile config(R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
     "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "moe_intermediate_size": 32,
     "num_experts": 8, "mlp_only_layers": [1]})");
   const auto layout = layout_from_config(config.path());

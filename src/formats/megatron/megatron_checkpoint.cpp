@@ -88,7 +88,11 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
                                                             const fs::path& tag_dir) {
     Iteration it = read_iteration(files, tag_dir, name);
     it.tag.side_files = side_files_of(tag_dir);
-    add_hf_view(it.tag, it.args, {root_side_files, it.tag.side_files});
+    // Megatron-Bridge keeps the HF tokenizer in the iteration's tokenizer/ folder
+    const fs::path tokenizer = tag_dir / "tokenizer";
+    std::vector<fs::path> bridge_tokenizer;
+    if (io::is_directory(tokenizer)) bridge_tokenizer = formats::side_files(tokenizer, [](const std::string&) { return false; });
+    add_hf_view(it.tag, it.args, {root_side_files, it.tag.side_files, bridge_tokenizer});
     for (const auto& t : it.tag.catalog(ViewRole::model)->tensors)
       if (dtype_is_floating(t.dtype)) {
         it.tag.topology.train_dtype = t.dtype;

@@ -11,6 +11,7 @@
 #include "ckptfs/error.hpp"
 #include "ckptfs/io_tree.hpp"
 #include "formats/dcp/dcp_items.hpp"
+#include "formats/megatron/bridge_run_config.hpp"
 #include "formats/megatron/bucketed_masters.hpp"
 #include "formats/megatron/iteration.hpp"
 #include "formats/megatron/model_assembly.hpp"
@@ -32,21 +33,38 @@ bool is_stacked(std::string_view key) {
   return key.starts_with(kStackedPrefix) && !parse_layer_name(key).has_value();
 }
 
-// The saved args: common.pt, or (core 0.19+) the common_state bytes item, a torch.save([dict]).
-ModelArgs read_args(const fs::path& dir, const dcp::Metadata& md, const dcp::ItemReader& reader, io::FileSet& files,
-                    std::vector<fs::path>& used) {
-  const fs::path common = dir / "common.pt";
+// Who wrote the iteration, and where its model config comes from.
+enum class ConfigSource { megatron_args, bridge_run_config };
+
+struct SavedConfig {
+  ModelArgs args;
+  ConfigSource source;
+};
+
+// The saved args: common.pt, or (core 0.19+) the common_state bytes item, a torch.save([dict]); a
+// Megatron-Bridge save has neither args (its common_state holds none) but run_config.yaml.
+SavedConfig read_config(const fs::path& dir, const dcp::Metadata& md, const dcp::ItemReader& reader, io::FileSet& files,
+                        std::vector<fs::path>& used) {
+  const fs::path common = dir / "common.pt", run_config = dir / kBridgeRunConfig;
+  const bool bridge = io::is_file(run_config);
   if (io::is_file(common)) {
     used.push_back(common);
     const auto archive = torch::TorchArchive::open(files.open(common));
-    return read_model_args(formats::root_field(archive)["args"]);
+    const formats::Field args = formats::root_field(archive)["args"];
+    if (!bridge || args.present()) return {read_model_args(args), ConfigSource::megatron_args};
   }
   for (const auto& item : md.items)
     if (!item.is_tensor && item.fqn.starts_with("common_state/")) {
       const auto archive = reader.archive(item, item.location);
-      return read_model_args(formats::root_field(archive).at(0)["args"]);
+      const formats::Field args = formats::root_field(archive).at(0)["args"];
+      if (!bridge || args.present()) return {read_model_args(args), ConfigSource::megatron_args};
     }
-  throw FormatError(fmt::format("{}: no common.pt and no common_state item: the saved args are missing", dir.string()));
+  if (bridge) {
+    used.push_back(run_config);
+    return {read_bridge_model_config(run_config), ConfigSource::bridge_run_config};
+  }
+  throw FormatError(fmt::format("{}: no common.pt, no common_state item and no run_config.yaml: the saved args are "
+                                "missing", dir.string()));
 }
 
 // Model-space tensors keyed by parameter name, unstacked into TP=1 PP=1 names, in Megatron's state-dict
@@ -145,9 +163,12 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
   Iteration it;
   it.tag.name = name;
   it.tag.dir = dir;
-  it.tag.format = "Megatron-LM checkpoint (torch_dist)";
   it.tag.files = {marker, reader.metadata_path()};
-  it.args = read_args(dir, md, reader, files, it.tag.files);
+  const SavedConfig config = read_config(dir, md, reader, files, it.tag.files);
+  it.args = config.args;
+  it.tag.format = config.source == ConfigSource::bridge_run_config
+                      ? "Megatron-Bridge checkpoint (torch_dist; model config: run_config.yaml's model section)"
+                      : "Megatron-LM checkpoint (torch_dist)";
   const ModelArgs& args = it.args;
 
   Unstacker model(args, reader.metadata_path()), masters(args, reader.metadata_path());

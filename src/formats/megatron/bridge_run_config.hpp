@@ -1,0 +1,19 @@
+// Megatron-Bridge keeps no Megatron `args` in its saves: the model's config is the `model:` section of
+// iter_N/run_config.yaml, the model provider's dataclass (GPTModelProvider and its subclasses) dumped as
+// YAML, under megatron-core's TransformerConfig names (num_moe_experts, gated_linear_unit, ...).
+#pragma once
+
+#include <filesystem>
+
+#include "formats/megatron/model_args.hpp"
+
+namespace ckptfs::megatron {
+
+constexpr const char* kBridgeRunConfig = "run_config.yaml";
+
+// The model's sizes and options from `run_config` (read with yaml-cpp). Throws FormatError naming the file
+// and the field when it is not YAML, has no `model:` mapping, or a field ckptfs needs is missing or of the
+// wrong type (exit 4).
+ModelArgs read_bridge_model_config(const std::filesystem::path& run_config);
+
+}  // namespace ckptfs::megatron

@@ -1,0 +1,79 @@
+#include "formats/megatron/bridge_run_config.hpp"
+
+#include <gtest/gtest.h>
+
+#include "ckptfs/error.hpp"
+#include "torch/test_support.hpp"
+
+namespace ckptfs::megatron {
+namespace {
+
+// A run_config.yaml whose model: section is `model` (indented by two).
+torch::test_support::TempFile run_config(const std::string& model) {
+  return torch::test_support::TempFile(
+      "_target_: megatron.bridge.training.config.ConfigContainer\nmodel:\n" + model, "run_config.yaml");
+}
+
+constexpr const char* kQwen3Moe = R"(  num_layers: 2
+  hidden_size: 64
+  num_attention_heads: 4
+  num_query_groups: 2
+  kv_channels: 24
+  ffn_hidden_size: 96
+  vocab_size: 250
+  seq_length: 128
+  tensor_model_parallel_size: 2
+  make_vocab_size_divisible_by: 128
+  num_moe_experts: 8
+  moe_ffn_hidden_size: 32
+  moe_grouped_gemm: true
+  gated_linear_unit: true
+  activation_func:
+    _call_: false
+    _target_: torch.nn.functional.silu
+  qk_layernorm: true
+  share_embeddings_and_output_weights: false
+  bf16: true
+)";
+
+TEST(BridgeRunConfig, ModelSectionAsMegatronArgs) {
+  const auto config = run_config(std::string(kQwen3Moe) + "  should_pad_vocab: true\n" +
+                         "  transformer_impl: transformer_engine\n  transformer_layer_spec:\n    _call_: false\n"
+                         "    _target_: megatron.bridge.models.gpt_provider.local_layer_spec\n");
+  const ModelArgs a = read_bridge_model_config(config.path());
+  EXPECT_EQ(a.tp, 2);
+  EXPECT_EQ(a.padded_vocab, 256);  // 250 up to a multiple of 128 x TP 2
+  EXPECT_EQ(a.vocab, 250);
+  EXPECT_EQ(a.num_experts, 8);
+  EXPECT_EQ(a.moe_ffn_hidden, 32);
+  EXPECT_TRUE(a.swiglu);
+  EXPECT_TRUE(a.qk_layernorm);
+  EXPECT_FALSE(a.tied_embeddings);
+  EXPECT_EQ(a.params_dtype, DType::BF16);
+  // Bridge's local layer spec: SequentialMLP experts whatever moe_grouped_gemm says
+  EXPECT_TRUE(a.local_spec);
+  EXPECT_FALSE(a.moe_grouped_gemm);
+}
+
+TEST(BridgeRunConfig, TransformerEngineSpecKeepsGroupedExperts) {
+  const auto config = run_config(std::string(kQwen3Moe) + "  transformer_impl: transformer_engine\n");
+  const ModelArgs a = read_bridge_model_config(config.path());
+  EXPECT_FALSE(a.local_spec);
+  EXPECT_TRUE(a.moe_grouped_gemm);
+  EXPECT_EQ(a.padded_vocab, 250);  // should_pad_vocab absent: no padding
+}
+
+TEST(BridgeRunConfig, WrongFieldsNameTheFileAndField) {
+  const auto config = run_config("  num_layers: two\n");
+  try {
+    read_bridge_model_config(config.path());
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(config.path().string() + ": model.num_layers: expected an integer"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ckptfs::megatron
