@@ -13,7 +13,8 @@ tags/): model.safetensors against Megatron's (or Bridge's) own TP=1 PP=1 EP=1 lo
 expected/full_model.pt); fp32/ where masters were saved (every master rounded to bf16 is the model weight); hf/
 against the golden Hugging Face model (expected/hf_llama: every tensor byte for byte, per-expert names, the config
 fields that decide what the model computes) and, for Bridge, the tokenizer files of tokenizer/ passed through.
-inspect names the stack and the config source. A broken run_config.yaml is exit 4 naming it.
+inspect names the stack and the config source. A broken run_config.yaml is exit 4 naming it. The Bridge Qwen3 save
+laid out as NeMo-RL's checkpoint dir (step_N/policy/weights/, policy/tokenizer/) mounts a tag per step.
 mount_tests/modern/test_megatron_2026.py loads the mounted hf/ with from_pretrained (transformers 5.12).
 """
 
@@ -172,3 +173,40 @@ def test_broken_run_config_is_exit_4_naming_it(ckptfs_bin, tmp_path, change, fie
     proc = H.run([ckptfs_bin, "inspect", save])
     H.assert_one_line_error(proc, H.EXIT_INVALID, ["run_config.yaml"])
     assert field in proc.stderr, proc.stderr
+
+
+def nemo_rl_checkpoint_dir(tmp_path):
+    """The real Bridge Qwen3 save laid out as NeMo-RL's Megatron policy saves it (NVIDIA-NeMo/RL
+    nemo_rl/utils/checkpoint.py CheckpointManager, megatron_policy_worker.save_checkpoint, grpo.py): step_N/ with
+    training_info.json and config.yaml, policy/weights/ the Bridge save dir (Bridge's save_checkpoint with
+    checkpoint.save = weights_path), policy/tokenizer/ the HF tokenizer; plus a tmp_step_N/ being written (NeMo-RL
+    renames it to step_N/ once complete), which is not a tag."""
+    ck = tmp_path / "checkpoints"
+    step = ck / "step_3"
+    shutil.copytree(case_path(BRIDGE_QWEN3, "checkpoint"), step / "policy" / "weights")
+    (step / "policy" / "weights" / TAG / "tokenizer").rename(step / "policy" / "tokenizer")
+    (step / "training_info.json").write_text('{"step": 3}')
+    (step / "config.yaml").write_text("policy:\n  megatron_cfg:\n    enabled: true\n")
+    partial = ck / "tmp_step_6" / "policy" / "weights" / "iter_0000000"
+    partial.mkdir(parents=True)
+    (partial / ".metadata").write_bytes(b"")
+    return ck
+
+
+def test_nemo_rl_layout_mounts_each_step(export_cache, ckptfs_bin, tmp_path):
+    ck = nemo_rl_checkpoint_dir(tmp_path)
+    check_mount(export_cache, ckptfs_bin, tmp_path / "mnt", ck, "step_3", check_views(BRIDGE_QWEN3),
+                views(BRIDGE_QWEN3) + ["training_info.json"], "NeMo-RL checkpoint dir")
+    step = ck / "step_3"
+    for label, src in (("step dir", step), ("policy/weights", step / "policy" / "weights")):
+        proc, out = export_cache(src)
+        H.assert_ok(proc)
+        if label == "step dir":  # the tokenizer comes from policy/tokenizer/
+            check_views(BRIDGE_QWEN3)(str(out), f"NeMo-RL {label} export")
+        else:
+            check_model(str(out), BRIDGE_QWEN3, f"NeMo-RL {label} export", real_dir=REAL_DIR)
+    proc = H.run([ckptfs_bin, "inspect", ck, "--json"])
+    H.assert_ok(proc)
+    t = json.loads(proc.stdout)["tags"]
+    assert [x["name"] for x in t] == ["step_3"], t
+    assert t[0]["format"].startswith("NeMo-RL step (policy/weights/: Megatron-Bridge checkpoint"), t[0]["format"]

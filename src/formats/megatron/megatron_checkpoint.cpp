@@ -9,6 +9,7 @@
 #include "ckptfs/megatron.hpp"
 #include "formats/megatron/hf_model.hpp"
 #include "formats/megatron/iteration.hpp"
+#include "formats/megatron/nemo_rl_layout.hpp"
 #include "formats/save_dir.hpp"
 
 namespace ckptfs::megatron {
@@ -59,9 +60,8 @@ Iteration read_iteration(io::FileSet& files, const fs::path& dir, const std::str
   return is_legacy_iteration(dir) ? read_legacy_iteration(files, dir, name) : read_torch_dist_iteration(files, dir, name);
 }
 
-}  // namespace
-
-bool is_megatron_source(const fs::path& source) {
+// A Megatron-LM or Megatron-Bridge save dir, or one iteration dir of one.
+bool is_megatron_save(const fs::path& source) {
   if (is_iteration_dir(source) || !iteration_dirs(source).empty()) return true;
   // a tracker beside iteration dirs that hold no checkpoint: Megatron's, to say what is missing (verl
   // writes a tracker of the same name beside global_step_N dirs)
@@ -71,28 +71,98 @@ bool is_megatron_source(const fs::path& source) {
   return false;
 }
 
-Checkpoint open(const fs::path& source, const OpenOptions& options) {
-  formats::SaveDir<fs::path> dir("megatron", source,
-                                 "no Megatron-LM iteration dir (iter_NNNNNNN/ or release/ with mp_rank_* dirs or "
-                                 "torch_dist files)");
-  if (is_iteration_dir(source) && !io::exists(source / kTracker)) {
-    dir.tags.emplace_back(source.filename().string(), source);
-  } else {
-    for (const auto& d : iteration_dirs(source)) dir.tags.emplace_back(d.filename().string(), d);
-    // the tracker is read only beside iteration dirs: without any, the error says they are missing
-    if (auto tracked = dir.tags.empty() ? std::nullopt : tracked_iteration(source)) dir.tracked = formats::Tracked{source / kTracker, *tracked, "iteration dir"};
-    dir.side_files = side_files_of(source);
+// Where one tag's files are: its Megatron iteration dir, and what a stack around Megatron wrote beside it
+// (NeMo-RL: the step dir's own files, the policy's tokenizer folder).
+struct TagSource {
+  fs::path iteration;
+  std::string stack;  // the stack's name for inspect ("" for Megatron's own save dir)
+  std::vector<fs::path> stack_files;
+  std::optional<fs::path> tokenizer;
+};
+
+// The iteration a save dir's tracker names, or its last one.
+fs::path latest_iteration(const fs::path& save) {
+  if (is_iteration_dir(save) && !io::exists(save / kTracker)) return save;
+  const auto dirs = iteration_dirs(save);
+  if (dirs.empty())
+    throw SourceError(fmt::format("{}: no Megatron-LM iteration dir (iter_NNNNNNN/ with torch_dist files)", save.string()));
+  const auto tracked = tracked_iteration(save);
+  if (!tracked) return dirs.back();
+  if (std::find(dirs.begin(), dirs.end(), save / *tracked) == dirs.end())
+    throw FormatError(fmt::format("{}: names iteration dir {}, which is missing or holds no checkpoint",
+                                  (save / kTracker).string(), *tracked));
+  return save / *tracked;
+}
+
+// Megatron-LM's and Megatron-Bridge's save dir (or one iteration dir): a tag per iteration, the tracker's at
+// the root. `stack`: the files and tokenizer of a stack's folder around it (NeMo-RL's step dir).
+void add_iterations(formats::SaveDir<TagSource>& dir, const fs::path& save, const TagSource& stack) {
+  const auto tag = [&](const fs::path& iteration) {
+    TagSource where = stack;
+    where.iteration = iteration;
+    return where;
+  };
+  if (is_iteration_dir(save) && !io::exists(save / kTracker)) {
+    dir.tags.emplace_back(save.filename().string(), tag(save));
+    return;
   }
+  for (const auto& d : iteration_dirs(save)) dir.tags.emplace_back(d.filename().string(), tag(d));
+  // the tracker is read only beside iteration dirs: without any, the error says they are missing
+  if (auto tracked = dir.tags.empty() ? std::nullopt : tracked_iteration(save))
+    dir.tracked = formats::Tracked{save / kTracker, *tracked, "iteration dir"};
+}
+
+TagSource nemo_rl_step(const fs::path& step) {
+  return {.iteration = {}, .stack = "NeMo-RL step", .stack_files = side_files_of(step), .tokenizer = nemo_rl_tokenizer(step)};
+}
+
+// The tags of `source`: Megatron's own save dir, a NeMo-RL step dir (its policy/weights/ save dir) or a
+// NeMo-RL checkpoint dir (a tag per step_N/: the iteration its weights' tracker names).
+formats::SaveDir<TagSource> tags_of(const fs::path& source) {
+  formats::SaveDir<TagSource> dir("megatron", source,
+                                  "no Megatron-LM iteration dir (iter_NNNNNNN/ or release/ with mp_rank_* dirs or "
+                                  "torch_dist files)");
+  dir.side_files = side_files_of(source);
+  if (is_megatron_save(source)) {
+    add_iterations(dir, source, {});
+    if (is_iteration_dir(source) && !io::exists(source / kTracker)) dir.side_files.clear();  // the tag's own
+  } else if (is_megatron_save(nemo_rl_weights(source))) {
+    add_iterations(dir, nemo_rl_weights(source), nemo_rl_step(source));
+  } else {
+    for (const auto& step : nemo_rl_steps(source, is_megatron_save)) {
+      TagSource where = nemo_rl_step(step);
+      where.iteration = latest_iteration(nemo_rl_weights(step));
+      dir.tags.emplace_back(step.filename().string(), std::move(where));
+    }
+    dir.complete = [](const std::string&, const TagSource&) { return true; };  // step_N/ is renamed complete
+  }
+  return dir;
+}
+
+}  // namespace
+
+bool is_megatron_source(const fs::path& source) {
+  return is_megatron_save(source) || is_megatron_save(nemo_rl_weights(source)) ||
+         !nemo_rl_steps(source, is_megatron_save).empty();
+}
+
+Checkpoint open(const fs::path& source, const OpenOptions& options) {
+  formats::SaveDir<TagSource> dir = tags_of(source);
   const std::vector<fs::path> root_side_files = dir.side_files;
   return formats::open_save_dir(std::move(dir), options, [&](io::FileSet& files, const std::string& name,
-                                                            const fs::path& tag_dir) {
-    Iteration it = read_iteration(files, tag_dir, name);
-    it.tag.side_files = side_files_of(tag_dir);
-    // Megatron-Bridge keeps the HF tokenizer in the iteration's tokenizer/ folder
-    const fs::path tokenizer = tag_dir / "tokenizer";
-    std::vector<fs::path> bridge_tokenizer;
-    if (io::is_directory(tokenizer)) bridge_tokenizer = formats::side_files(tokenizer, [](const std::string&) { return false; });
-    add_hf_view(it.tag, it.args, {root_side_files, it.tag.side_files, bridge_tokenizer});
+                                                            const TagSource& where) {
+    Iteration it = read_iteration(files, where.iteration, name);
+    if (!where.stack.empty()) it.tag.format = fmt::format("{} (policy/weights/: {})", where.stack, it.tag.format);
+    it.tag.side_files = side_files_of(where.iteration);
+    it.tag.side_files.insert(it.tag.side_files.end(), where.stack_files.begin(), where.stack_files.end());
+    // the HF tokenizer: Megatron-Bridge's iter_N/tokenizer/, or the stack's (NeMo-RL's policy/tokenizer/)
+    std::vector<fs::path> tokenizer;
+    for (const fs::path& d : {where.tokenizer.value_or(fs::path()), where.iteration / "tokenizer"})
+      if (!d.empty() && io::is_directory(d)) {
+        const auto found = formats::side_files(d, [](const std::string&) { return false; });
+        tokenizer.insert(tokenizer.end(), found.begin(), found.end());
+      }
+    add_hf_view(it.tag, it.args, {root_side_files, it.tag.side_files, tokenizer});
     for (const auto& t : it.tag.catalog(ViewRole::model)->tensors)
       if (dtype_is_floating(t.dtype)) {
         it.tag.topology.train_dtype = t.dtype;
