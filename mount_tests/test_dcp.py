@@ -909,3 +909,18 @@ def test_zstd_index_cache_keeps_the_decoded_items(export_cache, ckptfs_bin, tmp_
             r2 = subprocess.run(["cmp", tmp_path / "mnt" / rel, out / rel], capture_output=True, text=True,
                                 timeout=CMD_TIMEOUT)
             assert r2.returncode == 0, f"{rel}: {r2.stdout}{r2.stderr}"
+
+
+def test_a_dcp_dir_with_other_per_rank_files_is_still_dcp(ckptfs_bin, tmp_path):
+    """Per-rank files beside DCP data that hold no per-rank model (a dataloader's state, plain tensors): the dir
+    is still the DCP checkpoint it was before FSDP's per-rank saves were read (its model as before)."""
+    src = tmp_path / "dcp"
+    shutil.copytree(os.path.join(H.REPO, "examples", "dcp-shard1-ws2"), src)
+    before = H.run([ckptfs_bin, "inspect", "--json", src])
+    H.assert_ok(before)
+    for r in range(2):
+        torch.save({"position": torch.tensor([r, 7])}, src / f"dataloader_rank{r}.pt")
+    after = H.run([ckptfs_bin, "inspect", "--json", src])
+    H.assert_ok(after)
+    tags = lambda proc: [(t["format"], t["views"][:3]) for t in json.loads(proc.stdout)["tags"]]  # noqa: E731
+    assert json.loads(after.stdout)["framework"] == "dcp" and tags(after) == tags(before)

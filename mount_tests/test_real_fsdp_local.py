@@ -14,7 +14,11 @@ The view checks and the from_pretrained runner here serve test_fsdp_local.py (th
 import filecmp
 import json
 import os
+import pickletools
+import shutil
+import struct
 import sys
+import zipfile
 
 import pytest
 import torch
@@ -156,3 +160,68 @@ def test_from_pretrained_of_the_mount(chroot_dir, staged, ckptfs_bin):
     name = "fsdp1_llama_ws2_fp32_flat"
     from_pretrained_matches(staged, ckptfs_bin, f"fsdp-real-{name}", case_path(name, "checkpoint"),
                             case_path(name, "expected", "full_state_dict.pt"))
+
+
+# ----------------------------------------------------------------------------------------------------
+# the real FSDP1 save with its keys rewritten (a wrapper's prefix, keys that are no FSDP unit's)
+
+def rewrite_keys(src_file, dst_file, rename):
+    """A copy of torch.save zip `src_file` whose data.pkl has every string `rename` maps replaced (the pickle's
+    opcodes re-encoded one by one; the storages untouched)."""
+    data_pkl = None
+    with zipfile.ZipFile(src_file) as zin, zipfile.ZipFile(dst_file, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename.endswith("data.pkl"):
+                out = bytearray()
+                ops = list(pickletools.genops(data))
+                for i, (op, arg, pos) in enumerate(ops):
+                    raw = data[pos:ops[i + 1][2] if i + 1 < len(ops) else len(data)]
+                    if op.name in ("SHORT_BINUNICODE", "BINUNICODE") and rename(arg) != arg:
+                        b = rename(arg).encode()
+                        raw = b"X" + struct.pack("<I", len(b)) + b
+                    out += raw
+                data = data_pkl = bytes(out)
+            zout.writestr(info, data)
+    assert data_pkl is not None
+
+
+def flat_case_with_keys(tmp_path, rename, config=True):
+    """fsdp1_llama_ws2_fp32_flat's rank files with their keys renamed, in tmp_path/src."""
+    src = tmp_path / "src"
+    src.mkdir()
+    real = case_path("fsdp1_llama_ws2_fp32_flat", "checkpoint")
+    for r in range(2):
+        rewrite_keys(os.path.join(real, f"rank{r}.pt"), src / f"rank{r}.pt", rename)
+    if config:
+        shutil.copy(os.path.join(real, "config.json"), src / "config.json")
+    return src
+
+
+@pytest.mark.parametrize("option", [[], ["-o", "strip_prefix=model."]])
+def test_units_under_a_wrappers_prefix_are_cut_and_the_prefix_stripped_once(ckptfs_bin, tmp_path, option):
+    """The real save as FSDP writes it for a LightningModule holding the Llama as `self.model` (every unit key
+    under `model.`): found against config.json, or given, the prefix is stripped once: the HF names of
+    FSDP's own full state dict, byte for byte."""
+    src = flat_case_with_keys(tmp_path, lambda s: "model." + s if s.endswith("_flat_param") else s)
+    with mounted(ckptfs_bin, src, tmp_path / "mnt", *option) as mnt:
+        check_views(mnt, case_path("fsdp1_llama_ws2_fp32_flat", "expected"), f"prefixed units {option}",
+                    config=str(src / "config.json"))
+
+
+def test_sharded_tensors_under_no_unit_key_are_refused(ckptfs_bin, tmp_path):
+    """ShardedTensors under keys FSDP never writes (no `<module>._flat_param`): exit 4 naming rank 0's file."""
+    src = flat_case_with_keys(tmp_path, lambda s: s.replace("_flat_param", "_sharded"))
+    H.assert_one_line_error(H.run([ckptfs_bin, "inspect", src]), H.EXIT_INVALID, ["rank0.pt", "_flat_param"])
+
+
+def test_a_config_json_of_absurd_sizes_is_a_note_not_a_hang(ckptfs_bin, tmp_path):
+    """config.json is untrusted: num_hidden_layers of 10^8 is refused as a config (the flat parameters served
+    whole, the note naming config.json), with the table of parameters never built."""
+    src = flat_case_with_keys(tmp_path, lambda s: s, config=False)
+    config = load_json(case_path("fsdp1_llama_ws2_fp32_flat", "checkpoint", "config.json"))
+    config["num_hidden_layers"] = 10 ** 8
+    (src / "config.json").write_text(json.dumps(config))
+    proc = H.run([ckptfs_bin, "inspect", src], timeout=30)
+    H.assert_ok(proc)
+    assert "num_hidden_layers is 100000000" in proc.stdout and "_flat_param" in proc.stdout, proc.stdout

@@ -132,6 +132,12 @@ std::string mesh_string(const std::vector<int64_t>& shape, const std::vector<std
   return fmt::format("{}", fmt::join(dims, " x "));
 }
 
+int64_t mesh_ranks(const std::vector<int64_t>& shape, int64_t cap) {
+  int64_t n = 1;
+  for (const auto m : shape) n = m > cap ? cap + 1 : std::min(n * m, cap + 1);
+  return n;
+}
+
 std::vector<int64_t> mesh_coordinate(int64_t rank, const std::vector<int64_t>& mesh_shape) {
   std::vector<int64_t> c(mesh_shape.size());
   for (size_t i = mesh_shape.size(); i-- > 0;) {

@@ -51,6 +51,10 @@ struct LocalBox {
 LocalBox local_box(const std::vector<int64_t>& global_shape, const std::vector<Placement>& placements,
                    const std::vector<int64_t>& mesh_shape, const std::vector<int64_t>& coordinate);
 
+// The number of ranks a mesh of `shape` spans, or `cap` + 1 when it is more than `cap` (whatever sizes were
+// pickled: no overflow).
+int64_t mesh_ranks(const std::vector<int64_t>& shape, int64_t cap);
+
 // `rank` (row-major over the mesh, as init_device_mesh numbers it) as a mesh coordinate.
 std::vector<int64_t> mesh_coordinate(int64_t rank, const std::vector<int64_t>& mesh_shape);
 

@@ -14,6 +14,12 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
+// Bounds on what a config.json may ask for (the file is untrusted): each size, each parameter's elements and
+// the number of parameters, far above any real model, so that neither a product overflows nor the table grows
+// without bound.
+constexpr int64_t kMaxConfigSize = int64_t{1} << 24;
+constexpr int64_t kMaxParameterElements = int64_t{1} << 40;
+constexpr size_t kMaxParameters = size_t{1} << 18;
 
 using Shape = std::vector<int64_t>;
 
@@ -23,7 +29,16 @@ constexpr HfFamily kFamilies[] = {HfFamily::llama, HfFamily::qwen2,     HfFamily
 class LayoutBuilder {
  public:
   explicit LayoutBuilder(std::vector<HfParameter>& out) : out_(out) {}
-  void add(std::string name, Shape shape) { out_.push_back({std::move(name), std::move(shape), ""}); }
+  // Throws FormatError (no file: layout_from_config names it) past kMaxParameters or kMaxParameterElements.
+  void add(std::string name, Shape shape) {
+    __int128 elements = 1;  // each factor at most kMaxConfigSize: no overflow before the cap
+    for (const auto n : shape)
+      elements = n < 0 ? kMaxParameterElements + 1 : std::min<__int128>(elements * n, kMaxParameterElements + 1);
+    if (elements > kMaxParameterElements || out_.size() >= kMaxParameters)
+      throw FormatError(fmt::format("{} of {} dimensions or the {}th parameter: sizes far beyond any model", name,
+                                    shape.size(), out_.size() + 1));
+    out_.push_back({std::move(name), std::move(shape), ""});
+  }
   // nn.Linear(in, out, bias): weight [out, in], then bias [out]
   void linear(const std::string& module, int64_t in, int64_t out, bool bias) {
     add(module + ".weight", {out, in});
@@ -121,8 +136,8 @@ class ConfigFields {
       if (fallback) return *fallback;
       fail(fmt::format("{} is missing", key));
     }
-    if (!json_[key].is_number_integer() || json_[key].get<int64_t>() <= 0 || json_[key].get<int64_t>() > (int64_t{1} << 40))
-      fail(fmt::format("{} is {}, expected a positive integer", key, json_[key].dump()));
+    if (!json_[key].is_number_integer() || json_[key].get<int64_t>() <= 0 || json_[key].get<int64_t>() > kMaxConfigSize)
+      fail(fmt::format("{} is {}, expected a positive integer up to {}", key, json_[key].dump(), kMaxConfigSize));
     return json_[key].get<int64_t>();
   }
   bool has(const char* key) const { return json_.contains(key) && !json_[key].is_null(); }
@@ -258,7 +273,11 @@ std::variant<HfLayout, std::string> layout_from_config(const fs::path& config_js
     if (name != architecture_name(family) && name != model_type(family)) continue;
     try {
       const HfDims dims = family == HfFamily::gpt2 ? gpt2_dims(fields) : llama_dims(fields, family);
-      return layout_of(family, dims);
+      try {
+        return layout_of(family, dims);
+      } catch (const FormatError& e) {
+        throw FormatError(fmt::format("{}: {}", config_json.string(), e.what()));
+      }
     } catch (const UnsupportedError& e) {
       return std::string(e.what());
     }
@@ -281,7 +300,7 @@ std::variant<HfLayout, std::string> layout_in(const std::vector<fs::path>& confi
     if (!io::is_file(config)) continue;
     try {
       return layout_from_config(config);
-    } catch (const FormatError& e) {  // the weights are served all the same, under their saved names
+    } catch (const Error& e) {  // the weights are served all the same, under their saved names
       return e.what();
     }
   }

@@ -50,22 +50,31 @@ std::shared_ptr<catalog::Catalog> strip_prefix(const catalog::Catalog& model, co
 
 void strip_wrapper_prefixes(Checkpoint& checkpoint, const OpenOptions& options) {
   for (auto& tag : checkpoint.tags) {
-    if (!tag.has(ViewRole::model)) continue;
-    std::optional<std::string> prefix = options.strip_prefix;
-    if (!prefix) {
-      const auto found = layout_in(config_files(options, tag.dir, checkpoint.root));
-      const auto* layout = std::get_if<HfLayout>(&found);
-      if (layout == nullptr) continue;
-      std::vector<std::string> names;
-      for (const auto& t : tag.catalog(ViewRole::model)->tensors) names.push_back(t.name);
-      prefix = layout_prefix(names, *layout);
-    }
-    if (!prefix || prefix->empty()) continue;
-    for (auto& [folder, roles] : tag.models)
+    std::optional<HfLayout> layout;  // read only where needed: a tag without -o strip_prefix
+    bool layout_read = false;
+    // each model folder on its own (accelerate's second model need not carry the first one's wrapper)
+    for (auto& [folder, roles] : tag.models) {
+      const auto model = roles.find(ViewRole::model);
+      if (model == roles.end()) continue;
+      std::optional<std::string> prefix = options.strip_prefix;
+      if (!prefix) {
+        if (!layout_read) {
+          auto found = layout_in(config_files(options, tag.dir, checkpoint.root));
+          if (auto* l = std::get_if<HfLayout>(&found)) layout = std::move(*l);
+          layout_read = true;
+        }
+        if (!layout) break;
+        std::vector<std::string> names;
+        for (const auto& t : model->second->tensors) names.push_back(t.name);
+        prefix = layout_prefix(names, *layout);
+      }
+      if (!prefix || prefix->empty()) continue;
       for (auto& [role, catalog] : roles)
         if (role != ViewRole::hf) catalog = strip_prefix(*catalog, *prefix);
-    tag.notes.push_back(fmt::format("stripped the wrapper prefix '{}' from the model's names{}", *prefix,
-                                    options.strip_prefix ? " (-o strip_prefix)" : " (config.json's architecture)"));
+      tag.notes.push_back(fmt::format("stripped the wrapper prefix '{}' from the {}model's names{}", *prefix,
+                                      folder.empty() ? "" : folder + "/ ",
+                                      options.strip_prefix ? " (-o strip_prefix)" : " (config.json's architecture)"));
+    }
   }
 }
 

@@ -19,26 +19,20 @@ using catalog::LogicalTensor;
 
 namespace {
 
-[[noreturn]] void fail(const RankStateDict& rank, const std::string& name, const std::string& problem) {
-  throw FormatError(fmt::format("{}: {}: {}", rank.file.string(), name, problem));
-}
-
 // A DTensor parameter from every rank's shard: the ranks at coordinate 0 of each replicated mesh
 // dimension place their local tensors at the box their Shard placements give them.
 LogicalTensor merge_dtensor(const std::string& name, const DTensorShard& first, const std::vector<RankStateDict>& ranks) {
   const auto world = static_cast<int64_t>(ranks.size());
-  int64_t mesh_size = 1;  // capped past the world size: no overflow, whatever sizes were pickled
-  for (auto n : first.mesh_shape) mesh_size = n > world ? world + 1 : std::min(mesh_size * n, world + 1);
-  if (mesh_size != world)
-    fail(ranks[0], name, fmt::format("DTensor mesh {} does not hold the world size of {} ranks",
+  if (mesh_ranks(first.mesh_shape, world) != world)
+    ranks[0].fail(name, fmt::format("DTensor mesh {} does not hold the world size of {} ranks",
                                      mesh_string(first.mesh_shape, first.mesh_dim_names), world));
   std::vector<Box> boxes;
   for (size_t r = 0; r < ranks.size(); ++r) {
     const auto* shard = std::get_if<DTensorShard>(&ranks[r].values.at(name));
-    if (shard == nullptr) fail(ranks[r], name, "not a DTensor where rank 0 saved one");
+    if (shard == nullptr) ranks[r].fail(name, "not a DTensor where rank 0 saved one");
     const DTensorShard& s = *shard;
     if (s.global_shape != first.global_shape || s.placements != first.placements || s.mesh_shape != first.mesh_shape)
-      fail(ranks[r], name,
+      ranks[r].fail(name,
            fmt::format("DTensor {} {} on mesh {}, rank 0's is {} {} on mesh {}", fmt::join(s.global_shape, "x"),
                        placement_string(s.placements), mesh_string(s.mesh_shape, s.mesh_dim_names),
                        fmt::join(first.global_shape, "x"), placement_string(first.placements),
@@ -46,16 +40,16 @@ LogicalTensor merge_dtensor(const std::string& name, const DTensorShard& first, 
     // init_device_mesh numbers ranks row-major: rank r's file holds coordinate r
     const auto coordinate = mesh_coordinate(static_cast<int64_t>(r), s.mesh_shape);
     if (s.coordinate && *s.coordinate != coordinate)
-      fail(ranks[r], name, fmt::format("holds the shard of mesh coordinate ({}), but rank {} is at ({})",
+      ranks[r].fail(name, fmt::format("holds the shard of mesh coordinate ({}), but rank {} is at ({})",
                                        fmt::join(*s.coordinate, ", "), r, fmt::join(coordinate, ", ")));
     const LocalBox box = local_box(s.global_shape, s.placements, s.mesh_shape, coordinate);
     if (box.sizes != s.local.shape)
-      fail(ranks[r], name,
+      ranks[r].fail(name,
            fmt::format("local shard [{}] at mesh coordinate ({}), but {} of [{}] gives [{}] there (shards do not tile)",
                        fmt::join(s.local.shape, ", "), fmt::join(coordinate, ", "), placement_string(s.placements),
                        fmt::join(s.global_shape, ", "), fmt::join(box.sizes, ", ")));
     if (s.local.dtype != first.local.dtype)
-      fail(ranks[r], name, fmt::format("local tensor of {}, rank 0's is {}", dtype_torch_name(s.local.dtype),
+      ranks[r].fail(name, fmt::format("local tensor of {}, rank 0's is {}", dtype_torch_name(s.local.dtype),
                                        dtype_torch_name(first.local.dtype)));
     bool replica = false;  // a copy of what the rank at coordinate 0 of a replicated dimension holds
     for (size_t m = 0; m < s.placements.size(); ++m) replica = replica || (s.placements[m].replicate && coordinate[m] != 0);
@@ -75,13 +69,13 @@ LogicalTensor merge_dtensor(const std::string& name, const DTensorShard& first, 
 // A plain tensor on every rank: concatenated on dim 0 in rank order, or rank 0's where replicated.
 LogicalTensor merge_plain_tensor(const std::string& name, const std::vector<RankStateDict>& ranks, PlainTensors plain) {
   const auto* first_ptr = std::get_if<torch::SourceTensor>(&ranks[0].values.at(name));
-  if (first_ptr == nullptr) fail(ranks[0], name, "expected a plain tensor");
+  if (first_ptr == nullptr) ranks[0].fail(name, "expected a plain tensor");
   const torch::SourceTensor& first = *first_ptr;
   if (first.shape.empty() || plain == PlainTensors::replicated) {
     for (const auto& rank : ranks) {
       const auto* t = std::get_if<torch::SourceTensor>(&rank.values.at(name));
       if (t == nullptr || t->shape != first.shape || t->dtype != first.dtype)
-        fail(rank, name, fmt::format("not rank 0's {} [{}] (a tensor every rank saves whole)",
+        rank.fail(name, fmt::format("not rank 0's {} [{}] (a tensor every rank saves whole)",
                                      dtype_torch_name(first.dtype), fmt::join(first.shape, ", ")));
     }
     return catalog::whole_tensor(name, first, first.dtype, "rank 0's tensor (every rank saves it whole)");
@@ -93,7 +87,7 @@ LogicalTensor merge_plain_tensor(const std::string& name, const std::vector<Rank
     const auto* t = std::get_if<torch::SourceTensor>(&rank.values.at(name));
     if (t == nullptr || t->shape.size() != first.shape.size() ||
         !std::equal(t->shape.begin() + 1, t->shape.end(), first.shape.begin() + 1) || t->dtype != first.dtype)
-      fail(rank, name, fmt::format("does not concatenate with rank 0's {} [{}] on dim 0",
+      rank.fail(name, fmt::format("does not concatenate with rank 0's {} [{}] on dim 0",
                                    dtype_torch_name(first.dtype), fmt::join(first.shape, ", ")));
     std::vector<int64_t> offsets(t->shape.size(), 0);
     offsets[0] = shape[0];
@@ -101,6 +95,10 @@ LogicalTensor merge_plain_tensor(const std::string& name, const std::vector<Rank
     boxes.push_back({.offsets = offsets, .sizes = t->shape, .source = *t, .inner = nullptr});
   }
   return catalog::assembled_tensor(name, first.dtype, shape, std::move(boxes), "plain tensors concatenated on dim 0");
+}
+
+void RankStateDict::fail(const std::string& name, const std::string& problem) const {
+  throw FormatError(fmt::format("{}: {}: {}", file.string(), name, problem));
 }
 
 bool RankStateDict::holds_distributed_tensors() const {
@@ -141,7 +139,7 @@ std::shared_ptr<catalog::Catalog> merge_dtensor_ranks(const std::vector<RankStat
             [&](const torch::SourceTensor&) { return merge_plain_tensor(name, ranks, plain); },
             [&](const DTensorShard& s) { return merge_dtensor(name, s, ranks); },
             [&](const ShardedTensorValue&) -> LogicalTensor {
-              fail(ranks[0], name, "a ShardedTensor (an FSDP1 LOCAL_STATE_DICT flat parameter) among DTensors");
+              ranks[0].fail(name, "a ShardedTensor (an FSDP1 LOCAL_STATE_DICT flat parameter) among DTensors");
             },
         },
         ranks[0].values.at(name)));

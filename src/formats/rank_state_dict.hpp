@@ -26,6 +26,8 @@ struct RankStateDict {
 
   // Whether any value is a DTensor or a ShardedTensor (a per-rank save, not a whole model).
   bool holds_distributed_tensors() const;
+  // Throws FormatError "<file>: <name>: <problem>".
+  [[noreturn]] void fail(const std::string& name, const std::string& problem) const;
 };
 
 // Reads a torch.save file whose root is a dict of tensors. Throws FormatError naming the file and key when a

@@ -106,9 +106,9 @@ std::optional<ShardedTensorValue> as_sharded_tensor(const Field& field) {
                              dtype_torch_name(out.dtype)));
     out.local.push_back(std::move(s));
   }
-  // a rank the metadata places a shard on holds it
+  // a rank the metadata places a shard on holds it, once
   const bool placed = std::any_of(out.shards.begin(), out.shards.end(), [&](const auto& s) { return s.rank == out.rank; });
-  if (placed != !out.local.empty())
+  if (out.local.size() != (placed ? 1U : 0U))
     local.fail(fmt::format("rank {} holds {} local shards, the metadata places {} on it", out.rank, out.local.size(),
                            placed ? 1 : 0));
   return out;

@@ -12,10 +12,6 @@ namespace ckptfs::formats::fsdp {
 
 namespace {
 
-[[noreturn]] void fail(const RankStateDict& rank, const std::string& key, const std::string& problem) {
-  throw FormatError(fmt::format("{}: {}: {}", rank.file.string(), key, problem));
-}
-
 // The plain 1-D tensors of `rank` that view `chunk`'s storage, placed in the flat parameter (chunk `begin`).
 void find_pieces(const RankStateDict& rank, const torch::SourceTensor& chunk, int64_t begin, std::vector<OrigPiece>& out) {
   for (const auto& [name, value] : rank.values) {
@@ -46,19 +42,19 @@ std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks)
     for (int64_t r = 0; r < world; ++r) {
       const auto& rank = ranks[static_cast<size_t>(r)];
       const auto found = rank.values.find(key);
-      if (found == rank.values.end()) fail(rank, key, "missing (rank 0's file has this FSDP unit)");
+      if (found == rank.values.end()) rank.fail(key, "missing (rank 0's file has this FSDP unit)");
       const auto* t = std::get_if<ShardedTensorValue>(&found->second);
-      if (t == nullptr) fail(rank, key, "a flat parameter that is no ShardedTensor");
+      if (t == nullptr) rank.fail(key, "a flat parameter that is no ShardedTensor");
       if (t->rank != r || t->world_size != world)
-        fail(rank, key, fmt::format("saved by rank {} of a world of {}, but it is rank {}'s file of {}", t->rank,
+        rank.fail(key, fmt::format("saved by rank {} of a world of {}, but it is rank {}'s file of {}", t->rank,
                                     t->world_size, r, world));
-      if (t->global_size.size() != 1) fail(rank, key, "a flat parameter of more than one dimension");
+      if (t->global_size.size() != 1) rank.fail(key, "a flat parameter of more than one dimension");
       if (first == nullptr) {
         first = t;
         unit.dtype = t->dtype;
         unit.numel = t->global_size[0];
       } else if (t->dtype != first->dtype || t->global_size != first->global_size || t->shards != first->shards) {
-        fail(rank, key, fmt::format("a ShardedTensor of {} [{}] in {} shards, rank 0's is {} [{}] in {}",
+        rank.fail(key, fmt::format("a ShardedTensor of {} [{}] in {} shards, rank 0's is {} [{}] in {}",
                                     dtype_torch_name(t->dtype), t->global_size[0], t->shards.size(),
                                     dtype_torch_name(first->dtype), first->global_size[0], first->shards.size()));
       }
@@ -72,12 +68,19 @@ std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks)
     std::sort(unit.chunks.begin(), unit.chunks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     out.push_back(std::move(unit));
   }
+  if (out.empty())
+    throw FormatError(fmt::format("{}: ShardedTensors under no FSDP flat-parameter key (<module>._flat_param): not "
+                                  "an FSDP1 LOCAL_STATE_DICT save", ranks[0].file.string()));
   return out;
+}
+
+int64_t shape_numel(const std::vector<int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
 }
 
 catalog::LogicalTensor flat_slice(const FlatUnit& unit, std::string name, std::vector<int64_t> shape, int64_t first,
                                   std::string origin) {
-  const int64_t count = std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+  const int64_t count = shape_numel(shape);
   if (first < 0 || count < 0 || first + count > unit.numel)
     throw FormatError(fmt::format("{}: elements [{}, {}) of a flat parameter of {}", unit.key, first, first + count,
                                   unit.numel));

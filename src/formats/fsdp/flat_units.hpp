@@ -36,10 +36,13 @@ struct FlatUnit {
 bool is_flat_param_key(std::string_view key);
 
 // Every unit of the ranks' files, in rank 0's order, with the original parameters' pieces found in each
-// rank's chunk (plain 1-D tensors viewing the chunk's storage). Throws FormatError naming the file when a rank lacks a
-// unit or has a ShardedTensor other than rank 0's (size, dtype, shard placements), when rank r's file is
-// not rank r's of a world of the files' number, or when a flat parameter is no ShardedTensor.
+// rank's chunk (plain 1-D tensors viewing the chunk's storage). Throws FormatError naming the file when there
+// is none, a rank lacks a unit or has a ShardedTensor other than rank 0's (size, dtype, shard placements),
+// rank r's file is not rank r's of a world of the files' number, or a flat parameter is no ShardedTensor.
 std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks);
+
+// The elements of a tensor of `shape`.
+int64_t shape_numel(const std::vector<int64_t>& shape);
 
 // Elements [first, first + numel(shape)) of `unit`'s flat parameter as the tensor `name` of `shape`.
 catalog::LogicalTensor flat_slice(const FlatUnit& unit, std::string name, std::vector<int64_t> shape, int64_t first,

@@ -48,9 +48,7 @@ std::optional<std::vector<RankStateDict>> read_group(io::FileSet& files, const R
     const auto world = std::visit(Overloaded{[](const torch::SourceTensor&) { return int64_t{0}; },
                                              [](const formats::ShardedTensorValue& t) { return t.world_size; },
                                              [](const formats::DTensorShard& d) {
-                                               int64_t n = 1;
-                                               for (const auto m : d.mesh_shape) n = std::min(n * m, int64_t{1} << 30);
-                                               return n;
+                                               return formats::mesh_ranks(d.mesh_shape, int64_t{1} << 30);
                                              }},
                                   ranks[0].values.at(name));
     if (world > static_cast<int64_t>(ranks.size()))
@@ -77,20 +75,17 @@ std::shared_ptr<catalog::Catalog> flat_model(io::FileSet& files, const std::vect
   std::shared_ptr<catalog::Catalog> model;
   const auto optimizer = formats::fsdp::read_optimizer_record(files, optimizer_dir);
   auto known = formats::fsdp::unit_parameters(units, ranks[0], config, optimizer, optimizer_dir, options, tag.notes);
-  std::string prefix;
   std::set<std::string> pieces;  // the names the rank files give the parameters' pieces (use_orig_params)
   for (const auto& u : units)
     for (const auto& p : u.pieces) pieces.insert(p.name);
   if (auto* found = std::get_if<formats::fsdp::UnitParameters>(&known)) {
-    prefix = found->prefix;
-    for (const auto& p : found->parameters) pieces.insert(prefix + p.name);  // an empty piece views no chunk
-    auto cut = formats::fsdp::cut_units(units, found->parameters, prefix, static_cast<int64_t>(ranks.size()),
+    auto cut = formats::fsdp::cut_units(units, found->parameters, found->prefix, static_cast<int64_t>(ranks.size()),
                                         found->source);
     if (auto* ok = std::get_if<std::vector<formats::fsdp::CutUnit>>(&cut)) {
-      model = formats::fsdp::cut_model(*ok, found->parameters);
+      model = formats::fsdp::cut_model(*ok, found->parameters, found->prefix);
+      for (const auto& p : found->parameters) pieces.insert(found->prefix + p.name);  // an empty piece views no chunk
       tag.notes.push_back("the flat parameters are cut by " + found->source);
       for (const auto& u : *ok) tag.notes.push_back(describe_cut(u));
-      if (!prefix.empty()) tag.notes.push_back(fmt::format("stripped the prefix '{}' from the units' modules", prefix));
     } else {
       known = std::get<std::string>(cut);
     }
@@ -113,9 +108,7 @@ std::shared_ptr<catalog::Catalog> flat_model(io::FileSet& files, const std::vect
       ++skipped;
       continue;
     }
-    auto buffer = formats::merge_plain_tensor(name, ranks, formats::PlainTensors::replicated);
-    if (name.starts_with(prefix)) buffer.name = name.substr(prefix.size());
-    model->tensors.push_back(std::move(buffer));
+    model->tensors.push_back(formats::merge_plain_tensor(name, ranks, formats::PlainTensors::replicated));
   }
   if (skipped > 0)
     tag.notes.push_back(fmt::format("{} original parameters' per-rank pieces (use_orig_params) not served: the flat "
@@ -168,7 +161,7 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
       return std::holds_alternative<formats::ShardedTensorValue>(v.second);
     });
     const std::string folder = folder_of(group, kinds.empty());
-    // the flat parameters' units are found under the prefix; other names lose it in strip_wrapper_prefixes
+    // names keep any wrapper prefix here: strip_wrapper_prefixes takes it off every format's model
     const fs::path optimizer_dir = dir / fmt::format("optimizer_{}", kinds.size());  // accelerate's
     CatalogPtr served = flat ? flat_model(files, *ranks, kinds.empty() ? config : no_config, optimizer_dir, options, tag)
                              : dtensor_model(*ranks, tag);
@@ -198,10 +191,27 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
   return tag;
 }
 
+// Whether the rank files of `dir` are a per-rank model: a group whose rank-0 file holds DTensors or
+// ShardedTensors, or cannot be read (open then names it: such a dir is never served as something else, such
+// as the optimizer's DCP dir beside accelerate's model files). Other per-rank files (a DCP dir's
+// dataloader_rank{R}.pt) leave the dir to the other adapters.
+bool holds_rank_model(const fs::path& dir) {
+  io::FileSet files;
+  try {
+    for (const auto& group : formats::fsdp::rank_file_groups(dir))
+      if (formats::read_rank_state_dict(files, group.files[0]).holds_distributed_tensors()) return true;
+  } catch (const Error&) {
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool is_fsdp_source(const fs::path& source) {
-  return formats::fsdp::has_rank_files(source) || !formats::sorted_subdirs(source, formats::fsdp::has_rank_files).empty();
+  if (formats::fsdp::has_rank_files(source)) return holds_rank_model(source);
+  const auto dirs = formats::sorted_subdirs(source, formats::fsdp::has_rank_files);
+  return std::any_of(dirs.begin(), dirs.end(), holds_rank_model);
 }
 
 Checkpoint open(const fs::path& source, const OpenOptions& options) {

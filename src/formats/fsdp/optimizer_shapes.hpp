@@ -16,12 +16,12 @@
 namespace ckptfs::formats::fsdp {
 
 struct OptimizerRecord {
-  std::map<std::string, std::vector<int64_t>> shapes;  // from the first non-scalar state tensor of each
+  std::map<std::string, std::vector<int64_t>> shapes;  // from its exp_avg, exp_avg_sq, momentum_buffer or sum
   std::vector<std::string> order;                      // every group's parameters, groups in order
 };
 
 // The record of `dir`; empty when `dir` is no DCP dir. Throws FormatError naming the metadata file when it
-// cannot be read.
+// cannot be read or two states of a parameter disagree on its shape.
 OptimizerRecord read_optimizer_record(io::FileSet& files, const std::filesystem::path& dir);
 
 }  // namespace ckptfs::formats::fsdp

@@ -7,15 +7,11 @@
 #include <functional>
 #include <map>
 #include <numeric>
-#include <set>
+#include <array>
 
 namespace ckptfs::formats::fsdp {
 
 namespace {
-
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
-}
 
 // The unit holding `name`: the one of the longest module that is a prefix of it (the root unit, module "",
 // holds what no nested unit does); null when none does.
@@ -31,7 +27,7 @@ const FlatUnit* owner(const std::vector<FlatUnit>& units, const std::string& nam
 // its target's).
 bool pieces_fit(const CutUnit& cut, const std::string& prefix, const std::map<std::string, std::string>& aliases) {
   std::map<std::string, std::pair<int64_t, int64_t>, std::less<>> range;  // saved name -> [first, end)
-  for (const auto& p : cut.parameters) range[prefix + p.name] = {p.first, p.first + numel_of(p.shape)};
+  for (const auto& p : cut.parameters) range[prefix + p.name] = {p.first, p.first + shape_numel(p.shape)};
   for (const auto& [alias, target] : aliases)
     if (range.contains(prefix + target)) range[prefix + alias] = range[prefix + target];
   return std::all_of(cut.unit->pieces.begin(), cut.unit->pieces.end(), [&](const OrigPiece& piece) {
@@ -53,7 +49,7 @@ std::optional<CutUnit> cut_with(const FlatUnit& unit, const std::vector<const Hf
     at += pad;
     out.padding += pad;
     out.parameters.push_back({p->name, p->shape, at});
-    at += numel_of(p->shape);
+    at += shape_numel(p->shape);
   }
   const int64_t tail = unit.numel - at;
   const bool aligned = !unit.pieces.empty();
@@ -62,6 +58,9 @@ std::optional<CutUnit> cut_with(const FlatUnit& unit, const std::vector<const Hf
   out.padding += tail;
   return out;
 }
+
+// 16 bytes of an 8-, 4-, 2- or 1-byte compute dtype: the alignments use_orig_params pads to.
+constexpr std::array<int64_t, 4> kAlignments = {1, 2, 4, 8};
 
 }  // namespace
 
@@ -84,37 +83,36 @@ std::variant<std::vector<CutUnit>, std::string> cut_units(const std::vector<Flat
   for (const auto& unit : units) {
     const auto& params = owned[&unit];
     if (params.empty()) return fmt::format("{}: no parameter of {} falls in this unit", unit.key, source);
-    const std::set<int64_t> alignments = {1, 2, 4, 8};  // 16 bytes of an 8-, 4-, 2-byte compute dtype
     std::optional<CutUnit> cut;
-    for (const int64_t a : alignments)
+    for (const int64_t a : kAlignments)
       if ((cut = cut_with(unit, params, a, world_size, prefix, aliases))) break;
     if (!cut) {
       int64_t total = 0;
-      for (const auto* p : params) total += numel_of(p->shape);
-      return fmt::format("{}: its {} parameters per {} ({} ... {}) hold {} elements, its flat parameter has {} (no "
-                         "FSDP alignment padding to {} elements accounts for the difference)",
+      for (const auto* p : params) total += shape_numel(p->shape);
+      return fmt::format("{}: its {} parameters per {} ({} ... {}) hold {} elements, its flat parameter has {}, and "
+                         "no FSDP padding (alignment to {} elements, world-size padding) places them {}",
                          unit.key, params.size(), source, params.front()->name, params.back()->name, total,
-                         unit.numel, fmt::join(alignments, ", "));
+                         unit.numel, fmt::join(kAlignments, ", "),
+                         unit.pieces.empty() ? "exactly" : "where the ranks' pieces of them lie");
     }
     out.push_back(std::move(*cut));
   }
   return out;
 }
 
-std::shared_ptr<catalog::Catalog> cut_model(const std::vector<CutUnit>& cut, const std::vector<HfParameter>& parameters) {
+std::shared_ptr<catalog::Catalog> cut_model(const std::vector<CutUnit>& cut, const std::vector<HfParameter>& parameters,
+                                            const std::string& prefix) {
   std::map<std::string, catalog::LogicalTensor> by_name;
   for (const auto& u : cut)
     for (const auto& p : u.parameters)
       by_name.emplace(p.name, flat_slice(*u.unit, p.name, p.shape, p.first,
                                          fmt::format("{} elements [{}, {})", u.unit->key, p.first,
-                                                     p.first + numel_of(p.shape))));
+                                                     p.first + shape_numel(p.shape))));
   auto out = std::make_shared<catalog::Catalog>();
   for (const auto& p : parameters) {
     catalog::LogicalTensor t = by_name.at(p.tied_to.empty() ? p.name : p.tied_to);
-    if (!p.tied_to.empty()) {
-      t.name = p.name;
-      t.origin = "tied to " + p.tied_to + ": " + t.origin;
-    }
+    if (!p.tied_to.empty()) t.origin = "tied to " + p.tied_to + ": " + t.origin;
+    t.name = prefix + p.name;
     out->tensors.push_back(std::move(t));
   }
   return out;

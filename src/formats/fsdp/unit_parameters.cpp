@@ -77,10 +77,12 @@ std::variant<UnitParameters, std::string> unit_parameters(const std::vector<Flat
   const auto* given = std::get_if<std::string>(&config);
   std::string why = given != nullptr ? *given : "";
   if (const auto* layout = std::get_if<HfLayout>(&config)) {
-    std::vector<std::string> modules;
-    for (const auto& u : units)
-      if (!u.module.empty()) modules.push_back(u.module);
-    std::string prefix = options.strip_prefix.value_or(layout_prefix(modules, *layout).value_or(""));
+    std::vector<std::string> names;  // the nested units' modules and the pieces' parameters
+    for (const auto& u : units) {
+      if (!u.module.empty()) names.push_back(u.module);
+      for (const auto& p : u.pieces) names.push_back(p.name);
+    }
+    std::string prefix = options.strip_prefix.value_or(layout_prefix(names, *layout).value_or(""));
     const auto differs = disagreement(*layout, prefix, optimizer.shapes, optimizer_dir);
     if (!differs)
       return UnitParameters{layout->parameters, std::move(prefix),
