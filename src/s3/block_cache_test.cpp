@@ -360,6 +360,8 @@ TEST_F(BlockCacheTest, ReadsOfAPrefetchedObjectFetchNoMoreThanTheyAsk) {
   cache.prefetch(id, 0, 100);
   for (std::uint64_t at = 100000; at < 200000; at += 20000)  // sequential, but the caller prefetches
     EXPECT_EQ(read(cache, id, at, 20000), slice(bytes, at, 20000));
+  // the prefetched block, read last, waits for the prefetch's GET (under load it can still be in flight)
+  EXPECT_EQ(read(cache, id, 0, 100), slice(bytes, 0, 100));
   EXPECT_EQ(store->bytes_got(), 4096u + (200704u - 98304u));  // [0, 4096) and [100000, 200000) rounded out
 }
 
