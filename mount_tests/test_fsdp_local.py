@@ -28,15 +28,18 @@ import shutil
 import sys
 
 import pytest
+import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "gen_fsdp_local"))
 import helpers as H  # noqa: E402
 from mounting import mounted, run_ckptfs  # noqa: E402
-from test_real_fsdp_local import (assert_inspect_names, check_views, chroot_dir, from_pretrained_matches,  # noqa: E402,F401
-                                  golden, staged)  # (chroot_dir, staged: fixtures)
+from test_real_fsdp_local import (assert_inspect_names, check_state, check_views, chroot_dir,  # noqa: E402,F401
+                                  from_pretrained_matches, golden, staged)  # (chroot_dir, staged: fixtures)
 
 import run_fsdp_local_generator as RG  # noqa: E402
+from test_live_run import assert_not_served, listed, mount_info, poll  # noqa: E402
+from test_live_run import mount as live_mount  # noqa: E402
 from fsdp_local_cases import CASES, HF_CASES, rank_file, tags_of  # noqa: E402
 
 FLAT_CASE = "fsdp1_llama_ws2_fp32_flat"  # its tampered/ files: shards that do not tile
@@ -225,3 +228,44 @@ def test_a_config_given_with_an_option_names_a_save_without_one(fsdp_fixtures, c
     assert "cut by config.json's LlamaForCausalLM" in proc.stdout, proc.stdout
     H.assert_one_line_error(H.run([ckptfs_bin, "inspect", src, "--config", tmp_path / "none.json"]), H.EXIT_USAGE,
                             ["none.json"])
+
+
+def test_accelerates_second_model_is_served_in_its_own_folder(fsdp_fixtures, ckptfs_bin, tmp_path):
+    """accelerate's second model (a GPT-2 beside the Llama: pytorch_model_fsdp_1_rank{R}.bin, optimizer_1/,
+    use_orig_params=False, no config.json of its own) in pytorch_model_fsdp_1/: cut by optimizer_1/'s parameter
+    groups and shapes, FSDP's own full state dict byte for byte but for the tied lm_head.weight, which the
+    optimizer's record does not name (docs/formats/fsdp-per-rank.md: served under its first name only)."""
+    name = "accelerate_two_models_ws2"
+    exp, entries = golden(os.path.join(fsdp_fixtures, name, "expected", "model_1"))
+    del exp["lm_head.weight"], entries["lm_head.weight"]
+    with mounted(ckptfs_bin, os.path.join(fsdp_fixtures, name, "checkpoint"), tmp_path / "mnt") as mnt:
+        folder = os.path.join(mnt, "pytorch_model_fsdp_1")
+        check_state(H.read_safetensors(os.path.join(folder, "model.safetensors")), exp, entries,
+                    f"{name} pytorch_model_fsdp_1/model.safetensors")
+        check_state(torch.load(os.path.join(folder, "fp32", "pytorch_model.bin"), weights_only=True), exp, entries,
+                    f"{name} pytorch_model_fsdp_1/fp32/pytorch_model.bin", as_float32=True)
+
+
+def test_a_live_mount_serves_a_trainer_checkpoint_once_its_trainer_state_is_written(fsdp_fixtures, ckptfs_bin,
+                                                                                    tmp_path):
+    """HF Trainer's output dir mounted while the run goes on: checkpoint-4/ with every rank file and
+    optimizer_0/ but no trainer_state.json yet (Trainer writes it last) is in progress, not served; once it is
+    written the mount lists checkpoint-4 and serves it at the root, FSDP's full state dict byte for byte."""
+    name = "trainer_llama_ws2_fp32_orig"
+    case = os.path.join(fsdp_fixtures, name)
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copytree(os.path.join(case, "checkpoint", "checkpoint-2"), out / "checkpoint-2")
+    with live_mount(ckptfs_bin, out, tmp_path / "mnt") as mnt:
+        assert listed(mnt) == {"checkpoint-2"}
+        shutil.copytree(os.path.join(case, "checkpoint", "checkpoint-4"), out / "checkpoint-4",
+                        ignore=shutil.ignore_patterns("trainer_state.json"))
+        assert_not_served(mnt, "checkpoint-4", "a checkpoint-N without trainer_state.json", in_progress=True)
+        shutil.copy(os.path.join(case, "checkpoint", "checkpoint-4", "trainer_state.json"), out / "checkpoint-4")
+        poll(lambda: mount_info(mnt)["root_tag"] == "checkpoint-4" and "checkpoint-4" in listed(mnt),
+             "checkpoint-4 served once its trainer_state.json is written", mnt=mnt)
+        info = info_of(fsdp_fixtures, name)
+        for where, tag_dir, expected, _ in views_of(info):
+            if tag_dir == "checkpoint-4":
+                check_case_views(os.path.join(mnt, where), fsdp_fixtures, name, info, tag_dir, expected,
+                                 f"live {where or 'root'}")
