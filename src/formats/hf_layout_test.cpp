@@ -15,8 +15,17 @@ int64_t numel(const std::vector<int64_t>& shape) {
 }
 
 HfDims llama_dims() {
-  return {.vocab = 131, .hidden = 32, .intermediate = 72, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 8,
-          .positions = 0, .tied = false, .attention_bias = false, .mlp_bias = false};
+  return {.vocab = 131,
+          .hidden = 32,
+          .intermediate = 72,
+          .layers = 2,
+          .heads = 4,
+          .kv_heads = 2,
+          .head_dim = 8,
+          .positions = 0,
+          .tied = false,
+          .attention_bias = false,
+          .mlp_bias = false};
 }
 
 // The real FSDP1 save of mount_tests/fixtures/fsdp-local-real/fsdp1_llama_ws2_fp32_flat: its root unit holds
@@ -46,8 +55,17 @@ TEST(HfLayout, QwenTiesItsHeadAndBiasesQkvOnly) {
 }
 
 TEST(HfLayout, Gpt2Conv1DWeightsAreInputByOutput) {
-  const HfDims d{.vocab = 50, .hidden = 8, .intermediate = 32, .layers = 1, .heads = 2, .kv_heads = 2, .head_dim = 4,
-                 .positions = 16, .tied = true, .attention_bias = false, .mlp_bias = false};
+  const HfDims d{.vocab = 50,
+                 .hidden = 8,
+                 .intermediate = 32,
+                 .layers = 1,
+                 .heads = 2,
+                 .kv_heads = 2,
+                 .head_dim = 4,
+                 .positions = 16,
+                 .tied = true,
+                 .attention_bias = false,
+                 .mlp_bias = false};
   const auto layout = layout_of(HfFamily::gpt2, d);
   EXPECT_EQ(layout.parameters[4].name, "transformer.h.0.attn.c_attn.weight");
   EXPECT_EQ(layout.parameters[4].shape, (std::vector<int64_t>{8, 24}));
@@ -58,7 +76,8 @@ TEST(HfLayout, Gpt2Conv1DWeightsAreInputByOutput) {
 
 TEST(HfLayout, NameOrderListsEveryOptionalName) {
   const auto order = name_order(HfFamily::llama);
-  EXPECT_EQ(order.model, (std::vector<std::string>{"model.embed_tokens.weight", "", "model.norm.weight", "lm_head.weight"}));
+  EXPECT_EQ(order.model, (std::vector<std::string>{"model.embed_tokens.weight", "", "model.norm.weight",
+                                                   "lm_head.weight"}));
   EXPECT_EQ(order.layer[1], "self_attn.q_proj.bias");
 }
 
@@ -98,7 +117,8 @@ TEST(HfLayout, MoeExpertsFusedAsTransformersCreatesThem) {
 }
 
 TEST(HfLayout, Qwen3MoeConfigAsTransformersWritesIt) {
-  const torch::test_support::TempFile config(R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
+  const torch::test_support::TempFile config(
+      R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
     "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
     "head_dim": 24, "moe_intermediate_size": 32, "num_local_experts": 8, "decoder_sparse_step": 1,
     "mlp_only_layers": []})");
@@ -107,11 +127,13 @@ TEST(HfLayout, Qwen3MoeConfigAsTransformersWritesIt) {
   const auto& l = std::get<HfLayout>(layout);
   EXPECT_EQ(l.family, HfFamily::qwen3_moe);
   EXPECT_EQ(l.dims.experts, 8);
-  EXPECT_EQ(l.parameters.size(), 1 + 2 * 11 + 2U);  // embed, 2 x (4 projections, 2 head norms, 3 MoE, 2 norms), norm, head
+  EXPECT_EQ(l.parameters.size(),
+            1 + 2 * 11 + 2U);  // embed, 2 x (4 projections, 2 head norms, 3 MoE, 2 norms), norm, head
 }
 
 TEST(HfLayout, Qwen3MoeDenseLayersAreNotInTheTableYet) {
-  const torch::test_support::TempFile config(R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
+  const torch::test_support::TempFile config(
+      R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
     "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "moe_intermediate_size": 32,
     "num_experts": 8, "mlp_only_layers": [1]})");
   const auto layout = layout_from_config(config.path());
@@ -122,7 +144,8 @@ TEST(HfLayout, Qwen3MoeDenseLayersAreNotInTheTableYet) {
 TEST(NamePrefix, FoundAgainstTheArchitecturesNamesAndModules) {
   const auto layout = layout_of(HfFamily::llama, llama_dims());
   EXPECT_EQ(layout_prefix({"model.model.embed_tokens.weight", "model.lm_head.weight"}, layout), "model.");
-  EXPECT_EQ(layout_prefix({"_forward_module.model.model.layers.0.mlp.up_proj.weight"}, layout), "_forward_module.model.");
+  EXPECT_EQ(layout_prefix({"_forward_module.model.model.layers.0.mlp.up_proj.weight"}, layout),
+            "_forward_module.model.");
   EXPECT_EQ(layout_prefix({"module.model.layers.1"}, layout), "module.");
   EXPECT_EQ(layout_prefix({"model.layers.1", "lm_head.weight"}, layout), "");
   EXPECT_EQ(layout_prefix({"decoder.layers.0.self_attention.linear_qkv.weight"}, layout), std::nullopt);

@@ -9,11 +9,10 @@
 
 namespace ckptfs::formats {
 
-
 std::optional<std::string> layout_prefix(const std::vector<std::string>& names, const HfLayout& layout) {
   std::set<std::string, std::less<>> own;  // the layout's parameter names and module paths
   for (const auto& p : layout.parameters)
-    for (size_t dot = p.name.find('.'); ; dot = p.name.find('.', dot + 1)) {
+    for (size_t dot = p.name.find('.');; dot = p.name.find('.', dot + 1)) {
       own.insert(p.name.substr(0, dot));
       if (dot == std::string::npos) break;
     }
@@ -43,7 +42,8 @@ std::shared_ptr<catalog::Catalog> strip_prefix(const catalog::Catalog& model, co
   for (auto& t : out->tensors) {
     if (t.name.starts_with(prefix) && t.name.size() > prefix.size()) t.name.erase(0, prefix.size());
     if (!seen.insert(t.name).second)
-      throw FormatError(fmt::format("{}: two tensors are named so once the prefix '{}' is stripped", t.name, prefix));
+      throw FormatError(
+          fmt::format("{}: two tensors are named so once the prefix '{}' is stripped", t.name, prefix));
   }
   return out;
 }
@@ -71,9 +71,10 @@ void strip_wrapper_prefixes(Checkpoint& checkpoint, const OpenOptions& options) 
       if (!prefix || prefix->empty()) continue;
       for (auto& [role, catalog] : roles)
         if (role != ViewRole::hf) catalog = strip_prefix(*catalog, *prefix);
-      tag.notes.push_back(fmt::format("stripped the wrapper prefix '{}' from the {}model's names{}", *prefix,
-                                      folder.empty() ? "" : folder + "/ ",
-                                      options.strip_prefix ? " (-o strip_prefix)" : " (config.json's architecture)"));
+      tag.notes.push_back(
+          fmt::format("stripped the wrapper prefix '{}' from the {}model's names{}", *prefix,
+                      folder.empty() ? "" : folder + "/ ",
+                      options.strip_prefix ? " (-o strip_prefix)" : " (config.json's architecture)"));
     }
   }
 }

@@ -49,6 +49,7 @@ catalog::LogicalTensor merge_plain_tensor(const std::string& name, const std::ve
 // The merged model of DTensor state dicts (rank r's file holds mesh rank r, row-major, as init_device_mesh
 // numbers them), in rank 0's order. Throws FormatError naming the file when ranks disagree on names,
 // placements or shapes, the shards do not tile a tensor, or a value is a ShardedTensor.
-std::shared_ptr<catalog::Catalog> merge_dtensor_ranks(const std::vector<RankStateDict>& ranks, PlainTensors plain);
+std::shared_ptr<catalog::Catalog> merge_dtensor_ranks(const std::vector<RankStateDict>& ranks,
+                                                      PlainTensors plain);
 
 }  // namespace ckptfs::formats

@@ -28,8 +28,10 @@ ShardPlacement placement_of(const Field& meta) {
   out.rank = device["_rank"].as_int();
   if (out.offsets.size() != out.sizes.size()) meta.fail("shard offsets and sizes differ in length");
   for (size_t d = 0; d < out.sizes.size(); ++d)
-    if (out.offsets[d] < 0 || out.sizes[d] < 0 || out.offsets[d] > kMaxElements || out.sizes[d] > kMaxElements)
-      meta.fail(fmt::format("shard at [{}] of size [{}]", fmt::join(out.offsets, ", "), fmt::join(out.sizes, ", ")));
+    if (out.offsets[d] < 0 || out.sizes[d] < 0 || out.offsets[d] > kMaxElements ||
+        out.sizes[d] > kMaxElements)
+      meta.fail(fmt::format("shard at [{}] of size [{}]", fmt::join(out.offsets, ", "),
+                            fmt::join(out.sizes, ", ")));
   return out;
 }
 
@@ -46,12 +48,13 @@ void check_tiling(const Field& field, const ShardedTensorValue& t) {
       field.fail(fmt::format("a shard placed on rank {} of a world of {}", s.rank, t.world_size));
     if (!ranks.insert(s.rank).second) field.fail(fmt::format("rank {} holds two shards", s.rank));
   }
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.offsets[0] < b.offsets[0]; });
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.offsets[0] < b.offsets[0]; });
   int64_t at = 0;
   for (const auto& s : sorted) {
     if (s.offsets[0] != at)
-      field.fail(fmt::format("shards do not tile [0, {}): rank {}'s starts at {}, expected {}", t.global_size[0],
-                             s.rank, s.offsets[0], at));
+      field.fail(fmt::format("shards do not tile [0, {}): rank {}'s starts at {}, expected {}",
+                             t.global_size[0], s.rank, s.offsets[0], at));
     at += s.sizes[0];
   }
   if (at != t.global_size[0])
@@ -72,7 +75,8 @@ std::optional<ShardedTensorValue> as_sharded_tensor(const Field& field) {
   const Field metadata = state.at(1);
   out.global_size = metadata["size"].as_shape();
   // _rebuild_wrapper_subclass(cls, dtype, size, stride, storage_offset, layout, device, requires_grad)
-  if (call.at(2).at(2).as_shape() != out.global_size) field.fail("ShardedTensor size and its metadata's size differ");
+  if (call.at(2).at(2).as_shape() != out.global_size)
+    field.fail("ShardedTensor size and its metadata's size differ");
   const pickle::Value& dtype = call.at(2).at(1).value();
   if (dtype.kind != Kind::Global || dtype.module != "torch")
     field.fail(fmt::format("expected a torch dtype, found {}", dtype.describe()));
@@ -107,10 +111,11 @@ std::optional<ShardedTensorValue> as_sharded_tensor(const Field& field) {
     out.local.push_back(std::move(s));
   }
   // a rank the metadata places a shard on holds it, once
-  const bool placed = std::any_of(out.shards.begin(), out.shards.end(), [&](const auto& s) { return s.rank == out.rank; });
+  const bool placed =
+      std::any_of(out.shards.begin(), out.shards.end(), [&](const auto& s) { return s.rank == out.rank; });
   if (out.local.size() != (placed ? 1U : 0U))
-    local.fail(fmt::format("rank {} holds {} local shards, the metadata places {} on it", out.rank, out.local.size(),
-                           placed ? 1 : 0));
+    local.fail(fmt::format("rank {} holds {} local shards, the metadata places {} on it", out.rank,
+                           out.local.size(), placed ? 1 : 0));
   return out;
 }
 

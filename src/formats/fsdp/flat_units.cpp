@@ -13,7 +13,8 @@ namespace ckptfs::formats::fsdp {
 namespace {
 
 // The plain 1-D tensors of `rank` that view `chunk`'s storage, placed in the flat parameter (chunk `begin`).
-void find_pieces(const RankStateDict& rank, const torch::SourceTensor& chunk, int64_t begin, std::vector<OrigPiece>& out) {
+void find_pieces(const RankStateDict& rank, const torch::SourceTensor& chunk, int64_t begin,
+                 std::vector<OrigPiece>& out) {
   for (const auto& [name, value] : rank.values) {
     const auto* t = std::get_if<torch::SourceTensor>(&value);
     if (t == nullptr || t->shape.size() != 1 || t->shape[0] == 0 || t->storage.file != chunk.storage.file ||
@@ -27,7 +28,8 @@ void find_pieces(const RankStateDict& rank, const torch::SourceTensor& chunk, in
 }  // namespace
 
 bool is_flat_param_key(std::string_view key) {
-  return key == kFlatParamKey || (key.ends_with(kFlatParamKey) && key[key.size() - kFlatParamKey.size() - 1] == '.');
+  return key == kFlatParamKey ||
+         (key.ends_with(kFlatParamKey) && key[key.size() - kFlatParamKey.size() - 1] == '.');
 }
 
 std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks) {
@@ -37,7 +39,8 @@ std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks)
     if (!is_flat_param_key(key)) continue;
     FlatUnit unit;
     unit.key = key;
-    unit.module = key.size() > kFlatParamKey.size() ? key.substr(0, key.size() - kFlatParamKey.size() - 1) : "";
+    unit.module =
+        key.size() > kFlatParamKey.size() ? key.substr(0, key.size() - kFlatParamKey.size() - 1) : "";
     const ShardedTensorValue* first = nullptr;
     for (int64_t r = 0; r < world; ++r) {
       const auto& rank = ranks[static_cast<size_t>(r)];
@@ -46,17 +49,19 @@ std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks)
       const auto* t = std::get_if<ShardedTensorValue>(&found->second);
       if (t == nullptr) rank.fail(key, "a flat parameter that is no ShardedTensor");
       if (t->rank != r || t->world_size != world)
-        rank.fail(key, fmt::format("saved by rank {} of a world of {}, but it is rank {}'s file of {}", t->rank,
-                                    t->world_size, r, world));
+        rank.fail(key, fmt::format("saved by rank {} of a world of {}, but it is rank {}'s file of {}",
+                                   t->rank, t->world_size, r, world));
       if (t->global_size.size() != 1) rank.fail(key, "a flat parameter of more than one dimension");
       if (first == nullptr) {
         first = t;
         unit.dtype = t->dtype;
         unit.numel = t->global_size[0];
-      } else if (t->dtype != first->dtype || t->global_size != first->global_size || t->shards != first->shards) {
-        rank.fail(key, fmt::format("a ShardedTensor of {} [{}] in {} shards, rank 0's is {} [{}] in {}",
-                                    dtype_torch_name(t->dtype), t->global_size[0], t->shards.size(),
-                                    dtype_torch_name(first->dtype), first->global_size[0], first->shards.size()));
+      } else if (t->dtype != first->dtype || t->global_size != first->global_size ||
+                 t->shards != first->shards) {
+        rank.fail(key,
+                  fmt::format("a ShardedTensor of {} [{}] in {} shards, rank 0's is {} [{}] in {}",
+                              dtype_torch_name(t->dtype), t->global_size[0], t->shards.size(),
+                              dtype_torch_name(first->dtype), first->global_size[0], first->shards.size()));
       }
       for (const auto& local : t->local) {
         unit.chunks.emplace_back(local.placement.offsets[0], local.tensor);
@@ -65,12 +70,15 @@ std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks)
     }
     // each rank's file holds the shard the metadata places on it (as_sharded_tensor), so the chunks are
     // exactly the metadata's, which tile [0, numel)
-    std::sort(unit.chunks.begin(), unit.chunks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(unit.chunks.begin(), unit.chunks.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
     out.push_back(std::move(unit));
   }
   if (out.empty())
-    throw FormatError(fmt::format("{}: ShardedTensors under no FSDP flat-parameter key (<module>._flat_param): not "
-                                  "an FSDP1 LOCAL_STATE_DICT save", ranks[0].file.string()));
+    throw FormatError(
+        fmt::format("{}: ShardedTensors under no FSDP flat-parameter key (<module>._flat_param): not "
+                    "an FSDP1 LOCAL_STATE_DICT save",
+                    ranks[0].file.string()));
   return out;
 }
 
@@ -78,12 +86,12 @@ int64_t shape_numel(const std::vector<int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
 }
 
-catalog::LogicalTensor flat_slice(const FlatUnit& unit, std::string name, std::vector<int64_t> shape, int64_t first,
-                                  std::string origin) {
+catalog::LogicalTensor flat_slice(const FlatUnit& unit, std::string name, std::vector<int64_t> shape,
+                                  int64_t first, std::string origin) {
   const int64_t count = shape_numel(shape);
   if (first < 0 || count < 0 || first + count > unit.numel)
-    throw FormatError(fmt::format("{}: elements [{}, {}) of a flat parameter of {}", unit.key, first, first + count,
-                                  unit.numel));
+    throw FormatError(fmt::format("{}: elements [{}, {}) of a flat parameter of {}", unit.key, first,
+                                  first + count, unit.numel));
   catalog::FlatRuns runs;
   for (const auto& [begin, chunk] : unit.chunks) {
     const int64_t end = begin + static_cast<int64_t>(chunk.numel());

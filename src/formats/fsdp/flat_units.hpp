@@ -27,8 +27,9 @@ struct FlatUnit {
   std::string key;     // "model.layers.0._flat_param"
   std::string module;  // "model.layers.0"; "" for the root unit
   DType dtype = DType::F32;
-  int64_t numel = 0;   // the flat parameter's elements (with use_orig_params its world-size padding too)
-  std::vector<std::pair<int64_t, torch::SourceTensor>> chunks;  // (first element, rank's chunk), tiling [0, numel)
+  int64_t numel = 0;  // the flat parameter's elements (with use_orig_params its world-size padding too)
+  std::vector<std::pair<int64_t, torch::SourceTensor>>
+      chunks;                     // (first element, rank's chunk), tiling [0, numel)
   std::vector<OrigPiece> pieces;  // the non-empty pieces of every rank, empty without use_orig_params
 };
 
@@ -45,7 +46,7 @@ std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks)
 int64_t shape_numel(const std::vector<int64_t>& shape);
 
 // Elements [first, first + numel(shape)) of `unit`'s flat parameter as the tensor `name` of `shape`.
-catalog::LogicalTensor flat_slice(const FlatUnit& unit, std::string name, std::vector<int64_t> shape, int64_t first,
-                                  std::string origin);
+catalog::LogicalTensor flat_slice(const FlatUnit& unit, std::string name, std::vector<int64_t> shape,
+                                  int64_t first, std::string origin);
 
 }  // namespace ckptfs::formats::fsdp

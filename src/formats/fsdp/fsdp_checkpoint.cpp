@@ -40,50 +40,58 @@ std::optional<std::vector<RankStateDict>> read_group(io::FileSet& files, const R
   std::vector<fs::path> rest(group.files.begin() + 1, group.files.end());
   std::vector<RankStateDict> ranks;
   ranks.push_back(std::move(first));
-  for (auto& r : formats::read_all(rest, [&](const fs::path& p) { return formats::read_rank_state_dict(files, p); }))
+  for (auto& r :
+       formats::read_all(rest, [&](const fs::path& p) { return formats::read_rank_state_dict(files, p); }))
     ranks.push_back(std::move(r));
-  // the world rank 0 saved in (a ShardedTensor's process group, a DTensor's mesh): a missing last rank file is
-  // named, not found as a mismatch later
+  // the world rank 0 saved in (a ShardedTensor's process group, a DTensor's mesh): a missing last rank file
+  // is named, not found as a mismatch later
   for (const auto& name : ranks[0].names) {
-    const auto world = std::visit(Overloaded{[](const torch::SourceTensor&) { return int64_t{0}; },
-                                             [](const formats::ShardedTensorValue& t) { return t.world_size; },
-                                             [](const formats::DTensorShard& d) {
-                                               return formats::mesh_ranks(d.mesh_shape, int64_t{1} << 30);
-                                             }},
-                                  ranks[0].values.at(name));
+    const auto world =
+        std::visit(Overloaded{[](const torch::SourceTensor&) { return int64_t{0}; },
+                              [](const formats::ShardedTensorValue& t) { return t.world_size; },
+                              [](const formats::DTensorShard& d) {
+                                return formats::mesh_ranks(d.mesh_shape, int64_t{1} << 30);
+                              }},
+                   ranks[0].values.at(name));
     if (world > static_cast<int64_t>(ranks.size()))
-      throw FormatError(fmt::format("{}: missing ({}'s {} was saved by a world of {} ranks)",
-                                    (group.files[0].parent_path() / fmt::format("{}{}{}", group.stem, ranks.size(),
-                                                                                 group.files[0].extension().string())).string(),
-                                    group.files[0].filename().string(), name, world));
+      throw FormatError(
+          fmt::format("{}: missing ({}'s {} was saved by a world of {} ranks)",
+                      (group.files[0].parent_path() /
+                       fmt::format("{}{}{}", group.stem, ranks.size(), group.files[0].extension().string()))
+                          .string(),
+                      group.files[0].filename().string(), name, world));
     if (world > 0) break;
   }
   return ranks;
 }
 
 std::string describe_cut(const formats::fsdp::CutUnit& u) {
-  return fmt::format("FSDP unit {}: {} parameters ({} .. {}), {} elements, each aligned to {} element{}, {} of padding",
-                     u.unit->key, u.parameters.size(), u.parameters.front().name, u.parameters.back().name,
-                     u.unit->numel, u.alignment, u.alignment == 1 ? "" : "s", u.padding);
+  return fmt::format(
+      "FSDP unit {}: {} parameters ({} .. {}), {} elements, each aligned to {} element{}, {} of padding",
+      u.unit->key, u.parameters.size(), u.parameters.front().name, u.parameters.back().name, u.unit->numel,
+      u.alignment, u.alignment == 1 ? "" : "s", u.padding);
 }
 
 // An FSDP1 LOCAL_STATE_DICT model: the flat parameters cut into the model's parameters, or each served whole.
 std::shared_ptr<catalog::Catalog> flat_model(io::FileSet& files, const std::vector<RankStateDict>& ranks,
                                              const std::variant<HfLayout, std::string>& config,
-                                             const fs::path& optimizer_dir, const OpenOptions& options, Tag& tag) {
+                                             const fs::path& optimizer_dir, const OpenOptions& options,
+                                             Tag& tag) {
   const auto units = formats::fsdp::gather_flat_units(ranks);
   std::shared_ptr<catalog::Catalog> model;
   const auto optimizer = formats::fsdp::read_optimizer_record(files, optimizer_dir);
-  auto known = formats::fsdp::unit_parameters(units, ranks[0], config, optimizer, optimizer_dir, options, tag.notes);
+  auto known =
+      formats::fsdp::unit_parameters(units, ranks[0], config, optimizer, optimizer_dir, options, tag.notes);
   std::set<std::string> pieces;  // the names the rank files give the parameters' pieces (use_orig_params)
   for (const auto& u : units)
     for (const auto& p : u.pieces) pieces.insert(p.name);
   if (auto* found = std::get_if<formats::fsdp::UnitParameters>(&known)) {
-    auto cut = formats::fsdp::cut_units(units, found->parameters, found->prefix, static_cast<int64_t>(ranks.size()),
-                                        found->source);
+    auto cut = formats::fsdp::cut_units(units, found->parameters, found->prefix,
+                                        static_cast<int64_t>(ranks.size()), found->source);
     if (auto* ok = std::get_if<std::vector<formats::fsdp::CutUnit>>(&cut)) {
       model = formats::fsdp::cut_model(*ok, found->parameters, found->prefix);
-      for (const auto& p : found->parameters) pieces.insert(found->prefix + p.name);  // an empty piece views no chunk
+      for (const auto& p : found->parameters)
+        pieces.insert(found->prefix + p.name);  // an empty piece views no chunk
       tag.notes.push_back("the flat parameters are cut by " + found->source);
       for (const auto& u : *ok) tag.notes.push_back(describe_cut(u));
     } else {
@@ -94,9 +102,10 @@ std::shared_ptr<catalog::Catalog> flat_model(io::FileSet& files, const std::vect
     model = std::make_shared<catalog::Catalog>();
     for (const auto& u : units)
       model->tensors.push_back(formats::fsdp::flat_slice(u, u.key, {u.numel}, 0, "the whole flat parameter"));
-    tag.notes.push_back(fmt::format("model.safetensors holds each FSDP unit's whole flat parameter (1-D, as saved) "
-                                    "under its key: the parameters' names and shapes are in no rank file, and {}",
-                                    std::get<std::string>(known)));
+    tag.notes.push_back(
+        fmt::format("model.safetensors holds each FSDP unit's whole flat parameter (1-D, as saved) "
+                    "under its key: the parameters' names and shapes are in no rank file, and {}",
+                    std::get<std::string>(known)));
     for (const auto& u : units)
       tag.notes.push_back(fmt::format("FSDP unit {}: {} elements, served whole", u.key, u.numel));
   }
@@ -111,8 +120,10 @@ std::shared_ptr<catalog::Catalog> flat_model(io::FileSet& files, const std::vect
     model->tensors.push_back(formats::merge_plain_tensor(name, ranks, formats::PlainTensors::replicated));
   }
   if (skipped > 0)
-    tag.notes.push_back(fmt::format("{} original parameters' per-rank pieces (use_orig_params) not served: the flat "
-                                    "parameters hold the same elements", skipped));
+    tag.notes.push_back(
+        fmt::format("{} original parameters' per-rank pieces (use_orig_params) not served: the flat "
+                    "parameters hold the same elements",
+                    skipped));
   return model;
 }
 
@@ -122,8 +133,9 @@ std::shared_ptr<catalog::Catalog> dtensor_model(const std::vector<RankStateDict>
   auto model = formats::merge_dtensor_ranks(ranks, formats::PlainTensors::replicated);
   for (const auto& name : ranks[0].names)
     if (const auto* d = std::get_if<formats::DTensorShard>(&ranks[0].values.at(name))) {
-      tag.notes.push_back(fmt::format("DTensors over mesh {}, e.g. {} {}", formats::mesh_string(d->mesh_shape, d->mesh_dim_names),
-                                      name, formats::placement_string(d->placements)));
+      tag.notes.push_back(fmt::format("DTensors over mesh {}, e.g. {} {}",
+                                      formats::mesh_string(d->mesh_shape, d->mesh_dim_names), name,
+                                      formats::placement_string(d->placements)));
       break;
     }
   return model;
@@ -163,12 +175,14 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
     const std::string folder = folder_of(group, kinds.empty());
     // names keep any wrapper prefix here: strip_wrapper_prefixes takes it off every format's model
     const fs::path optimizer_dir = dir / fmt::format("optimizer_{}", kinds.size());  // accelerate's
-    CatalogPtr served = flat ? flat_model(files, *ranks, kinds.empty() ? config : no_config, optimizer_dir, options, tag)
-                             : dtensor_model(*ranks, tag);
+    CatalogPtr served =
+        flat ? flat_model(files, *ranks, kinds.empty() ? config : no_config, optimizer_dir, options, tag)
+             : dtensor_model(*ranks, tag);
     if (all_float32(*served)) tag.add(ViewRole::fp32, served, folder);
     tag.add(ViewRole::model, served, folder);
-    kinds.push_back(fmt::format("{} ({}, {} ranks{})", group.pattern, flat ? "FSDP1 LOCAL_STATE_DICT flat parameters" : "DTensors",
-                                ranks->size(), folder.empty() ? "" : ", served in " + folder + "/"));
+    kinds.push_back(fmt::format("{} ({}, {} ranks{})", group.pattern,
+                                flat ? "FSDP1 LOCAL_STATE_DICT flat parameters" : "DTensors", ranks->size(),
+                                folder.empty() ? "" : ", served in " + folder + "/"));
     for (const auto& f : group.files) {
       tag.files.push_back(f);
       model_files.insert(f.filename().string());
@@ -181,12 +195,13 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
       }
   }
   if (kinds.empty())
-    throw FormatError(fmt::format("{}: its rank files hold no DTensor or ShardedTensor (no per-rank model save)",
-                                  dir.string()));
+    throw FormatError(fmt::format(
+        "{}: its rank files hold no DTensor or ShardedTensor (no per-rank model save)", dir.string()));
   tag.format = fmt::format("FSDP per-rank save: {}", fmt::join(kinds, "; "));
   for (size_t i = 0; i < kinds.size(); ++i)
     if (io::is_directory(dir / fmt::format("optimizer_{}", i)))
-      tag.notes.push_back(fmt::format("optimizer_{}/: the optimizer's DCP checkpoint (accelerate), not served", i));
+      tag.notes.push_back(
+          fmt::format("optimizer_{}/: the optimizer's DCP checkpoint (accelerate), not served", i));
   tag.side_files = formats::side_files(dir, [&](const std::string& n) { return model_files.contains(n); });
   return tag;
 }
@@ -228,10 +243,10 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
       return !std::regex_match(name, kTrainerStep) || io::exists(dir / "trainer_state.json");
     };
   }
-  return formats::open_save_dir(std::move(save_dir), options, [&](io::FileSet& files, const std::string& name,
-                                                                  const fs::path& dir) {
-    return read_tag(files, name, dir, source, options);
-  });
+  return formats::open_save_dir(std::move(save_dir), options,
+                                [&](io::FileSet& files, const std::string& name, const fs::path& dir) {
+                                  return read_tag(files, name, dir, source, options);
+                                });
 }
 
 }  // namespace ckptfs::fsdp

@@ -4,7 +4,6 @@
 #include <fmt/ranges.h>
 
 #include "ckptfs/error.hpp"
-
 #include "formats/dcp/dcp_items.hpp"
 #include "formats/dcp/dcp_metadata.hpp"
 #include "formats/pickle_access.hpp"
@@ -38,7 +37,8 @@ OptimizerRecord read_optimizer_record(io::FileSet& files, const std::filesystem:
     const auto last_dot = item.fqn.rfind('.');
     if (item.is_tensor && item.fqn.starts_with(kState) && last_dot > kState.size() &&
         has_parameter_shape(std::string_view(item.fqn).substr(last_dot + 1))) {
-      const auto [it, added] = out.shapes.emplace(item.fqn.substr(kState.size(), last_dot - kState.size()), item.size);
+      const auto [it, added] =
+          out.shapes.emplace(item.fqn.substr(kState.size(), last_dot - kState.size()), item.size);
       if (!added && it->second != item.size)
         throw FormatError(fmt::format("{}: {}: states of one parameter of shapes [{}] and [{}]",
                                       item.metadata_file.string(), item.fqn, fmt::join(it->second, ", "),

@@ -27,7 +27,8 @@ bool is_other_state(const std::string& name) {
 }  // namespace
 
 std::vector<RankFiles> rank_file_groups(const fs::path& dir) {
-  std::map<std::pair<std::string, std::string>, std::map<int, fs::path>> groups;  // (stem, extension) -> rank -> file
+  std::map<std::pair<std::string, std::string>, std::map<int, fs::path>>
+      groups;  // (stem, extension) -> rank -> file
   for (const auto& entry : io::list_directory(dir)) {
     const std::string name = entry.path.filename().string();
     std::smatch m;
@@ -43,12 +44,14 @@ std::vector<RankFiles> rank_file_groups(const fs::path& dir) {
       const auto it = ranks.find(r);
       if (it == ranks.end())
         throw FormatError(fmt::format("{}: missing ({} holds ranks up to {}: every rank saves its file)",
-                                      (dir / fmt::format("{}{}{}", stem, r, extension)).string(), g.pattern, world - 1));
+                                      (dir / fmt::format("{}{}{}", stem, r, extension)).string(), g.pattern,
+                                      world - 1));
       g.files.push_back(it->second);
     }
     out.push_back(std::move(g));
   }
-  std::stable_sort(out.begin(), out.end(), [](const RankFiles& a, const RankFiles& b) { return a.stem.size() < b.stem.size(); });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const RankFiles& a, const RankFiles& b) { return a.stem.size() < b.stem.size(); });
   return out;
 }
 

@@ -17,8 +17,8 @@ struct RankFiles {
 };
 
 // The groups of rank files of `dir` (names with "rank" before the number that ends them: NAME{R}.pt, .pth,
-// .bin), the shortest stem first (accelerate's first model, then pytorch_model_fsdp_{I}_rank). Throws FormatError naming the missing file when a group lacks a rank below its
-// highest.
+// .bin), the shortest stem first (accelerate's first model, then pytorch_model_fsdp_{I}_rank). Throws
+// FormatError naming the missing file when a group lacks a rank below its highest.
 std::vector<RankFiles> rank_file_groups(const std::filesystem::path& dir);
 
 // Whether `dir` holds such files (a cheap look at names, for detection).

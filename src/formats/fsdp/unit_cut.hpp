@@ -41,7 +41,8 @@ std::variant<std::vector<CutUnit>, std::string> cut_units(const std::vector<Flat
 // The model: every one of `parameters` in its order, cut out of its unit (a tied one the same elements as
 // its target), in the flat parameters' dtype, named as the rank files name them (`prefix` before the names:
 // strip_wrapper_prefixes takes it off, as for every format).
-std::shared_ptr<catalog::Catalog> cut_model(const std::vector<CutUnit>& cut, const std::vector<HfParameter>& parameters,
+std::shared_ptr<catalog::Catalog> cut_model(const std::vector<CutUnit>& cut,
+                                            const std::vector<HfParameter>& parameters,
                                             const std::string& prefix);
 
 }  // namespace ckptfs::formats::fsdp

@@ -20,7 +20,8 @@ std::vector<HfParameter> parameters(const std::vector<std::pair<std::string, std
   return out;
 }
 
-std::vector<CutUnit> cut(const std::vector<FlatUnit>& units, const std::vector<HfParameter>& params, int64_t world) {
+std::vector<CutUnit> cut(const std::vector<FlatUnit>& units, const std::vector<HfParameter>& params,
+                         int64_t world) {
   auto result = cut_units(units, params, "", world, "the test's parameters");
   if (auto* why = std::get_if<std::string>(&result)) ADD_FAILURE() << *why;
   return std::get<std::vector<CutUnit>>(result);
@@ -33,13 +34,20 @@ std::vector<int64_t> firsts(const CutUnit& u) {
 }
 
 // The real accelerate save's root unit (mount_tests/fixtures/fsdp-local-real/accelerate_llama_ws2_fp32_orig,
-// case.json's live FlatParameter): use_orig_params pads 2 elements before norm and before lm_head so that each
-// starts on 16 bytes of float32; the ranks' pieces of the parameters (rank 1's from element 5525) pin it down.
+// case.json's live FlatParameter): use_orig_params pads 2 elements before norm and before lm_head so that
+// each starts on 16 bytes of float32; the ranks' pieces of the parameters (rank 1's from element 5525) pin it
+// down.
 TEST(FsdpUnitCut, UseOrigParamsAlignsEachParameterTo16BytesOfItsDtype) {
-  const auto units = std::vector{unit("", 11050, {{"model.embed_tokens.weight", 0, 5502}, {"model.norm.weight", 5504, 21},
-                                                  {"model.norm.weight", 5525, 21}, {"lm_head.weight", 5548, 5502}})};
-  const auto c = cut(units, parameters({{"model.embed_tokens.weight", {131, 42}}, {"model.norm.weight", {42}},
-                                        {"lm_head.weight", {131, 42}}}), 2);
+  const auto units = std::vector{unit("", 11050,
+                                      {{"model.embed_tokens.weight", 0, 5502},
+                                       {"model.norm.weight", 5504, 21},
+                                       {"model.norm.weight", 5525, 21},
+                                       {"lm_head.weight", 5548, 5502}})};
+  const auto c = cut(units,
+                     parameters({{"model.embed_tokens.weight", {131, 42}},
+                                 {"model.norm.weight", {42}},
+                                 {"lm_head.weight", {131, 42}}}),
+                     2);
   EXPECT_EQ(c[0].alignment, 4);
   EXPECT_EQ(c[0].padding, 4);
   EXPECT_EQ(firsts(c[0]), (std::vector<int64_t>{0, 5504, 5548}));
@@ -48,8 +56,11 @@ TEST(FsdpUnitCut, UseOrigParamsAlignsEachParameterTo16BytesOfItsDtype) {
 // Without use_orig_params the parameters sit back to back (the real FSDP1 save of 8,416 elements).
 TEST(FsdpUnitCut, WithoutAlignmentParametersAreContiguous) {
   const auto units = std::vector{unit("", 8416)};
-  const auto c = cut(units, parameters({{"model.embed_tokens.weight", {131, 32}}, {"model.norm.weight", {32}},
-                                        {"lm_head.weight", {131, 32}}}), 2);
+  const auto c = cut(units,
+                     parameters({{"model.embed_tokens.weight", {131, 32}},
+                                 {"model.norm.weight", {32}},
+                                 {"lm_head.weight", {131, 32}}}),
+                     2);
   EXPECT_EQ(c[0].alignment, 1);
   EXPECT_EQ(firsts(c[0]), (std::vector<int64_t>{0, 4192, 4224}));
 }
@@ -57,7 +68,8 @@ TEST(FsdpUnitCut, WithoutAlignmentParametersAreContiguous) {
 // Aligned flat parameters are also padded at the end to divide by the world size.
 TEST(FsdpUnitCut, AnAlignedFlatParameterMayEndInWorldSizePadding) {
   const auto units = std::vector{unit("", 16, {{"a", 0, 2}, {"b", 4, 5}, {"c", 12, 3}})};
-  const auto c = cut(units, parameters({{"a", {2}}, {"b", {5}}, {"c", {3}}}), 4);  // 2, pad 2, 5, pad 3, 3, pad 1
+  const auto c =
+      cut(units, parameters({{"a", {2}}, {"b", {5}}, {"c", {3}}}), 4);  // 2, pad 2, 5, pad 3, 3, pad 1
   EXPECT_EQ(c[0].alignment, 4);
   EXPECT_EQ(firsts(c[0]), (std::vector<int64_t>{0, 4, 12}));
   EXPECT_EQ(c[0].padding, 6);
@@ -66,7 +78,8 @@ TEST(FsdpUnitCut, AnAlignedFlatParameterMayEndInWorldSizePadding) {
 // bf16 compute over fp32 storage aligns to 16 bytes of bf16: 8 elements. On 8 ranks a cut aligned to 4 would
 // also end within the world-size padding (3, 5, 8 at 0, 4, 12: 20 of 24); the pieces rule it out.
 TEST(FsdpUnitCut, MixedPrecisionAlignsToTheComputeDtype) {
-  const auto units = std::vector{unit("", 24, {{"a", 0, 3}, {"b", 8, 1}, {"b", 9, 3}, {"b", 12, 1}, {"c", 16, 3}, {"c", 19, 5}})};
+  const auto units = std::vector{
+      unit("", 24, {{"a", 0, 3}, {"b", 8, 1}, {"b", 9, 3}, {"b", 12, 1}, {"c", 16, 3}, {"c", 19, 5}})};
   const auto c = cut(units, parameters({{"a", {3}}, {"b", {5}}, {"c", {8}}}), 8);  // 0, 8, 16
   EXPECT_EQ(c[0].alignment, 8);
   EXPECT_EQ(firsts(c[0]), (std::vector<int64_t>{0, 8, 16}));
@@ -76,7 +89,9 @@ TEST(FsdpUnitCut, MixedPrecisionAlignsToTheComputeDtype) {
 // once (as its target).
 TEST(FsdpUnitCut, NestedUnitsTakeTheirOwnModulesParameters) {
   const std::vector<FlatUnit> units = {unit("model.layers.0", 6), unit("", 7)};
-  auto params = parameters({{"model.embed_tokens.weight", {2, 3}}, {"model.layers.0.w", {6}}, {"model.norm.weight", {1}},
+  auto params = parameters({{"model.embed_tokens.weight", {2, 3}},
+                            {"model.layers.0.w", {6}},
+                            {"model.norm.weight", {1}},
                             {"lm_head.weight", {2, 3}}});
   params.back().tied_to = "model.embed_tokens.weight";
   const auto c = cut(units, params, 1);
@@ -102,8 +117,8 @@ TEST(FsdpUnitCut, SizesThatDoNotAddUpSayWhy) {
 // Units found under a wrapper's prefix (a LightningModule's "model.") cut the layout's names.
 TEST(FsdpUnitCut, UnitsUnderAPrefix) {
   const std::vector<FlatUnit> units = {unit("model.model.layers.0", 4), unit("", 2)};
-  auto result = cut_units(units, parameters({{"model.embed_tokens.weight", {2}}, {"model.layers.0.w", {4}}}), "model.",
-                          1, "x");
+  auto result = cut_units(units, parameters({{"model.embed_tokens.weight", {2}}, {"model.layers.0.w", {4}}}),
+                          "model.", 1, "x");
   ASSERT_TRUE(std::holds_alternative<std::vector<CutUnit>>(result));
   EXPECT_EQ(std::get<std::vector<CutUnit>>(result)[0].parameters[0].name, "model.layers.0.w");
 }

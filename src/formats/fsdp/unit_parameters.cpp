@@ -25,19 +25,20 @@ std::optional<std::string> disagreement(const HfLayout& layout, const std::strin
     known.insert(prefix + p.name);
     const auto it = shapes.find(prefix + p.name);
     if (p.tied_to.empty() && it != shapes.end() && it->second != p.shape)
-      return fmt::format("{}/.metadata has {} [{}], config.json's {} makes it [{}]", optimizer_dir.filename().string(),
-                         it->first, fmt::join(it->second, ", "), architecture_name(layout.family),
-                         fmt::join(p.shape, ", "));
+      return fmt::format("{}/.metadata has {} [{}], config.json's {} makes it [{}]",
+                         optimizer_dir.filename().string(), it->first, fmt::join(it->second, ", "),
+                         architecture_name(layout.family), fmt::join(p.shape, ", "));
   }
   for (const auto& [name, shape] : shapes)
     if (!known.contains(name))
-      return fmt::format("{}/.metadata has {}, which config.json's {} lacks", optimizer_dir.filename().string(), name,
-                         architecture_name(layout.family));
+      return fmt::format("{}/.metadata has {}, which config.json's {} lacks",
+                         optimizer_dir.filename().string(), name, architecture_name(layout.family));
   return std::nullopt;
 }
 
 // Each name's pieces (use_orig_params), in the order the units list them.
-std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> pieces_by_name(const std::vector<FlatUnit>& units) {
+std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> pieces_by_name(
+    const std::vector<FlatUnit>& units) {
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> out;
   for (const auto& u : units)
     for (const auto& p : u.pieces) out[p.name].emplace_back(p.first, p.count);
@@ -47,8 +48,8 @@ std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> pieces_by_name(c
 // The optimizer's shapes in the order `order` lists the names; a name the optimizer does not list whose
 // pieces are an earlier one's is that parameter tied (FSDP flattened it once, the optimizer holds it once).
 std::vector<HfParameter> listed_parameters(const std::vector<std::string>& order,
-                                                    const OptimizerRecord& optimizer,
-                                                    const std::vector<FlatUnit>& units) {
+                                           const OptimizerRecord& optimizer,
+                                           const std::vector<FlatUnit>& units) {
   const auto pieces = pieces_by_name(units);
   std::vector<HfParameter> out;
   for (const auto& name : order) {
@@ -69,11 +70,10 @@ std::vector<HfParameter> listed_parameters(const std::vector<std::string>& order
 
 }  // namespace
 
-std::variant<UnitParameters, std::string> unit_parameters(const std::vector<FlatUnit>& units, const RankStateDict& rank0,
-                                                          const std::variant<HfLayout, std::string>& config,
-                                                          const OptimizerRecord& optimizer,
-                                                          const fs::path& optimizer_dir, const OpenOptions& options,
-                                                          std::vector<std::string>& notes) {
+std::variant<UnitParameters, std::string> unit_parameters(
+    const std::vector<FlatUnit>& units, const RankStateDict& rank0,
+    const std::variant<HfLayout, std::string>& config, const OptimizerRecord& optimizer,
+    const fs::path& optimizer_dir, const OpenOptions& options, std::vector<std::string>& notes) {
   const auto* given = std::get_if<std::string>(&config);
   std::string why = given != nullptr ? *given : "";
   if (const auto* layout = std::get_if<HfLayout>(&config)) {
@@ -93,12 +93,12 @@ std::variant<UnitParameters, std::string> unit_parameters(const std::vector<Flat
   const std::string dir = optimizer_dir.filename().string();
   auto by_pieces = listed_parameters(rank0.names, optimizer, units);
   if (!by_pieces.empty())
-    return UnitParameters{std::move(by_pieces), "",  // names as saved: any prefix goes in strip_wrapper_prefixes
+    return UnitParameters{std::move(by_pieces),
+                          "",  // names as saved: any prefix goes in strip_wrapper_prefixes
                           fmt::format("the rank files' names with {}/'s shapes", dir)};
   auto by_groups = listed_parameters(optimizer.order, optimizer, units);
   if (!by_groups.empty())
-    return UnitParameters{std::move(by_groups), "",
-                          fmt::format("{}/'s parameter groups and shapes", dir)};
+    return UnitParameters{std::move(by_groups), "", fmt::format("{}/'s parameter groups and shapes", dir)};
   return why + (optimizer.shapes.empty() ? "" : fmt::format("; {}/ names no parameter", dir));
 }
 

@@ -26,10 +26,9 @@ struct UnitParameters {
 // config.json's architecture, unless the optimizer's record of the run disagrees with it; else the
 // optimizer's shapes, with the names in the order rank 0's file lists their pieces (use_orig_params) or its
 // param groups list them; or why neither. A disagreement is noted in `notes`.
-std::variant<UnitParameters, std::string> unit_parameters(const std::vector<FlatUnit>& units, const RankStateDict& rank0,
-                                                          const std::variant<HfLayout, std::string>& config,
-                                                          const OptimizerRecord& optimizer,
-                                                          const std::filesystem::path& optimizer_dir, const OpenOptions& options,
-                                                          std::vector<std::string>& notes);
+std::variant<UnitParameters, std::string> unit_parameters(
+    const std::vector<FlatUnit>& units, const RankStateDict& rank0,
+    const std::variant<HfLayout, std::string>& config, const OptimizerRecord& optimizer,
+    const std::filesystem::path& optimizer_dir, const OpenOptions& options, std::vector<std::string>& notes);
 
 }  // namespace ckptfs::formats::fsdp
