@@ -134,7 +134,7 @@ def test_mount_matches_the_framework(export_cache, ckptfs_bin, tmp_path, name):
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_inspect_names_the_stack_and_config_source(ckptfs_bin, name):
+def test_inspect_names_the_stack_config_source_and_family(ckptfs_bin, name):
     tag, _, bridge = CASES[name]
     proc = H.run([ckptfs_bin, "inspect", case_path(name, "checkpoint"), "--json"])
     H.assert_ok(proc)
@@ -151,6 +151,10 @@ def test_inspect_names_the_stack_and_config_source(ckptfs_bin, name):
     assert (topo["tp"], topo["pp"]) == (model["tensor_model_parallel_size"], model["pipeline_model_parallel_size"])
     if not bridge:
         assert topo["dp"] == 2, topo
+    # and the Hugging Face family hf/ serves, as the golden HF model's config.json names it
+    golden = load_json(case_path(name, "expected", "hf_llama", "config.json"))
+    family = f"hf/: the model as Hugging Face's {golden['architectures'][0]} ({golden['model_type']})"
+    assert family in t["notes"], t["notes"]
 
 
 @pytest.mark.parametrize("change, field", [

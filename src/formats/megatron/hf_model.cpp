@@ -470,6 +470,8 @@ void add_hf_view(Tag& tag, const ModelArgs& args, const std::vector<std::vector<
   config["torch_dtype"] = dtype_name(dtype);  // transformers < 5
   config["dtype"] = dtype_name(dtype);
   tag.add(ViewRole::hf, std::move(hf));
+  tag.notes.push_back(fmt::format("hf/: the model as Hugging Face's {} ({})", config["architectures"][0].get<std::string>(),
+                                  config["model_type"].get<std::string>()));
   tag.extra_files.push_back({.path = "hf/config.json", .text = config.dump(2) + "\n", .source = {}});
   std::map<std::string, fs::path> tokenizer;  // a later list (the iteration dir) wins
   for (const auto& list : side_files)
