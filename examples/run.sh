@@ -4,7 +4,7 @@
 # unmount; then inspect the bundled universal checkpoint (written by DeepSpeed's ds_to_universal), the
 # bundled PyTorch DCP checkpoint (written by torch.distributed.checkpoint), the lone torch.save file and
 # the bundled Megatron-LM TP2 x PP2 save dir, the bundled verl FSDP2 save dir and the others (MoE, HF
-# storage, FSDP per-rank).
+# storage, FSDP per-rank, Megatron-Bridge).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The tests run this script against an existing binary (CKPTFS_BIN) and skip the set-up.
@@ -53,3 +53,5 @@ echo "\$ ckptfs inspect examples/dcp-hf-storage-ws2"
 "$bin" inspect examples/dcp-hf-storage-ws2
 echo "\$ ckptfs inspect examples/fsdp-local-llama-ws2"
 "$bin" inspect examples/fsdp-local-llama-ws2
+echo "\$ ckptfs inspect examples/megatron-bridge-qwen3moe-ep2"
+"$bin" inspect examples/megatron-bridge-qwen3moe-ep2

@@ -164,19 +164,25 @@ def test_verl_example_mounts_as_the_generated_case(ckptfs_bin, verl_fixtures, tm
             TV.check_step(os.path.join(mnt, "tags", step), root, VERL_CASE, step, f"examples/verl-fsdp2-ws2 {step}")
 
 
-@pytest.mark.parametrize("example, fixture, says", [
-    ("deepspeed-moe-ep2", "deepspeed-0.19-real/moe_ep2_z2_bf16_ws2", "topology:   ZeRO-2, DP 2, TP 1, PP 1, EP 2 (2 experts)"),
+@pytest.mark.parametrize("example, fixture, says, view", [
+    ("deepspeed-moe-ep2", "deepspeed-0.19-real/moe_ep2_z2_bf16_ws2", "topology:   ZeRO-2, DP 2, TP 1, PP 1, EP 2 (2 experts)",
+     "fp32/pytorch_model.bin"),
     ("dcp-hf-storage-ws2", "dcp-2.14-real/hf_sharded_ws2",
-     "Hugging Face storage (HuggingFaceStorageWriter): distributed shards"),
+     "Hugging Face storage (HuggingFaceStorageWriter): distributed shards", "fp32/pytorch_model.bin"),
     ("fsdp-local-llama-ws2", "fsdp-local-real/fsdp1_llama_ws2_fp32_flat",
-     "format:     FSDP per-rank save: rank{R}.pt (FSDP1 LOCAL_STATE_DICT flat parameters, 2 ranks)"),
+     "format:     FSDP per-rank save: rank{R}.pt (FSDP1 LOCAL_STATE_DICT flat parameters, 2 ranks)",
+     "fp32/pytorch_model.bin"),
+    # an import saves no optimizer state: no fp32/, the hf/ Qwen3-MoE view instead
+    ("megatron-bridge-qwen3moe-ep2", "megatron-2026-real/shared_bridge_qwen3moe_import_ep2",
+     "format:     Megatron-Bridge checkpoint (torch_dist; model config: run_config.yaml's model section)",
+     "hf/model.safetensors"),
 ])
-def test_real_example_is_inspected_and_the_frameworks_output(run_sh_output, example, fixture, says):
-    """The MoE, HF storage and FSDP per-rank examples are the real fixtures' checkpoints (DeepSpeed 0.19.5, torch
-    2.14)."""
+def test_real_example_is_inspected_and_the_frameworks_output(run_sh_output, example, fixture, says, view):
+    """The MoE, HF storage, FSDP per-rank and Megatron-Bridge examples are the real fixtures' checkpoints
+    (DeepSpeed 0.19.5, torch 2.14, Megatron-Bridge 067f987)."""
     out = run_sh_output[run_sh_output.index(f"$ ckptfs inspect examples/{example}"):]
     assert says in out
-    assert re.search(r"^\s+fp32/pytorch_model\.bin\s+\d+ bytes", out, re.M)
+    assert re.search(rf"^\s+{re.escape(view)}\s+\d+ bytes", out, re.M)
     assert_same_files(REPO / "examples" / example, REPO / "mount_tests" / "fixtures" / fixture / "checkpoint")
 
 
