@@ -14,29 +14,11 @@ import os
 import shutil
 import sys
 import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+from chroot_dcp_raw import load_raw, save_raw
 
 src, dst = sys.argv[1], sys.argv[2]
-md = dcp.FileSystemReader(src).read_metadata()
-state = {}
-for k, m in md.state_dict_metadata.items():
-    if k.startswith("optimizer."):
-        continue
-    if isinstance(m, TensorStorageMetadata):
-        state[k] = torch.empty(m.size, dtype=m.properties.dtype)
-    else:
-        state[k] = io.BytesIO()
-
-
-class RawBytes(dcp.DefaultLoadPlanner):
-    """Keeps bytes items as they are (the default planner unpickles them, which needs Megatron's classes)."""
-    def load_bytes(self, read_item, value):
-        value.seek(0)
-        self.original_state_dict[read_item.dest_index.fqn] = io.BytesIO(value.read())
-
-
-dcp.load(state, storage_reader=dcp.FileSystemReader(src), planner=RawBytes(), no_dist=True)
+state = load_raw(src, keep=lambda k: not k.startswith("optimizer."))
 g = torch.Generator().manual_seed(0)
 for i, n in ((0, 5000), (1, 7000)):
     pre = f"chained_{i}.optimizer.distributed.dp_group_idx_0"
@@ -47,13 +29,7 @@ for i, n in ((0, 5000), (1, 7000)):
     state[f"{pre}.per_bucket_numel_unpadded/shard_0_1"] = b
 
 
-class RawBytesSave(dcp.DefaultSavePlanner):
-    """Writes the kept bytes as they are (the default planner would torch.save the BytesIO object itself)."""
-    def transform_object(self, write_item, object):
-        return object if isinstance(object, io.BytesIO) else super().transform_object(write_item, object)
-
-
 os.makedirs(dst, exist_ok=True)
-dcp.save(state, storage_writer=dcp.FileSystemWriter(dst), planner=RawBytesSave(), no_dist=True)
+save_raw(state, dst)
 shutil.copy(os.path.join(src, "metadata.json"), dst)
 print("wrote", len(state), "items")

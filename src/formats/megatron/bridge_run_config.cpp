@@ -14,18 +14,25 @@ namespace {
 
 constexpr uint64_t kMaxRunConfigBytes = uint64_t{16} << 20;
 
-// The fields of the `model:` mapping, each read as the type ckptfs needs or a FormatError naming the file
+// Where a stack keeps the model's TransformerConfig in a YAML file: the mapping's key and the stack's name.
+struct YamlConfigPlace {
+  const char* section;
+  const char* writer;
+};
+
+// The fields of the config mapping, each read as the type ckptfs needs or a FormatError naming the file
 // and the field. YAML's null (a dataclass field left None) counts as absent.
 class ModelSection {
  public:
-  ModelSection(YAML::Node model, const fs::path& file) : model_(std::move(model)), file_(file) {}
+  ModelSection(YAML::Node model, const fs::path& file, YamlConfigPlace place)
+      : model_(std::move(model)), file_(file), place_(place) {}
 
   bool has(const char* key) const { return model_[key] && !model_[key].IsNull(); }
 
   int64_t integer(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
     if (!has(key)) {
       if (fallback) return *fallback;
-      fail(key, "missing: Megatron-Bridge saves the model's sizes here");
+      fail(key, fmt::format("missing: {} saves the model's sizes here", place_.writer));
     }
     return as<int64_t>(key, "an integer");
   }
@@ -57,11 +64,12 @@ class ModelSection {
     }
   }
   [[noreturn]] void fail(const char* key, const std::string& problem) const {
-    throw FormatError(fmt::format("{}: model.{}: {}", file_.string(), key, problem));
+    throw FormatError(fmt::format("{}: {}.{}: {}", file_.string(), place_.section, key, problem));
   }
 
   YAML::Node model_;
   const fs::path& file_;
+  YamlConfigPlace place_;
 };
 
 // Megatron's vocabulary padding (should_pad_vocab): a multiple of make_vocab_size_divisible_by x TP.
@@ -71,9 +79,8 @@ int64_t padded_vocab(const ModelSection& m, int64_t vocab, int tp) {
   return (vocab + multiple - 1) / multiple * multiple;
 }
 
-}  // namespace
-
-ModelArgs read_bridge_model_config(const fs::path& run_config) {
+// The `place.section:` mapping of `run_config` (a TransformerConfig dumped as YAML) as Megatron args.
+ModelArgs read_yaml_model_config(const fs::path& run_config, YamlConfigPlace place) {
   const auto text = io::read_small_file(run_config, kMaxRunConfigBytes);
   if (!text) throw SourceError(fmt::format("{}: cannot read", run_config.string()));
   YAML::Node root;
@@ -82,10 +89,10 @@ ModelArgs read_bridge_model_config(const fs::path& run_config) {
   } catch (const YAML::Exception& e) {
     throw FormatError(fmt::format("{}: not YAML: {}", run_config.string(), e.what()));
   }
-  if (!root.IsMap() || !root["model"] || !root["model"].IsMap())
-    throw FormatError(fmt::format("{}: no model: mapping (Megatron-Bridge writes the model provider's config there)",
-                                  run_config.string()));
-  const ModelSection m(root["model"], run_config);
+  if (!root.IsMap() || !root[place.section] || !root[place.section].IsMap())
+    throw FormatError(fmt::format("{}: no {}: mapping ({} writes the model's config there)", run_config.string(),
+                                  place.section, place.writer));
+  const ModelSection m(root[place.section], run_config, place);
   ModelArgs a;
   a.tp = static_cast<int>(m.positive("tensor_model_parallel_size", 1));
   a.pp = static_cast<int>(m.positive("pipeline_model_parallel_size", 1));
@@ -133,6 +140,16 @@ ModelArgs read_bridge_model_config(const fs::path& run_config) {
   a.init_std = m.number("init_method_std", 0.02);
   a.params_dtype = m.flag("bf16", false) ? DType::BF16 : m.flag("fp16", false) ? DType::F16 : DType::F32;
   return a;
+}
+
+}  // namespace
+
+ModelArgs read_bridge_model_config(const fs::path& run_config) {
+  return read_yaml_model_config(run_config, {"model", "Megatron-Bridge"});
+}
+
+ModelArgs read_nemo_model_config(const fs::path& model_yaml) {
+  return read_yaml_model_config(model_yaml, {"config", "NeMo 2"});
 }
 
 }  // namespace ckptfs::megatron

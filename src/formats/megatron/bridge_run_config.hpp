@@ -1,6 +1,8 @@
-// Megatron-Bridge keeps no Megatron `args` in its saves: the model's config is the `model:` section of
-// iter_N/run_config.yaml, the model provider's dataclass (GPTModelProvider and its subclasses) dumped as
-// YAML, under megatron-core's TransformerConfig names (num_moe_experts, gated_linear_unit, ...).
+// Megatron-Bridge and NeMo 2 keep no Megatron `args` in their saves: the model's config is the `model:`
+// section of Bridge's iter_N/run_config.yaml (the model provider's dataclass, GPTModelProvider and its
+// subclasses) or the `config:` section of NeMo 2's context/model.yaml (the model's fiddle config, GPTConfig
+// and its subclasses, written by IOMixin.io_dump with its defaults), both dumped as YAML under
+// megatron-core's TransformerConfig names (num_moe_experts, gated_linear_unit, ...).
 #pragma once
 
 #include <filesystem>
@@ -15,5 +17,7 @@ constexpr const char* kBridgeRunConfig = "run_config.yaml";
 // and the field when it is not YAML, has no `model:` mapping, or a field ckptfs needs is missing or of the
 // wrong type (exit 4).
 ModelArgs read_bridge_model_config(const std::filesystem::path& run_config);
+// The same from the `config:` mapping of NeMo 2's context/model.yaml.
+ModelArgs read_nemo_model_config(const std::filesystem::path& model_yaml);
 
 }  // namespace ckptfs::megatron

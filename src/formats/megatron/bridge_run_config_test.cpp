@@ -75,5 +75,46 @@ TEST(BridgeRunConfig, WrongFieldsNameTheFileAndField) {
   }
 }
 
+// NeMo 2's context/model.yaml: the model's fiddle config, its GPTConfig under config:
+TEST(NemoModelYaml, ConfigSectionAsMegatronArgs) {
+  const torch::test_support::TempFile yaml(
+      "_target_: nemo.collections.llm.gpt.model.qwen3.Qwen3Model\n_partial_: false\nconfig:\n" +
+          std::string(kQwen3Moe) +
+          "  transformer_layer_spec:\n    _call_: false\n"
+          "    _target_: nemo.collections.llm.gpt.model.base.local_layer_spec\n"
+          "model_transform: null\ntokenizer:\n  _target_: nemo.collections.common.tokenizers.AutoTokenizer\n",
+      "model.yaml");
+  const ModelArgs a = read_nemo_model_config(yaml.path());
+  EXPECT_EQ(a.tp, 2);
+  EXPECT_EQ(a.padded_vocab, 250);  // NeMo's vocab_size is the embedding's: no should_pad_vocab
+  EXPECT_EQ(a.num_experts, 8);
+  EXPECT_TRUE(a.local_spec);
+  EXPECT_TRUE(a.qk_layernorm);
+}
+
+TEST(NemoModelYaml, MissingConfigOrFieldNamesTheFile) {
+  const torch::test_support::TempFile no_config("_target_: nemo.collections.llm.gpt.model.base.GPTModel\n",
+                                                "model.yaml");
+  EXPECT_THROW(
+      {
+        try {
+          read_nemo_model_config(no_config.path());
+        } catch (const FormatError& e) {
+          EXPECT_NE(std::string(e.what()).find(no_config.path().string() + ": no config: mapping (NeMo 2"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      FormatError);
+  const torch::test_support::TempFile no_layers("config:\n  hidden_size: 64\n", "model.yaml");
+  try {
+    read_nemo_model_config(no_layers.path());
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(": config.num_layers: missing: NeMo 2 saves"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ckptfs::megatron

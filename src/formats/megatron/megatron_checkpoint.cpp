@@ -9,6 +9,7 @@
 #include "ckptfs/megatron.hpp"
 #include "formats/megatron/hf_model.hpp"
 #include "formats/megatron/iteration.hpp"
+#include "formats/megatron/nemo2_layout.hpp"
 #include "formats/megatron/nemo_rl_layout.hpp"
 #include "formats/save_dir.hpp"
 
@@ -72,10 +73,11 @@ bool is_megatron_save(const fs::path& source) {
 }
 
 // Where one tag's files are: its Megatron iteration dir, and what a stack around Megatron wrote beside it
-// (NeMo-RL: the step dir's own files, the policy's tokenizer folder).
+// (NeMo-RL: the step dir's own files, the policy's tokenizer folder; NeMo 2: context/'s files and tokenizer).
 struct TagSource {
   fs::path iteration;
-  std::string stack;  // the stack's name for inspect ("" for Megatron's own save dir)
+  std::string stack;    // the stack's name for inspect ("" where the iteration's format names it)
+  std::string weights;  // where the stack keeps the Megatron save, for inspect (policy/weights/)
   std::vector<fs::path> stack_files;
   std::optional<fs::path> tokenizer;
 };
@@ -113,10 +115,27 @@ void add_iterations(formats::SaveDir<TagSource>& dir, const fs::path& save, cons
 }
 
 TagSource nemo_rl_step(const fs::path& step) {
-  return {.iteration = {}, .stack = "NeMo-RL step", .stack_files = side_files_of(step), .tokenizer = nemo_rl_tokenizer(step)};
+  return {.iteration = {},
+          .stack = "NeMo-RL step",
+          .weights = "policy/weights/",
+          .stack_files = side_files_of(step),
+          .tokenizer = nemo_rl_tokenizer(step)};
 }
 
-// The tags of `source`: Megatron's own save dir, a NeMo-RL step dir (its policy/weights/ save dir) or a
+TagSource nemo2_checkpoint(const fs::path& checkpoint) {
+  std::vector<fs::path> files = side_files_of(checkpoint);
+  const auto context = side_files_of(checkpoint / "context");
+  files.insert(files.end(), context.begin(), context.end());
+  // the torch_dist reader names NeMo 2 (it reads context/model.yaml)
+  return {.iteration = nemo2_weights(checkpoint),
+          .stack = "",
+          .weights = "weights/",
+          .stack_files = std::move(files),
+          .tokenizer = nemo2_tokenizer(checkpoint)};
+}
+
+// The tags of `source`: Megatron's own save dir, a NeMo-RL step dir (its policy/weights/ save dir), a
+// NeMo 2 checkpoint folder (its weights/), a NeMo 2 checkpoints dir (a tag per checkpoint folder) or a
 // NeMo-RL checkpoint dir (a tag per step_N/: the iteration its weights' tracker names).
 formats::SaveDir<TagSource> tags_of(const fs::path& source) {
   formats::SaveDir<TagSource> dir("megatron", source,
@@ -128,6 +147,15 @@ formats::SaveDir<TagSource> tags_of(const fs::path& source) {
     if (is_iteration_dir(source) && !io::exists(source / kTracker)) dir.side_files.clear();  // the tag's own
   } else if (is_megatron_save(nemo_rl_weights(source))) {
     add_iterations(dir, nemo_rl_weights(source), nemo_rl_step(source));
+  } else if (is_nemo2_checkpoint(source)) {
+    dir.tags.emplace_back(source.filename().string(), nemo2_checkpoint(source));
+    dir.side_files.clear();  // the tag's own
+  } else if (const auto checkpoints = nemo2_checkpoints(source); !checkpoints.empty()) {
+    for (const auto& c : checkpoints) dir.tags.emplace_back(c.filename().string(), nemo2_checkpoint(c));
+    // no tracker: a folder is whole once rank 0 has dumped its context (after the weights)
+    dir.complete = [](const std::string&, const TagSource& where) {
+      return nemo2_model_yaml_of_weights(where.iteration).has_value();
+    };
   } else {
     for (const auto& step : nemo_rl_steps(source, is_megatron_save)) {
       TagSource where = nemo_rl_step(step);
@@ -142,8 +170,8 @@ formats::SaveDir<TagSource> tags_of(const fs::path& source) {
 }  // namespace
 
 bool is_megatron_source(const fs::path& source) {
-  return is_megatron_save(source) || is_megatron_save(nemo_rl_weights(source)) ||
-         !nemo_rl_steps(source, is_megatron_save).empty();
+  return is_megatron_save(source) || is_megatron_save(nemo_rl_weights(source)) || is_nemo2_checkpoint(source) ||
+         !nemo2_checkpoints(source).empty() || !nemo_rl_steps(source, is_megatron_save).empty();
 }
 
 Checkpoint open(const fs::path& source, const OpenOptions& options) {
@@ -152,10 +180,11 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
   return formats::open_save_dir(std::move(dir), options, [&](io::FileSet& files, const std::string& name,
                                                             const TagSource& where) {
     Iteration it = read_iteration(files, where.iteration, name);
-    if (!where.stack.empty()) it.tag.format = fmt::format("{} (policy/weights/: {})", where.stack, it.tag.format);
+    if (!where.stack.empty()) it.tag.format = fmt::format("{} ({}: {})", where.stack, where.weights, it.tag.format);
     it.tag.side_files = side_files_of(where.iteration);
     it.tag.side_files.insert(it.tag.side_files.end(), where.stack_files.begin(), where.stack_files.end());
-    // the HF tokenizer: Megatron-Bridge's iter_N/tokenizer/, or the stack's (NeMo-RL's policy/tokenizer/)
+    // the HF tokenizer: Megatron-Bridge's iter_N/tokenizer/, or the stack's (NeMo-RL's policy/tokenizer/,
+    // NeMo 2's context/nemo_tokenizer/)
     std::vector<fs::path> tokenizer;
     for (const fs::path& d : {where.tokenizer.value_or(fs::path()), where.iteration / "tokenizer"})
       if (!d.empty() && io::is_directory(d)) {

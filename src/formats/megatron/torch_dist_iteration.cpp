@@ -16,6 +16,7 @@
 #include "formats/megatron/iteration.hpp"
 #include "formats/megatron/model_assembly.hpp"
 #include "formats/megatron/module_order.hpp"
+#include "formats/megatron/nemo2_layout.hpp"
 #include "formats/megatron/stacked_tensors.hpp"
 #include "formats/megatron/state_names.hpp"
 #include "formats/megatron/torch_dist_keys.hpp"
@@ -34,7 +35,7 @@ bool is_stacked(std::string_view key) {
 }
 
 // Who wrote the iteration, and where its model config comes from.
-enum class ConfigSource { megatron_args, bridge_run_config };
+enum class ConfigSource { megatron_args, bridge_run_config, nemo_model_yaml };
 
 struct SavedConfig {
   ModelArgs args;
@@ -42,26 +43,32 @@ struct SavedConfig {
 };
 
 // The saved args: common.pt, or (core 0.19+) the common_state bytes item, a torch.save([dict]); a
-// Megatron-Bridge save has neither args (its common_state holds none) but run_config.yaml.
+// Megatron-Bridge save has neither args (its common_state holds none) but run_config.yaml, NeMo 2's weights/
+// neither but context/model.yaml beside it.
 SavedConfig read_config(const fs::path& dir, const dcp::Metadata& md, const dcp::ItemReader& reader, io::FileSet& files,
                         std::vector<fs::path>& used) {
   const fs::path common = dir / "common.pt", run_config = dir / kBridgeRunConfig;
-  const bool bridge = io::is_file(run_config);
+  const std::optional<fs::path> nemo_yaml = nemo2_model_yaml_of_weights(dir);
+  const bool yaml_config = io::is_file(run_config) || nemo_yaml.has_value();
   if (io::is_file(common)) {
     used.push_back(common);
     const auto archive = torch::TorchArchive::open(files.open(common));
     const formats::Field args = formats::root_field(archive)["args"];
-    if (!bridge || args.present()) return {read_model_args(args), ConfigSource::megatron_args};
+    if (!yaml_config || args.present()) return {read_model_args(args), ConfigSource::megatron_args};
   }
   for (const auto& item : md.items)
     if (!item.is_tensor && item.fqn.starts_with("common_state/")) {
       const auto archive = reader.archive(item, item.location);
       const formats::Field args = formats::root_field(archive).at(0)["args"];
-      if (!bridge || args.present()) return {read_model_args(args), ConfigSource::megatron_args};
+      if (!yaml_config || args.present()) return {read_model_args(args), ConfigSource::megatron_args};
     }
-  if (bridge) {
+  if (io::is_file(run_config)) {
     used.push_back(run_config);
     return {read_bridge_model_config(run_config), ConfigSource::bridge_run_config};
+  }
+  if (nemo_yaml) {
+    used.push_back(*nemo_yaml);
+    return {read_nemo_model_config(*nemo_yaml), ConfigSource::nemo_model_yaml};
   }
   throw FormatError(fmt::format("{}: no common.pt, no common_state item and no run_config.yaml: the saved args are "
                                 "missing", dir.string()));
@@ -168,7 +175,11 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
   it.args = config.args;
   it.tag.format = config.source == ConfigSource::bridge_run_config
                       ? "Megatron-Bridge checkpoint (torch_dist; model config: run_config.yaml's model section)"
+                  : config.source == ConfigSource::nemo_model_yaml
+                      ? "NeMo 2 checkpoint (torch_dist; model config: context/model.yaml's config section)"
                       : "Megatron-LM checkpoint (torch_dist)";
+  // NeMo 2's MegatronParallel saves the model under `module.`
+  const std::string_view wrapper = config.source == ConfigSource::nemo_model_yaml ? "module." : "";
   const ModelArgs& args = it.args;
 
   Unstacker model(args, reader.metadata_path()), masters(args, reader.metadata_path());
@@ -184,9 +195,13 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
     const TorchDistKey kind = classify_torch_dist_key(item.fqn);
     const bool master = std::holds_alternative<MasterKey>(kind);
     if (!master && !std::holds_alternative<ModelKey>(kind)) continue;
-    const std::string_view key = master ? std::get<MasterKey>(kind).name : std::get<ModelKey>(kind).name;
+    const std::string_view saved = master ? std::get<MasterKey>(kind).name : std::get<ModelKey>(kind).name;
+    if (!saved.starts_with(wrapper))
+      throw FormatError(fmt::format("{}: {} lacks the {} prefix NeMo 2 saves every model key under",
+                                    reader.metadata_path().string(), item.fqn, wrapper));
+    const std::string_view key = saved.substr(wrapper.size());
     LogicalTensor t = reader.tensor(item);
-    if (const auto model_item = items_by_key.find(key); master && model_item != items_by_key.end())
+    if (const auto model_item = items_by_key.find(saved); master && model_item != items_by_key.end())
       if (auto unflattened = unflatten_fragments(t, model_item->second->size)) t = std::move(*unflattened);
     for (const auto& f : t.files()) data_files.insert(f->path());
     (master ? masters : model).add(std::string(key), std::move(t));
