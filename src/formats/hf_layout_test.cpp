@@ -55,17 +55,15 @@ TEST(HfLayout, QwenTiesItsHeadAndBiasesQkvOnly) {
 }
 
 TEST(HfLayout, Gpt2Conv1DWeightsAreInputByOutput) {
-  const HfDims d{.vocab = 50,
-                 .hidden = 8,
-                 .intermediate = 32,
-                 .layers = 1,
-                 .heads = 2,
-                 .kv_heads = 2,
-                 .head_dim = 4,
-                 .positions = 16,
-                 .tied = true,
-                 .attention_bias = false,
-                 .mlp_bias = false};
+  HfDims d = llama_dims();  // GPT-2's sizes: head_dim = hidden / heads, learned positions, a tied head
+  d.vocab = 50;
+  d.hidden = 8;
+  d.intermediate = 32;
+  d.layers = 1;
+  d.heads = d.kv_heads = 2;
+  d.head_dim = 4;
+  d.positions = 16;
+  d.tied = true;
   const auto layout = layout_of(HfFamily::gpt2, d);
   EXPECT_EQ(layout.parameters[4].name, "transformer.h.0.attn.c_attn.weight");
   EXPECT_EQ(layout.parameters[4].shape, (std::vector<int64_t>{8, 24}));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <numeric>
 
 #include "ckptfs/error.hpp"
@@ -12,16 +13,31 @@ namespace ckptfs::formats::fsdp {
 
 namespace {
 
-// The plain 1-D tensors of `rank` that view `chunk`'s storage, placed in the flat parameter (chunk `begin`).
-void find_pieces(const RankStateDict& rank, const torch::SourceTensor& chunk, int64_t begin,
+// A rank's non-empty plain 1-D tensors by the storage they view (file, byte offset): the candidates for
+// use_orig_params pieces, indexed once per rank rather than scanned once per unit.
+using StorageKey = std::pair<const io::File*, uint64_t>;
+using PlainViews = std::multimap<StorageKey, std::pair<const std::string*, const torch::SourceTensor*>>;
+
+PlainViews plain_views(const RankStateDict& rank) {
+  PlainViews out;
+  for (const auto& [name, value] : rank.values)
+    if (const auto* t = std::get_if<torch::SourceTensor>(&value);
+        t && t->shape.size() == 1 && t->shape[0] > 0)
+      out.emplace(StorageKey{t->storage.file.get(), t->storage.offset}, std::pair{&name, t});
+  return out;
+}
+
+// The tensors of `views` that lie inside `chunk` (a view of its storage), placed in the flat parameter
+// (chunk `begin`).
+void find_pieces(const PlainViews& views, const torch::SourceTensor& chunk, int64_t begin,
                  std::vector<OrigPiece>& out) {
-  for (const auto& [name, value] : rank.values) {
-    const auto* t = std::get_if<torch::SourceTensor>(&value);
-    if (t == nullptr || t->shape.size() != 1 || t->shape[0] == 0 || t->storage.file != chunk.storage.file ||
-        t->storage.offset != chunk.storage.offset || t->storage_offset < chunk.storage_offset ||
+  const auto [from, to] = views.equal_range(StorageKey{chunk.storage.file.get(), chunk.storage.offset});
+  for (auto it = from; it != to; ++it) {
+    const auto& [name, t] = it->second;
+    if (t->storage_offset < chunk.storage_offset ||
         t->storage_offset + t->shape[0] > chunk.storage_offset + static_cast<int64_t>(chunk.numel()))
       continue;
-    out.push_back({name, begin + t->storage_offset - chunk.storage_offset, t->shape[0]});
+    out.push_back({*name, begin + t->storage_offset - chunk.storage_offset, t->shape[0]});
   }
 }
 
@@ -34,6 +50,8 @@ bool is_flat_param_key(std::string_view key) {
 
 std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks) {
   const auto world = static_cast<int64_t>(ranks.size());
+  std::vector<PlainViews> views;
+  for (const auto& rank : ranks) views.push_back(plain_views(rank));
   std::vector<FlatUnit> out;
   for (const auto& key : ranks[0].names) {
     if (!is_flat_param_key(key)) continue;
@@ -65,7 +83,7 @@ std::vector<FlatUnit> gather_flat_units(const std::vector<RankStateDict>& ranks)
       }
       for (const auto& local : t->local) {
         unit.chunks.emplace_back(local.placement.offsets[0], local.tensor);
-        find_pieces(rank, local.tensor, local.placement.offsets[0], unit.pieces);
+        find_pieces(views[static_cast<size_t>(r)], local.tensor, local.placement.offsets[0], unit.pieces);
       }
     }
     // each rank's file holds the shard the metadata places on it (as_sharded_tensor), so the chunks are
