@@ -21,6 +21,8 @@ MIRROR="${CKPTFS_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 PACKAGES=(python3 python3-torch python3-safetensors python3-numpy python3-zstandard)
 # The S3 gateway of mount_tests/s3_gateway.py (issue 19): Ceph 20's radosgw, with its POSIX driver, is in sid.
 if [ "$SUITE" = sid ]; then PACKAGES+=(radosgw curl); fi
+# llama.cpp's converter, gguf-py and llama-completion for the gguf/ view's tests (issue 33).
+if [ "$SUITE" = sid ]; then PACKAGES+=(llama.cpp-tools python3-gguf python3-sentencepiece); fi
 OPTIONAL=(python3-transformers)
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
