@@ -10,6 +10,7 @@
 #include <set>
 
 #include "ckptfs/error.hpp"
+#include "formats/json_file.hpp"
 #include "ckptfs/io_tree.hpp"
 #include "formats/model_selection.hpp"
 #include "formats/natural_order.hpp"
@@ -171,15 +172,8 @@ catalog::LogicalTensor assemble(const ChunkedTensor& t, const fs::path& dir) {
 // model.safetensors.index.json, when there is one: every file its weight_map names must be there and hold
 // the tensor it is named for (HF loaders open the files through it).
 void check_index(const fs::path& index, const std::vector<ChunkedTensor>& tensors) {
-  const auto text = io::read_small_file(index, kMaxIndexBytes);
-  if (!text) throw SourceError(fmt::format("{}: cannot open", index.string()));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(*text);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(fmt::format("{}: not JSON: {}", index.string(), e.what()));
-  }
-  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+  const nlohmann::json j = formats::read_json_object(index, kMaxIndexBytes);
+  if (!j.contains("weight_map") || !j["weight_map"].is_object())
     throw FormatError(fmt::format("{}: no weight_map object", index.string()));
   std::map<std::string, const ChunkedTensor*> by_fqn;
   for (const auto& t : tensors) by_fqn[t.fqn] = &t;

@@ -5,6 +5,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io_tree.hpp"
+#include "formats/megatron/verl_layout.hpp"
 
 namespace ckptfs::megatron {
 
@@ -14,7 +15,8 @@ namespace {
 
 constexpr uint64_t kMaxRunConfigBytes = uint64_t{16} << 20;
 
-// Where a stack keeps the model's TransformerConfig in a YAML file: the mapping's key and the stack's name.
+// Where a stack keeps the model's TransformerConfig: the mapping's key ("" for the whole file) and the
+// stack's name.
 struct YamlConfigPlace {
   const char* section;
   const char* writer;
@@ -41,8 +43,12 @@ class ModelSection {
     if (v <= 0 || v > (int64_t{1} << 40)) fail(key, fmt::format("{}, expected a positive integer", v));
     return v;
   }
-  bool flag(const char* key, bool fallback) const { return has(key) ? as<bool>(key, "true or false") : fallback; }
-  double number(const char* key, double fallback) const { return has(key) ? as<double>(key, "a number") : fallback; }
+  bool flag(const char* key, bool fallback) const {
+    return has(key) ? as<bool>(key, "true or false") : fallback;
+  }
+  double number(const char* key, double fallback) const {
+    return has(key) ? as<double>(key, "a number") : fallback;
+  }
   std::string text(const char* key, std::string fallback) const {
     return has(key) ? as<std::string>(key, "a string") : fallback;
   }
@@ -64,7 +70,8 @@ class ModelSection {
     }
   }
   [[noreturn]] void fail(const char* key, const std::string& problem) const {
-    throw FormatError(fmt::format("{}: {}.{}: {}", file_.string(), place_.section, key, problem));
+    const std::string_view dot = *place_.section != '\0' ? "." : "";
+    throw FormatError(fmt::format("{}: {}{}{}: {}", file_.string(), place_.section, dot, key, problem));
   }
 
   YAML::Node model_;
@@ -79,20 +86,29 @@ int64_t padded_vocab(const ModelSection& m, int64_t vocab, int tp) {
   return (vocab + multiple - 1) / multiple * multiple;
 }
 
-// The `place.section:` mapping of `run_config` (a TransformerConfig dumped as YAML) as Megatron args.
-ModelArgs read_yaml_model_config(const fs::path& run_config, YamlConfigPlace place) {
-  const auto text = io::read_small_file(run_config, kMaxRunConfigBytes);
-  if (!text) throw SourceError(fmt::format("{}: cannot read", run_config.string()));
-  YAML::Node root;
+YAML::Node load_yaml(const fs::path& file) {
+  const auto text = io::read_small_file(file, kMaxRunConfigBytes);
+  if (!text) throw SourceError(fmt::format("{}: cannot read", file.string()));
   try {
-    root = YAML::Load(*text);
+    return YAML::Load(*text);
   } catch (const YAML::Exception& e) {
-    throw FormatError(fmt::format("{}: not YAML: {}", run_config.string(), e.what()));
+    throw FormatError(fmt::format("{}: not YAML: {}", file.string(), e.what()));
   }
+}
+
+// The `place.section:` mapping of `file` (a TransformerConfig dumped as YAML).
+YAML::Node model_section(const fs::path& file, YamlConfigPlace place) {
+  const YAML::Node root = load_yaml(file);
   if (!root.IsMap() || !root[place.section] || !root[place.section].IsMap())
-    throw FormatError(fmt::format("{}: no {}: mapping ({} writes the model's config there)", run_config.string(),
+    throw FormatError(fmt::format("{}: no {}: mapping ({} writes the model's config there)", file.string(),
                                   place.section, place.writer));
-  const ModelSection m(root[place.section], run_config, place);
+  return root[place.section];
+}
+
+// A TransformerConfig mapping (with the GPT model's own fields: vocabulary, positions, rope) as Megatron
+// args.
+ModelArgs read_model_config(const YAML::Node& section, const fs::path& run_config, YamlConfigPlace place) {
+  const ModelSection m(section, run_config, place);
   ModelArgs a;
   a.tp = static_cast<int>(m.positive("tensor_model_parallel_size", 1));
   a.pp = static_cast<int>(m.positive("pipeline_model_parallel_size", 1));
@@ -145,11 +161,32 @@ ModelArgs read_yaml_model_config(const fs::path& run_config, YamlConfigPlace pla
 }  // namespace
 
 ModelArgs read_bridge_model_config(const fs::path& run_config) {
-  return read_yaml_model_config(run_config, {"model", "Megatron-Bridge"});
+  constexpr YamlConfigPlace kPlace{"model", "Megatron-Bridge"};
+  return read_model_config(model_section(run_config, kPlace), run_config, kPlace);
 }
 
 ModelArgs read_nemo_model_config(const fs::path& model_yaml) {
-  return read_yaml_model_config(model_yaml, {"config", "NeMo 2"});
+  constexpr YamlConfigPlace kPlace{"config", "NeMo 2"};
+  return read_model_config(model_section(model_yaml, kPlace), model_yaml, kPlace);
+}
+
+ModelArgs read_verl_model_config(const fs::path& transformer_config, const fs::path& hf_config) {
+  // JSON is YAML; yaml-cpp also takes the NaN and Infinity json.dump writes for such floats
+  YAML::Node config = load_yaml(transformer_config);
+  if (!config.IsMap())
+    throw FormatError(fmt::format("{}: not a mapping (verl dumps the model's TransformerConfig here)",
+                                  transformer_config.string()));
+  const HfModelConfig hf = read_hf_model_config(hf_config);
+  // what verl's model initializer passes GPTModel from the HF config (no vocabulary padding), and the
+  // activation its config converter sets (dropped from the dump as a callable)
+  config["vocab_size"] = hf.vocab_size;
+  config["seq_length"] = hf.max_positions;
+  config["position_embedding_type"] = "rope";
+  config["rotary_base"] = hf.rope_theta;
+  config["share_embeddings_and_output_weights"] = hf.tied_embeddings;
+  if (!config["activation_func"])
+    config["activation_func"]["_target_"] = "torch.nn.functional." + hf.activation;
+  return read_model_config(config, transformer_config, {"", "verl"});
 }
 
 }  // namespace ckptfs::megatron

@@ -2,7 +2,8 @@
 // section of Bridge's iter_N/run_config.yaml (the model provider's dataclass, GPTModelProvider and its
 // subclasses) or the `config:` section of NeMo 2's context/model.yaml (the model's fiddle config, GPTConfig
 // and its subclasses, written by IOMixin.io_dump with its defaults), both dumped as YAML under
-// megatron-core's TransformerConfig names (num_moe_experts, gated_linear_unit, ...).
+// megatron-core's TransformerConfig names (num_moe_experts, gated_linear_unit, ...). verl's Megatron backend
+// dumps the same dataclass as JSON (transformer_config.json).
 #pragma once
 
 #include <filesystem>
@@ -19,5 +20,9 @@ constexpr const char* kBridgeRunConfig = "run_config.yaml";
 ModelArgs read_bridge_model_config(const std::filesystem::path& run_config);
 // The same from the `config:` mapping of NeMo 2's context/model.yaml.
 ModelArgs read_nemo_model_config(const std::filesystem::path& model_yaml);
+// The same from verl's transformer_config.json (the whole file is the mapping) and, for what GPTModel takes
+// beside its TransformerConfig, the role's huggingface/config.json (formats/megatron/verl_layout.hpp).
+ModelArgs read_verl_model_config(const std::filesystem::path& transformer_config,
+                                 const std::filesystem::path& hf_config);
 
 }  // namespace ckptfs::megatron

@@ -11,7 +11,9 @@
 #include "formats/megatron/iteration.hpp"
 #include "formats/megatron/nemo2_layout.hpp"
 #include "formats/megatron/nemo_rl_layout.hpp"
+#include "formats/megatron/verl_layout.hpp"
 #include "formats/save_dir.hpp"
+#include "formats/verl/steps.hpp"
 
 namespace ckptfs::megatron {
 
@@ -26,7 +28,9 @@ bool is_iteration_name(const std::string& name) {
                                formats::is_decimal(std::string_view(name).substr(5)));
 }
 
-bool is_iteration_dir(const fs::path& dir) { return is_legacy_iteration(dir) || is_torch_dist_iteration(dir); }
+bool is_iteration_dir(const fs::path& dir) {
+  return is_legacy_iteration(dir) || is_torch_dist_iteration(dir);
+}
 
 std::vector<fs::path> iteration_dirs(const fs::path& root) {
   return formats::sorted_subdirs(root, [](const fs::path& d) {
@@ -58,7 +62,8 @@ std::vector<fs::path> side_files_of(const fs::path& dir) {
 }
 
 Iteration read_iteration(io::FileSet& files, const fs::path& dir, const std::string& name) {
-  return is_legacy_iteration(dir) ? read_legacy_iteration(files, dir, name) : read_torch_dist_iteration(files, dir, name);
+  return is_legacy_iteration(dir) ? read_legacy_iteration(files, dir, name)
+                                  : read_torch_dist_iteration(files, dir, name);
 }
 
 // A Megatron-LM or Megatron-Bridge save dir, or one iteration dir of one.
@@ -80,6 +85,9 @@ struct TagSource {
   std::string weights;  // where the stack keeps the Megatron save, for inspect (policy/weights/)
   std::vector<fs::path> stack_files;
   std::optional<fs::path> tokenizer;
+  std::optional<fs::path>
+      hf_config;  // the stack's HF config.json, served as hf/config.json (verl's huggingface/)
+  std::vector<std::string> notes;  // what of the stack's folder is not served
 };
 
 // The iteration a save dir's tracker names, or its last one.
@@ -87,7 +95,8 @@ fs::path latest_iteration(const fs::path& save) {
   if (is_iteration_dir(save) && !io::exists(save / kTracker)) return save;
   const auto dirs = iteration_dirs(save);
   if (dirs.empty())
-    throw SourceError(fmt::format("{}: no Megatron-LM iteration dir (iter_NNNNNNN/ with torch_dist files)", save.string()));
+    throw SourceError(
+        fmt::format("{}: no Megatron-LM iteration dir (iter_NNNNNNN/ with torch_dist files)", save.string()));
   const auto tracked = tracked_iteration(save);
   if (!tracked) return dirs.back();
   if (std::find(dirs.begin(), dirs.end(), save / *tracked) == dirs.end())
@@ -119,7 +128,9 @@ TagSource nemo_rl_step(const fs::path& step) {
           .stack = "NeMo-RL step",
           .weights = "policy/weights/",
           .stack_files = side_files_of(step),
-          .tokenizer = nemo_rl_tokenizer(step)};
+          .tokenizer = nemo_rl_tokenizer(step),
+          .hf_config = {},
+          .notes = {}};
 }
 
 TagSource nemo2_checkpoint(const fs::path& checkpoint) {
@@ -131,18 +142,69 @@ TagSource nemo2_checkpoint(const fs::path& checkpoint) {
           .stack = "",
           .weights = "weights/",
           .stack_files = std::move(files),
-          .tokenizer = nemo2_tokenizer(checkpoint)};
+          .tokenizer = nemo2_tokenizer(checkpoint),
+          .hf_config = {},
+          .notes = {}};
+}
+
+// verl's step: the actor's dist_ckpt/ (else the first role's), its transformer_config.json beside it and its
+// huggingface/ folder for hf/.
+TagSource verl_step(const std::vector<fs::path>& roles) {
+  const fs::path& role = roles.front();
+  TagSource where{.iteration = verl_dist_ckpt(role),
+                  .stack = "",  // the torch_dist reader names verl (it reads transformer_config.json)
+                  .weights = role.filename().string() + "/dist_ckpt/",
+                  .stack_files = side_files_of(role),
+                  .tokenizer = verl_huggingface(role),
+                  .hf_config = verl_huggingface(role) / "config.json",
+                  .notes = {}};
+  for (size_t i = 1; i < roles.size(); ++i)
+    where.notes.push_back(fmt::format("{}/ not served: mount {} itself to read it",
+                                      roles[i].filename().string(), roles[i].string()));
+  return where;
+}
+
+// The tag name of a verl role dir given as SRC: its step's (global_step_N/actor/), else its own.
+std::string verl_tag_name(const fs::path& role) {
+  const std::string step = role.parent_path().filename().string();
+  return formats::verl::is_step_name(step) ? step : role.filename().string();
+}
+
+// hf/config.json as the stack saved it (verl keeps the model's HF config beside the checkpoint), in place of
+// the one built from the model's args.
+void serve_stack_hf_config(Tag& tag, const fs::path& config) {
+  for (auto& f : tag.extra_files)
+    if (f.path == "hf/config.json") f = {.path = f.path, .text = {}, .source = config};
+}
+
+// The layers with a router (MoE layers), for inspect's expert count.
+int64_t moe_layers(const catalog::Catalog& model) {
+  return std::count_if(model.tensors.begin(), model.tensors.end(),
+                       [](const catalog::LogicalTensor& t) { return t.name.ends_with("mlp.router.weight"); });
 }
 
 // The tags of `source`: Megatron's own save dir, a NeMo-RL step dir (its policy/weights/ save dir), a
 // NeMo 2 checkpoint folder (its weights/), a NeMo 2 checkpoints dir (a tag per checkpoint folder) or a
 // NeMo-RL checkpoint dir (a tag per step_N/: the iteration its weights' tracker names).
 formats::SaveDir<TagSource> tags_of(const fs::path& source) {
-  formats::SaveDir<TagSource> dir("megatron", source,
-                                  "no Megatron-LM iteration dir (iter_NNNNNNN/ or release/ with mp_rank_* dirs or "
-                                  "torch_dist files)");
+  formats::SaveDir<TagSource> dir(
+      "megatron", source,
+      "no Megatron-LM iteration dir (iter_NNNNNNN/ or release/ with mp_rank_* dirs or "
+      "torch_dist files)");
   dir.side_files = side_files_of(source);
-  if (is_megatron_save(source)) {
+  // verl's dist_ckpt/ given alone is its role dir
+  const fs::path verl_role = verl_model_config_of(source) ? source.parent_path() : source;
+  if (is_verl_megatron_role(verl_role)) {
+    dir.tags.emplace_back(verl_tag_name(verl_role), verl_step({verl_role}));
+    dir.side_files.clear();  // the tag's own
+  } else if (const auto roles = verl_megatron_roles(source); !roles.empty()) {
+    dir.tags.emplace_back(source.filename().string(), verl_step(roles));
+    dir.side_files.clear();
+  } else if (const auto steps = verl_megatron_steps(source); !steps.empty()) {
+    for (const auto& step : steps)
+      dir.tags.emplace_back(step.filename().string(), verl_step(verl_megatron_roles(step)));
+    dir.tracked = formats::verl::tracked_step(source);
+  } else if (is_megatron_save(source)) {
     add_iterations(dir, source, {});
     if (is_iteration_dir(source) && !io::exists(source / kTracker)) dir.side_files.clear();  // the tag's own
   } else if (is_megatron_save(nemo_rl_weights(source))) {
@@ -170,38 +232,46 @@ formats::SaveDir<TagSource> tags_of(const fs::path& source) {
 }  // namespace
 
 bool is_megatron_source(const fs::path& source) {
-  return is_megatron_save(source) || is_megatron_save(nemo_rl_weights(source)) || is_nemo2_checkpoint(source) ||
-         !nemo2_checkpoints(source).empty() || !nemo_rl_steps(source, is_megatron_save).empty();
+  return is_megatron_save(source) || is_verl_megatron_role(source) || !verl_megatron_roles(source).empty() ||
+         !verl_megatron_steps(source).empty() || is_megatron_save(nemo_rl_weights(source)) ||
+         is_nemo2_checkpoint(source) || !nemo2_checkpoints(source).empty() ||
+         !nemo_rl_steps(source, is_megatron_save).empty();
 }
 
 Checkpoint open(const fs::path& source, const OpenOptions& options) {
   formats::SaveDir<TagSource> dir = tags_of(source);
   const std::vector<fs::path> root_side_files = dir.side_files;
-  return formats::open_save_dir(std::move(dir), options, [&](io::FileSet& files, const std::string& name,
-                                                            const TagSource& where) {
-    Iteration it = read_iteration(files, where.iteration, name);
-    if (!where.stack.empty()) it.tag.format = fmt::format("{} ({}: {})", where.stack, where.weights, it.tag.format);
-    it.tag.side_files = side_files_of(where.iteration);
-    it.tag.side_files.insert(it.tag.side_files.end(), where.stack_files.begin(), where.stack_files.end());
-    // the HF tokenizer: Megatron-Bridge's iter_N/tokenizer/, or the stack's (NeMo-RL's policy/tokenizer/,
-    // NeMo 2's context/nemo_tokenizer/)
-    std::vector<fs::path> tokenizer;
-    for (const fs::path& d : {where.tokenizer.value_or(fs::path()), where.iteration / "tokenizer"})
-      if (!d.empty() && io::is_directory(d)) {
-        const auto found = formats::side_files(d, [](const std::string&) { return false; });
-        tokenizer.insert(tokenizer.end(), found.begin(), found.end());
-      }
-    add_hf_view(it.tag, it.args, {root_side_files, it.tag.side_files, tokenizer});
-    for (const auto& t : it.tag.catalog(ViewRole::model)->tensors)
-      if (dtype_is_floating(t.dtype)) {
-        it.tag.topology.train_dtype = t.dtype;
-        break;
-      }
-    it.tag.topology.tp = it.args.tp;
-    it.tag.topology.pp = it.args.pp;
-    it.tag.topology.dp = it.args.dp;
-    return std::move(it.tag);
-  });
+  return formats::open_save_dir(
+      std::move(dir), options, [&](io::FileSet& files, const std::string& name, const TagSource& where) {
+        Iteration it = read_iteration(files, where.iteration, name);
+        if (!where.stack.empty())
+          it.tag.format = fmt::format("{} ({}: {})", where.stack, where.weights, it.tag.format);
+        it.tag.side_files = side_files_of(where.iteration);
+        it.tag.side_files.insert(it.tag.side_files.end(), where.stack_files.begin(), where.stack_files.end());
+        // the HF tokenizer: Megatron-Bridge's iter_N/tokenizer/, or the stack's (NeMo-RL's policy/tokenizer/,
+        // NeMo 2's context/nemo_tokenizer/)
+        std::vector<fs::path> tokenizer;
+        for (const fs::path& d : {where.tokenizer.value_or(fs::path()), where.iteration / "tokenizer"})
+          if (!d.empty() && io::is_directory(d)) {
+            const auto found = formats::side_files(d, [](const std::string&) { return false; });
+            tokenizer.insert(tokenizer.end(), found.begin(), found.end());
+          }
+        add_hf_view(it.tag, it.args, {root_side_files, it.tag.side_files, tokenizer});
+        if (where.hf_config && it.tag.has(ViewRole::hf)) serve_stack_hf_config(it.tag, *where.hf_config);
+        it.tag.notes.insert(it.tag.notes.end(), where.notes.begin(), where.notes.end());
+        for (const auto& t : it.tag.catalog(ViewRole::model)->tensors)
+          if (dtype_is_floating(t.dtype)) {
+            it.tag.topology.train_dtype = t.dtype;
+            break;
+          }
+        it.tag.topology.tp = it.args.tp;
+        it.tag.topology.pp = it.args.pp;
+        it.tag.topology.dp = it.args.dp;
+        it.tag.topology.ep = it.args.ep;
+        it.tag.topology.experts =
+            static_cast<int>(it.args.num_experts * moe_layers(*it.tag.catalog(ViewRole::model)));
+        return std::move(it.tag);
+      });
 }
 
 }  // namespace ckptfs::megatron

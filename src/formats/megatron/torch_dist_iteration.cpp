@@ -4,9 +4,9 @@
 #include <fmt/ranges.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <nlohmann/json.hpp>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io_tree.hpp"
@@ -20,6 +20,7 @@
 #include "formats/megatron/stacked_tensors.hpp"
 #include "formats/megatron/state_names.hpp"
 #include "formats/megatron/torch_dist_keys.hpp"
+#include "formats/megatron/verl_layout.hpp"
 
 namespace ckptfs::megatron {
 
@@ -35,7 +36,7 @@ bool is_stacked(std::string_view key) {
 }
 
 // Who wrote the iteration, and where its model config comes from.
-enum class ConfigSource { megatron_args, bridge_run_config, nemo_model_yaml };
+enum class ConfigSource { megatron_args, bridge_run_config, nemo_model_yaml, verl_transformer_config };
 
 struct SavedConfig {
   ModelArgs args;
@@ -44,23 +45,24 @@ struct SavedConfig {
 
 // The saved args: common.pt, or (core 0.19+) the common_state bytes item, a torch.save([dict]); a
 // Megatron-Bridge save has neither args (its common_state holds none) but run_config.yaml, NeMo 2's weights/
-// neither but context/model.yaml beside it.
-SavedConfig read_config(const fs::path& dir, const dcp::Metadata& md, const dcp::ItemReader& reader, io::FileSet& files,
-                        std::vector<fs::path>& used) {
+// neither but context/model.yaml beside it, verl's dist_ckpt/ neither but transformer_config.json beside it.
+SavedConfig read_config(const fs::path& dir, const dcp::Metadata& md, const dcp::ItemReader& reader,
+                        io::FileSet& files, std::vector<fs::path>& used) {
   const fs::path common = dir / "common.pt", run_config = dir / kBridgeRunConfig;
   const std::optional<fs::path> nemo_yaml = nemo2_model_yaml_of_weights(dir);
-  const bool yaml_config = io::is_file(run_config) || nemo_yaml.has_value();
+  const std::optional<VerlModelConfig> verl = verl_model_config_of(dir);
+  const bool stack_config = io::is_file(run_config) || nemo_yaml.has_value() || verl.has_value();
   if (io::is_file(common)) {
     used.push_back(common);
     const auto archive = torch::TorchArchive::open(files.open(common));
     const formats::Field args = formats::root_field(archive)["args"];
-    if (!yaml_config || args.present()) return {read_model_args(args), ConfigSource::megatron_args};
+    if (!stack_config || args.present()) return {read_model_args(args), ConfigSource::megatron_args};
   }
   for (const auto& item : md.items)
     if (!item.is_tensor && item.fqn.starts_with("common_state/")) {
       const auto archive = reader.archive(item, item.location);
       const formats::Field args = formats::root_field(archive).at(0)["args"];
-      if (!yaml_config || args.present()) return {read_model_args(args), ConfigSource::megatron_args};
+      if (!stack_config || args.present()) return {read_model_args(args), ConfigSource::megatron_args};
     }
   if (io::is_file(run_config)) {
     used.push_back(run_config);
@@ -70,8 +72,31 @@ SavedConfig read_config(const fs::path& dir, const dcp::Metadata& md, const dcp:
     used.push_back(*nemo_yaml);
     return {read_nemo_model_config(*nemo_yaml), ConfigSource::nemo_model_yaml};
   }
-  throw FormatError(fmt::format("{}: no common.pt, no common_state item and no run_config.yaml: the saved args are "
-                                "missing", dir.string()));
+  if (verl) {
+    used.insert(used.end(), {verl->transformer_config, verl->hf_config});
+    return {read_verl_model_config(verl->transformer_config, verl->hf_config),
+            ConfigSource::verl_transformer_config};
+  }
+  throw FormatError(
+      fmt::format("{}: no common.pt, no common_state item and no run_config.yaml: the saved args are "
+                  "missing",
+                  dir.string()));
+}
+
+// What inspect calls the save: the stack that wrote it and where its model config came from.
+std::string_view format_name(ConfigSource source) {
+  switch (source) {
+    case ConfigSource::bridge_run_config:
+      return "Megatron-Bridge checkpoint (torch_dist; model config: run_config.yaml's model section)";
+    case ConfigSource::nemo_model_yaml:
+      return "NeMo 2 checkpoint (torch_dist; model config: context/model.yaml's config section)";
+    case ConfigSource::verl_transformer_config:
+      return "verl Megatron checkpoint (dist_ckpt/ torch_dist; model config: transformer_config.json and "
+             "huggingface/config.json)";
+    case ConfigSource::megatron_args:
+      break;
+  }
+  return "Megatron-LM checkpoint (torch_dist)";
 }
 
 // Model-space tensors keyed by parameter name, unstacked into TP=1 PP=1 names, in Megatron's state-dict
@@ -87,8 +112,9 @@ class Unstacker {
       return;
     }
     if (t.shape.empty() || t.shape[0] != args_.num_layers)
-      throw FormatError(fmt::format("{}: {} stacks {} layers, the saved args say num_layers {}", metadata_.string(), key,
-                                    t.shape.empty() ? 0 : t.shape[0], args_.num_layers));
+      throw FormatError(fmt::format("{}: {} stacks {} layers, the saved args say num_layers {}",
+                                    metadata_.string(), key, t.shape.empty() ? 0 : t.shape[0],
+                                    args_.num_layers));
     stacked_.emplace_back(key, std::move(t));
   }
 
@@ -122,9 +148,11 @@ class Unstacker {
       return;
     }
     if (t.shape.empty() || t.shape[0] != args_.num_experts)
-      throw FormatError(fmt::format("{}: {} stacks {} experts, the saved args say num_experts {}", metadata_.string(),
-                                    name, t.shape.empty() ? 0 : t.shape[0], args_.num_experts));
-    for (int64_t e = 0; e < args_.num_experts; ++e) out.push_back(stacked_entry(t, e, expert_name(name, e, args_.moe_grouped_gemm)));
+      throw FormatError(fmt::format("{}: {} stacks {} experts, the saved args say num_experts {}",
+                                    metadata_.string(), name, t.shape.empty() ? 0 : t.shape[0],
+                                    args_.num_experts));
+    for (int64_t e = 0; e < args_.num_experts; ++e)
+      out.push_back(stacked_entry(t, e, expert_name(name, e, args_.moe_grouped_gemm)));
   }
 
   const ModelArgs& args_;
@@ -133,7 +161,8 @@ class Unstacker {
   std::vector<std::pair<std::string, LogicalTensor>> stacked_;
 };
 
-// Why the masters saved under model keys are not in the model's shapes (after unflatten_fragments), or nullopt.
+// Why the masters saved under model keys are not in the model's shapes (after unflatten_fragments), or
+// nullopt.
 std::optional<std::string> off_model_shape(const catalog::Catalog& masters, const catalog::Catalog& model) {
   std::map<std::string_view, const LogicalTensor*> shapes;
   for (const auto& t : model.tensors) shapes.emplace(t.name, &t);
@@ -173,11 +202,7 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
   it.tag.files = {marker, reader.metadata_path()};
   const SavedConfig config = read_config(dir, md, reader, files, it.tag.files);
   it.args = config.args;
-  it.tag.format = config.source == ConfigSource::bridge_run_config
-                      ? "Megatron-Bridge checkpoint (torch_dist; model config: run_config.yaml's model section)"
-                  : config.source == ConfigSource::nemo_model_yaml
-                      ? "NeMo 2 checkpoint (torch_dist; model config: context/model.yaml's config section)"
-                      : "Megatron-LM checkpoint (torch_dist)";
+  it.tag.format = format_name(config.source);
   // NeMo 2's MegatronParallel saves the model under `module.`
   const std::string_view wrapper = config.source == ConfigSource::nemo_model_yaml ? "module." : "";
   const ModelArgs& args = it.args;

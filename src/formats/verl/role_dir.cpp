@@ -11,11 +11,12 @@
 #include "ckptfs/error.hpp"
 #include "ckptfs/io_tree.hpp"
 #include "ckptfs/torch.hpp"
+#include "formats/dtensor.hpp"
 #include "formats/parallel_reads.hpp"
 #include "formats/pickle_access.hpp"
-#include "formats/save_dir.hpp"
-#include "formats/dtensor.hpp"
 #include "formats/rank_state_dict.hpp"
+#include "formats/save_dir.hpp"
+#include "formats/verl/steps.hpp"
 
 namespace ckptfs::formats::verl {
 
@@ -39,7 +40,8 @@ int model_world_size(const fs::path& dir) {
     const std::string name = entry.path.filename().string();
     if (std::regex_match(name, m, kModelFile)) ranks[std::stoi(m[1].str())].insert(std::stoi(m[2].str()));
   }
-  if (ranks.empty()) throw FormatError(fmt::format("{}: no model_world_size_W_rank_R.pt files", dir.string()));
+  if (ranks.empty())
+    throw FormatError(fmt::format("{}: no model_world_size_W_rank_R.pt files", dir.string()));
   if (ranks.size() > 1)
     throw FormatError(fmt::format("{}: model files of several world sizes ({} and {})", dir.string(),
                                   ranks.begin()->first, ranks.rbegin()->first));
@@ -47,7 +49,8 @@ int model_world_size(const fs::path& dir) {
   for (int r = 0; r < world_size; ++r)
     if (!present.contains(r))
       throw FormatError(fmt::format("{}: missing (world size {}: every rank 0..{} saves its model file)",
-                                    rank_file(dir, "model", world_size, r).string(), world_size, world_size - 1));
+                                    rank_file(dir, "model", world_size, r).string(), world_size,
+                                    world_size - 1));
   if (*present.rbegin() >= world_size)
     throw FormatError(fmt::format("{}: rank {} beyond world size {}",
                                   rank_file(dir, "model", world_size, *present.rbegin()).string(),
@@ -86,7 +89,8 @@ std::vector<fs::path> rank_files(const fs::path& dir, std::string_view kind, int
     for (int r = 0; r < world_size; ++r)
       if (!io::is_file(rank_file(dir, kind, world_size, r)))
         throw FormatError(fmt::format("{}: missing ({} of {} ranks saved their {} file)",
-                                      rank_file(dir, kind, world_size, r).string(), out.size(), world_size, kind));
+                                      rank_file(dir, kind, world_size, r).string(), out.size(), world_size,
+                                      kind));
   return out;
 }
 
@@ -104,11 +108,13 @@ std::string describe_optimizer(io::FileSet& files, const fs::path& path) {
       if (!key->is(pickle::Kind::String)) continue;
       keys.insert(key->text);
       if (key->text == "step" || dtensors) continue;
-      if (as_dtensor(Field(value.get(), &archive.file()->path(), key->text))) dtensors = true;
-      else if (torch::as_tensor(*value)) dtensors = false;
+      if (as_dtensor(Field(value.get(), &archive.file()->path(), key->text)))
+        dtensors = true;
+      else if (torch::as_tensor(*value))
+        dtensors = false;
     }
   }
-  const char* layout = !dtensors ? "no tensors"
+  const char* layout = !dtensors   ? "no tensors"
                        : *dtensors ? "DTensors sharded like the parameters"
                                    : "plain tensors (FSDP1: each rank's piece of the flattened parameters)";
   return fmt::format("torch.optim state_dict per rank, rank 0: {} parameter states {{{}}}, {}; not served",
@@ -118,8 +124,11 @@ std::string describe_optimizer(io::FileSet& files, const fs::path& path) {
 std::vector<fs::path> huggingface_files(const fs::path& dir, std::vector<std::string>& notes) {
   return formats::side_files(dir / "huggingface", [&](const std::string& name) {
     // save_contents "hf_model" adds the whole model: our model.safetensors takes its place
-    const bool weights = name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json") || name.ends_with(".bin");
-    if (weights) notes.push_back(fmt::format("huggingface/{} not served: model.safetensors is merged from the shards", name));
+    const bool weights =
+        name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json") || name.ends_with(".bin");
+    if (weights)
+      notes.push_back(
+          fmt::format("huggingface/{} not served: model.safetensors is merged from the shards", name));
     return weights;
   });
 }
@@ -127,7 +136,8 @@ std::vector<fs::path> huggingface_files(const fs::path& dir, std::vector<std::st
 }  // namespace
 
 bool is_role_dir(const fs::path& dir) {
-  static const std::regex kVerlFile(R"((optim|extra_state)_world_size_\d{1,6}_rank_\d{1,6}\.pt|fsdp_config\.json)");
+  static const std::regex kVerlFile(
+      R"((optim|extra_state)_world_size_\d{1,6}_rank_\d{1,6}\.pt|fsdp_config\.json)");
   bool model = false, verl = false;
   for (const auto& entry : io::list_directory(dir)) {
     const std::string name = entry.path.filename().string();
@@ -136,8 +146,7 @@ bool is_role_dir(const fs::path& dir) {
   }
   // model files alone are any per-rank save so named (formats/fsdp): verl writes more beside them, or the
   // role dir sits in its global_step_N dir
-  const std::string parent = dir.parent_path().filename().string();
-  return model && (verl || (parent.starts_with("global_step_") && is_decimal(parent.substr(12))));
+  return model && (verl || is_step_name(dir.parent_path().filename().string()));
 }
 
 RoleDir read_role_dir(io::FileSet& files, const fs::path& dir) {
@@ -147,7 +156,8 @@ RoleDir read_role_dir(io::FileSet& files, const fs::path& dir) {
   role.world_size = model_world_size(dir);
   role.fsdp_version = read_fsdp_config(dir, role.world_size);
   std::vector<fs::path> model_files;
-  for (int r = 0; r < role.world_size; ++r) model_files.push_back(rank_file(dir, "model", role.world_size, r));
+  for (int r = 0; r < role.world_size; ++r)
+    model_files.push_back(rank_file(dir, "model", role.world_size, r));
   const auto ranks = read_all(model_files, [&](const fs::path& p) { return read_rank_state_dict(files, p); });
   role.parameters = merge_dtensor_ranks(ranks, PlainTensors::concatenated);
   for (const auto& name : ranks[0].names)

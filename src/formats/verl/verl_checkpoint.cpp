@@ -9,10 +9,11 @@
 #include "ckptfs/error.hpp"
 #include "ckptfs/io_tree.hpp"
 #include "ckptfs/verl.hpp"
+#include "formats/dtensor.hpp"
 #include "formats/model_selection.hpp"
 #include "formats/save_dir.hpp"
-#include "formats/dtensor.hpp"
 #include "formats/verl/role_dir.hpp"
+#include "formats/verl/steps.hpp"
 
 namespace ckptfs::verl {
 
@@ -21,23 +22,14 @@ using formats::verl::RoleDir;
 
 namespace {
 
-constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
+using formats::verl::is_step_name;
 
-bool is_step_name(const std::string& name) {
-  return name.starts_with("global_step_") && formats::is_decimal(std::string_view(name).substr(12));
+std::vector<fs::path> role_dirs(const fs::path& step) {
+  return formats::sorted_subdirs(step, formats::verl::is_role_dir);
 }
 
-std::vector<fs::path> role_dirs(const fs::path& step) { return formats::sorted_subdirs(step, formats::verl::is_role_dir); }
-
-bool is_step_dir(const fs::path& dir) { return is_step_name(dir.filename().string()) && !role_dirs(dir).empty(); }
-
-// The step dir the tracker names (RayPPOTrainer writes str(global_steps), no newline).
-std::optional<formats::Tracked> tracked_step(const fs::path& root) {
-  const auto text = formats::read_tracker(root / kTracker);
-  if (!text) return std::nullopt;
-  if (!formats::is_decimal(*text) || text->size() > 18)  // std::stoll's range
-    throw FormatError(fmt::format("{}: holds '{}', expected a step number", (root / kTracker).string(), text->substr(0, 40)));
-  return formats::Tracked{root / kTracker, "global_step_" + std::to_string(std::stoll(*text)), "step dir"};
+bool is_step_dir(const fs::path& dir) {
+  return is_step_name(dir.filename().string()) && !role_dirs(dir).empty();
 }
 
 std::string describe_role(const RoleDir& role) {
@@ -73,24 +65,29 @@ void add_role(Tag& tag, const RoleDir& role, bool at_root) {
   const std::string prefix = at_root ? "" : role.name + "/";
   for (const auto& t : role.parameters->tensors)
     if (t.dtype == DType::F16)
-      tag.notes.push_back(fmt::format("{}: {} is float16, served as float16 in {}model.safetensors (verl's merger "
-                                      "casts it to bfloat16)", role.name, t.name, prefix));
+      tag.notes.push_back(
+          fmt::format("{}: {} is float16, served as float16 in {}model.safetensors (verl's merger "
+                      "casts it to bfloat16)",
+                      role.name, t.name, prefix));
   const std::string folder = at_root ? "" : role.name;
   tag.add(ViewRole::model, bf16_model(*role.parameters), folder);
   tag.add(ViewRole::fp32, formats::upcast_to_fp32(*role.parameters), folder);
   for (const auto& f : role.hf_files) {
-    if (f.filename() == "config.json") tag.extra_files.push_back({.path = prefix + "config.json", .text = bf16_config(f), .source = {}});
-    else tag.extra_files.push_back({.path = prefix + f.filename().string(), .text = {}, .source = f});
+    if (f.filename() == "config.json")
+      tag.extra_files.push_back({.path = prefix + "config.json", .text = bf16_config(f), .source = {}});
+    else
+      tag.extra_files.push_back({.path = prefix + f.filename().string(), .text = {}, .source = f});
   }
   tag.files.insert(tag.files.end(), role.files.begin(), role.files.end());
   tag.files.insert(tag.files.end(), role.hf_files.begin(), role.hf_files.end());
   for (const auto& n : role.notes) tag.notes.push_back(fmt::format("{}: {}", role.name, n));
-  tag.notes.push_back(fmt::format("{} ({}): {}", describe_role(role), prefix.empty() ? "the root" : prefix,
-                                  role.optimizer));
+  tag.notes.push_back(
+      fmt::format("{} ({}): {}", describe_role(role), prefix.empty() ? "the root" : prefix, role.optimizer));
 }
 
 // One saved step: the actor (else the first role) at the root, every other role under <role>/.
-Tag read_step(io::FileSet& files, const std::string& name, const fs::path& dir, const std::vector<fs::path>& roles) {
+Tag read_step(io::FileSet& files, const std::string& name, const fs::path& dir,
+              const std::vector<fs::path>& roles) {
   Tag tag;
   tag.name = name;
   tag.dir = dir;
@@ -104,8 +101,9 @@ Tag read_step(io::FileSet& files, const std::string& name, const fs::path& dir, 
   const RoleDir& main = *root;
   std::vector<std::string> names;
   for (const auto& r : read) names.push_back(r.name);
-  tag.format = fmt::format("verl FSDP{} checkpoint (FSDPCheckpointManager), roles {}",
-                           main.fsdp_version ? std::to_string(*main.fsdp_version) : "", fmt::join(names, ", "));
+  tag.format =
+      fmt::format("verl FSDP{} checkpoint (FSDPCheckpointManager), roles {}",
+                  main.fsdp_version ? std::to_string(*main.fsdp_version) : "", fmt::join(names, ", "));
   tag.topology.dp = main.world_size;
   tag.topology.optimizer = main.optimizer;
   for (const auto& t : main.parameters->tensors)
@@ -113,8 +111,9 @@ Tag read_step(io::FileSet& files, const std::string& name, const fs::path& dir, 
       tag.topology.train_dtype = t.dtype;
       break;
     }
-  tag.notes.push_back("model.safetensors: every tensor cast to bfloat16 as verl's model_merger writes it; fp32/: "
-                      "the saved parameters in float32");
+  tag.notes.push_back(
+      "model.safetensors: every tensor cast to bfloat16 as verl's model_merger writes it; fp32/: "
+      "the saved parameters in float32");
   return tag;
 }
 
@@ -128,12 +127,13 @@ struct Step {
 
 bool is_verl_source(const fs::path& source) {
   // step dirs by name first: no other framework's subdirs are listed
-  return formats::verl::is_role_dir(source) || is_step_dir(source) || !formats::sorted_subdirs(source, is_step_dir).empty();
+  return formats::verl::is_role_dir(source) || is_step_dir(source) ||
+         !formats::sorted_subdirs(source, is_step_dir).empty();
 }
 
 Checkpoint open(const fs::path& source, const OpenOptions& options) {
   formats::SaveDir<Step> save_dir("verl", source,
-                                 "no verl checkpoint (global_step_N/actor/model_world_size_W_rank_R.pt)");
+                                  "no verl checkpoint (global_step_N/actor/model_world_size_W_rank_R.pt)");
   auto& steps = save_dir.tags;
   if (formats::verl::is_role_dir(source)) {
     // one role dir: the tag is its step (global_step_N/actor/) when it has one
@@ -146,11 +146,11 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
       steps.emplace_back(d.filename().string(), Step{d, role_dirs(d)});
   }
   // the tracker is read only beside step dirs: without any, the error says they are missing
-  if (!steps.empty()) save_dir.tracked = tracked_step(source);
-  return formats::open_save_dir(std::move(save_dir), options, [](io::FileSet& files, const std::string& name,
-                                                                 const Step& step) {
-    return read_step(files, name, step.dir, step.roles);
-  });
+  if (!steps.empty()) save_dir.tracked = formats::verl::tracked_step(source);
+  return formats::open_save_dir(std::move(save_dir), options,
+                                [](io::FileSet& files, const std::string& name, const Step& step) {
+                                  return read_step(files, name, step.dir, step.roles);
+                                });
 }
 
 }  // namespace ckptfs::verl
