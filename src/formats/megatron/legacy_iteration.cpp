@@ -138,6 +138,15 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
   };
   auto first = open(dirs.front().dir);
   const ModelArgs args = read_model_args(formats::root_field(first)["args"]);
+  // Megatron-LM names a legacy rank file by TP, PP and EP rank only: the expert-TP ranks of one expert that share
+  // a TP rank write the same file, and the last one's part of every expert is all it keeps
+  if (args.num_experts > 0 && args.etp > 1 && args.etp != args.tp)
+    throw FormatError(fmt::format(
+        "{}: saved with expert tensor parallelism {} under TP {} in the legacy format, which loses part of every "
+        "expert: the expert-TP ranks that share a TP rank write the same mp_rank_* file, so it holds one of their "
+        "{} slices of each expert; save with --ckpt-format "
+        "torch_dist, or with expert_tensor_parallel_size equal to tensor_model_parallel_size",
+        dir.string(), args.etp, args.tp, args.etp));
   if (args.num_experts > 0 && (args.etp != args.tp || args.num_experts % args.ep != 0))
     throw UnsupportedError(fmt::format("{}: experts with expert TP {} under TP {} ({} experts over EP {}) are not merged yet",
                                        dir.string(), args.etp, args.tp, args.num_experts, args.ep));
