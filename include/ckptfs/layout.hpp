@@ -25,11 +25,18 @@ struct ShardOptions {
   bool unsharded_copy = true;
 };
 
+// The gguf/ view's choices (docs/formats/gguf.md).
+struct GgufOptions {
+  std::optional<std::string> pre;  // tokenizer.ggml.pre (-o gguf_pre=NAME); unset: no gguf/ file yet
+};
+
 // model.safetensors (training dtype), fp32/pytorch_model.bin and fp32/model.safetensors (fp32 masters),
 // and, where the tag has partitioned optimizer state and `with_universal` is set, the universal/ tree
 // (docs/formats/universal.md; its files are built only when asked for: `export` skips them by default).
-// A safetensors view larger than shards.max_shard_size is served as save_pretrained shards it.
-std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal = true, const ShardOptions& shards = {});
+// A safetensors view larger than shards.max_shard_size is served as save_pretrained shards it. gguf/ holds
+// what llama.cpp's converter makes of the model's Hugging Face directory (hf/, else the root model).
+std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal = true, const ShardOptions& shards = {},
+                                const GgufOptions& gguf = {});
 
 // One row of a listing for people (`inspect`, ckptfs.json): a view file, or a tree of many files
 // (universal/) counted as one.

@@ -140,6 +140,7 @@ struct TreeOptions {
   ShardOptions shards;      // -o shard_size
   // A live mount (docs/mount.md#live-runs): what ckptfs.json says of it under "live" (null: a snapshot).
   nlohmann::json live;
+  GgufOptions gguf;  // -o gguf_pre
 };
 
 // The mount layout for `checkpoint` (docs/mount.md): the latest tag's views at the root, the side files,

@@ -84,6 +84,9 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      cache_dir=DIR    s3:// sources: also keep fetched bytes in DIR, reused by later mounts and
                       checked against each object's ETag; cache_dir_mb=N bounds it (default 8192)
      s3_connections=N s3:// sources: at most N ranged GETs in flight (default 16)
+     gguf_pre=NAME    the name of the tokenizer's pre-tokenizer as llama.cpp's converter would find it
+                      (gpt-2, llama-bpe, qwen2, ...): gguf/ then holds the converter's GGUF files of
+                      the model (docs/formats/gguf.md; without it there is no gguf/ yet)
      shard_size=SIZE  serve each safetensors view larger than SIZE as save_pretrained(max_shard_size=
                       SIZE) writes it: model-0000I-of-0000N.safetensors + model.safetensors.index.json,
                       its single file under unsharded/ (default 50GB, transformers' own; SIZE: 500MB,
@@ -124,6 +127,7 @@ struct MountArguments {
   std::optional<unsigned> max_open;
   bool stats_file = false;  // -o stats
   ShardOptions shards;      // -o shard_size=
+  GgufOptions gguf;         // -o gguf_pre=
   std::optional<unsigned> decoded_cache_mb;
   std::optional<unsigned> transpose_cache_mb;
   std::optional<fs::path> index_cache = index::default_cache_dir();  // nullopt: off
@@ -177,6 +181,10 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.refresh = std::chrono::seconds(parse_number(option, 1));
   } else if (option == "stats") {
     m.stats_file = true;
+  } else if (option.starts_with("gguf_pre=")) {
+    if (option.size() == 9)
+      throw UsageError(fmt::format("-o {}: expected a pre-tokenizer name such as gpt-2", option));
+    m.gguf.pre = option.substr(9);
   } else if (option.starts_with("shard_size=")) {
     m.shards.max_shard_size = parse_shard_size_option("-o " + option, option.substr(11));
   } else if (option.starts_with("uid=")) {
@@ -322,7 +330,7 @@ int run_mount(int argc, char** argv) {
                                                  opened.index_file.string()));
     for (const auto& l : opened.checkpoint.left_out)
       fmt::print(stderr, "ckptfs: left out tag {} (-o strict refuses instead): {}\n", l.name, l.error);
-    vfs::TreeOptions tree_options{m.stats_file, m.shards, {}};
+    vfs::TreeOptions tree_options{m.stats_file, m.shards, {}, m.gguf};
     std::optional<LiveRun> live;
     if (follows(m, opened.checkpoint)) {
       live.emplace(LiveRun::Options{m.source, m.open, tree_options, m.refresh, opened.index_file, opened.key},

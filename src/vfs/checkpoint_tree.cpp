@@ -27,7 +27,7 @@ VirtualTree build_tree(const Checkpoint& checkpoint, const TreeOptions& options)
   TreeBuilder builder(access.directory(checkpoint.root));
   builder.set_directory_access(ckptfs::views::kTagsDir, access.directory(checkpoint.root));
   std::vector<std::vector<ViewFile>> views;  // per tag; the root shares the latest tag's files
-  for (const auto& tag : checkpoint.tags) views.push_back(tag_views(tag, true, shards));
+  for (const auto& tag : checkpoint.tags) views.push_back(tag_views(tag, true, shards, options.gguf));
   const Tag& latest = checkpoint.latest_tag();
   const auto& root_views = views[&latest - checkpoint.tags.data()];
   size_t entries = root_views.size();

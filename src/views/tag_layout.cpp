@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string_view>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/layout.hpp"
+#include "views/gguf/gguf_view.hpp"
 #include "views/torch_value.hpp"
 
 namespace ckptfs {
@@ -27,7 +30,8 @@ void add_side_files(std::vector<ViewFile>& views, const std::vector<std::filesys
   if (any_moved) taken.insert("source");
   for (const auto& file : side_files) {
     const std::string name = file.filename().string();
-    views.push_back({taken.contains(name) ? "source/" + name : name, views::make_passthrough(io::File::open(file))});
+    views.push_back(
+        {taken.contains(name) ? "source/" + name : name, views::make_passthrough(io::File::open(file))});
   }
 }
 
@@ -41,12 +45,55 @@ void add_safetensors(std::vector<ViewFile>& views, const std::string& dir,
   const bool sharded = files.size() > 1;
   for (auto& f : files) views.push_back({dir + f.name, std::move(f.file)});
   if (sharded && shards.unsharded_copy)
-    views.push_back({fmt::format("{}{}/{}", dir, kUnshardedDir, views::kSafetensorsName), views::make_safetensors(catalog)});
+    views.push_back({fmt::format("{}{}/{}", dir, kUnshardedDir, views::kSafetensorsName),
+                     views::make_safetensors(catalog)});
+}
+
+// The files of the model's Hugging Face directory that llama.cpp's converter reads (the others are only
+// named, for its refusals): hf/'s where the tag has one, else the tag's side files.
+views::gguf::HfDirectory hf_directory(const Tag& tag) {
+  constexpr uint64_t kMaxRead = uint64_t{256} << 20;
+  static const std::set<std::string, std::less<>> kRead = {"config.json", "generation_config.json",
+                                                           "tokenizer.json", "tokenizer_config.json"};
+  views::gguf::HfDirectory dir;
+  const auto add = [&](const std::string& name, const std::function<std::string()>& bytes) {
+    dir.files[name] = kRead.contains(name) ? bytes() : std::string();
+  };
+  const auto read = [&](const std::filesystem::path& path) {
+    const auto file = views::make_passthrough(io::File::open(path));
+    if (file->size() > kMaxRead)
+      throw UnsupportedError(fmt::format("{}: over {} bytes", path.string(), kMaxRead));
+    std::string bytes(file->size(), '\0');
+    file->read(0, std::as_writable_bytes(std::span(bytes)));
+    return bytes;
+  };
+  if (tag.has(ViewRole::hf)) {
+    for (const auto& extra : tag.extra_files)
+      if (extra.path.starts_with("hf/") && extra.path.find('/', 3) == std::string::npos)
+        add(extra.path.substr(3), [&] { return extra.source.empty() ? extra.text : read(extra.source); });
+  } else {
+    for (const auto& file : tag.side_files) add(file.filename().string(), [&] { return read(file); });
+  }
+  return dir;
+}
+
+// gguf/ (docs/formats/gguf.md) beside the model's safetensors: hf/'s model where the tag has one (Megatron),
+// else the root model's, in one safetensors file as the converter is given it.
+void add_gguf(std::vector<ViewFile>& views, const Tag& tag, const ShardOptions& shards,
+              const GgufOptions& gguf) {
+  const ViewRole role = tag.has(ViewRole::hf) ? ViewRole::hf : ViewRole::model;
+  if (!tag.has(role)) return;
+  const auto& catalog = tag.catalog(role);
+  auto dir = hf_directory(tag);
+  if (!dir.has("config.json") || catalog->total_bytes() > shards.max_shard_size) return;
+  for (auto& f : views::gguf::make_gguf_views(catalog, dir, gguf.pre).files)
+    views.push_back({"gguf/" + f.name, std::move(f.file)});
 }
 
 }  // namespace
 
-std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal, const ShardOptions& shards) {
+std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal, const ShardOptions& shards,
+                                const GgufOptions& gguf) {
   // The view builders know the tensors, not where they come from: their errors (a name that appears
   // twice, a header over the size limit) get the tag directory.
   try {
@@ -67,9 +114,11 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal, const Shard
       if (tag.has(ViewRole::hf, folder))
         add_safetensors(views, dir_of(folder) + "hf/", tag.catalog(ViewRole::hf, folder),
                         *tag.catalog(ViewRole::hf, folder), shards);
+    add_gguf(views, tag, shards, gguf);
     for (const auto& extra : tag.extra_files)
-      views.push_back({extra.path, extra.source.empty() ? views::make_bytes_file(extra.text)
-                                                        : views::make_passthrough(io::File::open(extra.source))});
+      views.push_back({extra.path, extra.source.empty()
+                                       ? views::make_bytes_file(extra.text)
+                                       : views::make_passthrough(io::File::open(extra.source))});
     for (const auto& state : tag.state_files) {
       // torch.save names the zip's top folder after the file: full_state.pt -> full_state/
       const std::string stem = std::filesystem::path(state.path).stem().string();
@@ -89,7 +138,7 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal, const Shard
 std::vector<ViewSummary> summarize_views(const std::vector<ViewFile>& views, bool source_bytes) {
   std::vector<ViewSummary> out;
   std::vector<std::vector<catalog::Piece>> runs;  // per row, with source_bytes
-  std::map<std::string, size_t> trees;  // "universal/" -> its row
+  std::map<std::string, size_t> trees;            // "universal/" -> its row
   for (const auto& v : views) {
     size_t row = out.size();
     if (v.path.starts_with("universal/")) {

@@ -1,0 +1,70 @@
+"""Runs inside the Debian unstable chroot (torch, transformers 5.x, tokenizers): writes a small Hugging Face
+model directory with save_pretrained and a real published tokenizer, for the gguf/ view's tests.
+
+    python3 make_hf_dir.py CASE.json OUT_DIR
+
+CASE: {"arch": "llama", "dtype": "bfloat16" | "float16" | "float32", "layers", "hidden", "intermediate",
+"heads", "kv_heads", "tied": bool, "rope_scaling": null or transformers' llama3 rope dict, "tokenizer": the
+folder of the GPT-2 vocabulary (encoder.json.xz, vocab.bpe.xz), "seed"}. OUT_DIR gets config.json,
+generation_config.json, model.safetensors, tokenizer.json and tokenizer_config.json.
+"""
+import json
+import lzma
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+
+EOT = "<|endoftext|>"
+
+
+def gpt2_tokenizer(folder):
+    """GPT-2's tokenizer as its published vocab.json / merges.txt define it (byte-level, no prefix space)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for name in ("encoder.json", "vocab.bpe"):
+            path = os.path.join(tmp, name)
+            with lzma.open(os.path.join(folder, name + ".xz")) as src, open(path, "wb") as dst:
+                dst.write(src.read())
+            paths.append(path)
+        tok = Tokenizer(models.BPE.from_file(*paths))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.add_special_tokens([EOT])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT, unk_token=EOT)
+
+
+def llama_model(case, vocab_size, eot_id):
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=case["hidden"], intermediate_size=case["intermediate"],
+        num_hidden_layers=case["layers"], num_attention_heads=case["heads"],
+        num_key_value_heads=case["kv_heads"], tie_word_embeddings=case["tied"],
+        max_position_embeddings=256, bos_token_id=eot_id, eos_token_id=eot_id,
+        rope_scaling=case.get("rope_scaling"))
+    config.architectures = ["LlamaForCausalLM"]
+    torch.manual_seed(case["seed"])
+    model = LlamaForCausalLM(config).to(getattr(torch, case["dtype"]))
+    with torch.no_grad():  # larger weights than the default init, so that generated tokens vary
+        for p in model.parameters():
+            p.normal_(0.0, 0.5 if p.dim() > 1 else 1.0)
+    return model
+
+
+def main(case_path, out):
+    with open(case_path) as f:
+        case = json.load(f)
+    tokenizer = gpt2_tokenizer(case["tokenizer"])
+    model = llama_model(case, len(tokenizer), tokenizer.convert_tokens_to_ids(EOT))
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

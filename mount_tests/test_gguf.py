@@ -1,0 +1,115 @@
+"""The gguf/ view (issue 33, docs/formats/gguf.md) against llama.cpp's own converter, in the Debian unstable
+chroot (llama.cpp-tools 0.7.0, python3-gguf, transformers 5.12; mount_tests/modern/setup_chroot.sh).
+
+Each case is a Hugging Face directory written by transformers' save_pretrained in the chroot
+(gen_gguf/make_hf_dir.py) with GPT-2's published tokenizer (gen_gguf/tokenizers/gpt2, from npm), mounted with
+ckptfs -o gguf_pre=gpt-2. The reference: Debian's convert_hf_to_gguf.py --outtype T run on a directory named
+`hf` holding the mount's model.safetensors, config.json, generation_config.json and tokenizer files. Every
+gguf/ file must have the converter's name and bytes; gguf-dump reads it; llama-completion (--temp 0, fixed
+seed) writes the same text from the mounted file as from the converter's. Without -o gguf_pre the mount has
+no gguf/ (ckptfs does not yet name the pre-tokenizer as the converter does).
+
+ATEN_CPU_CAPABILITY=default for the converter: torch's float32 pow behind the llama3 rope_freqs tensor
+depends on the CPU's vector unit otherwise (docs/formats/gguf.md).
+"""
+import filecmp
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "modern"))
+import helpers as H  # noqa: E402
+from mounting import mounted  # noqa: E402
+from test_megatron_hf import chroot_dir  # noqa: E402,F401 (a fixture: the sid chroot)
+from test_modern_clients import in_chroot, staged  # noqa: E402,F401 (staged: a fixture)
+
+GEN = os.path.join(HERE, "gen_gguf")
+CONVERTER = "/usr/share/doc/llama.cpp-tools/scripts/convert_hf_to_gguf.py"
+OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
+REFERENCE_FILES = ["model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+                   "tokenizer_config.json"]
+
+CASES = {
+    # 11 layers (names in text order: layers.10 before layers.2), GQA 4/2, untied, bf16; intermediate 80: the
+    # ffn_down rows are not a multiple of 32, so q8_0 keeps them F16
+    "llama-bf16-gqa-untied": {"arch": "llama", "dtype": "bfloat16", "layers": 11, "hidden": 64,
+                              "intermediate": 80, "heads": 4, "kv_heads": 2, "tied": False, "seed": 1},
+    # tied embeddings, f16, llama3 rope scaling: rope_freqs computed at mount
+    "llama-f16-tied-llama3-rope": {"arch": "llama", "dtype": "float16", "layers": 2, "hidden": 128,
+                                   "intermediate": 96, "heads": 4, "kv_heads": 4, "tied": True, "seed": 2,
+                                   "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                    "high_freq_factor": 4.0,
+                                                    "original_max_position_embeddings": 64}},
+}
+
+
+def require_converter(chroot):
+    root, versions = chroot
+    if versions is None or "llama.cpp-tools" not in versions:
+        pytest.fail(f"the Debian unstable chroot with llama.cpp-tools is not set up ({root}): run "
+                    f"`CKPTFS_CHROOT={root} CKPTFS_CHROOT_SUITE=sid bash mount_tests/modern/setup_chroot.sh` "
+                    f"(or set CKPTFS_SKIP_MODERN=1 to skip these tests)", pytrace=False)
+    return root
+
+
+def chroot_run(root, *args, timeout=600):
+    proc = in_chroot(root, "env", "ATEN_CPU_CAPABILITY=default", *args, timeout=timeout)
+    assert proc.returncode == 0, H.describe(proc)
+    return proc
+
+
+def make_case(root, host, inside, name):
+    """Writes the case's HF directory in the chroot: (host path, chroot path)."""
+    shutil.copytree(GEN, os.path.join(host, "gen_gguf"))
+    case = dict(CASES[name], tokenizer=f"{inside}/gen_gguf/tokenizers/gpt2")
+    with open(os.path.join(host, "case.json"), "w") as f:
+        json.dump(case, f)
+    chroot_run(root, "python3", f"{inside}/gen_gguf/make_hf_dir.py", f"{inside}/case.json", f"{inside}/src")
+    return os.path.join(host, "src"), f"{inside}/src"
+
+
+def converter_files(root, host, inside, mnt):
+    """The converter's outputs for a directory named hf holding the mount's files: {name: host path}."""
+    ref = os.path.join(host, "ref", "hf")
+    os.makedirs(ref)
+    for f in REFERENCE_FILES:
+        shutil.copy(os.path.join(mnt, f), ref)
+    out = os.path.join(host, "out")
+    os.makedirs(out)
+    for t in OUTTYPES:
+        chroot_run(root, "python3", CONVERTER, f"{inside}/ref/hf", "--outtype", t, "--outfile", f"{inside}/out/")
+    return {n: os.path.join(out, n) for n in sorted(os.listdir(out))}
+
+
+def completion(root, model):
+    proc = chroot_run(root, "llama-completion", "-m", model, "-p", "Hello world, the", "-n", "12", "--temp", "0",
+                      "-s", "1", "-t", "2", "-no-cnv", "--no-warmup", "--no-display-prompt")
+    return proc.stdout
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gguf_files_are_the_converters(chroot_dir, staged, ckptfs_bin, name):
+    root = require_converter(chroot_dir)
+    host, inside, mnt, mnt_inside = staged(f"gguf-{name}")
+    src, _ = make_case(root, host, inside, name)
+    with mounted(ckptfs_bin, src, mnt):
+        assert not os.path.exists(os.path.join(mnt, "gguf")), "gguf/ without -o gguf_pre"
+    with mounted(ckptfs_bin, src, mnt, "-o", "gguf_pre=gpt-2"):
+        reference = converter_files(root, host, inside, mnt)
+        ours = sorted(os.listdir(os.path.join(mnt, "gguf")))
+        assert ours == sorted(reference), f"gguf/ holds {ours}; the converter wrote {sorted(reference)}"
+        assert len(ours) == len(OUTTYPES)
+        for n in ours:
+            assert filecmp.cmp(os.path.join(mnt, "gguf", n), reference[n], shallow=False), f"{n} differs"
+        f16 = next(n for n in ours if n.endswith("-F16.gguf"))
+        dump = chroot_run(root, "gguf-dump", "--no-tensors", f"{mnt_inside}/gguf/{f16}")
+        assert "tokenizer.ggml.pre = 'gpt-2'" in dump.stdout, H.describe(dump)
+        for n in ours:
+            theirs = completion(root, f"{inside}/out/{n}")
+            assert theirs.strip(), f"llama-completion wrote nothing for {n}"
+            assert completion(root, f"{mnt_inside}/gguf/{n}") == theirs, n

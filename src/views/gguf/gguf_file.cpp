@@ -1,0 +1,222 @@
+#include "views/gguf/gguf_file.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+
+#include "catalog/dtype_convert.hpp"
+#include "ckptfs/error.hpp"
+#include "views/gguf/gguf_kv.hpp"
+#include "views/gguf/gguf_numbers.hpp"
+
+namespace ckptfs::views::gguf {
+
+namespace {
+
+constexpr uint64_t pad(uint64_t n) {
+  return (n + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+// Elements converted per step of a read: bounds the scratch memory of a server thread.
+constexpr uint64_t kStepElements = uint64_t{1} << 16;
+
+uint64_t type_bytes(GgmlType type, uint64_t elements) {
+  switch (type) {
+    case GgmlType::f32:
+      return elements * 4;
+    case GgmlType::f16:
+    case GgmlType::bf16:
+      return elements * 2;
+    case GgmlType::q8_0:
+      return elements / kQ8Block * kQ8BlockBytes;
+  }
+  throw std::logic_error("unknown ggml type");
+}
+
+// Reads elements [first, first + count) of a tensor's source in its row order, widened to float32.
+class ElementReader {
+ public:
+  explicit ElementReader(const GgufTensor& t) : t_(t) {}
+
+  void read(uint64_t first, uint64_t count, float* out) const {
+    std::visit([&](const auto& e) { read_from(e, first, count, out); }, t_.elements);
+  }
+
+ private:
+  void read_from(const ComputedF32& c, uint64_t first, uint64_t count, float* out) const {
+    std::copy_n(c.values.begin() + static_cast<ptrdiff_t>(first), count, out);
+  }
+
+  void read_from(const SourceRows& s, uint64_t first, uint64_t count, float* out) const {
+    if (s.permute_heads == 0) return read_flat(*s.tensor, first, count, out);
+    // Llama's Q/K permutation moves whole rows: out row h*hd + 2i + j is source row h*hd + j*hd/2 + i
+    const uint64_t cols = t_.ne.size() > 1 ? t_.ne[0] : 1;
+    const uint64_t rows = t_.numel() / cols, head_rows = rows / s.permute_heads, half = head_rows / 2;
+    while (count > 0) {
+      const uint64_t row = first / cols, col = first % cols, n = std::min(count, cols - col);
+      const uint64_t in_head = row % head_rows;
+      const uint64_t source_row = row - in_head + (in_head % 2) * half + in_head / 2;
+      read_flat(*s.tensor, source_row * cols + col, n, out);
+      first += n, count -= n, out += n;
+    }
+  }
+
+  static void read_flat(const catalog::LogicalTensor& tensor, uint64_t first, uint64_t count, float* out) {
+    const uint64_t size = dtype_size(tensor.dtype);
+    if (tensor.dtype == DType::F32)
+      return catalog::read_tensor(tensor, first * 4,
+                                  std::span<std::byte>(reinterpret_cast<std::byte*>(out), count * 4));
+    thread_local std::vector<std::byte> narrow;
+    narrow.resize(count * size);
+    catalog::read_tensor(tensor, first * size, narrow);
+    catalog::convert(tensor.dtype, DType::F32, narrow,
+                     std::span<std::byte>(reinterpret_cast<std::byte*>(out), count * 4));
+  }
+
+  const GgufTensor& t_;
+};
+
+void put_u16(std::byte* out, uint16_t v) {
+  out[0] = static_cast<std::byte>(v);
+  out[1] = static_cast<std::byte>(v >> 8);
+}
+
+// Bytes [offset, offset + dst.size()) of tensor `t`'s data (without its padding).
+void read_data(const GgufTensor& t, uint64_t offset, std::span<std::byte> dst) {
+  thread_local std::vector<float> values;
+  thread_local std::vector<std::byte> encoded;
+  const ElementReader reader(t);
+  const uint64_t unit = t.type == GgmlType::q8_0 ? kQ8BlockBytes : type_bytes(t.type, 1);
+  const uint64_t unit_elements = t.type == GgmlType::q8_0 ? kQ8Block : 1;
+  uint64_t unit_index = offset / unit;
+  const uint64_t skip = offset % unit;
+  uint64_t done = 0;
+  while (done < dst.size()) {
+    const uint64_t units =
+        std::min(kStepElements / unit_elements, (skip + dst.size() - done + unit - 1) / unit);
+    values.resize(units * unit_elements);
+    encoded.resize(units * unit);
+    reader.read(unit_index * unit_elements, values.size(), values.data());
+    for (uint64_t u = 0; u < units; ++u) {
+      std::byte* out = encoded.data() + u * unit;
+      const float* x = values.data() + u * unit_elements;
+      switch (t.type) {
+        case GgmlType::f32:
+          std::memcpy(out, x, 4);
+          break;
+        case GgmlType::f16:
+          put_u16(out, f32_to_f16(std::bit_cast<uint32_t>(*x)));
+          break;
+        case GgmlType::bf16:
+          put_u16(out, f32_to_bf16(std::bit_cast<uint32_t>(*x)));
+          break;
+        case GgmlType::q8_0:
+          quantize_q8_0_block(
+              std::span<const float, kQ8Block>(x, kQ8Block),
+              std::span<uint8_t, kQ8BlockBytes>(reinterpret_cast<uint8_t*>(out), kQ8BlockBytes));
+          break;
+      }
+    }
+    const uint64_t from = done == 0 ? skip : 0;
+    const uint64_t n = std::min<uint64_t>(encoded.size() - from, dst.size() - done);
+    std::memcpy(dst.data() + done, encoded.data() + from, n);
+    done += n;
+    unit_index += units;
+  }
+}
+
+class GgufFile final : public VirtualFile {
+ public:
+  GgufFile(std::string prefix, std::vector<GgufTensor> tensors)
+      : prefix_(std::move(prefix)), tensors_(std::move(tensors)) {
+    uint64_t offset = prefix_.size();
+    for (const auto& t : tensors_) {
+      starts_.push_back(offset);
+      offset += pad(t.nbytes());
+    }
+    size_ = offset;
+  }
+
+  uint64_t size() const override { return size_; }
+
+  void read(uint64_t offset, std::span<std::byte> dst) const override {
+    if (offset > size_ || dst.size() > size_ - offset)
+      throw std::out_of_range(
+          fmt::format("read of {} bytes at {} past the end ({} bytes)", dst.size(), offset, size_));
+    if (offset < prefix_.size()) {
+      const uint64_t n = std::min<uint64_t>(dst.size(), prefix_.size() - offset);
+      std::memcpy(dst.data(), prefix_.data() + offset, n);
+      offset += n;
+      dst = dst.subspan(n);
+    }
+    if (dst.empty()) return;
+    size_t i =
+        static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin()) - 1;
+    for (; !dst.empty(); ++i) {
+      const GgufTensor& t = tensors_[i];
+      const uint64_t in = offset - starts_[i], nbytes = t.nbytes();
+      const uint64_t n = std::min<uint64_t>(dst.size(), pad(nbytes) - in);
+      const uint64_t data = in < nbytes ? std::min(n, nbytes - in) : 0;
+      if (data > 0) read_data(t, in, dst.first(data));
+      std::memset(dst.data() + data, 0, n - data);
+      offset += n;
+      dst = dst.subspan(n);
+    }
+  }
+
+  std::vector<io::FilePtr> sources() const override {
+    std::vector<catalog::TensorRef> refs;
+    for (const auto& t : tensors_)
+      if (const auto* s = std::get_if<SourceRows>(&t.elements)) refs.push_back(s->tensor);
+    return distinct_sources(refs);
+  }
+
+  void append_source_runs(std::vector<catalog::Piece>& out) const override {
+    for (const auto& t : tensors_)
+      if (const auto* s = std::get_if<SourceRows>(&t.elements))
+        catalog::append_runs(*s->tensor, 0, s->tensor->numel(), out);
+  }
+
+ private:
+  std::string prefix_;
+  std::vector<GgufTensor> tensors_;
+  std::vector<uint64_t> starts_;  // each tensor's data offset in the file
+  uint64_t size_ = 0;
+};
+
+}  // namespace
+
+uint64_t GgufTensor::numel() const {
+  return std::accumulate(ne.begin(), ne.end(), uint64_t{1}, std::multiplies<>());
+}
+
+uint64_t GgufTensor::nbytes() const {
+  return type_bytes(type, numel());
+}
+
+VirtualFilePtr make_gguf_file(const std::string& kv_section, uint64_t kv_count,
+                              std::vector<GgufTensor> tensors) {
+  std::string prefix;
+  put_u32(prefix, 0x46554747);  // "GGUF"
+  put_u32(prefix, 3);
+  put_u64(prefix, tensors.size());
+  put_u64(prefix, kv_count);
+  prefix += kv_section;
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    put_string(prefix, t.name);
+    put_u32(prefix, static_cast<uint32_t>(t.ne.size()));
+    for (uint64_t n : t.ne) put_u64(prefix, n);
+    put_u32(prefix, static_cast<uint32_t>(t.type));
+    put_u64(prefix, offset);
+    offset += pad(t.nbytes());
+  }
+  prefix.resize(pad(prefix.size()), '\0');
+  return std::make_shared<GgufFile>(std::move(prefix), std::move(tensors));
+}
+
+}  // namespace ckptfs::views::gguf

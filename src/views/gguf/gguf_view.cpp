@@ -1,0 +1,122 @@
+#include "views/gguf/gguf_view.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+
+#include "views/gguf/gguf_file.hpp"
+#include "views/gguf/gguf_kv.hpp"
+#include "views/gguf/gguf_llama.hpp"
+#include "views/gguf/gguf_tokenizer.hpp"
+
+namespace ckptfs::views::gguf {
+
+namespace {
+
+using nlohmann::json;
+
+struct OutputType {
+  GgmlType type;
+  uint32_t file_type;     // LlamaFileType (general.file_type)
+  std::string_view name;  // in the file name, as the converter writes --outtype
+};
+constexpr std::array kOutputTypes = {OutputType{GgmlType::f32, 0, "F32"}, OutputType{GgmlType::f16, 1, "F16"},
+                                     OutputType{GgmlType::bf16, 32, "BF16"},
+                                     OutputType{GgmlType::q8_0, 7, "Q8_0"}};
+
+// The directory the converter is given is named `hf`: general.name "Hf", nothing else derived from it.
+constexpr std::string_view kModelName = "Hf";
+
+// generation_config.json's fields that the converter writes as general.sampling.* (gguf-py metadata.py).
+constexpr std::array kSamplingFields = {
+    "sequence",      "top_k",        "top_p",          "min_p",          "xtc_probability",
+    "xtc_threshold", "temperature",  "penalty_last_n", "penalty_repeat", "repetition_penalty",
+    "mirostat",      "mirostat_tau", "mirostat_eta"};
+
+// gguf-py's model_weight_count_rounded_notation(total, min_digits=2): "6.7M", "17M", "3.3B".
+std::string size_label(uint64_t total) {
+  const auto n = static_cast<double>(total);
+  double scaled = n * 1e-3;
+  char suffix = 'K';
+  if (n > 1e12)
+    scaled = n * 1e-12, suffix = 'T';
+  else if (n > 1e9)
+    scaled = n * 1e-9, suffix = 'B';
+  else if (n > 1e6)
+    scaled = n * 1e-6, suffix = 'M';
+  const std::string digits =
+      fmt::format("{}", static_cast<uint64_t>(std::nearbyint(scaled)));  // half to even
+  const size_t significant = digits == "0" ? 0 : digits.size();
+  const int fix = std::max(2 - static_cast<int>(significant), 0);
+  return fmt::format("{:.{}f}{}", scaled, fix, suffix);
+}
+
+// The refusals that do not depend on the architecture: files and fields that change general.*.
+void check_directory(const HfDirectory& dir, const json& config) {
+  if (config.contains("_name_or_path")) throw Refusal("config.json: _name_or_path changes general.name");
+  if (const auto gen = dir.json("generation_config.json"))
+    for (const char* field : kSamplingFields)
+      if (gen->contains(field))
+        throw Refusal(
+            fmt::format("generation_config.json: {} (general.sampling.*) not followed by ckptfs yet", field));
+  for (const char* name :
+       {"modules.json", "embedding_config.json", "hf_quant_config.json", "hadamard_packing.json"})
+    if (dir.has(name)) throw Refusal(fmt::format("{} present: not followed by ckptfs yet", name));
+}
+
+VirtualFilePtr llama_file(const std::shared_ptr<const catalog::Catalog>& hf, const HfDirectory& dir,
+                          const json& config, const LlamaConfig& llama, const OutputType& out,
+                          const std::string& pre, std::string& file_name) {
+  auto tensors = llama_tensors(hf, llama, out.type);
+  uint64_t total = 0;
+  for (const auto& t : tensors) total += t.numel();
+  const std::string label = size_label(total);
+  KvList kv;
+  kv.add_string("general.architecture", "llama");
+  kv.add_string("general.type", "model");
+  kv.add_string("general.name", kModelName);
+  kv.add_string("general.size_label", label);
+  add_llama_parameters(kv, llama, out.file_type);
+  kv.add_u32("general.quantization_version", 2);
+  const json tokenizer_config = dir.json("tokenizer_config.json").value_or(json::object());
+  if (const json prefix = tokenizer_config.value("add_prefix_space", json()); prefix.is_boolean())
+    kv.add_bool("tokenizer.ggml.add_space_prefix", prefix.get<bool>());
+  add_bpe_tokenizer(kv, dir, config, pre);
+  file_name = fmt::format("{}-{}-{}.gguf", kModelName, label, out.name);
+  return make_gguf_file(kv.encode(), kv.size(), std::move(tensors));
+}
+
+}  // namespace
+
+GgufViews make_gguf_views(const std::shared_ptr<const catalog::Catalog>& hf, const HfDirectory& dir,
+                          const std::optional<std::string>& pre) {
+  GgufViews out;
+  try {
+    const auto config = dir.json("config.json");
+    if (!config || !config->is_object()) throw Refusal("no config.json");
+    const json archs = config->value("architectures", json());
+    if (!archs.is_array() || archs.empty() || !archs[0].is_string())
+      throw Refusal("config.json names no architecture (the converter: Failed to detect model architecture)");
+    const std::string arch = archs[0].get<std::string>();
+    if (arch != "LlamaForCausalLM")
+      throw Refusal(fmt::format("architecture {} not served yet (LlamaForCausalLM is)", arch));
+    check_directory(dir, *config);
+    const LlamaConfig llama = read_llama_config(*config);
+    if (!pre)
+      throw Refusal(
+          "tokenizer.ggml.pre unknown: ckptfs does not yet encode the converter's check text to name "
+          "the pre-tokenizer; -o gguf_pre=NAME names it (gpt-2, llama-bpe, qwen2, ...)");
+    for (const auto& type : kOutputTypes) {
+      std::string name;
+      auto file = llama_file(hf, dir, *config, llama, type, *pre, name);
+      out.files.push_back({std::move(name), std::move(file)});
+    }
+  } catch (const Refusal& e) {
+    out.files.clear();
+    out.refusal = e.what();
+  }
+  return out;
+}
+
+}  // namespace ckptfs::views::gguf
