@@ -13,7 +13,8 @@ of its HF config and tokenizer) into fixtures/megatron-2026-real/verl_megatron_l
 Here: every entry point finds the step (run dir, step dir, actor/, dist_ckpt/), model.safetensors is Bridge's own TP=1
 load under TransformerEngine's names (verl's TransformerConfig says nothing of the layer spec; verl always builds the
 TE spec), hf/ the golden HF model with huggingface/'s config and tokenizer; inspect names verl, its config files, the
-family and the critic left out; a broken or missing config file is exit 4 naming it.  The Bridge run's optimizer
+family and the critic left out; a broken or missing config file is exit 4 naming it; a live mount serves a
+new step once verl's tracker names it.  The Bridge run's optimizer
 buckets follow its local spec's parameter order, which no verl run has: fp32/ is checked with verl's own optimizer-less
 save in mount_tests/modern/test_verl_megatron_weights.py (it needs the sid chroot to rewrite the DCP).
 """
@@ -25,6 +26,7 @@ import shutil
 import pytest
 
 import helpers as H
+from test_live_run import assert_not_served, listed, mount, mount_info, poll
 from test_real_megatron import load_json
 from test_real_megatron_2026 import BRIDGE_QWEN3, TAG, case_path, check_hf
 
@@ -149,3 +151,18 @@ def test_broken_config_is_exit_4_naming_the_file(ckptfs_bin, tmp_path, change, p
     proc = H.run([ckptfs_bin, "inspect", run])
     H.assert_one_line_error(proc, H.EXIT_INVALID, [problem[0]])
     assert problem[1] in proc.stderr, proc.stderr
+
+
+def test_live_mount_serves_a_step_once_the_tracker_names_it(ckptfs_bin, tmp_path):
+    """verl writes a step's dist_ckpt/, then rank 0's huggingface/ and transformer_config.json, then its tracker: a
+    live mount holds a new global_step_N/ back (in progress) until the tracker names it, then serves it at the root."""
+    run = verl_run_dir(str(tmp_path / "run"))
+    with mount(ckptfs_bin, run, tmp_path / "mnt") as mnt:
+        assert listed(mnt) == {STEP}
+        shutil.copytree(os.path.join(run, STEP), os.path.join(run, "global_step_6"))
+        assert_not_served(mnt, "global_step_6", "a step the tracker does not name yet", in_progress=True)
+        with open(os.path.join(run, "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write("6")
+        poll(lambda: mount_info(mnt)["root_tag"] == "global_step_6" and listed(mnt) == {STEP, "global_step_6"},
+             "global_step_6 served at the root once the tracker names it", mnt=mnt)
+        check_model_and_hf(os.path.join(mnt, "tags", "global_step_6"), "verl live mount global_step_6")
