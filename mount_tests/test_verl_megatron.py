@@ -14,9 +14,9 @@ Here: every entry point finds the step (run dir, step dir, actor/, dist_ckpt/), 
 load under TransformerEngine's names (verl's TransformerConfig says nothing of the layer spec; verl always builds the
 TE spec), hf/ the golden HF model with huggingface/'s config and tokenizer; inspect names verl, its config files, the
 family and the critic left out; a broken or missing config file is exit 4 naming it; a live mount serves a
-new step once verl's tracker names it.  The Bridge run's optimizer
-buckets follow its local spec's parameter order, which no verl run has: fp32/ is checked with verl's own optimizer-less
-save in mount_tests/modern/test_verl_megatron_weights.py (it needs the sid chroot to rewrite the DCP).
+new step once verl's tracker names it.  The Bridge run's optimizer buckets follow its local spec's parameter order,
+which no verl run has, so fp32/ is not checked on these files; mount_tests/modern/test_verl_megatron_weights.py mounts
+the save verl writes without the optimizer (no fp32/) and runs from_pretrained on it (it needs the sid chroot).
 """
 
 import json
