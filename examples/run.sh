@@ -8,9 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The tests run this script against an existing binary (CKPTFS_BIN) and skip the set-up.
+# Only what the demo needs: the build tools and libraries (not the test and CI tools), the ckptfs binary (not
+# the unit tests).
 if [ -z "${CKPTFS_BIN:-}" ]; then
-  bash .ci/install-deps
-  bash .ci/build
+  bash .ci/install-deps --demo
+  cmake -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build --target ckptfs -j"$(nproc)"
 fi
 bin=${CKPTFS_BIN:-build/ckptfs}
 src=examples/deepspeed-zero3-bf16
