@@ -1,0 +1,60 @@
+"""gen_megatron_core's cases: Megatron-LM command lines (pretrain_gpt.py's arguments) of tiny models.
+
+Every model: bf16 parameters, rope, RMSNorm, SwiGLU, no linear biases, untied output layer, GQA (4 heads in 2
+groups), hidden 32, weights drawn at std 0.2 (~1/sqrt(hidden): attention and the router far from uniform, logits of
+order 1-10 rather than Megatron's default 0.02's 0.4), NullTokenizer of 100 tokens padded to 128 (make-vocab-size-divisible-by 32 x TP), the local
+(non-Transformer-Engine) layer spec, no dropout (Qwen3's and Mixtral's), CPU initialisation, Adam.
+"""
+
+COMMON = [
+    "--hidden-size", "32", "--num-attention-heads", "4", "--num-query-groups", "2",
+    "--seq-length", "16", "--max-position-embeddings", "64", "--micro-batch-size", "1",
+    "--tokenizer-type", "NullTokenizer", "--vocab-size", "100", "--make-vocab-size-divisible-by", "32",
+    "--bf16", "--position-embedding-type", "rope", "--normalization", "RMSNorm", "--norm-epsilon", "1e-6",
+    "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+    "--attention-dropout", "0", "--hidden-dropout", "0", "--init-method-std", "0.2",
+    "--transformer-impl", "local", "--use-cpu-initialization", "--no-gradient-accumulation-fusion",
+    "--no-masked-softmax-fusion", "--no-bias-swiglu-fusion", "--no-rope-fusion", "--no-persist-layer-norm",
+    "--distributed-backend", "gloo", "--lr", "1e-3", "--train-iters", "10", "--save-interval", "1", "--seed", "7",
+]
+# Qwen3: q/k RMSNorm, head_dim 12 != hidden / heads (8), rope base 1e6
+QWEN3 = ["--qk-layernorm", "--kv-channels", "12", "--rotary-base", "1000000"]
+MOE = ["--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "16"]
+QWEN3_MOE = ["--num-layers", "2", "--ffn-hidden-size", "64"] + QWEN3 + MOE
+# Mixtral: no q/k norms, head_dim = hidden / heads, rope base 1e6
+MIXTRAL = ["--num-layers", "2", "--ffn-hidden-size", "64", "--rotary-base", "1000000"] + MOE
+QWEN3_DENSE = ["--num-layers", "4", "--ffn-hidden-size", "64"] + QWEN3
+
+
+def parallel(tp=1, pp=1, ep=1, etp=None, dp=1):
+    """(world size, arguments); the global batch is one micro batch per data-parallel rank."""
+    args = ["--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", str(pp),
+            "--expert-model-parallel-size", str(ep), "--global-batch-size", str(dp)]
+    if etp is not None:
+        args += ["--expert-tensor-parallel-size", str(etp)]
+    return tp * pp * dp, args
+
+
+def case(model, family, fmt, tp=1, pp=1, ep=1, etp=None, dp=1, extra=(), masters=True, refused=None):
+    world, par = parallel(tp, pp, ep, etp, dp)
+    return {"model": model, "family": family, "format": fmt, "world": world, "tp": tp, "pp": pp, "ep": ep,
+            "etp": tp if etp is None else etp, "dp": dp, "args": COMMON + model + par + list(extra) +
+            ["--ckpt-format", fmt], "masters": masters, "refused": refused}
+
+
+# name -> case; "masters": the fp32 masters can be read back at world size 1 (non-distributed optimizer);
+# "refused": why ckptfs must refuse the save (no expectations written)
+CASES = {
+    "qwen3moe_torch_dist_tp2_ep2_etp2": case(QWEN3_MOE, "Qwen3-MoE", "torch_dist", tp=2, ep=2, etp=2, dp=2),
+    "qwen3moe_torch_dist_pp2_ep2": case(QWEN3_MOE, "Qwen3-MoE", "torch_dist", pp=2, ep=2, dp=2),
+    "mixtral_torch_dist_pp2_ep2": case(MIXTRAL, "Mixtral", "torch_dist", pp=2, ep=2, dp=2),
+    "mixtral_legacy_ep2": case(MIXTRAL, "Mixtral", "torch", ep=2, dp=2),
+    "qwen3_torch_dist_tp2_pp2": case(QWEN3_DENSE, "Qwen3", "torch_dist", tp=2, pp=2),
+    "qwen3_legacy_tp2_pp2": case(QWEN3_DENSE, "Qwen3", "torch", tp=2, pp=2),
+    # ChainedOptimizer of two DistributedOptimizers (dense, expert), dp_reshardable: chained_N. keys
+    "qwen3moe_torch_dist_ep2_distopt": case(QWEN3_MOE, "Qwen3-MoE", "torch_dist", ep=2, dp=2,
+                                            extra=["--use-distributed-optimizer"], masters=False),
+    # legacy format, expert TP 2 != TP 1: the two expert-TP ranks of an EP rank write the same mp_rank_00_00E file
+    "qwen3moe_legacy_tp1_etp2_ep2": case(QWEN3_MOE, "Qwen3-MoE", "torch", ep=2, etp=2, dp=4, masters=False,
+                                         refused="expert tensor parallelism"),
+}
