@@ -508,8 +508,9 @@ TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& 
   topo.optimizer = "none (universal checkpoint: fp32 masters from zero/<param>/fp32.pt)";
   if (!tf.zero3_model_states.empty()) {
     if (tf.zero3_model_states.size() > 1)
-      throw UnsupportedError(fmt::format("{}: tensor-parallel universal checkpoints are not supported yet",
-                                         tf.zero3_model_states.rbegin()->second.begin()->second.string()));
+      throw UnsupportedError(fmt::format(
+          "{}: tensor-parallel ZeRO-3 universal checkpoints (several mp ranks) are not supported yet",
+          tf.zero3_model_states.rbegin()->second.begin()->second.string()));
     auto models = read_zero3_model_ranks(files, tf, tf.zero3_model_states.begin()->first);
     const ModelStates& ms = models.front();
     if (!ms.module || !ms.param_shapes)
