@@ -13,7 +13,8 @@ with overlap_grad_reduce), core 0.4-0.6 (a list of buckets, one or several per b
 padded buffer)) compared
 byte for byte with the generator's expectations:
 model.safetensors, fp32/model.safetensors, fp32/pytorch_model.bin, hf/model.safetensors + hf/config.json
-(Llama/Qwen2-style and GPT-2-style cases) and the tokenizer files; then broken checkpoints must fail with exit 4
+(Llama/Qwen2-style, GPT-2-style, Mixtral-style MoE and Qwen3-MoE-style MoE with q/k norms and dense layers) and
+the tokenizer files; then broken checkpoints must fail with exit 4
 and a one-line message naming the file.
 
     CKPTFS_BIN=$PWD/build/ckptfs /usr/bin/python3 -m pytest mount_tests/test_megatron.py -q -p no:cacheprovider
@@ -22,8 +23,9 @@ The cases are generated once into ${CKPTFS_MEGATRON_FIXTURES:-${CKPTFS_FIXTURES:
 (cached while the generator's GEN_VERSION is unchanged).  The torch_dist cases need the chroot
 ${CKPTFS_CHROOT:-build/trixie} (`bash mount_tests/modern/setup_chroot.sh`; .ci/run uses
 /var/cache/ckptfs/trixie): without it they fail saying so, with CKPTFS_SKIP_MODERN=1 they are skipped (and
-not generated).  Cases that fit neither Hugging Face family (MoE, a squared-ReLU MLP, GeLU with rotary
-positions) have no hf/ view and inspect says why (asserted).  mount_tests/modern/test_megatron_hf.py loads the
+not generated).  Cases that fit no Hugging Face family (a squared-ReLU MLP, GeLU with rotary positions,
+Mixtral-style MoE beside dense layers) have no hf/ view and inspect says why (asserted, with the reason where
+the case names it: ``no_hf_reason``).  mount_tests/modern/test_megatron_hf.py loads the
 hf/ views with transformers and compares the logits with the generator's own forward pass.
 """
 import json
@@ -130,7 +132,7 @@ def check_views(folder, root, info, tag, what):
     bin_ = torch.load(os.path.join(folder, "fp32", "pytorch_model.bin"), map_location="cpu", weights_only=True)
     assert isinstance(bin_, dict), f"{what}fp32/pytorch_model.bin holds a {type(bin_).__name__}"
     H.assert_state_equal(bin_, fp32, False, f"{what}fp32/pytorch_model.bin")
-    if not info["hf"]:  # no Hugging Face family fits (MoE, squared ReLU, GeLU + rope ...): no hf/ at all
+    if not info["hf"]:  # no Hugging Face family fits (squared ReLU, GeLU + rope ...): no hf/ at all
         assert not os.path.exists(os.path.join(folder, "hf")), \
             f"{what}hf/ exists for a model that fits no Hugging Face family: {sorted(os.listdir(folder))}"
         return
@@ -237,6 +239,7 @@ def test_inspect_json(name, megatron_fixtures, ckptfs_bin):
             assert not notes, f"tag {t['name']}: {notes}"
         else:
             assert len(notes) == 1, f"tag {t['name']}: no 'no hf/ view' note in {t.get('notes')}"
+            assert info["no_hf_reason"] in notes[0], f"tag {t['name']}: {notes[0]!r} does not say {info['no_hf_reason']!r}"
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -44,12 +44,12 @@ import megatron_dist  # noqa: E402
 import megatron_forward  # noqa: E402
 from case_cache import case_is_current  # noqa: E402
 from megatron_args import DTYPE, make_args  # noqa: E402
-from megatron_cases import all_cases, has_hf, hf_family, is_torch_dist, iter_dir_name  # noqa: E402
+from megatron_cases import all_cases, has_hf, hf_family, is_moe_layer, is_torch_dist, iter_dir_name  # noqa: E402
 from megatron_layout import (EXTRA_TE, bucket_size, chunk_entries, chunk_layers, dims,  # noqa: E402
                              is_expert, merged_entries, pack_buffer, rule_of, split, tp_attrs)
 
 OD = collections.OrderedDict
-GEN_VERSION = 10  # bump to invalidate cached fixtures
+GEN_VERSION = 11  # bump to invalidate cached fixtures
 CHECKPOINT_VERSION = 3.0
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -71,8 +71,8 @@ def components(case, rng):
         scale = scale or (1.0 / math.sqrt(shape[-1]) if len(shape) == 2 else 0.1)
         c[name] = (rng.standard_normal(shape) * scale).astype(np.float32)
 
-    def norm(name):
-        c[name] = (1.0 + 0.1 * rng.standard_normal(H)).astype(np.float32)
+    def norm(name, n=H):
+        c[name] = (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
     ln_b = case["norm"] == "LayerNorm"
     w("emb", d["Vp"], H, scale=1.0)
@@ -93,11 +93,16 @@ def components(case, rng):
         w(p + "o", H, nq * hn)
         if case["bias"]:
             w(p + "ob", H)
+        if case["qk_norm"]:
+            norm(p + "qn", hn)
+            norm(p + "kn", hn)
         norm(p + "ln2.w")
         if ln_b:
             w(p + "ln2.b", H)
-        if case["experts"]:
+        if is_moe_layer(case, g):
             w(p + "router", d["E"], H)
+            if case["expert_bias"]:
+                w(p + "router_bias", d["E"])
             for x in range(d["E"]):
                 for part in (("gate", "up") if case["swiglu"] else ("fc1",)):
                     w(p + f"x{x}.{part}", d["Fe"], H)
@@ -138,14 +143,19 @@ def assemble(case, c):
         for k in ("ln1.w", "ln1.b", "ln2.w", "ln2.b"):
             if p + k in c:
                 full[p + k] = c[p + k]
+        for k in ("qn", "kn"):
+            if p + k in c:
+                full[p + k + ".w"] = c[p + k]
         full[p + "qkv.w"] = interleave_qkv(case, c[p + "q"], c[p + "k"], c[p + "v"])
         if p + "qb" in c:
             full[p + "qkv.b"] = interleave_qkv(case, c[p + "qb"], c[p + "kb"], c[p + "vb"])
         full[p + "proj.w"] = c[p + "o"]
         if p + "ob" in c:
             full[p + "proj.b"] = c[p + "ob"]
-        if case["experts"]:
+        if is_moe_layer(case, g):
             full[p + "router.w"] = c[p + "router"]
+            if p + "router_bias" in c:
+                full[p + "router.eb"] = c[p + "router_bias"]
             for x in range(case["experts"]):
                 q = p + f"x{x}."
                 full[q + "fc1.w"] = np.concatenate([c[q + "gate"], c[q + "up"]]) if case["swiglu"] else c[q + "fc1"]
@@ -173,6 +183,12 @@ def cast(a, dtype):
     return torch.from_numpy(np.ascontiguousarray(a)).to(DTYPE[dtype]).view(torch.int16).numpy().copy()
 
 
+def stored_dtype(case, key):
+    """The router's expert_bias is a float32 buffer whatever the training dtype (TopKRouter keeps it float32:
+    _maintain_float32_expert_bias); everything else is stored in the training dtype."""
+    return "fp32" if key.endswith(("router_bias", "router.eb")) else case["dtype"]
+
+
 def to_torch(a, dtype):
     t = torch.from_numpy(np.ascontiguousarray(a))
     return t if dtype == "fp32" else t.view(DTYPE[dtype])
@@ -186,12 +202,13 @@ class Values:
         self.rng = rng
         self.master_c = components(case, rng)
         dt = case["dtype"]
+        assert not (case["stale"] and case["expert_bias"]), "a buffer has no master to lag behind"
         if case["stale"] and dt != "fp32":
             # the stored copy lags the master by more than rounding
             self.model_c = OD((k, cast(v - (rng.standard_normal(v.shape) * 0.01).astype(np.float32), dt))
                               for k, v in self.master_c.items())
         else:
-            self.model_c = OD((k, cast(v, dt)) for k, v in self.master_c.items())
+            self.model_c = OD((k, cast(v, stored_dtype(case, k))) for k, v in self.master_c.items())
         self.master = assemble(case, self.master_c)
         self.model = assemble(case, self.model_c)
 
@@ -286,7 +303,8 @@ def rank_params(case, vals, t, p, ep=0):
         pre, post = p == 0 and v == 0, p == case["pp"] - 1 and v == case["vp"] - 1
         params.append([(e, split(case, rule_of(case, e.src), vals.master[e.src], t),
                         case["tied"] and case["pp"] > 1 and e.src == "emb")
-                       for e in chunk_entries(case, layers[(p, v)], pre, post, ep_rank=ep) if e.is_param])
+                       for e in chunk_entries(case, layers[(p, v)], pre, post, ep_rank=ep)
+                       if e.is_param and not e.buffer])
     return params
 
 
@@ -304,7 +322,8 @@ def write_rank(case, vals, iteration, t, p, rank_dir, seed, ep=0):
     for v in range(case["vp"]):
         entries = chunk_entries(case, layers[(p, v)], p == 0 and v == 0, p == case["pp"] - 1 and v == case["vp"] - 1,
                                 ep_rank=ep)
-        values = [to_torch(split(case, rule_of(case, e.src), vals.model[e.src], t), dt) if e.is_param
+        values = [to_torch(split(case, rule_of(case, e.src), vals.model[e.src], t), stored_dtype(case, e.src))
+                  if e.is_param
                   else extra_value(e.extra) for e in entries]
         state["model" if case["vp"] == 1 else f"model{v}"] = nest(entries, values)
     if case["optimizer"]:
@@ -423,14 +442,14 @@ def _distrib_optim_dict(case, params, rng, p):
 
 def expected_model(case, vals):
     names = [e for e in merged_entries(case) if e.is_param and not e.copy]
-    model = OD((e.name, to_torch(vals.model[e.src], case["dtype"]).clone()) for e in names)
+    model = OD((e.name, to_torch(vals.model[e.src], stored_dtype(case, e.src)).clone()) for e in names)
     fp32 = OD((e.name, torch.from_numpy(vals.master[e.src].copy())) for e in names)
     return model, fp32
 
 
 def expected_hf(case, vals):
     """The Hugging Face state dict from the stored pieces (vocab trimmed to the true vocab), training dtype."""
-    hf = (_hf_llama if hf_family(case) == "llama" else _hf_gpt2)(case, vals.model_c, case["vocab"])
+    hf = (_hf_gpt2 if hf_family(case) == "gpt2" else _hf_llama)(case, vals.model_c, case["vocab"])
     return OD((k, to_torch(v, case["dtype"]).clone()) for k, v in hf.items())
 
 
@@ -454,8 +473,18 @@ def _hf_gpt2(case, c, V):
     return hf
 
 
+# How Qwen3-MoE and Mixtral checkpoints name a sparse block's router and expert x's projections
+HF_MOE_NAMES = {
+    "qwen3_moe": ("mlp.gate.weight", "mlp.experts.{x}.gate_proj.weight", "mlp.experts.{x}.up_proj.weight",
+                  "mlp.experts.{x}.down_proj.weight"),
+    "mixtral": ("block_sparse_moe.gate.weight", "block_sparse_moe.experts.{x}.w1.weight",
+                "block_sparse_moe.experts.{x}.w3.weight", "block_sparse_moe.experts.{x}.w2.weight"),
+}
+
+
 def _hf_llama(case, c, V):
-    """LlamaForCausalLM (Qwen2ForCausalLM: q/k/v biases)."""
+    """LlamaForCausalLM (Qwen2ForCausalLM: q/k/v biases), Qwen3MoeForCausalLM (q/k norms, sparse blocks and
+    dense MLPs), MixtralForCausalLM (block_sparse_moe)."""
     hf = OD()
     hf["model.embed_tokens.weight"] = c["emb"][:V]
     for g in range(case["layers"]):
@@ -466,7 +495,16 @@ def _hf_llama(case, c, V):
             if p + x + "b" in c:
                 hf[q + f"self_attn.{x}_proj.bias"] = c[p + x + "b"]
         hf[q + "self_attn.o_proj.weight"] = c[p + "o"]
+        if case["qk_norm"]:
+            hf[q + "self_attn.q_norm.weight"], hf[q + "self_attn.k_norm.weight"] = c[p + "qn"], c[p + "kn"]
         hf[q + "post_attention_layernorm.weight"] = c[p + "ln2.w"]
+        if is_moe_layer(case, g):
+            router, gate, up, down = HF_MOE_NAMES[hf_family(case)]
+            hf[q + router] = c[p + "router"]
+            for x in range(case["experts"]):
+                for name, part in ((gate, "gate"), (up, "up"), (down, "down")):
+                    hf[q + name.format(x=x)] = c[p + f"x{x}.{part}"]
+            continue
         hf[q + "mlp.gate_proj.weight"] = c[p + "gate"]
         hf[q + "mlp.up_proj.weight"] = c[p + "up"]
         hf[q + "mlp.down_proj.weight"] = c[p + "down"]
@@ -499,8 +537,22 @@ def expected_hf_config(case):
            "rope_parameters": {"rope_theta": theta, "rope_type": "default"},
            "max_position_embeddings": case["max_pos"], "attention_bias": case["qkv_bias"] or case["bias"],
            "hidden_act": "silu", **common}
-    if not qwen2:
+    moe = hf_family(case) in ("qwen3_moe", "mixtral")
+    if not qwen2 and not moe:
         cfg["mlp_bias"] = case["bias"]
+    if moe:
+        # Qwen3MoeConfig and MixtralConfig fields (Mixtral's intermediate_size is an expert's)
+        cfg.update(num_local_experts=d["E"], num_experts_per_tok=case["topk"], router_aux_loss_coef=0.01,
+                   output_router_logits=False)
+    if hf_family(case) == "qwen3_moe":
+        cfg.update(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", moe_intermediate_size=d["Fe"],
+                   norm_topk_prob=not case["pre_softmax"], decoder_sparse_step=1,
+                   mlp_only_layers=[g for g in range(d["L"]) if not is_moe_layer(case, g)], use_sliding_window=False,
+                   sliding_window=None, max_window_layers=d["L"])
+    elif hf_family(case) == "mixtral":
+        cfg.update(architectures=["MixtralForCausalLM"], model_type="mixtral", intermediate_size=d["Fe"],
+                   sliding_window=None, router_jitter_noise=0.0)
+        del cfg["attention_bias"]
     return cfg
 
 
@@ -523,6 +575,8 @@ def expected_logits(case, vals, iteration, seed):
     assert out.shape == (LOGITS_BATCH, seq, case["vocab"]) and np.isfinite(out).all()
     if hf_family(case) == "gpt2":
         other = megatron_forward.logits(args, full, tokens, act="gelu" if case["act"] != "gelu" else "fused_gelu")
+    elif case["experts"]:  # the other router normalisation (Qwen3-MoE's norm_topk_prob)
+        other = megatron_forward.logits(args, full, tokens, pre_softmax=not case["pre_softmax"])
     else:
         args.rotary_base *= 2
         other = megatron_forward.logits(args, full, tokens)

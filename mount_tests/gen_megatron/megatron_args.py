@@ -75,11 +75,12 @@ def make_args(case, iteration):
         overlap_grad_reduce=case["overlap_grad_reduce"], ddp_bucket_size=case["ddp_bucket_size"],
         iteration=0 if iteration == "release" else iteration,
         save=f"/checkpoints/{case['name']}", no_save_optim=None if case["optimizer"] else True,
-        no_save_rng=None if case["optimizer"] else True,
+        no_save_rng=None if case["optimizer"] else True, qk_layernorm=case["qk_norm"],
     )
     if case["experts"]:
         a.update(num_experts=case["experts"], expert_model_parallel_size=case["ep"], moe_ffn_hidden_size=case["moe_ffn"],
-                 moe_router_topk=case["topk"], moe_grouped_gemm=case["grouped_gemm"], moe_layer_freq=1,
+                 moe_router_topk=case["topk"], moe_grouped_gemm=case["grouped_gemm"], moe_layer_freq=case["moe_freq"],
+                 moe_router_pre_softmax=case["pre_softmax"], moe_router_enable_expert_bias=case["expert_bias"],
                  moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=0.01, moe_token_dispatcher_type="alltoall")
     if case["naming"] == "legacy":
         a["use_legacy_models"] = True

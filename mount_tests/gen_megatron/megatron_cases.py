@@ -245,11 +245,27 @@ def is_torch_dist(case):
     return case["ckpt_format"] == "torch_dist"
 
 
+def is_moe_layer(case, g):
+    """Layer g's MLP is an MoE layer: Megatron's moe_layer_freq, an int n (every n-th layer from layer 0) or a
+    0/1 list (gpt_layer_specs.py)."""
+    if not case["experts"]:
+        return False
+    freq = case["moe_freq"]
+    return g % freq == 0 if isinstance(freq, int) else bool(freq[g])
+
+
 def hf_family(case):
-    """'llama' (LlamaForCausalLM / Qwen2ForCausalLM), 'gpt2' (GPT2LMHeadModel) or None: no hf/ view (also MoE:
-    no HF mapping yet)."""
+    """'llama' (LlamaForCausalLM / Qwen2ForCausalLM), 'gpt2' (GPT2LMHeadModel), for MoE 'qwen3_moe' (q/k
+    layernorm; dense layers as mlp_only_layers; norm_topk_prob off with pre_softmax) or 'mixtral' (no q/k
+    layernorm, every layer MoE, top-k renormalised), or None: no hf/ view."""
     if is_moe(case):
-        return None
+        if case["expert_bias"]:
+            return None
+        if case["qk_norm"]:
+            return "qwen3_moe"
+        every = all(is_moe_layer(case, g) for g in range(case["layers"]))
+        return "mixtral" if every and not case["pre_softmax"] else None
+    assert not case["qk_norm"], "q/k layernorm only in MoE cases (Qwen3-MoE)"
     return "llama" if is_llama_style(case) else "gpt2" if is_gpt2_style(case) else None
 
 
@@ -296,4 +312,30 @@ CASES += [
          ddp_bucket_size=3000, stale=True),
     # TP2 x DP2, non-distributed optimizer: optimizer.state.fp32_param.* spread over the replicas too
     dict(name="dist_llama_tp2_dp2", ckpt_format="torch_dist", tp=2, dp=2, hidden=80, ffn=112),
+]
+
+# Qwen3-MoE and Mixtral (appended; legacy files, core naming).  More keys:
+#   qk_norm      qk_layernorm: per-head RMSNorm of q and k ([kv_channels] weights, replicated over TP), before
+#                rope (SelfAttention.get_query_key_value_tensors); with experts the model is Qwen3-MoE-style
+#   moe_freq     moe_layer_freq: an int n (layer g is an MoE layer when g % n == 0) or a 0/1 list per layer; the
+#                other layers have a dense SwiGLU MLP of ffn (Qwen3-MoE's mlp_only_layers; Mixtral has none)
+#   pre_softmax  moe_router_pre_softmax: softmax over all experts, then the top k (weights not renormalised:
+#                Qwen3-MoE's norm_topk_prob false); else the top k logits, then their softmax
+# The MoE cases above (no q/k layernorm, every layer MoE) are Mixtral-style: their hf/ is MixtralForCausalLM.
+#   expert_bias  moe_router_enable_expert_bias: the router's persistent float32 buffer mlp.router.expert_bias [E]
+#                (no optimizer state), float32 in model.safetensors and fp32/ whatever the training dtype
+#   no_hf_reason what inspect's "no hf/ view" note must say (the tests check it; "" for cases with hf/ or any reason)
+DEFAULTS.update(qk_norm=False, moe_freq=1, pre_softmax=False, expert_bias=False, no_hf_reason="")
+
+CASES += [
+    # Qwen3-MoE-style, EP2 x TP2, TE spec: layer 0 dense (the TE dense norm mlp.linear_fc1.layer_norm_weight,
+    # mlp_only_layers [0]), layers 1-2 MoE; pre-softmax router; q/k norms; GQA 2 groups; 3 of 4 experts per token
+    dict(name="qwen3moe_mixed_ep2_tp2_te", tp=2, ep=2, dp=2, spec="te", qk_norm=True, moe_freq=[0, 1, 1],
+         pre_softmax=True, topk=3, **dict(MOE, layers=3)),
+    # Mixtral-style but MoE every second layer (moe_layer_freq 2): Mixtral has no dense layers, so no hf/
+    dict(name="moe_every2nd_ep2_no_hf", ep=2, moe_freq=2, no_hf_reason="Mixtral", **MOE),
+    # Qwen3-MoE-style with the router's expert bias (bf16 model, float32 buffer), EP2 x TP2: no hf/ (neither
+    # Qwen3-MoE's nor Mixtral's router adds a bias to the scores)
+    dict(name="moe_expert_bias_ep2_tp2", tp=2, ep=2, qk_norm=True, expert_bias=True, no_hf_reason="expert bias",
+         **MOE),
 ]

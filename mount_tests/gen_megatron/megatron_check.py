@@ -189,8 +189,9 @@ def _masters(args, sd, d, per_chunk, p, PP, nkeys, e=0):
     parts = list(zip(opt, (False, True))) if isinstance(opt, list) else [(opt, None)]
     assert len(parts) == (2 if getattr(args, "num_experts", None) else 1)
     for o, expert in parts:
+        # buffers (the router's float32 expert_bias) have no master: their own value stands for it
         flat = [(v, n, x) for v, c in enumerate(per_chunk) for n, x in c
-                if expert is None or bool(EXPERT.match(n)) == expert]
+                if (expert is None or bool(EXPERT.match(n)) == expert) and not n.endswith("router.expert_bias")]
         # one group per kind that has params: 2-D weights (decay), then 1-D (no decay)
         groups = [g for g in ([f for f in flat if f[2].dim() >= 2], [f for f in flat if f[2].dim() == 1]) if g]
         saved = o["fp32_from_fp16_params"]
@@ -320,6 +321,10 @@ def _hf_llama(args, model):
             hf[p + f"self_attn.q_proj.{kind}"] = w[:, :qpg].reshape((nq * hn,) + tuple(t.shape[1:]))
             hf[p + f"self_attn.k_proj.{kind}"] = w[:, qpg].reshape((ng * hn,) + tuple(t.shape[1:]))
             hf[p + f"self_attn.v_proj.{kind}"] = w[:, qpg + 1].reshape((ng * hn,) + tuple(t.shape[1:]))
+        elif EXPERT.match(n):
+            hf.update(_hf_expert(args, p, n, t))
+        elif rest == "mlp.router.weight":
+            hf[p + ("mlp.gate.weight" if args.qk_layernorm else "block_sparse_moe.gate.weight")] = t
         elif rest.endswith(("linear_fc1.weight", "dense_h_to_4h.weight")):
             gate, up = t.chunk(2, 0)
             hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"] = gate, up
@@ -333,9 +338,26 @@ def _hf_llama(args, model):
                    "self_attention.linear_proj.weight": "self_attn.o_proj.weight",
                    "self_attention.dense.weight": "self_attn.o_proj.weight",
                    "mlp.linear_fc2.weight": "mlp.down_proj.weight",
+                   "self_attention.q_layernorm.weight": "self_attn.q_norm.weight",
+                   "self_attention.k_layernorm.weight": "self_attn.k_norm.weight",
                    "mlp.dense_4h_to_h.weight": "mlp.down_proj.weight"}[rest]
             hf[p + key] = t
     return hf
+
+
+def _hf_expert(args, p, name, t):
+    """Expert e's fc1 (= [gate; up]) or fc2 under Qwen3-MoE's names (q/k layernorm) or Mixtral's (w1 gate, w3
+    up, w2 down)."""
+    m = EXPERT.match(name)
+    e, fc = (m.group(2), m.group(3)[1:]) if m.group(2) is not None else (m.group(5), m.group(4))
+    if args.qk_layernorm:
+        gate, up, down = (f"mlp.experts.{e}.{x}_proj.weight" for x in ("gate", "up", "down"))
+    else:
+        gate, up, down = (f"block_sparse_moe.experts.{e}.{x}.weight" for x in ("w1", "w3", "w2"))
+    if fc.startswith("linear_fc2"):
+        return {p + down: t}
+    g, u = t.chunk(2, 0)
+    return {p + gate: g, p + up: u}
 
 
 def _bytes(t):

@@ -1,6 +1,7 @@
 """A float64 numpy forward pass of the UNSPLIT Megatron-LM GPT model, written from Megatron's own definitions
 (megatron/core/models/gpt, transformer/attention.py, mlp.py, fusions/fused_bias_gelu.py,
-models/common/embeddings/rotary_pos_embedding.py; legacy/model/transformer.py for openai_gelu), NOT from
+models/common/embeddings/rotary_pos_embedding.py, transformer/moe/router.py and moe_utils.py; legacy/model/
+transformer.py for openai_gelu), NOT from
 Hugging Face's code: the reference the chroot test compares transformers' logits of the mounted hf/ with.
 
 Input: the merged Megatron tensors in the generator's canonical names (TP=1 layout: fused QKV in query
@@ -85,6 +86,8 @@ def attention(args, x, full, p):
     qkv = linear(x, full, p + "qkv").reshape(s, ng, qpg + 2, hn)
     q = qkv[:, :, :qpg].reshape(s, nq, hn)
     k, v = qkv[:, :, qpg], qkv[:, :, qpg + 1]
+    if args.qk_layernorm:  # q_layernorm / k_layernorm over each head's hn values, before rope
+        q, k = norm(args, q, full[p + "qn.w"]), norm(args, k, full[p + "kn.w"])
     if args.position_embedding_type == "rope":
         q, k = rope(args, q, np.arange(s)), rope(args, k, np.arange(s))
     k, v = np.repeat(k, qpg, axis=1), np.repeat(v, qpg, axis=1)
@@ -106,10 +109,39 @@ def mlp(args, x, full, p, act):
     return linear(h, full, p + "fc2")
 
 
-def logits(args, full, tokens, act=None):
+def softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def moe(args, x, full, p, pre_softmax):
+    """MoELayer with TopKRouter (moe_utils.topk_routing_with_score_function, score function softmax): router
+    logits x W^T; pre-softmax: softmax over all experts, then the top k probabilities as they are; else the top
+    k logits, then their softmax.  Each token's output is the sum of its k experts' SwiGLU MLPs (fc1 = [gate;
+    up]) weighted by those probabilities (no capacity limit, no token dropped)."""
+    router = x @ full[p + "router.w"].T
+    k = args.moe_router_topk
+    top = np.argsort(-router, axis=-1, kind="stable")[:, :k]
+    chosen = np.take_along_axis(softmax(router) if pre_softmax else router, top, axis=-1)
+    weights = chosen if pre_softmax else softmax(chosen)
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        for e, w in zip(top[t], weights[t]):
+            out[t] += w * mlp(args, x[t:t + 1], full, f"{p}x{e}.", "swiglu")[0]
+    return out
+
+
+def is_moe_layer(args, g):
+    if not args.num_experts:
+        return False
+    freq = args.moe_layer_freq
+    return g % freq == 0 if isinstance(freq, int) else bool(freq[g])
+
+
+def logits(args, full, tokens, act=None, pre_softmax=None):
     """Logits [batch, seq, args.vocab_size] of the GPT model (pre-norm layers, final norm, output layer or
     the word embeddings when tied, padded-vocab logits cut to the true vocab).  ``act`` overrides the
-    activation (the generator's sensitivity check)."""
+    activation and ``pre_softmax`` the router's moe_router_pre_softmax (the generator's sensitivity checks)."""
     act = act or activation_of(args)
     assert not args.apply_residual_connection_post_layernorm and not args.layernorm_zero_centered_gamma
     out = []
@@ -120,7 +152,11 @@ def logits(args, full, tokens, act=None):
         for g in range(args.num_layers):
             p = f"L{g}."
             x = x + attention(args, norm(args, x, full[p + "ln1.w"], full.get(p + "ln1.b")), full, p)
-            x = x + mlp(args, norm(args, x, full[p + "ln2.w"], full.get(p + "ln2.b")), full, p, act)
+            h = norm(args, x, full[p + "ln2.w"], full.get(p + "ln2.b"))
+            if is_moe_layer(args, g):
+                x = x + moe(args, h, full, p, args.moe_router_pre_softmax if pre_softmax is None else pre_softmax)
+            else:
+                x = x + mlp(args, h, full, p, act)
         x = norm(args, x, full["final.w"], full.get("final.b"))
         head = full["emb"] if not args.untie_embeddings_and_output_weights else full["out"]
         out.append((x @ head.T)[:, :args.vocab_size])

@@ -15,6 +15,8 @@ import numpy as np
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # mount_tests/
 from tp_slicing import tp_cols, tp_gated_rows, tp_rows  # noqa: E402
 
+from megatron_cases import is_moe_layer  # noqa: E402
+
 
 def padded_vocab(vocab, tp, divisor=128):
     m = divisor * tp
@@ -62,10 +64,11 @@ def chunk_layers(case):
 class Entry:
     """One model state-dict entry.  ``path``: key path (one element for core flat dicts); ``src``: the
     canonical full tensor it is a TP shard of (None for ``_extra_state``); ``copy``: the tied output-layer
-    copy on the last pipeline stage (not a name of the merged model)."""
+    copy on the last pipeline stage (not a name of the merged model); ``buffer``: a persistent buffer, not a
+    parameter (no optimizer state)."""
 
-    def __init__(self, path, src=None, extra=None, copy=False):
-        self.path, self.src, self.extra, self.copy = tuple(path), src, extra, copy
+    def __init__(self, path, src=None, extra=None, copy=False, buffer=False):
+        self.path, self.src, self.extra, self.copy, self.buffer = tuple(path), src, extra, copy, buffer
 
     @property
     def name(self):
@@ -96,6 +99,7 @@ def _moe_mlp(case, g, add, experts):
     te = case["spec"] == "te"
     add(True, "pre_mlp_layernorm.weight", f"L{g}.ln2.w")
     add(True, "mlp.router.weight", f"L{g}.router.w")
+    add(case.get("expert_bias"), "mlp.router.expert_bias", f"L{g}.router.eb", buffer=True)  # TopKRouter's buffer
     if case["grouped_gemm"]:
         for fc in ("linear_fc1", "linear_fc2"):
             for e, x in experts:
@@ -115,9 +119,9 @@ def _layer_core(case, i, g, experts=()):
     lx = EXTRA_TE if te else EXTRA_NONE
     E = []
 
-    def add(cond, name, src=None, extra=None):
+    def add(cond, name, src=None, extra=None, buffer=False):
         if cond:
-            E.append(Entry([p + name], src, extra))
+            E.append(Entry([p + name], src, extra, buffer=buffer))
 
     if te:
         add(True, "self_attention.core_attention._extra_state", extra=EXTRA_TE)
@@ -132,7 +136,9 @@ def _layer_core(case, i, g, experts=()):
     add(True, "self_attention.linear_qkv.weight", f"L{g}.qkv.w")
     add(qb, "self_attention.linear_qkv.bias", f"L{g}.qkv.b")
     add(True, "self_attention.linear_qkv._extra_state", extra=lx)
-    if case.get("experts"):
+    add(case.get("qk_norm"), "self_attention.q_layernorm.weight", f"L{g}.qn.w")
+    add(case.get("qk_norm"), "self_attention.k_layernorm.weight", f"L{g}.kn.w")
+    if is_moe_layer(case, g):
         assert not ln_b and not b, "MoE cases: RMSNorm, no biases"
         _moe_mlp(case, g, add, experts)
         return E

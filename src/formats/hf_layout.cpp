@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "ckptfs/error.hpp"
@@ -33,10 +34,11 @@ class LayoutBuilder {
   void add(std::string name, Shape shape) {
     __int128 elements = 1;  // each factor at most kMaxConfigSize: no overflow before the cap
     for (const auto n : shape)
-      elements = n < 0 ? kMaxParameterElements + 1 : std::min<__int128>(elements * n, kMaxParameterElements + 1);
+      elements =
+          n < 0 ? kMaxParameterElements + 1 : std::min<__int128>(elements * n, kMaxParameterElements + 1);
     if (elements > kMaxParameterElements || out_.size() >= kMaxParameters)
-      throw FormatError(fmt::format("{} of {} dimensions or the {}th parameter: sizes far beyond any model", name,
-                                    shape.size(), out_.size() + 1));
+      throw FormatError(fmt::format("{} of {} dimensions or the {}th parameter: sizes far beyond any model",
+                                    name, shape.size(), out_.size() + 1));
     out_.push_back({std::move(name), std::move(shape), ""});
   }
   // nn.Linear(in, out, bias): weight [out, in], then bias [out]
@@ -62,7 +64,9 @@ class LayoutBuilder {
   std::vector<HfParameter>& out_;
 };
 
-bool is_moe(HfFamily family) { return family == HfFamily::qwen3_moe || family == HfFamily::mixtral; }
+bool is_moe(HfFamily family) {
+  return family == HfFamily::qwen3_moe || family == HfFamily::mixtral;
+}
 
 // A sparse MoE block as transformers 5 creates it: the experts fused into 3-D parameters (gate and up rows
 // stacked per expert), the router a bare [experts, hidden] parameter (modeling_qwen3_moe.py: experts, then
@@ -96,7 +100,7 @@ void llama_parameters(HfFamily family, const HfDims& d, LayoutBuilder& b) {
       b.layer_norm(p + "self_attn.q_norm", d.head_dim, false);
       b.layer_norm(p + "self_attn.k_norm", d.head_dim, false);
     }
-    if (is_moe(family)) {
+    if (is_moe(family) && !std::binary_search(d.dense_layers.begin(), d.dense_layers.end(), l)) {
       moe_parameters(family, d, p, b);
     } else {
       b.linear(p + "mlp.gate_proj", d.hidden, d.intermediate, mlp_bias);
@@ -136,23 +140,40 @@ class ConfigFields {
       if (fallback) return *fallback;
       fail(fmt::format("{} is missing", key));
     }
-    if (!json_[key].is_number_integer() || json_[key].get<int64_t>() <= 0 || json_[key].get<int64_t>() > kMaxConfigSize)
-      fail(fmt::format("{} is {}, expected a positive integer up to {}", key, json_[key].dump(), kMaxConfigSize));
+    if (!json_[key].is_number_integer() || json_[key].get<int64_t>() <= 0 ||
+        json_[key].get<int64_t>() > kMaxConfigSize)
+      fail(fmt::format("{} is {}, expected a positive integer up to {}", key, json_[key].dump(),
+                       kMaxConfigSize));
     return json_[key].get<int64_t>();
   }
   bool has(const char* key) const { return json_.contains(key) && !json_[key].is_null(); }
   bool flag(const char* key, bool fallback) const {
     if (!json_.contains(key) || json_[key].is_null()) return fallback;
-    if (!json_[key].is_boolean()) fail(fmt::format("{} is {}, expected true or false", key, json_[key].dump()));
+    if (!json_[key].is_boolean())
+      fail(fmt::format("{} is {}, expected true or false", key, json_[key].dump()));
     return json_[key].get<bool>();
   }
-  // Qwen3-MoE's dense layers (mlp_only_layers, decoder_sparse_step > 1) are not in the table yet.
-  void require_every_layer_sparse() const {
-    const bool dense = (json_.contains("mlp_only_layers") && json_["mlp_only_layers"].is_array() &&
-                        !json_["mlp_only_layers"].empty()) ||
-                       positive("decoder_sparse_step", 1) != 1;
-    if (dense) throw UnsupportedError(fmt::format("{}: dense MLP layers beside the MoE ones (mlp_only_layers, "
-                                                  "decoder_sparse_step) are not mapped yet", path_.string()));
+  // Qwen3-MoE's dense layers: those of mlp_only_layers and, with decoder_sparse_step n, every layer l with
+  // (l + 1) % n != 0 (Qwen3MoeDecoderLayer), ascending.
+  std::vector<int64_t> dense_layers(int64_t layers) const {
+    std::vector<bool> dense(static_cast<size_t>(layers), false);
+    const int64_t step = positive("decoder_sparse_step", 1);
+    for (int64_t l = 0; l < layers; ++l) dense[static_cast<size_t>(l)] = (l + 1) % step != 0;
+    if (has("mlp_only_layers")) {
+      const auto& list = json_["mlp_only_layers"];
+      if (!list.is_array())
+        fail(fmt::format("mlp_only_layers is {}, expected a list of layer numbers", list.dump()));
+      for (const auto& l : list) {
+        if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= layers)
+          fail(fmt::format("mlp_only_layers holds {}, expected layer numbers below num_hidden_layers {}",
+                           l.dump(), layers));
+        dense[l.get<size_t>()] = true;
+      }
+    }
+    std::vector<int64_t> out;
+    for (int64_t l = 0; l < layers; ++l)
+      if (dense[static_cast<size_t>(l)]) out.push_back(l);
+    return out;
   }
   [[noreturn]] void fail(const std::string& problem) const {
     throw FormatError(fmt::format("{}: {}", path_.string(), problem));
@@ -180,7 +201,7 @@ HfDims llama_dims(const ConfigFields& c, HfFamily family) {
     // Qwen3MoeConfig maps num_experts to num_local_experts (transformers 5 writes the latter)
     d.experts = c.has("num_local_experts") ? c.positive("num_local_experts") : c.positive("num_experts");
     d.moe_intermediate = c.positive("moe_intermediate_size");
-    c.require_every_layer_sparse();
+    d.dense_layers = c.dense_layers(d.layers);
   } else if (family == HfFamily::mixtral) {
     d.experts = c.positive("num_local_experts");
     d.moe_intermediate = d.intermediate;
@@ -243,8 +264,10 @@ std::string_view architecture_name(HfFamily family) {
 HfLayout layout_of(HfFamily family, const HfDims& dims) {
   HfLayout out{family, dims, {}};
   LayoutBuilder b(out.parameters);
-  if (family == HfFamily::gpt2) gpt2_parameters(dims, b);
-  else llama_parameters(family, dims, b);
+  if (family == HfFamily::gpt2)
+    gpt2_parameters(dims, b);
+  else
+    llama_parameters(family, dims, b);
   return out;
 }
 
@@ -283,11 +306,13 @@ std::variant<HfLayout, std::string> layout_from_config(const fs::path& config_js
     }
   }
   std::string known;
-  for (const HfFamily family : kFamilies) known += (known.empty() ? "" : ", ") + std::string(architecture_name(family));
+  for (const HfFamily family : kFamilies)
+    known += (known.empty() ? "" : ", ") + std::string(architecture_name(family));
   return fmt::format("architecture {} is not in ckptfs's table of model families ({})", name, known);
 }
 
-std::vector<fs::path> config_files(const OpenOptions& options, const fs::path& tag_dir, const fs::path& root) {
+std::vector<fs::path> config_files(const OpenOptions& options, const fs::path& tag_dir,
+                                   const fs::path& root) {
   std::vector<fs::path> out;
   if (options.model_config) out.push_back(*options.model_config);
   out.push_back(tag_dir / "config.json");
@@ -312,19 +337,44 @@ std::string layer_prefix(HfFamily family) {
 }
 
 HfNameOrder name_order(HfFamily family) {
-  // one layer, every optional bias present: the order of any model of the family is a subsequence
-  const HfDims dims{.vocab = 1, .hidden = 1, .intermediate = 1, .layers = 1, .heads = 1, .kv_heads = 1,
-                    .head_dim = 1, .positions = 1, .tied = false, .attention_bias = true, .mlp_bias = true,
-                    .experts = 1, .moe_intermediate = 1};
-  const std::string head = fmt::format(fmt::runtime(layer_prefix(family)), 0);
+  // every optional bias present, and for the MoE families a sparse layer then a dense one: the order of any
+  // model of the family is a subsequence of the layers' names merged in their order
+  const HfDims dims{.vocab = 1,
+                    .hidden = 1,
+                    .intermediate = 1,
+                    .layers = 2,
+                    .heads = 1,
+                    .kv_heads = 1,
+                    .head_dim = 1,
+                    .positions = 1,
+                    .tied = false,
+                    .attention_bias = true,
+                    .mlp_bias = true,
+                    .experts = 1,
+                    .moe_intermediate = 1,
+                    .dense_layers = {1}};
+  const std::string prefix = layer_prefix(family);
+  const std::string_view head = std::string_view(prefix).substr(0, prefix.find("{}"));
   HfNameOrder out;
+  size_t at = 0;  // where the next new name of this layer goes
+  std::string layer;
   for (const auto& p : layout_of(family, dims).parameters) {
-    if (p.name.starts_with(head)) {
-      if (out.layer.empty()) out.model.emplace_back();
-      out.layer.push_back(p.name.substr(head.size()));
-    } else {
+    std::string_view name = p.name;
+    if (!name.starts_with(head)) {
       out.model.push_back(p.name);
+      continue;
     }
+    const size_t dot = name.find('.', head.size());
+    if (out.layer.empty()) out.model.emplace_back();
+    if (name.substr(0, dot) != layer) at = 0;
+    layer = name.substr(0, dot);
+    const std::string rest(name.substr(dot + 1));
+    const auto found = std::find(out.layer.begin(), out.layer.end(), rest);
+    at = found != out.layer.end()
+             ? static_cast<size_t>(found - out.layer.begin()) + 1
+             : static_cast<size_t>(out.layer.insert(out.layer.begin() + static_cast<ptrdiff_t>(at), rest) -
+                                   out.layer.begin()) +
+                   1;
   }
   return out;
 }

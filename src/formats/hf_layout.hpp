@@ -23,10 +23,12 @@ std::string_view model_type(HfFamily family);         // config.json's model_typ
 // The sizes a family's parameter shapes follow, as config.json names them for that family.
 struct HfDims {
   int64_t vocab = 0, hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0;
-  int64_t positions = 0;  // GPT-2's learned position table
-  bool tied = false;      // tie_word_embeddings: lm_head.weight is embed's parameter
+  int64_t positions = 0;                          // GPT-2's learned position table
+  bool tied = false;                              // tie_word_embeddings: lm_head.weight is embed's parameter
   bool attention_bias = false, mlp_bias = false;  // Llama's flags (Qwen2: q/k/v biases only; Qwen3: q/k/v/o)
-  int64_t experts = 0, moe_intermediate = 0;      // Qwen3-MoE's and Mixtral's routed experts (every layer)
+  int64_t experts = 0, moe_intermediate = 0;      // Qwen3-MoE's and Mixtral's routed experts
+  // Qwen3-MoE's layers with a dense MLP of `intermediate` (mlp_only_layers, decoder_sparse_step), ascending
+  std::vector<int64_t> dense_layers = {};
 };
 
 struct HfParameter {
@@ -50,7 +52,8 @@ std::variant<HfLayout, std::string> layout_from_config(const std::filesystem::pa
 
 // The config.json files that describe the model of a tag, first first: -o config=FILE, the tag dir's, the
 // save dir's.
-std::vector<std::filesystem::path> config_files(const OpenOptions& options, const std::filesystem::path& tag_dir,
+std::vector<std::filesystem::path> config_files(const OpenOptions& options,
+                                                const std::filesystem::path& tag_dir,
                                                 const std::filesystem::path& root);
 
 // The layout the first existing file of `configs` describes, or why there is none (no config.json, another

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "ckptfs/error.hpp"
 #include "formats/name_prefix.hpp"
 #include "torch/test_support.hpp"
 
@@ -129,14 +132,58 @@ TEST(HfLayout, Qwen3MoeConfigAsTransformersWritesIt) {
             1 + 2 * 11 + 2U);  // embed, 2 x (4 projections, 2 head norms, 3 MoE, 2 norms), norm, head
 }
 
-TEST(HfLayout, Qwen3MoeDenseLayersAreNotInTheTableYet) {
-  const torch::test_support::TempFile config(
-      R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
-    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "moe_intermediate_size": 32,
-    "num_experts": 8, "mlp_only_layers": [1]})");
-  const auto layout = layout_from_config(config.path());
-  ASSERT_TRUE(std::holds_alternative<std::string>(layout));
-  EXPECT_NE(std::get<std::string>(layout).find("mlp_only_layers"), std::string::npos);
+// Qwen3MoeDecoderLayer: a dense Qwen3MoeMLP of intermediate_size in the layers of mlp_only_layers and, with
+// decoder_sparse_step n, in every layer l with (l + 1) % n != 0.
+TEST(HfLayout, Qwen3MoeDenseLayersFromMlpOnlyLayersAndSparseStep) {
+  const auto layout_with = [](const std::string& fields) {
+    const torch::test_support::TempFile config(
+        R"({"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
+      "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4, "moe_intermediate_size": 32,
+      "num_experts": 8, )" +
+        fields + "}");
+    return layout_from_config(config.path());
+  };
+  const auto listed = layout_with(R"("mlp_only_layers": [3, 0])");
+  ASSERT_TRUE(std::holds_alternative<HfLayout>(listed)) << std::get<std::string>(listed);
+  const auto& l = std::get<HfLayout>(listed);
+  EXPECT_EQ(l.dims.dense_layers, (std::vector<int64_t>{0, 3}));
+  const auto named = [&](const std::string& name) {
+    return std::ranges::find(l.parameters, name, &HfParameter::name) != l.parameters.end();
+  };
+  EXPECT_TRUE(named("model.layers.0.mlp.gate_proj.weight"));
+  EXPECT_FALSE(named("model.layers.0.mlp.experts.gate_up_proj"));
+  EXPECT_TRUE(named("model.layers.1.mlp.experts.gate_up_proj"));
+  EXPECT_FALSE(named("model.layers.1.mlp.gate_proj.weight"));
+  EXPECT_TRUE(named("model.layers.3.mlp.down_proj.weight"));
+  const auto dense_down =
+      std::ranges::find(l.parameters, "model.layers.0.mlp.down_proj.weight", &HfParameter::name);
+  EXPECT_EQ(dense_down->shape, (std::vector<int64_t>{48, 96}));
+  const auto stepped = layout_with(R"("decoder_sparse_step": 2, "mlp_only_layers": [1])");
+  ASSERT_TRUE(std::holds_alternative<HfLayout>(stepped));
+  EXPECT_EQ(std::get<HfLayout>(stepped).dims.dense_layers, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_THROW(layout_with(R"("mlp_only_layers": [4])"), FormatError);
+  EXPECT_THROW(layout_with(R"("mlp_only_layers": 1)"), FormatError);
+}
+
+// The state-dict order of names of a family with sparse and dense layers holds both kinds' names, each kind
+// in its own order (hf/ of Megatron sorts by it).
+TEST(HfNameOrder, MoeFamiliesOrderSparseAndDenseLayersAlike) {
+  auto d = llama_dims();
+  d.experts = 4;
+  d.moe_intermediate = 16;
+  d.dense_layers = {1};
+  const auto order = name_order(HfFamily::qwen3_moe).layer;
+  const auto layout = layout_of(HfFamily::qwen3_moe, d);
+  for (const std::string layer : {"model.layers.0.", "model.layers.1."}) {
+    size_t last = 0;
+    for (const auto& p : layout.parameters) {
+      if (!p.name.starts_with(layer)) continue;
+      const auto at = std::ranges::find(order, p.name.substr(layer.size()));
+      ASSERT_NE(at, order.end()) << p.name;
+      EXPECT_GE(static_cast<size_t>(at - order.begin()), last) << p.name;
+      last = static_cast<size_t>(at - order.begin());
+    }
+  }
 }
 
 TEST(NamePrefix, FoundAgainstTheArchitecturesNamesAndModules) {

@@ -22,16 +22,17 @@ namespace {
 
 // How one merged tensor becomes Hugging Face tensors.
 enum class Op {
-  Copy,        // as it is
-  Vocab,       // the first `vocab` rows (padding dropped)
-  Transpose,   // transposed: GPT-2's Conv1D stores [in, out]
-  SplitQkv,    // q_proj, k_proj, v_proj out of the query-group-interleaved QKV (Llama)
-  FusedQkv,    // one [q; k; v] tensor out of the per-head-interleaved QKV, transposed when 2-D (GPT-2)
-  SplitGateUp, // gate_proj and up_proj out of SwiGLU fc1 ([all gates; all ups])
+  Copy,         // as it is
+  Vocab,        // the first `vocab` rows (padding dropped)
+  Transpose,    // transposed: GPT-2's Conv1D stores [in, out]
+  SplitQkv,     // q_proj, k_proj, v_proj out of the query-group-interleaved QKV (Llama)
+  FusedQkv,     // one [q; k; v] tensor out of the per-head-interleaved QKV, transposed when 2-D (GPT-2)
+  SplitGateUp,  // gate_proj and up_proj out of SwiGLU fc1 ([all gates; all ups])
 };
 
 struct Rule {
-  std::vector<std::string_view> suffixes;  // megatron-core, TransformerEngine and legacy names of one parameter
+  std::vector<std::string_view>
+      suffixes;  // megatron-core, TransformerEngine and legacy names of one parameter
   Op op;
   // The HF name (after the family's layer prefix for layer tensors; "{}" stands for an expert's number), or
   // for SplitQkv the leaf (weight, bias); for SplitGateUp the gate's name, and `up` the up projection's.
@@ -46,35 +47,53 @@ struct Family {
   std::function<nlohmann::ordered_json(const ModelArgs&, int64_t vocab)> config;
 };
 
-std::string dtype_name(DType d) { return d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32"; }
+std::string dtype_name(DType d) {
+  return d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32";
+}
 
-// The layers of the Llama-like families (Llama, Qwen2, Qwen3, Qwen3-MoE): attention, norms (Qwen3's per-head
-// q/k norms, weights of [kv_channels]) and the SwiGLU MLP, or the router and the routed experts under their
-// expert-free names (see without_expert_number; "{}" in an HF name is the expert's global number).
-std::vector<Rule> llama_like_layer_rules(bool qk_norm, bool experts) {
+// How a family names a sparse block's router and routed experts ("{}": the expert's global number).
+struct MoeNames {
+  std::string router, gate, up, down;
+};
+// Qwen3-MoE's (modeling_qwen3_moe.py) and Mixtral's as their checkpoints store them (transformers converts
+// both into the fused experts.gate_up_proj / down_proj when it loads, conversion_mapping.py)
+const MoeNames kQwenMoeNames{"mlp.gate.weight", "mlp.experts.{}.gate_proj.weight",
+                             "mlp.experts.{}.up_proj.weight", "mlp.experts.{}.down_proj.weight"};
+const MoeNames kMixtralNames{"block_sparse_moe.gate.weight", "block_sparse_moe.experts.{}.w1.weight",
+                             "block_sparse_moe.experts.{}.w3.weight",
+                             "block_sparse_moe.experts.{}.w2.weight"};
+
+// The layers of the Llama-like families (Llama, Qwen2, Qwen3, Qwen3-MoE, Mixtral): attention, norms (Qwen3's
+// per-head q/k norms, weights of [kv_channels]), the SwiGLU MLP of dense layers and, with `moe`, the router
+// and the routed experts under their expert-free names (see without_expert_number).
+std::vector<Rule> llama_like_layer_rules(bool qk_norm, const MoeNames* moe) {
   std::vector<Rule> rules = {
-      {{"input_layernorm.weight", "input_norm.weight", "self_attention.linear_qkv.layer_norm_weight"}, Op::Copy,
+      {{"input_layernorm.weight", "input_norm.weight", "self_attention.linear_qkv.layer_norm_weight"},
+       Op::Copy,
        "input_layernorm.weight"},
       {{"self_attention.linear_qkv.weight", "self_attention.query_key_value.weight"}, Op::SplitQkv, "weight"},
       {{"self_attention.linear_qkv.bias", "self_attention.query_key_value.bias"}, Op::SplitQkv, "bias"},
-      {{"self_attention.linear_proj.weight", "self_attention.dense.weight"}, Op::Copy, "self_attn.o_proj.weight"},
+      {{"self_attention.linear_proj.weight", "self_attention.dense.weight"},
+       Op::Copy,
+       "self_attn.o_proj.weight"},
       {{"pre_mlp_layernorm.weight", "post_attention_norm.weight", "post_attention_layernorm.weight",
         "mlp.linear_fc1.layer_norm_weight"},
-       Op::Copy, "post_attention_layernorm.weight"},
+       Op::Copy,
+       "post_attention_layernorm.weight"},
+      {{"mlp.linear_fc1.weight", "mlp.dense_h_to_4h.weight"},
+       Op::SplitGateUp,
+       "mlp.gate_proj.weight",
+       "mlp.up_proj.weight"},
+      {{"mlp.linear_fc2.weight", "mlp.dense_4h_to_h.weight"}, Op::Copy, "mlp.down_proj.weight"},
   };
   if (qk_norm) {
     rules.push_back({{"self_attention.q_layernorm.weight"}, Op::Copy, "self_attn.q_norm.weight"});
     rules.push_back({{"self_attention.k_layernorm.weight"}, Op::Copy, "self_attn.k_norm.weight"});
   }
-  if (experts) {
-    rules.push_back({{"mlp.experts.linear_fc1.weight"}, Op::SplitGateUp, "mlp.experts.{}.gate_proj.weight",
-                     "mlp.experts.{}.up_proj.weight"});
-    rules.push_back({{"mlp.experts.linear_fc2.weight"}, Op::Copy, "mlp.experts.{}.down_proj.weight"});
-    rules.push_back({{"mlp.router.weight"}, Op::Copy, "mlp.gate.weight"});
-  } else {
-    rules.push_back({{"mlp.linear_fc1.weight", "mlp.dense_h_to_4h.weight"}, Op::SplitGateUp, "mlp.gate_proj.weight",
-                     "mlp.up_proj.weight"});
-    rules.push_back({{"mlp.linear_fc2.weight", "mlp.dense_4h_to_h.weight"}, Op::Copy, "mlp.down_proj.weight"});
+  if (moe != nullptr) {
+    rules.push_back({{"mlp.experts.linear_fc1.weight"}, Op::SplitGateUp, moe->gate, moe->up});
+    rules.push_back({{"mlp.experts.linear_fc2.weight"}, Op::Copy, moe->down});
+    rules.push_back({{"mlp.router.weight"}, Op::Copy, moe->router});
   }
   return rules;
 }
@@ -133,13 +152,11 @@ void no_sliding_window(nlohmann::ordered_json& c, const ModelArgs& a) {
 
 const Family& llama() {
   static const Family kLlama{
-      formats::HfFamily::llama,
-      llama_like_layer_rules(false, false),
-      llama_like_model_rules(),
+      formats::HfFamily::llama, llama_like_layer_rules(false, nullptr), llama_like_model_rules(),
       [](const ModelArgs& a, int64_t vocab) {
         const bool qwen2 = a.add_qkv_bias;  // biases on q, k and v only: Qwen2's layout
-        auto c = llama_like_config(a, vocab, qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen2 ? "qwen2" : "llama",
-                                   a.ffn_hidden);
+        auto c = llama_like_config(a, vocab, qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM",
+                                   qwen2 ? "qwen2" : "llama", a.ffn_hidden);
         c["attention_bias"] = a.add_qkv_bias;
         if (!qwen2) c["mlp_bias"] = false;
         return c;
@@ -149,9 +166,7 @@ const Family& llama() {
 
 const Family& qwen3() {
   static const Family kQwen3{
-      formats::HfFamily::qwen3,
-      llama_like_layer_rules(true, false),
-      llama_like_model_rules(),
+      formats::HfFamily::qwen3, llama_like_layer_rules(true, nullptr), llama_like_model_rules(),
       [](const ModelArgs& a, int64_t vocab) {
         auto c = llama_like_config(a, vocab, "Qwen3ForCausalLM", "qwen3", a.ffn_hidden);
         no_sliding_window(c, a);
@@ -161,48 +176,85 @@ const Family& qwen3() {
   return kQwen3;
 }
 
+// The layers Megatron's moe_layer_freq leaves dense (their MLP of ffn_hidden_size).
+std::vector<int64_t> dense_layers(const ModelArgs& a) {
+  std::vector<int64_t> out;
+  for (size_t l = 0; l < a.moe_layer_pattern.size(); ++l)
+    if (a.moe_layer_pattern[l] == 0) out.push_back(static_cast<int64_t>(l));
+  return out;
+}
+
+// What Qwen3-MoE's and Mixtral's configs share (their routers and experts: MoE fields of transformers'
+// Qwen3MoeConfig and MixtralConfig).
+void moe_config(nlohmann::ordered_json& c, const ModelArgs& a) {
+  c["num_local_experts"] = a.num_experts;  // Qwen3MoeConfig's own name for num_experts
+  c["num_experts_per_tok"] = a.moe_topk;
+  c["router_aux_loss_coef"] = a.moe_aux_loss_coeff;
+  c["output_router_logits"] = false;
+}
+
 const Family& qwen3_moe() {
-  static const Family kQwen3Moe{
-      formats::HfFamily::qwen3_moe,
-      llama_like_layer_rules(true, true),
-      llama_like_model_rules(),
-      [](const ModelArgs& a, int64_t vocab) {
-        auto c = llama_like_config(a, vocab, "Qwen3MoeForCausalLM", "qwen3_moe", a.ffn_hidden);
-        no_sliding_window(c, a);
-        c["moe_intermediate_size"] = a.moe_ffn_hidden;
-        c["num_local_experts"] = a.num_experts;  // Qwen3MoeConfig's own name for num_experts
-        c["num_experts_per_tok"] = a.moe_topk;
-        c["router_aux_loss_coef"] = a.moe_aux_loss_coeff;
-        c["output_router_logits"] = false;
-        // Megatron's softmax over the top-k experts' logits is Qwen3-MoE's renormalised top-k probabilities;
-        // a softmax over all experts first (moe_router_pre_softmax) leaves them unnormalised
-        c["norm_topk_prob"] = !a.moe_pre_softmax;
-        c["decoder_sparse_step"] = 1;
-        c["mlp_only_layers"] = nlohmann::ordered_json::array();
-        return c;
-      }};
+  static const Family kQwen3Moe{formats::HfFamily::qwen3_moe, llama_like_layer_rules(true, &kQwenMoeNames),
+                                llama_like_model_rules(), [](const ModelArgs& a, int64_t vocab) {
+                                  // intermediate_size: the dense layers' MLP (mlp_only_layers)
+                                  auto c = llama_like_config(a, vocab, "Qwen3MoeForCausalLM", "qwen3_moe",
+                                                             a.ffn_hidden);
+                                  no_sliding_window(c, a);
+                                  c["moe_intermediate_size"] = a.moe_ffn_hidden;
+                                  moe_config(c, a);
+                                  // Megatron's softmax over the top-k experts' logits is Qwen3-MoE's
+                                  // renormalised top-k probabilities; a softmax over all experts first
+                                  // (moe_router_pre_softmax) leaves them unnormalised
+                                  c["norm_topk_prob"] = !a.moe_pre_softmax;
+                                  c["decoder_sparse_step"] = 1;
+                                  c["mlp_only_layers"] = dense_layers(a);
+                                  return c;
+                                }};
   return kQwen3Moe;
+}
+
+const Family& mixtral() {
+  static const Family kMixtral{formats::HfFamily::mixtral, llama_like_layer_rules(false, &kMixtralNames),
+                               llama_like_model_rules(), [](const ModelArgs& a, int64_t vocab) {
+                                 // Mixtral's intermediate_size is an expert's (it has no dense layers)
+                                 auto c = llama_like_config(a, vocab, "MixtralForCausalLM", "mixtral",
+                                                            a.moe_ffn_hidden);
+                                 c["sliding_window"] = nullptr;
+                                 moe_config(c, a);
+                                 c["router_jitter_noise"] = 0.0;
+                                 return c;
+                               }};
+  return kMixtral;
 }
 
 const Family& gpt2() {
   static const Family kGpt2{
       formats::HfFamily::gpt2,
       {
-          {{"input_layernorm.weight", "input_norm.weight", "self_attention.linear_qkv.layer_norm_weight"}, Op::Copy,
+          {{"input_layernorm.weight", "input_norm.weight", "self_attention.linear_qkv.layer_norm_weight"},
+           Op::Copy,
            "ln_1.weight"},
-          {{"input_layernorm.bias", "input_norm.bias", "self_attention.linear_qkv.layer_norm_bias"}, Op::Copy,
+          {{"input_layernorm.bias", "input_norm.bias", "self_attention.linear_qkv.layer_norm_bias"},
+           Op::Copy,
            "ln_1.bias"},
-          {{"self_attention.linear_qkv.weight", "self_attention.query_key_value.weight"}, Op::FusedQkv,
+          {{"self_attention.linear_qkv.weight", "self_attention.query_key_value.weight"},
+           Op::FusedQkv,
            "attn.c_attn.weight"},
-          {{"self_attention.linear_qkv.bias", "self_attention.query_key_value.bias"}, Op::FusedQkv, "attn.c_attn.bias"},
-          {{"self_attention.linear_proj.weight", "self_attention.dense.weight"}, Op::Transpose, "attn.c_proj.weight"},
+          {{"self_attention.linear_qkv.bias", "self_attention.query_key_value.bias"},
+           Op::FusedQkv,
+           "attn.c_attn.bias"},
+          {{"self_attention.linear_proj.weight", "self_attention.dense.weight"},
+           Op::Transpose,
+           "attn.c_proj.weight"},
           {{"self_attention.linear_proj.bias", "self_attention.dense.bias"}, Op::Copy, "attn.c_proj.bias"},
           {{"pre_mlp_layernorm.weight", "post_attention_norm.weight", "post_attention_layernorm.weight",
             "mlp.linear_fc1.layer_norm_weight"},
-           Op::Copy, "ln_2.weight"},
+           Op::Copy,
+           "ln_2.weight"},
           {{"pre_mlp_layernorm.bias", "post_attention_norm.bias", "post_attention_layernorm.bias",
             "mlp.linear_fc1.layer_norm_bias"},
-           Op::Copy, "ln_2.bias"},
+           Op::Copy,
+           "ln_2.bias"},
           {{"mlp.linear_fc1.weight", "mlp.dense_h_to_4h.weight"}, Op::Transpose, "mlp.c_fc.weight"},
           {{"mlp.linear_fc1.bias", "mlp.dense_h_to_4h.bias"}, Op::Copy, "mlp.c_fc.bias"},
           {{"mlp.linear_fc2.weight", "mlp.dense_4h_to_h.weight"}, Op::Transpose, "mlp.c_proj.weight"},
@@ -223,7 +275,8 @@ const Family& gpt2() {
         c["n_layer"] = a.num_layers;
         c["n_head"] = a.heads;
         c["n_positions"] = a.max_positions;
-        c["n_inner"] = a.ffn_hidden == 4 * a.hidden ? nlohmann::ordered_json() : nlohmann::ordered_json(a.ffn_hidden);
+        c["n_inner"] =
+            a.ffn_hidden == 4 * a.hidden ? nlohmann::ordered_json() : nlohmann::ordered_json(a.ffn_hidden);
         c["activation_function"] = a.tanh_gelu ? "gelu_new" : "gelu";
         c["layer_norm_epsilon"] = a.norm_epsilon;
         c["vocab_size"] = vocab;
@@ -245,7 +298,8 @@ const Rule* find_rule(const std::vector<Rule>& rules, std::string_view name) {
 // mlp.experts.local_experts.{e}.linear_fc1.weight and TEGroupedMLP's mlp.experts.linear_fc1.weight{e} are
 // both (mlp.experts.linear_fc1.weight, e); other names are returned as they are, number 0.
 std::pair<std::string, int64_t> without_expert_number(std::string_view name) {
-  if (!is_expert(name) || name.find("shared_experts") != std::string_view::npos) return {std::string(name), 0};
+  if (!is_expert(name) || name.find("shared_experts") != std::string_view::npos)
+    return {std::string(name), 0};
   constexpr std::string_view kLocal = "local_experts.";
   std::string out(name);
   int64_t expert = 0;
@@ -271,18 +325,21 @@ class HfBuilder {
     if (auto layer = parse_layer_name(t.name)) {
       const auto [rest, expert] = without_expert_number(layer->rest.substr(1));
       const Rule* rule = find_rule(family_.layer_rules, rest);
-      if (rule == nullptr) throw UnsupportedError(fmt::format("tensor {} has no Hugging Face counterpart", t.name));
+      if (rule == nullptr)
+        throw UnsupportedError(fmt::format("tensor {} has no Hugging Face counterpart", t.name));
       apply(*rule, t, fmt::format(fmt::runtime(formats::layer_prefix(family_.family)), layer->index), expert);
       return;
     }
     const Rule* rule = find_rule(family_.model_rules, t.name);
-    if (rule == nullptr) throw UnsupportedError(fmt::format("tensor {} has no Hugging Face counterpart", t.name));
+    if (rule == nullptr)
+      throw UnsupportedError(fmt::format("tensor {} has no Hugging Face counterpart", t.name));
     apply(*rule, t, "");
   }
 
  private:
   // Rows `ranges` of `t` (dim 0), one after the other.
-  LogicalTensor rows(const std::string& name, const LogicalTensor& t, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  LogicalTensor rows(const std::string& name, const LogicalTensor& t,
+                     const std::vector<std::pair<int64_t, int64_t>>& ranges) {
     std::vector<catalog::Box> boxes;
     int64_t at = 0;
     for (auto [begin, end] : ranges) {
@@ -294,7 +351,8 @@ class HfBuilder {
     return catalog::assembled_tensor(name, t.dtype, std::move(shape), std::move(boxes), t.name);
   }
   void emit(LogicalTensor t) { out_.tensors.push_back(std::move(t)); }
-  void emit_rows(const std::string& name, const LogicalTensor& t, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  void emit_rows(const std::string& name, const LogicalTensor& t,
+                 const std::vector<std::pair<int64_t, int64_t>>& ranges) {
     emit(rows(name, t, ranges));
   }
 
@@ -353,26 +411,47 @@ class HfBuilder {
   catalog::Catalog& out_;
 };
 
-// The family whose code computes what Megatron computes for this model, or why there is none.
-// Why Megatron's router and experts compute something else than Qwen3-MoE's sparse block, or "".
+// Why Megatron's router and experts compute something else than every MoE family of the table, or "".
 std::string moe_mismatch(const ModelArgs& a) {
-  if (!a.moe_every_layer) return "MoE layers beside dense ones (moe_layer_freq) are not mapped yet";
-  if (a.moe_shared_ffn > 0) return "shared experts (moe_shared_expert_intermediate_size) are not mapped yet";
-  if (!a.moe_softmax) return "a sigmoid router (moe_router_score_function) has no Qwen3-MoE counterpart";
-  if (a.moe_expert_bias) return "a router with expert bias (moe_router_enable_expert_bias) is not mapped yet";
+  if (!a.moe_every_layer && a.moe_layer_pattern.empty())
+    return "MoE layers beside dense ones (moe_layer_freq) in a pattern this config does not spell out";
+  if (a.moe_shared_ffn > 0)
+    return "shared experts (moe_shared_expert_intermediate_size): Qwen2-MoE's shared expert is not in the "
+           "table "
+           "of families yet";
+  if (!a.moe_softmax)
+    return "a sigmoid router (moe_router_score_function) has no Qwen3-MoE or Mixtral counterpart";
+  if (a.moe_expert_bias)
+    return "the router's expert bias (moe_router_enable_expert_bias) takes part in choosing the experts; "
+           "neither Qwen3-MoE's nor Mixtral's router has such a term";
   return "";
 }
 
-std::pair<const Family*, std::string> llama_like_family(const ModelArgs& a) {
-  if (a.add_bias_linear) return {nullptr, "linear layers with biases (add_bias_linear) have no Llama counterpart"};
-  if (a.rotary_percent != 1.0) return {nullptr, "partial rotary embeddings (rotary_percent) are not mapped yet"};
-  if (a.qk_layernorm && a.add_qkv_bias) return {nullptr, "q/k layernorm with q/k/v biases is neither Qwen2 nor Qwen3"};
-  if (a.num_experts == 0) return {a.qk_layernorm ? &qwen3() : &llama(), ""};
+// Qwen3-MoE with q/k layernorm; Mixtral without, when every layer is sparse and the top-k weights are
+// renormalised (MixtralTopKRouter always renormalises them).
+std::pair<const Family*, std::string> moe_family(const ModelArgs& a) {
   if (a.add_qkv_bias) return {nullptr, "MoE with q/k/v biases (Qwen2-MoE) is not mapped yet"};
   if (const std::string why = moe_mismatch(a); !why.empty()) return {nullptr, why};
-  // Mixtral's names are in the table (formats/hf_layout) but no Mixtral reference has been checked here yet
-  if (!a.qk_layernorm) return {nullptr, "MoE models without q/k layernorm (Mixtral-style) are not mapped yet"};
-  return {&qwen3_moe(), ""};
+  if (a.qk_layernorm) return {&qwen3_moe(), ""};
+  if (!a.moe_every_layer)
+    return {nullptr,
+            "Mixtral (an MoE model without q/k layernorm) has no dense layers: moe_layer_freq leaves some"};
+  if (a.moe_pre_softmax)
+    return {nullptr,
+            "Mixtral renormalises the top-k router probabilities; a softmax over all experts before the "
+            "top-k (moe_router_pre_softmax) does not"};
+  return {&mixtral(), ""};
+}
+
+std::pair<const Family*, std::string> llama_like_family(const ModelArgs& a) {
+  if (a.add_bias_linear)
+    return {nullptr, "linear layers with biases (add_bias_linear) have no Llama counterpart"};
+  if (a.rotary_percent != 1.0)
+    return {nullptr, "partial rotary embeddings (rotary_percent) are not mapped yet"};
+  if (a.qk_layernorm && a.add_qkv_bias)
+    return {nullptr, "q/k layernorm with q/k/v biases is neither Qwen2 nor Qwen3"};
+  if (a.num_experts == 0) return {a.qk_layernorm ? &qwen3() : &llama(), ""};
+  return moe_family(a);
 }
 
 // The family whose code computes what Megatron computes for this model, or why there is none.
@@ -380,31 +459,40 @@ std::pair<const Family*, std::string> family_of(const ModelArgs& a) {
   if (a.layernorm_1p) return {nullptr, "zero-centred norm weights (apply_layernorm_1p) are not mapped yet"};
   if (a.rotary_interleaved) return {nullptr, "interleaved rotary embeddings are not mapped yet"};
   if (a.post_layernorm_residual)
-    return {nullptr, "residual connections after the layernorm (apply_residual_connection_post_layernorm) have no "
-                     "Hugging Face counterpart here"};
-  if (a.query_groups <= 0 || a.heads % a.query_groups != 0) return {nullptr, "heads not divisible into query groups"};
+    return {nullptr,
+            "residual connections after the layernorm (apply_residual_connection_post_layernorm) have no "
+            "Hugging Face counterpart here"};
+  if (a.query_groups <= 0 || a.heads % a.query_groups != 0)
+    return {nullptr, "heads not divisible into query groups"};
   if (a.swiglu && a.position_embedding == "rope" && a.normalization == "RMSNorm") return llama_like_family(a);
-  if (a.num_experts > 0) return {nullptr, "only Qwen3-MoE-style (SwiGLU, rope, RMSNorm, q/k layernorm) MoE models are mapped"};
+  if (a.num_experts > 0)
+    return {nullptr, "only Qwen3-MoE- and Mixtral-style (SwiGLU, rope, RMSNorm) MoE models are mapped"};
   if (!a.swiglu && a.position_embedding == "learned_absolute" && a.normalization == "LayerNorm") {
     if (a.squared_relu) return {nullptr, "GPT-2 uses GeLU; this model uses squared ReLU"};
     if (!a.add_bias_linear) return {nullptr, "GPT-2 has biases on every linear layer; this model has none"};
     if (a.query_groups != a.heads) return {nullptr, "GPT-2 has no grouped-query attention"};
-    if (a.kv_channels * a.heads != a.hidden) return {nullptr, "GPT-2 needs heads x kv_channels = hidden_size"};
+    if (a.kv_channels * a.heads != a.hidden)
+      return {nullptr, "GPT-2 needs heads x kv_channels = hidden_size"};
     return {&gpt2(), ""};
   }
-  return {nullptr, fmt::format("only Llama-style (SwiGLU, rope, RMSNorm) and GPT-2-style (GeLU, learned positions, "
-                               "LayerNorm) models are mapped; this one has {}, {}, {}",
-                               a.swiglu ? "SwiGLU" : "a non-gated MLP", a.position_embedding, a.normalization)};
+  return {nullptr,
+          fmt::format("only Llama-style (SwiGLU, rope, RMSNorm) and GPT-2-style (GeLU, learned positions, "
+                      "LayerNorm) models are mapped; this one has {}, {}, {}",
+                      a.swiglu ? "SwiGLU" : "a non-gated MLP", a.position_embedding, a.normalization)};
 }
 
-// A layer tensor's name as the model creates it: an expert's own projection (mlp.experts.{e}.gate_proj.weight,
-// how checkpoints store it) under the fused parameter transformers 5 loads it into (mlp.experts.gate_up_proj).
-std::string_view as_created(std::string_view name) {
-  constexpr std::string_view kExperts = "mlp.experts.";
-  if (!name.starts_with(kExperts)) return name;
-  if (name.ends_with(".down_proj.weight")) return "mlp.experts.down_proj";
-  if (name.ends_with(".gate_proj.weight") || name.ends_with(".up_proj.weight")) return "mlp.experts.gate_up_proj";
-  return name;
+// A layer tensor's name as the model creates it: an expert's own projection
+// (mlp.experts.{e}.gate_proj.weight, Mixtral's block_sparse_moe.experts.{e}.w1.weight: how checkpoints store
+// them) under the fused parameter transformers 5 loads it into (mlp.experts.gate_up_proj), Mixtral's
+// block_sparse_moe under mlp.
+std::string as_created(std::string_view name) {
+  for (const std::string_view block : {"mlp.experts.", "block_sparse_moe.experts."}) {
+    if (!name.starts_with(block)) continue;
+    if (name.ends_with(".down_proj.weight") || name.ends_with(".w2.weight")) return "mlp.experts.down_proj";
+    return "mlp.experts.gate_up_proj";
+  }
+  if (name == "block_sparse_moe.gate.weight") return "mlp.gate.weight";
+  return std::string(name);
 }
 
 // Puts `hf`'s tensors in the Hugging Face model's state_dict order (its modules' order of creation, which
@@ -435,10 +523,16 @@ void order_as_state_dict(catalog::Catalog& hf, const Family& family) {
 }
 
 bool is_tokenizer_file(const std::string& name) {
-  static const std::set<std::string> kNames = {
-      "tokenizer.json",   "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json", "vocab.json",
-      "merges.txt",       "vocab.txt",             "added_tokens.json", "generation_config.json",
-      "chat_template.jinja"};
+  static const std::set<std::string> kNames = {"tokenizer.json",
+                                               "tokenizer_config.json",
+                                               "tokenizer.model",
+                                               "special_tokens_map.json",
+                                               "vocab.json",
+                                               "merges.txt",
+                                               "vocab.txt",
+                                               "added_tokens.json",
+                                               "generation_config.json",
+                                               "chat_template.jinja"};
   return kNames.contains(name);
 }
 
@@ -470,14 +564,16 @@ void add_hf_view(Tag& tag, const ModelArgs& args, const std::vector<std::vector<
   config["torch_dtype"] = dtype_name(dtype);  // transformers < 5
   config["dtype"] = dtype_name(dtype);
   tag.add(ViewRole::hf, std::move(hf));
-  tag.notes.push_back(fmt::format("hf/: the model as Hugging Face's {} ({})", config["architectures"][0].get<std::string>(),
+  tag.notes.push_back(fmt::format("hf/: the model as Hugging Face's {} ({})",
+                                  config["architectures"][0].get<std::string>(),
                                   config["model_type"].get<std::string>()));
   tag.extra_files.push_back({.path = "hf/config.json", .text = config.dump(2) + "\n", .source = {}});
   std::map<std::string, fs::path> tokenizer;  // a later list (the iteration dir) wins
   for (const auto& list : side_files)
     for (const auto& f : list)
       if (is_tokenizer_file(f.filename().string())) tokenizer[f.filename().string()] = f;
-  for (const auto& [name, path] : tokenizer) tag.extra_files.push_back({.path = "hf/" + name, .text = {}, .source = path});
+  for (const auto& [name, path] : tokenizer)
+    tag.extra_files.push_back({.path = "hf/" + name, .text = {}, .source = path});
 }
 
 }  // namespace ckptfs::megatron

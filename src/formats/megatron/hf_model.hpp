@@ -1,7 +1,7 @@
-// The hf/ view of a Megatron-LM model: Hugging Face names (Llama, Qwen2 when only q/k/v carry biases, Qwen3 with
-// q/k layernorm, Qwen3-MoE with its experts, GPT-2),
-// q/k/v split out of the fused QKV, gate/up out of fc1, the vocabulary trimmed to the tokenizer's, a
-// config.json built from the saved args, and the tokenizer files found beside the checkpoint.
+// The hf/ view of a Megatron-LM model: Hugging Face names (Llama, Qwen2 when only q/k/v carry biases, Qwen3
+// with q/k layernorm, Qwen3-MoE with its experts and dense layers, Mixtral, GPT-2), q/k/v split out of the
+// fused QKV, gate/up out of fc1, the vocabulary trimmed to the tokenizer's, a config.json built from the
+// saved args, and the tokenizer files found beside the checkpoint.
 #pragma once
 
 #include <filesystem>
@@ -15,6 +15,7 @@ namespace ckptfs::megatron {
 // Adds catalog "hf" and the hf/ extra files to `tag` (whose "model" catalog is the merged model) when the
 // model is one Hugging Face can load under these names; otherwise adds a note saying why not.
 // `side_files`: files beside the checkpoint (save dir, then iteration dir: a later one wins).
-void add_hf_view(Tag& tag, const ModelArgs& args, const std::vector<std::vector<std::filesystem::path>>& side_files);
+void add_hf_view(Tag& tag, const ModelArgs& args,
+                 const std::vector<std::vector<std::filesystem::path>>& side_files);
 
 }  // namespace ckptfs::megatron

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace ckptfs::megatron {
 
 namespace {
@@ -45,14 +47,33 @@ std::string text(const Field& args, std::string_view key, std::string fallback) 
 
 }  // namespace
 
+std::vector<int> moe_layer_pattern(const std::variant<int64_t, std::vector<int64_t>>& freq,
+                                   int64_t num_layers) {
+  std::vector<int> out;
+  if (const auto* every = std::get_if<int64_t>(&freq)) {
+    if (*every <= 0) return {};
+    for (int64_t l = 0; l < num_layers; ++l) out.push_back(l % *every == 0 ? 1 : 0);
+    return out;
+  }
+  const auto& list = std::get<std::vector<int64_t>>(freq);
+  if (static_cast<int64_t>(list.size()) != num_layers) return {};
+  for (const int64_t x : list) {
+    if (x != 0 && x != 1) return {};
+    out.push_back(static_cast<int>(x));
+  }
+  return out;
+}
+
 ModelArgs read_model_args(const Field& args) {
   if (!args.present()) args.fail("missing: a Megatron-LM checkpoint saves its args here");
   ModelArgs a;
-  a.tp = static_cast<int>(integer(args, "tensor_model_parallel_size", integer(args, "model_parallel_size", 1)));
+  a.tp =
+      static_cast<int>(integer(args, "tensor_model_parallel_size", integer(args, "model_parallel_size", 1)));
   a.pp = static_cast<int>(integer(args, "pipeline_model_parallel_size", 1));
   a.ep = static_cast<int>(integer(args, "expert_model_parallel_size", 1));
   a.dp = static_cast<int>(integer(args, "data_parallel_size", 1));
-  if (a.tp < 1 || a.pp < 1 || a.ep < 1) args.fail(fmt::format("parallel sizes TP {} PP {} EP {}", a.tp, a.pp, a.ep));
+  if (a.tp < 1 || a.pp < 1 || a.ep < 1)
+    args.fail(fmt::format("parallel sizes TP {} PP {} EP {}", a.tp, a.pp, a.ep));
   a.num_layers = required(args, "num_layers");
   a.hidden = required(args, "hidden_size");
   a.heads = required(args, "num_attention_heads");
@@ -67,8 +88,13 @@ ModelArgs read_model_args(const Field& args) {
   a.moe_grouped_gemm = flag(args, "moe_grouped_gemm", false);
   a.moe_ffn_hidden = integer(args, "moe_ffn_hidden_size", a.ffn_hidden);
   a.moe_topk = integer(args, "moe_router_topk", 2);
-  // an int (every n-th layer) or a pattern string / list: only 1 means every layer
-  if (const Field f = args["moe_layer_freq"]; f.present()) a.moe_every_layer = f.value().is(Kind::Int) && f.value().integer == 1;
+  if (const Field f = args["moe_layer_freq"]; f.present() && a.num_experts > 0) {
+    a.moe_layer_pattern = f.value().is(Kind::Int) ? moe_layer_pattern(f.as_int(), a.num_layers)
+                                                  : moe_layer_pattern(f.as_shape(), a.num_layers);
+    if (a.moe_layer_pattern.empty())
+      f.fail(fmt::format("expected a positive int or a list of {} 0s and 1s (one per layer)", a.num_layers));
+    a.moe_every_layer = std::ranges::count(a.moe_layer_pattern, 0) == 0;
+  }
   a.moe_pre_softmax = flag(args, "moe_router_pre_softmax", false);
   a.moe_softmax = text(args, "moe_router_score_function", "softmax") == "softmax";
   a.moe_expert_bias = flag(args, "moe_router_enable_expert_bias", false);
@@ -84,9 +110,11 @@ ModelArgs read_model_args(const Field& args) {
   a.distributed_optimizer = flag(args, "use_distributed_optimizer", false);
   // DDP's default bucket: max(40M, 1M x DP) elements (--ddp-bucket-size overrides it).
   if (flag(args, "overlap_grad_reduce", false))
-    a.ddp_bucket_size = integer(args, "ddp_bucket_size", std::max<int64_t>(40'000'000, 1'000'000 * int64_t{a.dp}));
+    a.ddp_bucket_size =
+        integer(args, "ddp_bucket_size", std::max<int64_t>(40'000'000, 1'000'000 * int64_t{a.dp}));
   a.local_spec = text(args, "transformer_impl", "transformer_engine") == "local";
-  a.layernorm_1p = flag(args, "apply_layernorm_1p", false) || flag(args, "layernorm_zero_centered_gamma", false);
+  a.layernorm_1p =
+      flag(args, "apply_layernorm_1p", false) || flag(args, "layernorm_zero_centered_gamma", false);
   a.position_embedding = text(args, "position_embedding_type", "learned_absolute");
   a.normalization = text(args, "normalization", "LayerNorm");
   // core <= 0.15 saves norm_epsilon, later versions layernorm_epsilon
@@ -96,10 +124,12 @@ ModelArgs read_model_args(const Field& args) {
   a.rotary_percent = number(args, "rotary_percent", 1.0);
   if (flag(args, "use_rope_scaling", false)) a.rope_scaling_factor = number(args, "rope_scaling_factor", 8.0);
   // Megatron's fused bias-GeLU (on by default, used where linears have biases) is the tanh approximation.
-  a.tanh_gelu = flag(args, "openai_gelu", false) ||
-                (flag(args, "bias_gelu_fusion", true) && a.add_bias_linear && !flag(args, "onnx_safe", false));
+  a.tanh_gelu = flag(args, "openai_gelu", false) || (flag(args, "bias_gelu_fusion", true) &&
+                                                     a.add_bias_linear && !flag(args, "onnx_safe", false));
   a.init_std = number(args, "init_method_std", 0.02);
-  a.params_dtype = flag(args, "bf16", false) ? DType::BF16 : flag(args, "fp16", false) ? DType::F16 : DType::F32;
+  a.params_dtype = flag(args, "bf16", false)   ? DType::BF16
+                   : flag(args, "fp16", false) ? DType::F16
+                                               : DType::F32;
   return a;
 }
 
