@@ -3,11 +3,12 @@ chroot (llama.cpp-tools 0.7.0, python3-gguf, transformers 5.12; mount_tests/mode
 
 Each case is a Hugging Face directory written by transformers' save_pretrained in the chroot
 (gen_gguf/make_hf_dir.py) with GPT-2's published tokenizer (gen_gguf/tokenizers/gpt2, from npm), mounted with
-ckptfs -o gguf_pre=gpt-2. The reference: Debian's convert_hf_to_gguf.py --outtype T run on a directory named
-`hf` holding the mount's model.safetensors, config.json, generation_config.json and tokenizer files. Every
-gguf/ file must have the converter's name and bytes; gguf-dump reads it; llama-completion (--temp 0, fixed
-seed) writes the same text from the mounted file as from the converter's. Without -o gguf_pre the mount has
-no gguf/ (ckptfs does not yet name the pre-tokenizer as the converter does).
+ckptfs, which names the tokenizer's pre-tokenizer as the converter does (gpt-2). The reference: Debian's
+convert_hf_to_gguf.py --outtype T run on a directory named `hf` holding the mount's model.safetensors,
+config.json, generation_config.json and tokenizer files. Every gguf/ file must have the converter's name and
+bytes; gguf-dump reads it; llama-completion (--temp 0, fixed seed) writes the same text from a mounted file
+as from the converter's; -o gguf_pre=gpt-2 (the name forced) gives the same files. A tokenizer whose check-text ids the converter does not know is refused by
+both: no gguf/, and inspect says why.
 
 ATEN_CPU_CAPABILITY=default for the converter: torch's float32 pow behind the llama3 rope_freqs tensor
 depends on the CPU's vector unit otherwise (docs/formats/gguf.md).
@@ -38,10 +39,12 @@ CASES = {
     # 11 layers (names in text order: layers.10 before layers.2), GQA 4/2, untied, bf16; intermediate 80: the
     # ffn_down rows are not a multiple of 32, so q8_0 keeps them F16
     "llama-bf16-gqa-untied": {"arch": "llama", "dtype": "bfloat16", "layers": 11, "hidden": 64,
-                              "intermediate": 80, "heads": 4, "kv_heads": 2, "tied": False, "seed": 1},
+                              "intermediate": 80, "heads": 4, "kv_heads": 2, "tied": False, "seed": 1,
+                              "run": "Q8_0"},
     # tied embeddings, f16, llama3 rope scaling: rope_freqs computed at mount
     "llama-f16-tied-llama3-rope": {"arch": "llama", "dtype": "float16", "layers": 2, "hidden": 128,
                                    "intermediate": 96, "heads": 4, "kv_heads": 4, "tied": True, "seed": 2,
+                                   "run": "BF16",
                                    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                     "high_freq_factor": 4.0,
                                                     "original_max_position_embeddings": 64}},
@@ -98,8 +101,6 @@ def test_gguf_files_are_the_converters(chroot_dir, staged, ckptfs_bin, name):
     host, inside, mnt, mnt_inside = staged(f"gguf-{name}")
     src, _ = make_case(root, host, inside, name)
     with mounted(ckptfs_bin, src, mnt):
-        assert not os.path.exists(os.path.join(mnt, "gguf")), "gguf/ without -o gguf_pre"
-    with mounted(ckptfs_bin, src, mnt, "-o", "gguf_pre=gpt-2"):
         reference = converter_files(root, host, inside, mnt)
         ours = sorted(os.listdir(os.path.join(mnt, "gguf")))
         assert ours == sorted(reference), f"gguf/ holds {ours}; the converter wrote {sorted(reference)}"
@@ -109,7 +110,36 @@ def test_gguf_files_are_the_converters(chroot_dir, staged, ckptfs_bin, name):
         f16 = next(n for n in ours if n.endswith("-F16.gguf"))
         dump = chroot_run(root, "gguf-dump", "--no-tensors", f"{mnt_inside}/gguf/{f16}")
         assert "tokenizer.ggml.pre = 'gpt-2'" in dump.stdout, H.describe(dump)
+        # llama.cpp runs on the mount (one output type per case: the bytes are the converter's already)
+        run = next(n for n in ours if n.endswith(f"-{CASES[name]['run']}.gguf"))
+        theirs = completion(root, f"{inside}/out/{run}")
+        assert theirs.strip(), f"llama-completion wrote nothing for {run}"
+        assert completion(root, f"{mnt_inside}/gguf/{run}") == theirs, run
+    # the name forced: the same files
+    with mounted(ckptfs_bin, src, mnt, "-o", "gguf_pre=gpt-2"):
         for n in ours:
-            theirs = completion(root, f"{inside}/out/{n}")
-            assert theirs.strip(), f"llama-completion wrote nothing for {n}"
-            assert completion(root, f"{mnt_inside}/gguf/{n}") == theirs, n
+            assert filecmp.cmp(os.path.join(mnt, "gguf", n), reference[n], shallow=False), f"{n} differs"
+
+
+def test_an_unknown_pre_tokenizer_is_refused_as_the_converter_refuses_it(chroot_dir, staged, ckptfs_bin):
+    """GPT-2's tokenizer without its first merge: the check text's ids hash to nothing the converter knows.
+    The converter refuses the directory; the mount has no gguf/ and inspect says why."""
+    root = require_converter(chroot_dir)
+    host, inside, mnt, _ = staged("gguf-unknown-pre")
+    src, _ = make_case(root, host, inside, "llama-bf16-gqa-untied")
+    path = os.path.join(src, "tokenizer.json")
+    with open(path) as f:
+        tokenizer = json.load(f)
+    del tokenizer["model"]["merges"][0]
+    with open(path, "w") as f:
+        json.dump(tokenizer, f)
+    os.rename(src, os.path.join(host, "hf"))
+    src = os.path.join(host, "hf")
+    proc = in_chroot(root, "env", "ATEN_CPU_CAPABILITY=default", "python3", CONVERTER, f"{inside}/hf", "--outtype",
+                     "f16", "--outfile", f"{inside}/refused.gguf")
+    assert proc.returncode != 0 and "BPE pre-tokenizer was not recognized" in proc.stdout + proc.stderr, \
+        H.describe(proc)
+    with mounted(ckptfs_bin, src, mnt):
+        assert not os.path.exists(os.path.join(mnt, "gguf")), "gguf/ for a pre-tokenizer the converter refuses"
+    inspect = H.run([ckptfs_bin, "inspect", src])
+    assert "note: no gguf/" in inspect.stdout and "would not recognise" in inspect.stdout, H.describe(inspect)

@@ -27,7 +27,7 @@ struct ShardOptions {
 
 // The gguf/ view's choices (docs/formats/gguf.md).
 struct GgufOptions {
-  std::optional<std::string> pre;  // tokenizer.ggml.pre (-o gguf_pre=NAME); unset: no gguf/ file yet
+  std::optional<std::string> pre;  // tokenizer.ggml.pre forced (-o gguf_pre=NAME); unset: found as the converter does
 };
 
 // model.safetensors (training dtype), fp32/pytorch_model.bin and fp32/model.safetensors (fp32 masters),
@@ -37,6 +37,10 @@ struct GgufOptions {
 // what llama.cpp's converter makes of the model's Hugging Face directory (hf/, else the root model).
 std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal = true, const ShardOptions& shards = {},
                                 const GgufOptions& gguf = {});
+
+// Why the tag has no gguf/ (in the converter's terms, or what ckptfs does not follow yet; for inspect);
+// nullopt where it has one, or where its model has no config.json.
+std::optional<std::string> gguf_refusal(const Tag& tag, const ShardOptions& shards = {}, const GgufOptions& gguf = {});
 
 // One row of a listing for people (`inspect`, ckptfs.json): a view file, or a tree of many files
 // (universal/) counted as one.

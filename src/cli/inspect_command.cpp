@@ -56,6 +56,7 @@ void print_text(const Checkpoint& cp, bool tensors) {
       fmt::print("    {:<37} {:>16} bytes{}, reads {} of the sources\n", v.path, v.bytes, files, *v.source_bytes);
     }
     for (const auto& note : tag.notes) fmt::print("  note: {}\n", note);
+    if (const auto why = gguf_refusal(tag)) fmt::print("  note: no gguf/ (docs/formats/gguf.md): {}\n", *why);
     if (tensors)
       for (const auto& [name, c] : catalogs) print_tensors(*c, name);
   }

@@ -84,9 +84,9 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      cache_dir=DIR    s3:// sources: also keep fetched bytes in DIR, reused by later mounts and
                       checked against each object's ETag; cache_dir_mb=N bounds it (default 8192)
      s3_connections=N s3:// sources: at most N ranged GETs in flight (default 16)
-     gguf_pre=NAME    the name of the tokenizer's pre-tokenizer as llama.cpp's converter would find it
-                      (gpt-2, llama-bpe, qwen2, ...): gguf/ then holds the converter's GGUF files of
-                      the model (docs/formats/gguf.md; without it there is no gguf/ yet)
+     gguf_pre=NAME    name the model's pre-tokenizer (tokenizer.ggml.pre: gpt-2, llama-bpe, qwen2, ...)
+                      in gguf/ where ckptfs cannot find it as llama.cpp's converter does (by encoding
+                      its check text; ckptfs encodes GPT-2's pre-tokenizer so far: docs/formats/gguf.md)
      shard_size=SIZE  serve each safetensors view larger than SIZE as save_pretrained(max_shard_size=
                       SIZE) writes it: model-0000I-of-0000N.safetensors + model.safetensors.index.json,
                       its single file under unsharded/ (default 50GB, transformers' own; SIZE: 500MB,

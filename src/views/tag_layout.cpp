@@ -78,16 +78,25 @@ views::gguf::HfDirectory hf_directory(const Tag& tag) {
 }
 
 // gguf/ (docs/formats/gguf.md) beside the model's safetensors: hf/'s model where the tag has one (Megatron),
-// else the root model's, in one safetensors file as the converter is given it.
-void add_gguf(std::vector<ViewFile>& views, const Tag& tag, const ShardOptions& shards,
-              const GgufOptions& gguf) {
+// else the root model's, in one safetensors file as the converter is given it. Nothing where the model has
+// no config.json.
+std::optional<views::gguf::GgufViews> gguf_views(const Tag& tag, const ShardOptions& shards,
+                                                 const GgufOptions& gguf) {
   const ViewRole role = tag.has(ViewRole::hf) ? ViewRole::hf : ViewRole::model;
-  if (!tag.has(role)) return;
+  if (!tag.has(role)) return std::nullopt;
   const auto& catalog = tag.catalog(role);
   auto dir = hf_directory(tag);
-  if (!dir.has("config.json") || catalog->total_bytes() > shards.max_shard_size) return;
-  for (auto& f : views::gguf::make_gguf_views(catalog, dir, gguf.pre).files)
-    views.push_back({"gguf/" + f.name, std::move(f.file)});
+  if (!dir.has("config.json")) return std::nullopt;
+  if (catalog->total_bytes() > shards.max_shard_size)
+    return views::gguf::GgufViews{
+        {}, "the model is served in shards (-o shard_size), whose order ckptfs does not follow yet"};
+  return views::gguf::make_gguf_views(catalog, dir, gguf.pre);
+}
+
+void add_gguf(std::vector<ViewFile>& views, const Tag& tag, const ShardOptions& shards,
+              const GgufOptions& gguf) {
+  if (auto g = gguf_views(tag, shards, gguf))
+    for (auto& f : g->files) views.push_back({"gguf/" + f.name, std::move(f.file)});
 }
 
 }  // namespace
@@ -132,6 +141,15 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal, const Shard
     throw UnsupportedError(fmt::format("{}: {}", tag.dir.string(), e.what()));
   } catch (const FormatError& e) {
     throw FormatError(fmt::format("{}: {}", tag.dir.string(), e.what()));
+  }
+}
+
+std::optional<std::string> gguf_refusal(const Tag& tag, const ShardOptions& shards, const GgufOptions& gguf) {
+  try {
+    const auto g = gguf_views(tag, shards, gguf);
+    return g && g->files.empty() ? std::optional(g->refusal) : std::nullopt;
+  } catch (const Error& e) {
+    return e.what();
   }
 }
 

@@ -91,11 +91,11 @@ struct Ordered {
 
 }  // namespace
 
-void add_bpe_tokenizer(KvList& kv, const HfDirectory& dir, const json& config, const std::string& pre) {
+void add_bpe_tokenizer(KvList& kv, const HfDirectory& dir, const json& tokenizer_json, const json& config,
+                       const std::string& pre) {
   for (const char* name : kUnfollowedFiles)
     if (dir.has(name)) throw Refusal(fmt::format("{} present: ckptfs follows tokenizer.json alone", name));
-  const auto tokenizer = dir.json("tokenizer.json");
-  if (!tokenizer) throw Refusal("no tokenizer.json");
+  const json* tokenizer = &tokenizer_json;
   const json tokenizer_config = dir.json("tokenizer_config.json").value_or(json::object());
   const json model = tokenizer->value("model", json::object());
   if (model.value("type", "") != "BPE") throw Refusal("tokenizer.json: not a BPE model");

@@ -9,9 +9,10 @@
 
 namespace ckptfs::views::gguf {
 
-// Adds the keys in the converter's order; `pre` is tokenizer.ggml.pre. Throws Refusal where the
-// converter takes another path (SentencePiece, a Llama 2 HF vocabulary) or ckptfs does not follow it.
-void add_bpe_tokenizer(KvList& kv, const HfDirectory& dir, const nlohmann::json& config,
-                       const std::string& pre);
+// Adds the keys in the converter's order; `tokenizer` is dir's tokenizer.json, `pre` tokenizer.ggml.pre.
+// Throws Refusal where the converter takes another path (SentencePiece, a Llama 2 HF vocabulary) or
+// ckptfs does not follow it.
+void add_bpe_tokenizer(KvList& kv, const HfDirectory& dir, const nlohmann::json& tokenizer,
+                       const nlohmann::json& config, const std::string& pre);
 
 }  // namespace ckptfs::views::gguf

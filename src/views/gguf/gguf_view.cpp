@@ -9,6 +9,7 @@
 #include "views/gguf/gguf_kv.hpp"
 #include "views/gguf/gguf_llama.hpp"
 #include "views/gguf/gguf_tokenizer.hpp"
+#include "views/gguf/pre_tokenizer.hpp"
 
 namespace ckptfs::views::gguf {
 
@@ -65,9 +66,8 @@ void check_directory(const HfDirectory& dir, const json& config) {
     if (dir.has(name)) throw Refusal(fmt::format("{} present: not followed by ckptfs yet", name));
 }
 
-VirtualFilePtr llama_file(const std::shared_ptr<const catalog::Catalog>& hf, const HfDirectory& dir,
-                          const json& config, const LlamaConfig& llama, const OutputType& out,
-                          const std::string& pre, std::string& file_name) {
+VirtualFilePtr llama_file(const std::shared_ptr<const catalog::Catalog>& hf, const LlamaConfig& llama,
+                          const OutputType& out, const KvList& tokenizer, std::string& file_name) {
   auto tensors = llama_tensors(hf, llama, out.type);
   uint64_t total = 0;
   for (const auto& t : tensors) total += t.numel();
@@ -79,12 +79,19 @@ VirtualFilePtr llama_file(const std::shared_ptr<const catalog::Catalog>& hf, con
   kv.add_string("general.size_label", label);
   add_llama_parameters(kv, llama, out.file_type);
   kv.add_u32("general.quantization_version", 2);
+  file_name = fmt::format("{}-{}-{}.gguf", kModelName, label, out.name);
+  return make_gguf_file(kv.encode() + tokenizer.encode(), kv.size() + tokenizer.size(), std::move(tensors));
+}
+
+// Llama's set_vocab: add_space_prefix from tokenizer_config.json, then the byte-level BPE keys.
+KvList llama_tokenizer(const HfDirectory& dir, const json& tokenizer, const json& config,
+                       const std::string& pre) {
+  KvList kv;
   const json tokenizer_config = dir.json("tokenizer_config.json").value_or(json::object());
   if (const json prefix = tokenizer_config.value("add_prefix_space", json()); prefix.is_boolean())
     kv.add_bool("tokenizer.ggml.add_space_prefix", prefix.get<bool>());
-  add_bpe_tokenizer(kv, dir, config, pre);
-  file_name = fmt::format("{}-{}-{}.gguf", kModelName, label, out.name);
-  return make_gguf_file(kv.encode(), kv.size(), std::move(tensors));
+  add_bpe_tokenizer(kv, dir, tokenizer, config, pre);
+  return kv;
 }
 
 }  // namespace
@@ -103,13 +110,13 @@ GgufViews make_gguf_views(const std::shared_ptr<const catalog::Catalog>& hf, con
       throw Refusal(fmt::format("architecture {} not served yet (LlamaForCausalLM is)", arch));
     check_directory(dir, *config);
     const LlamaConfig llama = read_llama_config(*config);
-    if (!pre)
-      throw Refusal(
-          "tokenizer.ggml.pre unknown: ckptfs does not yet encode the converter's check text to name "
-          "the pre-tokenizer; -o gguf_pre=NAME names it (gpt-2, llama-bpe, qwen2, ...)");
+    const auto tokenizer_json = dir.json("tokenizer.json");
+    if (!tokenizer_json) throw Refusal("no tokenizer.json");
+    const std::string pre_name = pre ? *pre : identify_pre_tokenizer(*tokenizer_json);
+    const KvList tokenizer = llama_tokenizer(dir, *tokenizer_json, *config, pre_name);
     for (const auto& type : kOutputTypes) {
       std::string name;
-      auto file = llama_file(hf, dir, *config, llama, type, *pre, name);
+      auto file = llama_file(hf, llama, type, tokenizer, name);
       out.files.push_back({std::move(name), std::move(file)});
     }
   } catch (const Refusal& e) {

@@ -20,9 +20,8 @@ struct GgufViews {
 };
 
 // The gguf/ files of the model whose tensors `hf` holds under Hugging Face names (in one shard), with
-// `dir` its config.json and tokenizer files. `pre` is tokenizer.ggml.pre (-o gguf_pre=NAME): ckptfs does
-// not yet identify it as the converter does (by the ids its check text encodes to), so without it there
-// is no file.
+// `dir` its config.json and tokenizer files. `pre` forces tokenizer.ggml.pre (-o gguf_pre=NAME); unset, it
+// is found as the converter finds it (pre_tokenizer.hpp).
 GgufViews make_gguf_views(const std::shared_ptr<const catalog::Catalog>& hf, const HfDirectory& dir,
                           const std::optional<std::string>& pre);
 
