@@ -7,8 +7,8 @@ ckptfs, which names the tokenizer's pre-tokenizer as the converter does (gpt-2).
 convert_hf_to_gguf.py --outtype T run on a directory named `hf` holding the mount's model.safetensors,
 config.json, generation_config.json and tokenizer files. Every gguf/ file must have the converter's name and
 bytes; gguf-dump reads it; llama-completion (--temp 0, fixed seed) writes the same text from a mounted file
-as from the converter's; -o gguf_pre=gpt-2 (the name forced) gives the same files. A tokenizer whose check-text ids the converter does not know is refused by
-both: no gguf/, and inspect says why.
+as from the converter's; -o gguf_pre=gpt-2 (the name forced) gives the same files. A tokenizer whose
+check-text ids the converter does not know is refused by both: no gguf/, and inspect says why.
 
 ATEN_CPU_CAPABILITY=default for the converter: torch's float32 pow behind the llama3 rope_freqs tensor
 depends on the CPU's vector unit otherwise (docs/formats/gguf.md).
