@@ -107,6 +107,12 @@ def components(case, rng):
                 for part in (("gate", "up") if case["swiglu"] else ("fc1",)):
                     w(p + f"x{x}.{part}", d["Fe"], H)
                 w(p + f"x{x}.down", H, d["Fe"])
+            if case["shared_ffn"]:
+                w(p + "shared.gate", case["shared_ffn"], H)
+                w(p + "shared.up", case["shared_ffn"], H)
+                w(p + "shared.down", H, case["shared_ffn"])
+                if case["shared_gate"]:
+                    w(p + "shared.gate_weight", 1, H)
             continue
         for part in (("gate", "up") if case["swiglu"] else ("fc1",)):
             w(p + part, F, H)
@@ -160,6 +166,11 @@ def assemble(case, c):
                 q = p + f"x{x}."
                 full[q + "fc1.w"] = np.concatenate([c[q + "gate"], c[q + "up"]]) if case["swiglu"] else c[q + "fc1"]
                 full[q + "fc2.w"] = c[q + "down"]
+            if p + "shared.gate" in c:
+                full[p + "shared.fc1.w"] = np.concatenate([c[p + "shared.gate"], c[p + "shared.up"]])
+                full[p + "shared.fc2.w"] = c[p + "shared.down"]
+            if p + "shared.gate_weight" in c:
+                full[p + "shared.gate.w"] = c[p + "shared.gate_weight"]
             continue
         if case["swiglu"]:
             full[p + "fc1.w"] = np.concatenate([c[p + "gate"], c[p + "up"]])
@@ -475,6 +486,8 @@ def _hf_gpt2(case, c, V):
 
 # How Qwen3-MoE and Mixtral checkpoints name a sparse block's router and expert x's projections
 HF_MOE_NAMES = {
+    "qwen2_moe": ("mlp.gate.weight", "mlp.experts.{x}.gate_proj.weight", "mlp.experts.{x}.up_proj.weight",
+                  "mlp.experts.{x}.down_proj.weight"),
     "qwen3_moe": ("mlp.gate.weight", "mlp.experts.{x}.gate_proj.weight", "mlp.experts.{x}.up_proj.weight",
                   "mlp.experts.{x}.down_proj.weight"),
     "mixtral": ("block_sparse_moe.gate.weight", "block_sparse_moe.experts.{x}.w1.weight",
@@ -484,7 +497,8 @@ HF_MOE_NAMES = {
 
 def _hf_llama(case, c, V):
     """LlamaForCausalLM (Qwen2ForCausalLM: q/k/v biases), Qwen3MoeForCausalLM (q/k norms, sparse blocks and
-    dense MLPs), MixtralForCausalLM (block_sparse_moe)."""
+    dense MLPs), Qwen2MoeForCausalLM (the same with a gated shared expert), MixtralForCausalLM
+    (block_sparse_moe)."""
     hf = OD()
     hf["model.embed_tokens.weight"] = c["emb"][:V]
     for g in range(case["layers"]):
@@ -504,6 +518,10 @@ def _hf_llama(case, c, V):
             for x in range(case["experts"]):
                 for name, part in ((gate, "gate"), (up, "up"), (down, "down")):
                     hf[q + name.format(x=x)] = c[p + f"x{x}.{part}"]
+            if case["shared_ffn"]:  # Qwen2-MoE's shared expert and its gate
+                for part in ("gate", "up", "down"):
+                    hf[q + f"mlp.shared_expert.{part}_proj.weight"] = c[p + f"shared.{part}"]
+                hf[q + "mlp.shared_expert_gate.weight"] = c[p + "shared.gate_weight"]
             continue
         hf[q + "mlp.gate_proj.weight"] = c[p + "gate"]
         hf[q + "mlp.up_proj.weight"] = c[p + "up"]
@@ -537,18 +555,24 @@ def expected_hf_config(case):
            "rope_parameters": {"rope_theta": theta, "rope_type": "default"},
            "max_position_embeddings": case["max_pos"], "attention_bias": case["qkv_bias"] or case["bias"],
            "hidden_act": "silu", **common}
-    moe = hf_family(case) in ("qwen3_moe", "mixtral")
+    moe = hf_family(case) in ("qwen2_moe", "qwen3_moe", "mixtral")
     if not qwen2 and not moe:
         cfg["mlp_bias"] = case["bias"]
     if moe:
         # Qwen3MoeConfig and MixtralConfig fields (Mixtral's intermediate_size is an expert's)
         cfg.update(num_local_experts=d["E"], num_experts_per_tok=case["topk"], router_aux_loss_coef=0.01,
                    output_router_logits=False)
-    if hf_family(case) == "qwen3_moe":
-        cfg.update(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", moe_intermediate_size=d["Fe"],
-                   norm_topk_prob=not case["pre_softmax"], decoder_sparse_step=1,
+    if hf_family(case) in ("qwen2_moe", "qwen3_moe"):
+        cfg.update(moe_intermediate_size=d["Fe"], norm_topk_prob=not case["pre_softmax"], decoder_sparse_step=1,
                    mlp_only_layers=[g for g in range(d["L"]) if not is_moe_layer(case, g)], use_sliding_window=False,
                    sliding_window=None, max_window_layers=d["L"])
+    if hf_family(case) == "qwen3_moe":
+        cfg.update(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe")
+    elif hf_family(case) == "qwen2_moe":
+        # Qwen2MoeConfig: q/k/v biases as qkv_bias, the experts as num_experts (no attention_bias field)
+        cfg.update(architectures=["Qwen2MoeForCausalLM"], model_type="qwen2_moe", qkv_bias=case["qkv_bias"],
+                   num_experts=cfg.pop("num_local_experts"), shared_expert_intermediate_size=case["shared_ffn"])
+        del cfg["attention_bias"]
     elif hf_family(case) == "mixtral":
         cfg.update(architectures=["MixtralForCausalLM"], model_type="mixtral", intermediate_size=d["Fe"],
                    sliding_window=None, router_jitter_noise=0.0)

@@ -255,12 +255,14 @@ def is_moe_layer(case, g):
 
 
 def hf_family(case):
-    """'llama' (LlamaForCausalLM / Qwen2ForCausalLM), 'gpt2' (GPT2LMHeadModel), for MoE 'qwen3_moe' (q/k
-    layernorm; dense layers as mlp_only_layers; norm_topk_prob off with pre_softmax) or 'mixtral' (no q/k
-    layernorm, every layer MoE, top-k renormalised), or None: no hf/ view."""
+    """'llama' (LlamaForCausalLM / Qwen2ForCausalLM), 'gpt2' (GPT2LMHeadModel), for MoE 'qwen2_moe' (gated
+    shared experts), 'qwen3_moe' (q/k layernorm; dense layers as mlp_only_layers; norm_topk_prob off with
+    pre_softmax) or 'mixtral' (no q/k layernorm, every layer MoE, top-k renormalised), or None: no hf/ view."""
     if is_moe(case):
         if case["expert_bias"]:
             return None
+        if case["shared_ffn"]:
+            return "qwen2_moe" if case["shared_gate"] and not case["qk_norm"] else None
         if case["qk_norm"]:
             return "qwen3_moe"
         every = all(is_moe_layer(case, g) for g in range(case["layers"]))
@@ -324,8 +326,14 @@ CASES += [
 # The MoE cases above (no q/k layernorm, every layer MoE) are Mixtral-style: their hf/ is MixtralForCausalLM.
 #   expert_bias  moe_router_enable_expert_bias: the router's persistent float32 buffer mlp.router.expert_bias [E]
 #                (no optimizer state), float32 in model.safetensors and fp32/ whatever the training dtype
+#   shared_ffn   moe_shared_expert_intermediate_size (0: none): SharedExpertMLP mlp.shared_experts.linear_fc1/fc2
+#                (a dense SwiGLU MLP, dense optimizer) in every MoE layer, its output added to the experts'
+#   shared_gate  moe_shared_expert_gate: SharedExpertMLP.gate_weight [1, hidden] scales the shared output by
+#                sigmoid(x . gate_weight) (a TransformerConfig field that Bridge's configs carry; Megatron-LM's
+#                command line has no flag for it, so its saved args have it only where a caller set it)
 #   no_hf_reason what inspect's "no hf/ view" note must say (the tests check it; "" for cases with hf/ or any reason)
-DEFAULTS.update(qk_norm=False, moe_freq=1, pre_softmax=False, expert_bias=False, no_hf_reason="")
+DEFAULTS.update(qk_norm=False, moe_freq=1, pre_softmax=False, expert_bias=False, shared_ffn=0, shared_gate=False,
+                no_hf_reason="")
 
 CASES += [
     # Qwen3-MoE-style, EP2 x TP2, TE spec: layer 0 dense (the TE dense norm mlp.linear_fc1.layer_norm_weight,
@@ -336,6 +344,13 @@ CASES += [
     dict(name="moe_every2nd_ep2_no_hf", ep=2, moe_freq=2, no_hf_reason="Mixtral", **MOE),
     # Qwen3-MoE-style with the router's expert bias (bf16 model, float32 buffer), EP2 x TP2: no hf/ (neither
     # Qwen3-MoE's nor Mixtral's router adds a bias to the scores)
+    # Qwen2-MoE-style: q/k/v biases, a gated shared expert (ffn 48) beside 4 routed experts, layer 1 dense, EP2 x
+    # TP2 (the shared expert split over TP like a dense MLP, in the dense optimizer)
+    dict(name="qwen2moe_shared_ep2_tp2", tp=2, ep=2, qkv_bias=True, shared_ffn=48, shared_gate=True,
+         moe_freq=[1, 0, 1], **dict(MOE, layers=3)),
+    # shared experts without the gate: Qwen2-MoE's shared expert is always gated, so no hf/
+    dict(name="moe_ungated_shared_no_hf", ep=2, qkv_bias=True, shared_ffn=48, no_hf_reason="moe_shared_expert_gate",
+         **MOE),
     dict(name="moe_expert_bias_ep2_tp2", tp=2, ep=2, qk_norm=True, expert_bias=True, no_hf_reason="expert bias",
          **MOE),
 ]

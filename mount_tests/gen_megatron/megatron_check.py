@@ -324,7 +324,13 @@ def _hf_llama(args, model):
         elif EXPERT.match(n):
             hf.update(_hf_expert(args, p, n, t))
         elif rest == "mlp.router.weight":
-            hf[p + ("mlp.gate.weight" if args.qk_layernorm else "block_sparse_moe.gate.weight")] = t
+            hf[p + ("mlp.gate.weight" if _qwen_moe(args) else "block_sparse_moe.gate.weight")] = t
+        elif rest == "mlp.shared_experts.gate_weight":
+            hf[p + "mlp.shared_expert_gate.weight"] = t
+        elif rest == "mlp.shared_experts.linear_fc1.weight":
+            hf[p + "mlp.shared_expert.gate_proj.weight"], hf[p + "mlp.shared_expert.up_proj.weight"] = t.chunk(2, 0)
+        elif rest == "mlp.shared_experts.linear_fc2.weight":
+            hf[p + "mlp.shared_expert.down_proj.weight"] = t
         elif rest.endswith(("linear_fc1.weight", "dense_h_to_4h.weight")):
             gate, up = t.chunk(2, 0)
             hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"] = gate, up
@@ -345,12 +351,17 @@ def _hf_llama(args, model):
     return hf
 
 
+def _qwen_moe(args):
+    """Qwen3-MoE (q/k layernorm) or Qwen2-MoE (shared experts) names, else Mixtral's."""
+    return args.qk_layernorm or bool(getattr(args, "moe_shared_expert_intermediate_size", None))
+
+
 def _hf_expert(args, p, name, t):
-    """Expert e's fc1 (= [gate; up]) or fc2 under Qwen3-MoE's names (q/k layernorm) or Mixtral's (w1 gate, w3
-    up, w2 down)."""
+    """Expert e's fc1 (= [gate; up]) or fc2 under Qwen2/3-MoE's names or Mixtral's (w1 gate, w3 up, w2
+    down)."""
     m = EXPERT.match(name)
     e, fc = (m.group(2), m.group(3)[1:]) if m.group(2) is not None else (m.group(5), m.group(4))
-    if args.qk_layernorm:
+    if _qwen_moe(args):
         gate, up, down = (f"mlp.experts.{e}.{x}_proj.weight" for x in ("gate", "up", "down"))
     else:
         gate, up, down = (f"block_sparse_moe.experts.{e}.{x}.weight" for x in ("w1", "w3", "w2"))

@@ -118,7 +118,8 @@ def moe(args, x, full, p, pre_softmax):
     """MoELayer with TopKRouter (moe_utils.topk_routing_with_score_function, score function softmax): router
     logits x W^T; pre-softmax: softmax over all experts, then the top k probabilities as they are; else the top
     k logits, then their softmax.  Each token's output is the sum of its k experts' SwiGLU MLPs (fc1 = [gate;
-    up]) weighted by those probabilities (no capacity limit, no token dropped)."""
+    up]) weighted by those probabilities (no capacity limit, no token dropped), plus the shared experts' MLP
+    (shared_experts.py SharedExpertMLP, with its sigmoid gate when moe_shared_expert_gate)."""
     router = x @ full[p + "router.w"].T
     k = args.moe_router_topk
     top = np.argsort(-router, axis=-1, kind="stable")[:, :k]
@@ -128,6 +129,11 @@ def moe(args, x, full, p, pre_softmax):
     for t in range(x.shape[0]):
         for e, w in zip(top[t], weights[t]):
             out[t] += w * mlp(args, x[t:t + 1], full, f"{p}x{e}.", "swiglu")[0]
+    if args.moe_shared_expert_intermediate_size:  # SharedExpertMLP, added to the routed experts' output
+        shared = mlp(args, x, full, p + "shared.", "swiglu")
+        if getattr(args, "moe_shared_expert_gate", False):  # scaled by sigmoid(x . gate_weight)
+            shared = shared / (1.0 + np.exp(-(x @ full[p + "shared.gate.w"].T)))
+        out += shared
     return out
 
 

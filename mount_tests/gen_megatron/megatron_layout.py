@@ -95,8 +95,19 @@ def expert_ids(case, ep_rank):
 
 
 def _moe_mlp(case, g, add, experts):
-    """MoE layer MLP entries: router, then SequentialMLP local_experts.{e} or TEGroupedMLP weight{e}."""
+    """MoE layer MLP entries: router, then SequentialMLP local_experts.{e} or TEGroupedMLP weight{e}, then the
+    shared experts (SharedExpertMLP: its own gate_weight first, then its linears)."""
     te = case["spec"] == "te"
+    _routed_experts(case, g, add, experts, te)
+    if case.get("shared_ffn"):
+        add(case["shared_gate"], "mlp.shared_experts.gate_weight", f"L{g}.shared.gate.w")
+        for fc in ("linear_fc1", "linear_fc2"):
+            add(True, f"mlp.shared_experts.{fc}.weight", f"L{g}.shared.{fc[-3:]}.w")
+            add(True, f"mlp.shared_experts.{fc}._extra_state", extra=EXTRA_TE if te else EXTRA_NONE)
+
+
+def _routed_experts(case, g, add, experts, te):
+    """The pre-MLP norm, the router (and its expert_bias buffer) and the routed experts."""
     add(True, "pre_mlp_layernorm.weight", f"L{g}.ln2.w")
     add(True, "mlp.router.weight", f"L{g}.router.w")
     add(case.get("expert_bias"), "mlp.router.expert_bias", f"L{g}.router.eb", buffer=True)  # TopKRouter's buffer
@@ -230,8 +241,8 @@ def merged_entries(case):
 def rule_of(case, src):
     """TP split rule of a canonical tensor."""
     kind = src.split(".", 1)[1] if src.startswith("L") else src
-    if is_expert(src):
-        kind = kind.split(".", 1)[1]  # x{e}.fc1.w -> fc1.w
+    if is_expert(src) or kind.startswith("shared."):
+        kind = kind.split(".", 1)[1]  # x{e}.fc1.w / shared.fc1.w -> fc1.w
     if src in ("emb", "out"):
         return "vocab"
     if kind in ("qkv.w", "qkv.b"):

@@ -10,7 +10,8 @@ Generated cases (mount_tests/gen_megatron, cached like test_megatron.py's): the 
 TP2xPP2, a Qwen2-style (q/k/v biases, TP4, tied), GPT-2-style fp16 (fused bias-GeLU), legacy-naming GPT-2
 (openai_gelu), fp32 GPT-2 (erf GeLU), a torch_dist GPT-2 case, Mixtral-style MoE (SequentialMLP at EP2 x PP2,
 TEGroupedMLP at EP2 x TP2: MixtralForCausalLM) and Qwen3-MoE-style MoE (q/k norms, a dense first layer,
-pre-softmax router, EP2 x TP2: Qwen3MoeForCausalLM) loads with from_pretrained(float32) with no
+pre-softmax router, EP2 x TP2: Qwen3MoeForCausalLM) and Qwen2-MoE-style MoE (q/k/v biases, a gated shared
+expert, a dense layer, EP2 x TP2: Qwen2MoeForCausalLM) loads with from_pretrained(float32) with no
 missing or unexpected keys and gives, on the case's tokens, the logits of expected/logits.json: the generator's
 float64 numpy forward pass of the unsplit Megatron model written from Megatron's definitions (weights as stored
 in the training dtype), within its atol (5e-6 of the largest logit: float32 rounding).
@@ -94,7 +95,7 @@ def test_from_pretrained_of_the_mounted_hf(chroot_dir, staged, ckptfs_bin, name)
 
 GENERATED = ["llama_tp2_pp2_dp4", "te_qkvbias_tp4_tied", "gpt_fp16_tp2_pp2_tied", "legacy_gpt_tp4_pp2_tied",
              "fp32_tp2_pp2_gelu", "dist_gpt_tp4_te", "moe_seq_ep2_tp1_pp2", "moe_grouped_ep2_tp2_te",
-             "qwen3moe_mixed_ep2_tp2_te"]
+             "qwen3moe_mixed_ep2_tp2_te", "qwen2moe_shared_ep2_tp2"]
 
 
 @pytest.mark.parametrize("name", GENERATED)

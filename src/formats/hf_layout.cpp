@@ -24,8 +24,8 @@ constexpr size_t kMaxParameters = size_t{1} << 18;
 
 using Shape = std::vector<int64_t>;
 
-constexpr HfFamily kFamilies[] = {HfFamily::llama, HfFamily::qwen2,     HfFamily::gpt2,
-                                  HfFamily::qwen3, HfFamily::qwen3_moe, HfFamily::mixtral};
+constexpr HfFamily kFamilies[] = {HfFamily::llama,     HfFamily::qwen2,   HfFamily::gpt2,     HfFamily::qwen3,
+                                  HfFamily::qwen3_moe, HfFamily::mixtral, HfFamily::qwen2_moe};
 
 class LayoutBuilder {
  public:
@@ -65,28 +65,40 @@ class LayoutBuilder {
 };
 
 bool is_moe(HfFamily family) {
-  return family == HfFamily::qwen3_moe || family == HfFamily::mixtral;
+  return family == HfFamily::qwen3_moe || family == HfFamily::mixtral || family == HfFamily::qwen2_moe;
+}
+
+// A SwiGLU MLP (LlamaMLP and its copies): gate_proj, up_proj, down_proj under `p`.
+void dense_mlp(const std::string& p, int64_t hidden, int64_t intermediate, bool bias, LayoutBuilder& b) {
+  b.linear(p + "gate_proj", hidden, intermediate, bias);
+  b.linear(p + "up_proj", hidden, intermediate, bias);
+  b.linear(p + "down_proj", intermediate, hidden, bias);
 }
 
 // A sparse MoE block as transformers 5 creates it: the experts fused into 3-D parameters (gate and up rows
 // stacked per expert), the router a bare [experts, hidden] parameter (modeling_qwen3_moe.py: experts, then
-// gate; modeling_mixtral.py: gate, then experts). Checkpoints on disk name each expert's projections apart
-// (model.layers.{l}.mlp.experts.{e}.gate_proj.weight, Mixtral's block_sparse_moe.experts.{e}.w1.weight):
-// transformers converts them when it loads.
+// gate; modeling_mixtral.py and modeling_qwen2_moe.py: gate, then experts; Qwen2-MoE then its shared expert,
+// a dense MLP, and the shared expert's [1, hidden] sigmoid gate). Checkpoints on disk name each expert's
+// projections apart (model.layers.{l}.mlp.experts.{e}.gate_proj.weight, Mixtral's
+// block_sparse_moe.experts.{e}.w1.weight): transformers converts them when it loads.
 void moe_parameters(HfFamily family, const HfDims& d, const std::string& p, LayoutBuilder& b) {
   const auto gate = [&] { b.add(p + "mlp.gate.weight", {d.experts, d.hidden}); };
-  if (family == HfFamily::mixtral) gate();
+  if (family != HfFamily::qwen3_moe) gate();
   b.add(p + "mlp.experts.gate_up_proj", {d.experts, 2 * d.moe_intermediate, d.hidden});
   b.add(p + "mlp.experts.down_proj", {d.experts, d.hidden, d.moe_intermediate});
   if (family == HfFamily::qwen3_moe) gate();
+  if (family == HfFamily::qwen2_moe) {
+    dense_mlp(p + "mlp.shared_expert.", d.hidden, d.shared_intermediate, false, b);
+    b.linear(p + "mlp.shared_expert_gate", d.hidden, 1, false);
+  }
 }
 
-// LlamaForCausalLM, Qwen2ForCausalLM, Qwen3(Moe)ForCausalLM and MixtralForCausalLM (transformers'
-// modeling_llama.py, modeling_qwen2.py, modeling_qwen3*.py, modeling_mixtral.py): the same attention and
+// LlamaForCausalLM, Qwen2(Moe)ForCausalLM, Qwen3(Moe)ForCausalLM and MixtralForCausalLM (transformers'
+// modeling_llama.py, modeling_qwen2*.py, modeling_qwen3*.py, modeling_mixtral.py): the same attention and
 // norms; Qwen2 has biases on q, k and v only, Qwen3 adds per-head RMSNorms of q and k after o_proj.
 void llama_parameters(HfFamily family, const HfDims& d, LayoutBuilder& b) {
   const bool qwen3 = family == HfFamily::qwen3 || family == HfFamily::qwen3_moe;
-  const bool qkv_bias = family == HfFamily::qwen2 || d.attention_bias;
+  const bool qkv_bias = family == HfFamily::qwen2 || d.attention_bias;  // Qwen2-MoE: its qkv_bias
   const bool o_bias = (family == HfFamily::llama || qwen3) && d.attention_bias;
   const bool mlp_bias = family == HfFamily::llama && d.mlp_bias;
   b.add("model.embed_tokens.weight", {d.vocab, d.hidden});
@@ -103,9 +115,7 @@ void llama_parameters(HfFamily family, const HfDims& d, LayoutBuilder& b) {
     if (is_moe(family) && !std::binary_search(d.dense_layers.begin(), d.dense_layers.end(), l)) {
       moe_parameters(family, d, p, b);
     } else {
-      b.linear(p + "mlp.gate_proj", d.hidden, d.intermediate, mlp_bias);
-      b.linear(p + "mlp.up_proj", d.hidden, d.intermediate, mlp_bias);
-      b.linear(p + "mlp.down_proj", d.intermediate, d.hidden, mlp_bias);
+      dense_mlp(p + "mlp.", d.hidden, d.intermediate, mlp_bias, b);
     }
     b.layer_norm(p + "input_layernorm", d.hidden, false);
     b.layer_norm(p + "post_attention_layernorm", d.hidden, false);
@@ -197,7 +207,13 @@ HfDims llama_dims(const ConfigFields& c, HfFamily family) {
   if (family == HfFamily::llama || family == HfFamily::qwen3 || family == HfFamily::qwen3_moe)
     d.attention_bias = c.flag("attention_bias", false);
   if (family == HfFamily::llama) d.mlp_bias = c.flag("mlp_bias", false);
-  if (family == HfFamily::qwen3_moe) {
+  if (family == HfFamily::qwen2_moe) {
+    d.attention_bias = c.flag("qkv_bias", true);  // q/k/v only (Qwen2MoeAttention)
+    d.experts = c.positive("num_experts");
+    d.moe_intermediate = c.positive("moe_intermediate_size");
+    d.shared_intermediate = c.positive("shared_expert_intermediate_size");
+    d.dense_layers = c.dense_layers(d.layers);
+  } else if (family == HfFamily::qwen3_moe) {
     // Qwen3MoeConfig maps num_experts to num_local_experts (transformers 5 writes the latter)
     d.experts = c.has("num_local_experts") ? c.positive("num_local_experts") : c.positive("num_experts");
     d.moe_intermediate = c.positive("moe_intermediate_size");
@@ -239,6 +255,8 @@ std::string_view model_type(HfFamily family) {
       return "qwen3_moe";
     case HfFamily::mixtral:
       return "mixtral";
+    case HfFamily::qwen2_moe:
+      return "qwen2_moe";
   }
   throw std::logic_error("unknown family");
 }
@@ -257,6 +275,8 @@ std::string_view architecture_name(HfFamily family) {
       return "Qwen3MoeForCausalLM";
     case HfFamily::mixtral:
       return "MixtralForCausalLM";
+    case HfFamily::qwen2_moe:
+      return "Qwen2MoeForCausalLM";
   }
   throw std::logic_error("unknown family");
 }

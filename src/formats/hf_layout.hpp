@@ -15,7 +15,7 @@
 
 namespace ckptfs::formats {
 
-enum class HfFamily { llama, qwen2, gpt2, qwen3, qwen3_moe, mixtral };
+enum class HfFamily { llama, qwen2, gpt2, qwen3, qwen3_moe, mixtral, qwen2_moe };
 
 std::string_view architecture_name(HfFamily family);  // "LlamaForCausalLM", ...
 std::string_view model_type(HfFamily family);         // config.json's model_type: "llama", ...
@@ -26,8 +26,9 @@ struct HfDims {
   int64_t positions = 0;                          // GPT-2's learned position table
   bool tied = false;                              // tie_word_embeddings: lm_head.weight is embed's parameter
   bool attention_bias = false, mlp_bias = false;  // Llama's flags (Qwen2: q/k/v biases only; Qwen3: q/k/v/o)
-  int64_t experts = 0, moe_intermediate = 0;      // Qwen3-MoE's and Mixtral's routed experts
-  // Qwen3-MoE's layers with a dense MLP of `intermediate` (mlp_only_layers, decoder_sparse_step), ascending
+  int64_t experts = 0, moe_intermediate = 0;      // the MoE families' routed experts
+  int64_t shared_intermediate = 0;  // Qwen2-MoE's gated shared expert (shared_expert_intermediate_size)
+  // Qwen2/3-MoE's layers with a dense MLP of `intermediate` (mlp_only_layers, decoder_sparse_step), ascending
   std::vector<int64_t> dense_layers = {};
 };
 

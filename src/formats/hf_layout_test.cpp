@@ -165,6 +165,40 @@ TEST(HfLayout, Qwen3MoeDenseLayersFromMlpOnlyLayersAndSparseStep) {
   EXPECT_THROW(layout_with(R"("mlp_only_layers": 1)"), FormatError);
 }
 
+// Qwen2MoeForCausalLM: q/k/v biases (qkv_bias, on by default), the sparse block's gate, experts, shared
+// expert (a SwiGLU MLP of shared_expert_intermediate_size) and its [1, hidden] gate; num_experts, not
+// num_local_experts.
+TEST(HfLayout, Qwen2MoeSharedExpertAsTransformersCreatesIt) {
+  const torch::test_support::TempFile config(
+      R"({"architectures": ["Qwen2MoeForCausalLM"], "vocab_size": 256, "hidden_size": 48,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "moe_intermediate_size": 32, "shared_expert_intermediate_size": 40, "num_experts": 8,
+    "mlp_only_layers": [1]})");
+  const auto layout = layout_from_config(config.path());
+  ASSERT_TRUE(std::holds_alternative<HfLayout>(layout)) << std::get<std::string>(layout);
+  const auto& l = std::get<HfLayout>(layout);
+  EXPECT_EQ(l.family, HfFamily::qwen2_moe);
+  std::vector<std::string> layer0;
+  for (const auto& p : l.parameters)
+    if (p.name.starts_with("model.layers.0.")) layer0.push_back(p.name.substr(15));
+  EXPECT_EQ(layer0, (std::vector<std::string>{
+                        "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
+                        "self_attn.k_proj.bias", "self_attn.v_proj.weight", "self_attn.v_proj.bias",
+                        "self_attn.o_proj.weight", "mlp.gate.weight", "mlp.experts.gate_up_proj",
+                        "mlp.experts.down_proj", "mlp.shared_expert.gate_proj.weight",
+                        "mlp.shared_expert.up_proj.weight", "mlp.shared_expert.down_proj.weight",
+                        "mlp.shared_expert_gate.weight", "input_layernorm.weight",
+                        "post_attention_layernorm.weight"}));
+  const auto gate =
+      std::ranges::find(l.parameters, "model.layers.0.mlp.shared_expert_gate.weight", &HfParameter::name);
+  EXPECT_EQ(gate->shape, (std::vector<int64_t>{1, 48}));
+  const auto shared = std::ranges::find(l.parameters, "model.layers.0.mlp.shared_expert.down_proj.weight",
+                                        &HfParameter::name);
+  EXPECT_EQ(shared->shape, (std::vector<int64_t>{48, 40}));
+  EXPECT_NE(std::ranges::find(l.parameters, "model.layers.1.mlp.gate_proj.weight", &HfParameter::name),
+            l.parameters.end());
+}
+
 // The state-dict order of names of a family with sparse and dense layers holds both kinds' names, each kind
 // in its own order (hf/ of Megatron sorts by it).
 TEST(HfNameOrder, MoeFamiliesOrderSparseAndDenseLayersAlike) {

@@ -184,33 +184,66 @@ std::vector<int64_t> dense_layers(const ModelArgs& a) {
   return out;
 }
 
-// What Qwen3-MoE's and Mixtral's configs share (their routers and experts: MoE fields of transformers'
-// Qwen3MoeConfig and MixtralConfig).
-void moe_config(nlohmann::ordered_json& c, const ModelArgs& a) {
-  c["num_local_experts"] = a.num_experts;  // Qwen3MoeConfig's own name for num_experts
+// The MoE fields of transformers' Qwen2MoeConfig, Qwen3MoeConfig and MixtralConfig: the number of experts
+// under `experts_key` (Qwen3MoeConfig and MixtralConfig write num_local_experts, Qwen2MoeConfig num_experts).
+void moe_config(nlohmann::ordered_json& c, const ModelArgs& a, const char* experts_key) {
+  c[experts_key] = a.num_experts;
   c["num_experts_per_tok"] = a.moe_topk;
   c["router_aux_loss_coef"] = a.moe_aux_loss_coeff;
   c["output_router_logits"] = false;
 }
 
+// Qwen2-MoE's and Qwen3-MoE's router and sparse layers. intermediate_size (llama_like_config) is the dense
+// layers' MLP (mlp_only_layers).
+void qwen_moe_config(nlohmann::ordered_json& c, const ModelArgs& a, const char* experts_key) {
+  c["moe_intermediate_size"] = a.moe_ffn_hidden;
+  moe_config(c, a, experts_key);
+  // Megatron's softmax over the top-k experts' logits is the renormalised top-k probabilities; a softmax over
+  // all experts first (moe_router_pre_softmax) leaves them unnormalised
+  c["norm_topk_prob"] = !a.moe_pre_softmax;
+  c["decoder_sparse_step"] = 1;
+  c["mlp_only_layers"] = dense_layers(a);
+}
+
 const Family& qwen3_moe() {
   static const Family kQwen3Moe{formats::HfFamily::qwen3_moe, llama_like_layer_rules(true, &kQwenMoeNames),
                                 llama_like_model_rules(), [](const ModelArgs& a, int64_t vocab) {
-                                  // intermediate_size: the dense layers' MLP (mlp_only_layers)
                                   auto c = llama_like_config(a, vocab, "Qwen3MoeForCausalLM", "qwen3_moe",
                                                              a.ffn_hidden);
                                   no_sliding_window(c, a);
-                                  c["moe_intermediate_size"] = a.moe_ffn_hidden;
-                                  moe_config(c, a);
-                                  // Megatron's softmax over the top-k experts' logits is Qwen3-MoE's
-                                  // renormalised top-k probabilities; a softmax over all experts first
-                                  // (moe_router_pre_softmax) leaves them unnormalised
-                                  c["norm_topk_prob"] = !a.moe_pre_softmax;
-                                  c["decoder_sparse_step"] = 1;
-                                  c["mlp_only_layers"] = dense_layers(a);
+                                  qwen_moe_config(c, a, "num_local_experts");
                                   return c;
                                 }};
   return kQwen3Moe;
+}
+
+// Qwen2-MoE's shared expert (Qwen2MoeSparseMoeBlock.shared_expert, a dense SwiGLU MLP) and its sigmoid gate
+// (shared_expert_gate, a Linear(hidden, 1)): Megatron's SharedExpertMLP with moe_shared_expert_gate.
+std::vector<Rule> qwen2_moe_layer_rules() {
+  auto rules = llama_like_layer_rules(false, &kQwenMoeNames);
+  rules.push_back({{"mlp.shared_experts.linear_fc1.weight"},
+                   Op::SplitGateUp,
+                   "mlp.shared_expert.gate_proj.weight",
+                   "mlp.shared_expert.up_proj.weight"});
+  rules.push_back({{"mlp.shared_experts.linear_fc2.weight"}, Op::Copy, "mlp.shared_expert.down_proj.weight"});
+  rules.push_back({{"mlp.shared_experts.gate_weight"}, Op::Copy, "mlp.shared_expert_gate.weight"});
+  return rules;
+}
+
+const Family& qwen2_moe() {
+  static const Family kQwen2Moe{formats::HfFamily::qwen2_moe, qwen2_moe_layer_rules(),
+                                llama_like_model_rules(), [](const ModelArgs& a, int64_t vocab) {
+                                  auto c = llama_like_config(a, vocab, "Qwen2MoeForCausalLM", "qwen2_moe",
+                                                             a.ffn_hidden);
+                                  c["qkv_bias"] = a.add_qkv_bias;
+                                  c["use_sliding_window"] = false;
+                                  c["sliding_window"] = nullptr;
+                                  c["max_window_layers"] = a.num_layers;
+                                  c["shared_expert_intermediate_size"] = a.moe_shared_ffn;
+                                  qwen_moe_config(c, a, "num_experts");
+                                  return c;
+                                }};
+  return kQwen2Moe;
 }
 
 const Family& mixtral() {
@@ -220,7 +253,7 @@ const Family& mixtral() {
                                  auto c = llama_like_config(a, vocab, "MixtralForCausalLM", "mixtral",
                                                             a.moe_ffn_hidden);
                                  c["sliding_window"] = nullptr;
-                                 moe_config(c, a);
+                                 moe_config(c, a, "num_local_experts");
                                  c["router_jitter_noise"] = 0.0;
                                  return c;
                                }};
@@ -411,28 +444,36 @@ class HfBuilder {
   catalog::Catalog& out_;
 };
 
-// Why Megatron's router and experts compute something else than every MoE family of the table, or "".
+// Why Megatron's router computes something else than every MoE family of the table, or "".
 std::string moe_mismatch(const ModelArgs& a) {
   if (!a.moe_every_layer && a.moe_layer_pattern.empty())
     return "MoE layers beside dense ones (moe_layer_freq) in a pattern this config does not spell out";
-  if (a.moe_shared_ffn > 0)
-    return "shared experts (moe_shared_expert_intermediate_size): Qwen2-MoE's shared expert is not in the "
-           "table "
-           "of families yet";
   if (!a.moe_softmax)
-    return "a sigmoid router (moe_router_score_function) has no Qwen3-MoE or Mixtral counterpart";
+    return "a sigmoid router (moe_router_score_function): every MoE family here takes a softmax";
   if (a.moe_expert_bias)
-    return "the router's expert bias (moe_router_enable_expert_bias) takes part in choosing the experts; "
-           "neither Qwen3-MoE's nor Mixtral's router has such a term";
+    return "the router's expert bias (moe_router_enable_expert_bias) takes part in choosing the experts; no "
+           "router of Qwen2-MoE, Qwen3-MoE or Mixtral has such a term";
   return "";
 }
 
-// Qwen3-MoE with q/k layernorm; Mixtral without, when every layer is sparse and the top-k weights are
-// renormalised (MixtralTopKRouter always renormalises them).
+// Qwen2-MoE with gated shared experts; Qwen3-MoE with q/k layernorm; Mixtral without either, when every layer
+// is sparse and the top-k weights are renormalised (MixtralTopKRouter always renormalises them).
 std::pair<const Family*, std::string> moe_family(const ModelArgs& a) {
-  if (a.add_qkv_bias) return {nullptr, "MoE with q/k/v biases (Qwen2-MoE) is not mapped yet"};
   if (const std::string why = moe_mismatch(a); !why.empty()) return {nullptr, why};
+  if (a.moe_shared_ffn > 0) {
+    if (a.qk_layernorm)
+      return {nullptr,
+              "shared experts with q/k layernorm: Qwen2-MoE, the family with shared experts, has no q/k "
+              "norms"};
+    if (!a.moe_shared_gate)
+      return {nullptr,
+              "shared experts without a gate (moe_shared_expert_gate): Qwen2-MoE's shared expert is "
+              "always scaled by its sigmoid gate"};
+    return {&qwen2_moe(), ""};
+  }
   if (a.qk_layernorm) return {&qwen3_moe(), ""};
+  if (a.add_qkv_bias)
+    return {nullptr, "MoE with q/k/v biases but no shared experts: Qwen2-MoE always has a shared expert"};
   if (!a.moe_every_layer)
     return {nullptr,
             "Mixtral (an MoE model without q/k layernorm) has no dense layers: moe_layer_freq leaves some"};
@@ -466,7 +507,8 @@ std::pair<const Family*, std::string> family_of(const ModelArgs& a) {
     return {nullptr, "heads not divisible into query groups"};
   if (a.swiglu && a.position_embedding == "rope" && a.normalization == "RMSNorm") return llama_like_family(a);
   if (a.num_experts > 0)
-    return {nullptr, "only Qwen3-MoE- and Mixtral-style (SwiGLU, rope, RMSNorm) MoE models are mapped"};
+    return {nullptr,
+            "only Qwen2-MoE-, Qwen3-MoE- and Mixtral-style (SwiGLU, rope, RMSNorm) MoE models are mapped"};
   if (!a.swiglu && a.position_embedding == "learned_absolute" && a.normalization == "LayerNorm") {
     if (a.squared_relu) return {nullptr, "GPT-2 uses GeLU; this model uses squared ReLU"};
     if (!a.add_bias_linear) return {nullptr, "GPT-2 has biases on every linear layer; this model has none"};

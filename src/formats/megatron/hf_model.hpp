@@ -1,5 +1,6 @@
 // The hf/ view of a Megatron-LM model: Hugging Face names (Llama, Qwen2 when only q/k/v carry biases, Qwen3
-// with q/k layernorm, Qwen3-MoE with its experts and dense layers, Mixtral, GPT-2), q/k/v split out of the
+// with q/k layernorm, Qwen3-MoE with its experts and dense layers, Qwen2-MoE with
+// its gated shared expert, Mixtral, GPT-2), q/k/v split out of the
 // fused QKV, gate/up out of fc1, the vocabulary trimmed to the tokenizer's, a config.json built from the
 // saved args, and the tokenizer files found beside the checkpoint.
 #pragma once

@@ -99,6 +99,7 @@ ModelArgs read_model_args(const Field& args) {
   a.moe_softmax = text(args, "moe_router_score_function", "softmax") == "softmax";
   a.moe_expert_bias = flag(args, "moe_router_enable_expert_bias", false);
   a.moe_shared_ffn = integer(args, "moe_shared_expert_intermediate_size", 0);
+  a.moe_shared_gate = flag(args, "moe_shared_expert_gate", false);
   a.moe_aux_loss_coeff = number(args, "moe_aux_loss_coeff", 0.0);
   a.qk_layernorm = flag(args, "qk_layernorm", false);
   a.swiglu = flag(args, "swiglu", false);

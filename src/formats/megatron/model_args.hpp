@@ -33,6 +33,9 @@ struct ModelArgs {
   bool moe_softmax = true;       // moe_router_score_function softmax (else sigmoid)
   bool moe_expert_bias = false;  // moe_router_enable_expert_bias
   int64_t moe_shared_ffn = 0;    // shared experts' size (moe_shared_expert_intermediate_size), 0: none
+  // moe_shared_expert_gate (a TransformerConfig field: Bridge's configs carry it, Megatron-LM's command line
+  // has no flag for it): the shared experts' output scaled by sigmoid(x . shared_experts.gate_weight)
+  bool moe_shared_gate = false;
   double moe_aux_loss_coeff = 0;
   bool qk_layernorm = false;  // per-head RMSNorm of q and k (Qwen3)
   bool swiglu = false;
