@@ -1,15 +1,17 @@
 """gen_megatron_core's cases: Megatron-LM command lines (pretrain_gpt.py's arguments) of tiny models.
 
 Every model: bf16 parameters, rope, RMSNorm, SwiGLU, no linear biases, untied output layer, GQA (4 heads in 2
-groups), hidden 32, weights drawn at std 0.2 (~1/sqrt(hidden): attention and the router far from uniform, logits of
-order 1-10 rather than Megatron's default 0.02's 0.4), NullTokenizer of 100 tokens padded to 128 (make-vocab-size-divisible-by 32 x TP), the local
-(non-Transformer-Engine) layer spec, no dropout (Qwen3's and Mixtral's), CPU initialisation, Adam.
+groups), hidden 32, 2 layers, weights drawn at std 0.2 (~1/sqrt(hidden): attention and the router far from
+uniform, logits of order 1-10 rather than the 0.4 of Megatron's default 0.02), NullTokenizer of 60 tokens padded
+to 64 (make-vocab-size-divisible-by 32 x TP), the local (non-Transformer-Engine) layer spec, no dropout (Qwen3's and
+Mixtral's), CPU initialisation, Adam.
 """
 
+VOCAB = 60  # the true vocabulary; padded to 64
 COMMON = [
     "--hidden-size", "32", "--num-attention-heads", "4", "--num-query-groups", "2",
     "--seq-length", "16", "--max-position-embeddings", "64", "--micro-batch-size", "1",
-    "--tokenizer-type", "NullTokenizer", "--vocab-size", "100", "--make-vocab-size-divisible-by", "32",
+    "--tokenizer-type", "NullTokenizer", "--vocab-size", str(VOCAB), "--make-vocab-size-divisible-by", "32",
     "--bf16", "--position-embedding-type", "rope", "--normalization", "RMSNorm", "--norm-epsilon", "1e-6",
     "--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
     "--attention-dropout", "0", "--hidden-dropout", "0", "--init-method-std", "0.2",
@@ -23,7 +25,7 @@ MOE = ["--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", 
 QWEN3_MOE = ["--num-layers", "2", "--ffn-hidden-size", "64"] + QWEN3 + MOE
 # Mixtral: no q/k norms, head_dim = hidden / heads, rope base 1e6
 MIXTRAL = ["--num-layers", "2", "--ffn-hidden-size", "64", "--rotary-base", "1000000"] + MOE
-QWEN3_DENSE = ["--num-layers", "4", "--ffn-hidden-size", "64"] + QWEN3
+QWEN3_DENSE = ["--num-layers", "2", "--ffn-hidden-size", "64"] + QWEN3
 
 
 def parallel(tp=1, pp=1, ep=1, etp=None, dp=1):
@@ -38,8 +40,8 @@ def parallel(tp=1, pp=1, ep=1, etp=None, dp=1):
 def case(model, family, fmt, tp=1, pp=1, ep=1, etp=None, dp=1, extra=(), masters=True, refused=None):
     world, par = parallel(tp, pp, ep, etp, dp)
     return {"model": model, "family": family, "format": fmt, "world": world, "tp": tp, "pp": pp, "ep": ep,
-            "etp": tp if etp is None else etp, "dp": dp, "args": COMMON + model + par + list(extra) +
-            ["--ckpt-format", fmt], "masters": masters, "refused": refused}
+            "etp": tp if etp is None else etp, "dp": dp, "vocab": VOCAB, "masters": masters, "refused": refused,
+            "args": COMMON + model + par + list(extra) + ["--ckpt-format", fmt]}
 
 
 # name -> case; "masters": the fp32 masters can be read back at world size 1 (non-distributed optimizer);
@@ -55,6 +57,16 @@ CASES = {
     "qwen3moe_torch_dist_ep2_distopt": case(QWEN3_MOE, "Qwen3-MoE", "torch_dist", ep=2, dp=2,
                                             extra=["--use-distributed-optimizer"], masters=False),
     # legacy format, expert TP 2 != TP 1: the two expert-TP ranks of an EP rank write the same mp_rank_00_00E file
+    # (model only, --no-save-optim: the fixtures stay under 8 MB)
     "qwen3moe_legacy_tp1_etp2_ep2": case(QWEN3_MOE, "Qwen3-MoE", "torch", ep=2, etp=2, dp=4, masters=False,
-                                         refused="expert tensor parallelism"),
+                                         extra=["--no-save-optim"], refused="expert tensor parallelism"),
+    # a dense first layer (moe_layer_freq), shared experts, the router's fp32 expert bias (sigmoid scores, updated
+    # by Megatron's aux-loss-free rule from drawn token counts): no Hugging Face family computes this model; model
+    # only (--no-save-optim), for size
+    "moe_mixed_shared_bias_torch_dist_ep2": case(
+        ["--num-layers", "2", "--ffn-hidden-size", "64"] + QWEN3 + MOE + [
+            "--moe-layer-freq", "[0,1]", "--moe-shared-expert-intermediate-size", "16",
+            "--moe-router-enable-expert-bias", "--moe-router-score-function", "sigmoid"],
+        "Qwen3-MoE with a dense layer, shared experts and expert bias", "torch_dist", ep=2, dp=2,
+        extra=["--no-save-optim"], masters=False),
 }

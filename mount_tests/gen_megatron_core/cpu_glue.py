@@ -22,6 +22,10 @@ Imported before anything of Megatron's; each patch says which Megatron line need
   generator: there is no CUDA generator to fork, and the cases use no dropout (Qwen3's and Mixtral's is 0).
 - TORCHDYNAMO_DISABLE=1: Megatron's jit_fuser (torch.compile) functions (SwiGLU, rope ...) run eagerly; inductor
   would compile C++ for them and ask the (absent) GPU for its properties.
+- torch.distributed.all_gather_into_tensor of bf16 tensors (the distributed optimizer's param all-gather,
+  param_and_grad_buffer.py's dist_all_gather_func, bound at import) gathers the same bytes viewed as uint8: gloo's
+  all-gather takes no 16-bit type ("RuntimeError: Invalid scalar type" in start_param_sync), and a gather copies
+  bits.
 - torch.cuda.get_rng_state() (checkpointing.get_rng_state) is the CPU generator's state, so the saved
   rng_state has Megatron's own shape (a ByteTensor) with CPU bytes in it.
 """
@@ -73,6 +77,16 @@ class _NoStream:
         pass
 
 
+_all_gather_into_tensor = torch.distributed.all_gather_into_tensor
+
+
+def _all_gather_bits(output, input, group=None, async_op=False):  # noqa: A002 (torch's parameter name)
+    if output.dtype == torch.bfloat16:
+        output, input = output.view(torch.uint8), input.view(torch.uint8)
+    return _all_gather_into_tensor(output, input, group=group, async_op=async_op)
+
+
+torch.distributed.all_gather_into_tensor = _all_gather_bits
 torch.cuda.Stream = lambda *_, **__: _NoStream()
 torch.cuda.current_stream = lambda device=None: _NoStream()
 torch.cuda.stream = lambda _: contextlib.nullcontext()

@@ -79,6 +79,44 @@ def generate(name, c, chroot, megatron, out_dir, port):
     shutil.rmtree(stage)
 
 
+README_HEAD = """# Megatron checkpoints written by Megatron-LM's own code (generated; do not edit)
+
+Written by `mount_tests/gen_megatron_core/generate.py` (see its README.md): Megatron-LM {commit} (0.20.0,
+Megatron-Bridge's pin) on CPU in the Debian unstable chroot (torch 2.14, gloo, one process per rank): its
+GPTModel (local layer spec), ChainedOptimizer, {steps} Adam steps and `save_checkpoint`; the expectations from its
+own `load_checkpoint` of the save at world size 1 (TP=1 PP=1 EP=1).
+
+Each case: `checkpoint/` (exactly as Megatron wrote it), `case.json` (the parallelism, the family, the full
+command line), and unless refused `expected/`: `full_model.pt` + `manifest.json` (the model Megatron loads at
+TP=1 PP=1 EP=1: megatron-core local-spec names, global layer and expert numbers, padded vocabulary, bf16),
+`fp32.pt` (the fp32 masters Megatron's dist_checkpointing reads back, when the optimizer is not distributed),
+`logits.json` (GPTModel's fp32 forward on fixed tokens, the true vocabulary's logits, `atol`).
+Every case's command: `mcore_run.py save OUT -- ARGS --save DIR` with ARGS = `case.json`'s `args`.
+
+| case | family | format | parallelism (world) | Megatron wrote |
+|---|---|---|---|---|
+"""
+
+
+def write_readme(out_dir):
+    rows = []
+    for name in sorted(os.listdir(out_dir)):
+        path = os.path.join(out_dir, name, "case.json")
+        if not os.path.isfile(path):
+            continue
+        with open(path) as f:
+            c = json.load(f)
+        ck = os.path.join(out_dir, name, "checkpoint")
+        files = sorted(os.path.relpath(os.path.join(d, f), ck) for d, _, fs in os.walk(ck) for f in fs)
+        extra = [a for a in c["args"] if a == "--use-distributed-optimizer"]
+        par = f"TP{c['tp']} PP{c['pp']} EP{c['ep']} ETP{c['etp']} DP{c['dp']} ({c['world']})"
+        note = f"; refused: {c['refused']}" if c["refused"] else ""
+        rows.append(f"| `{name}` | {c['family']} | {c['format']} {' '.join(extra)} | {par} | "
+                    f"{len(files)} files: {', '.join(f'`{f}`' for f in files)}{note} |")
+    with open(os.path.join(out_dir, "README.md"), "w") as f:
+        f.write(README_HEAD.format(commit=MEGATRON_COMMIT, steps=STEPS) + "\n".join(rows) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", nargs="?", default=os.path.join(HERE, "..", "fixtures", "megatron-core-gen"))
@@ -94,6 +132,7 @@ def main():
         shutil.copy(os.path.join(HERE, f), os.path.join(a.chroot, STAGE, f))
     for i, name in enumerate(a.only or CASES):
         generate(name, CASES[name], a.chroot, a.megatron, a.out_dir, 29600 + i)
+    write_readme(a.out_dir)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ optimizer), the optimizer's own step, save_checkpoint and load_checkpoint.
 
 save: STEPS optimizer steps (env GEN_STEPS), each on gradients drawn per parameter from a seed of its name and
 its tensor/expert rank (the same on every data-parallel replica, so replicas stay equal as Megatron's gradient
-all-reduce would keep them), then save_checkpoint at iteration STEPS with the args' --save and --ckpt-format; with GEN_REFERENCE_SAVE=DIR
-(the legacy cases) save_checkpoint again into DIR as torch_dist, for `expect` to load.
+all-reduce would keep them), then save_checkpoint at iteration STEPS with the args' --save and --ckpt-format;
+with GEN_REFERENCE_SAVE=DIR (the legacy cases) save_checkpoint again into DIR as torch_dist, for `expect` to load.
 expect: writes OUT_DIR/full_model.pt (name -> bf16 tensor, megatron-core names, no _extra_state), fp32.pt (the
 fp32 masters under the same names, with GEN_MASTERS=1: see saved_masters) and logits.json (GPTModel's forward in fp32
 on fixed tokens, the true vocabulary's logits).
@@ -28,13 +28,14 @@ import cpu_glue  # noqa: E402,F401  (first: see its docstring)
 import torch  # noqa: E402
 from megatron.core import dist_checkpointing, mpu  # noqa: E402
 from megatron.core.dist_checkpointing.optimizer import make_sharded_optimizer_tensor  # noqa: E402
+from megatron.core.distributed.finalize_model_grads import _update_router_expert_bias  # noqa: E402
 from megatron.core.enums import ModelType  # noqa: E402
 from megatron.training import checkpointing  # noqa: E402
 from megatron.training.arguments import parse_args, update_use_dist_ckpt, validate_args  # noqa: E402
 from megatron.training.global_vars import get_args, set_global_variables  # noqa: E402
 from megatron.training.initialize import _set_random_seed, initialize_megatron  # noqa: E402
 from megatron.training.training import setup_model_and_optimizer  # noqa: E402
-from megatron.core.utils import unwrap_model  # noqa: E402
+from megatron.core.utils import get_model_config, unwrap_model  # noqa: E402
 
 cpu_glue.patch_rng_tracker()
 
@@ -85,6 +86,23 @@ def gradient_seed(name, param):
     return zlib.crc32(f"{name}|pp{pp}|tp{tp}|ep{ep}".encode())
 
 
+def count_tokens(model, step):
+    """With --moe-router-enable-expert-bias: each router's tokens per expert, drawn as the gradients are (the
+    forward pass would count them), then Megatron's own aux-loss-free bias update (finalize_model_grads').
+    The counts are kept in fp32 (Float16Module made the buffer bf16, which gloo cannot all-reduce; counts under 256
+    are the same numbers), the bias too, as the router's forward does first (_maintain_float32_expert_bias)."""
+    routers = [(n, m) for chunk in model for n, m in chunk.named_modules()
+               if getattr(m, "local_tokens_per_expert", None) is not None]
+    for name, router in routers:
+        seed = zlib.crc32(f"{name}|pp{mpu.get_pipeline_model_parallel_rank()}".encode()) + step
+        g = torch.Generator().manual_seed(seed)
+        shape = router.local_tokens_per_expert.shape
+        router.local_tokens_per_expert.data = torch.randint(0, 64, shape, generator=g).float()
+        router._maintain_float32_expert_bias()
+    if routers:
+        _update_router_expert_bias(model, get_model_config(model[0]))
+
+
 def train(model, optimizer, scheduler, steps):
     for step in range(steps):
         for chunk in model:
@@ -92,7 +110,7 @@ def train(model, optimizer, scheduler, steps):
             for name, p in chunk.named_parameters():
                 g = torch.Generator().manual_seed(gradient_seed(name, p) + step)
                 p.main_grad.copy_(torch.randn(p.shape, generator=g) * 0.01)
-        optimizer.zero_grad = lambda *a, **k: None  # the gradients are already in the buffers
+        count_tokens(model, step)
         ok, grad_norm, _ = optimizer.step()
         assert ok, f"optimizer step {step} skipped"
         scheduler.step(increment=get_args().global_batch_size)
