@@ -7,8 +7,11 @@ ckptfs, which names the tokenizer's pre-tokenizer as the converter does (gpt-2).
 convert_hf_to_gguf.py --outtype T run on a directory named `hf` holding the mount's model.safetensors,
 config.json, generation_config.json and tokenizer files. Every gguf/ file must have the converter's name and
 bytes; gguf-dump reads it; llama-completion (--temp 0, fixed seed) writes the same text from a mounted file
-as from the converter's; -o gguf_pre=gpt-2 (the name forced) gives the same files. A tokenizer whose
-check-text ids the converter does not know is refused by both: no gguf/, and inspect says why.
+as from the converter's; -o gguf_pre=gpt-2 (the name forced) gives the same files. A Qwen2 model with Qwen's
+published tokenizer (gen_gguf/tokenizers/qwen3, from npm), whose pre-tokenizer ckptfs does not encode yet, is
+mounted with -o gguf_pre=qwen2 (and without it has no gguf/). A tokenizer whose check-text ids the converter
+does not know is refused by both: no gguf/, and inspect says why; so is GPT-2's tokenizer on a Qwen2 model
+(transformers' Qwen2Tokenizer replaces its pre-tokenizer).
 
 ATEN_CPU_CAPABILITY=default for the converter: torch's float32 pow behind the llama3 rope_freqs tensor
 depends on the CPU's vector unit otherwise (docs/formats/gguf.md).
@@ -48,6 +51,13 @@ CASES = {
                                    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                     "high_freq_factor": 4.0,
                                                     "original_max_position_embeddings": 64}},
+    # Qwen2 with Qwen's published tokenizer (151,936 ids, chat template, NFC normalizer): q/k/v biases (F32),
+    # tied, GQA, no Q/K permutation. transformers loads Qwen2Tokenizer for it, whose pre-tokenizer ckptfs does
+    # not encode yet: mounted with -o gguf_pre=qwen2, and without it no gguf/
+    "qwen2-bf16-tied-biases": {"arch": "qwen2", "dtype": "bfloat16", "layers": 3, "hidden": 64,
+                               "intermediate": 128, "heads": 4, "kv_heads": 2, "tied": True, "seed": 3,
+                               "run": "F16", "tokenizer_files": "qwen3", "vocab_size": 151936,
+                               "eos_token_id": 151643, "pre": "qwen2"},
 }
 
 
@@ -66,10 +76,12 @@ def chroot_run(root, *args, timeout=600):
     return proc
 
 
-def make_case(root, host, inside, name):
-    """Writes the case's HF directory in the chroot: (host path, chroot path)."""
+def make_case(root, host, inside, spec):
+    """Writes the HF directory of `spec` (a CASES value) in the chroot: (host path, chroot path)."""
     shutil.copytree(GEN, os.path.join(host, "gen_gguf"))
-    case = dict(CASES[name], tokenizer=f"{inside}/gen_gguf/tokenizers/gpt2")
+    case = dict(spec, tokenizer=f"{inside}/gen_gguf/tokenizers/gpt2")
+    if "tokenizer_files" in case:
+        case["tokenizer_files"] = f"{inside}/gen_gguf/tokenizers/{case['tokenizer_files']}"
     with open(os.path.join(host, "case.json"), "w") as f:
         json.dump(case, f)
     chroot_run(root, "python3", f"{inside}/gen_gguf/make_hf_dir.py", f"{inside}/case.json", f"{inside}/src")
@@ -99,8 +111,15 @@ def completion(root, model):
 def test_gguf_files_are_the_converters(chroot_dir, staged, ckptfs_bin, name):
     root = require_converter(chroot_dir)
     host, inside, mnt, mnt_inside = staged(f"gguf-{name}")
-    src, _ = make_case(root, host, inside, name)
-    with mounted(ckptfs_bin, src, mnt):
+    src, _ = make_case(root, host, inside, CASES[name])
+    pre = CASES[name].get("pre")
+    if pre:  # a name ckptfs does not find: no gguf/ without it
+        with mounted(ckptfs_bin, src, mnt):
+            assert not os.path.exists(os.path.join(mnt, "gguf"))
+        inspect = H.run([ckptfs_bin, "inspect", src])
+        assert "note: no gguf/" in inspect.stdout and "gguf_pre=NAME" in inspect.stdout, H.describe(inspect)
+    options = ["-o", f"gguf_pre={pre}"] if pre else []
+    with mounted(ckptfs_bin, src, mnt, *options):
         reference = converter_files(root, host, inside, mnt)
         ours = sorted(os.listdir(os.path.join(mnt, "gguf")))
         assert ours == sorted(reference), f"gguf/ holds {ours}; the converter wrote {sorted(reference)}"
@@ -109,30 +128,45 @@ def test_gguf_files_are_the_converters(chroot_dir, staged, ckptfs_bin, name):
             assert filecmp.cmp(os.path.join(mnt, "gguf", n), reference[n], shallow=False), f"{n} differs"
         f16 = next(n for n in ours if n.endswith("-F16.gguf"))
         dump = chroot_run(root, "gguf-dump", "--no-tensors", f"{mnt_inside}/gguf/{f16}")
-        assert "tokenizer.ggml.pre = 'gpt-2'" in dump.stdout, H.describe(dump)
+        assert f"tokenizer.ggml.pre = '{pre or 'gpt-2'}'" in dump.stdout, H.describe(dump)
         # llama.cpp runs on the mount (one output type per case: the bytes are the converter's already)
         run = next(n for n in ours if n.endswith(f"-{CASES[name]['run']}.gguf"))
         theirs = completion(root, f"{inside}/out/{run}")
         assert theirs.strip(), f"llama-completion wrote nothing for {run}"
         assert completion(root, f"{mnt_inside}/gguf/{run}") == theirs, run
-    # the name forced: the same files
+    if pre:
+        return
+    # the name found, then forced: the same files
     with mounted(ckptfs_bin, src, mnt, "-o", "gguf_pre=gpt-2"):
         for n in ours:
             assert filecmp.cmp(os.path.join(mnt, "gguf", n), reference[n], shallow=False), f"{n} differs"
 
 
-def test_an_unknown_pre_tokenizer_is_refused_as_the_converter_refuses_it(chroot_dir, staged, ckptfs_bin):
-    """GPT-2's tokenizer without its first merge: the check text's ids hash to nothing the converter knows.
-    The converter refuses the directory; the mount has no gguf/ and inspect says why."""
+REFUSED = {
+    # GPT-2's tokenizer without its first merge: the check text's ids hash to nothing the converter knows
+    "merge-dropped": (CASES["llama-bf16-gqa-untied"], "would not recognise"),
+    # GPT-2's tokenizer on a Qwen2 model: transformers loads Qwen2Tokenizer, which replaces its pre-tokenizer
+    "qwen2-with-gpt2-tokenizer": ({"arch": "qwen2", "dtype": "bfloat16", "layers": 1, "hidden": 64,
+                                   "intermediate": 128, "heads": 4, "kv_heads": 2, "tied": True, "seed": 4},
+                                  "Qwen2Tokenizer"),
+}
+
+
+@pytest.mark.parametrize("refused", sorted(REFUSED))
+def test_an_unknown_pre_tokenizer_is_refused_as_the_converter_refuses_it(chroot_dir, staged, ckptfs_bin, refused):
+    """The converter refuses the directory ("BPE pre-tokenizer was not recognized"); the mount has no gguf/
+    and inspect says why."""
     root = require_converter(chroot_dir)
-    host, inside, mnt, _ = staged("gguf-unknown-pre")
-    src, _ = make_case(root, host, inside, "llama-bf16-gqa-untied")
-    path = os.path.join(src, "tokenizer.json")
-    with open(path) as f:
-        tokenizer = json.load(f)
-    del tokenizer["model"]["merges"][0]
-    with open(path, "w") as f:
-        json.dump(tokenizer, f)
+    spec, why = REFUSED[refused]
+    host, inside, mnt, _ = staged(f"gguf-{refused}")
+    src, _ = make_case(root, host, inside, spec)
+    if refused == "merge-dropped":
+        path = os.path.join(src, "tokenizer.json")
+        with open(path) as f:
+            tokenizer = json.load(f)
+        del tokenizer["model"]["merges"][0]
+        with open(path, "w") as f:
+            json.dump(tokenizer, f)
     os.rename(src, os.path.join(host, "hf"))
     src = os.path.join(host, "hf")
     proc = in_chroot(root, "env", "ATEN_CPU_CAPABILITY=default", "python3", CONVERTER, f"{inside}/hf", "--outtype",
@@ -142,4 +176,4 @@ def test_an_unknown_pre_tokenizer_is_refused_as_the_converter_refuses_it(chroot_
     with mounted(ckptfs_bin, src, mnt):
         assert not os.path.exists(os.path.join(mnt, "gguf")), "gguf/ for a pre-tokenizer the converter refuses"
     inspect = H.run([ckptfs_bin, "inspect", src])
-    assert "note: no gguf/" in inspect.stdout and "would not recognise" in inspect.stdout, H.describe(inspect)
+    assert "note: no gguf/" in inspect.stdout and why in inspect.stdout, H.describe(inspect)

@@ -3,8 +3,8 @@ model directory with save_pretrained and a real published tokenizer, for the ggu
 
     python3 make_hf_dir.py CASE.json OUT_DIR
 
-CASE: {"arch": "llama", "dtype": "bfloat16" | "float16" | "float32", "layers", "hidden", "intermediate",
-"heads", "kv_heads", "tied": bool, "rope_scaling": null or transformers' llama3 rope dict, "tokenizer": the
+CASE: {"arch": "llama" | "qwen2", "dtype": "bfloat16" | "float16" | "float32", "layers", "hidden", "intermediate",
+"heads", "kv_heads", "tied": bool, optionally "rope_scaling" (transformers' rope dict), "tokenizer": the
 folder of the GPT-2 vocabulary (encoder.json.xz, vocab.bpe.xz), "seed"}. OUT_DIR gets config.json,
 generation_config.json, model.safetensors, tokenizer.json and tokenizer_config.json.
 """
@@ -19,7 +19,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config,  # noqa: E402
+                          Qwen2ForCausalLM)
+
+ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM, "LlamaForCausalLM"),
+         "qwen2": (Qwen2Config, Qwen2ForCausalLM, "Qwen2ForCausalLM")}
 
 EOT = "<|endoftext|>"
 
@@ -41,16 +45,17 @@ def gpt2_tokenizer(folder):
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT, unk_token=EOT)
 
 
-def llama_model(case, vocab_size, eot_id):
-    config = LlamaConfig(
+def decoder_model(case, vocab_size, eot_id):
+    config_class, model_class, architecture = ARCHS[case["arch"]]
+    rope = {"rope_scaling": case["rope_scaling"]} if "rope_scaling" in case else {}
+    config = config_class(
         vocab_size=vocab_size, hidden_size=case["hidden"], intermediate_size=case["intermediate"],
         num_hidden_layers=case["layers"], num_attention_heads=case["heads"],
         num_key_value_heads=case["kv_heads"], tie_word_embeddings=case["tied"],
-        max_position_embeddings=256, bos_token_id=eot_id, eos_token_id=eot_id,
-        rope_scaling=case.get("rope_scaling"))
-    config.architectures = ["LlamaForCausalLM"]
+        max_position_embeddings=256, bos_token_id=eot_id, eos_token_id=eot_id, **rope)
+    config.architectures = [architecture]
     torch.manual_seed(case["seed"])
-    model = LlamaForCausalLM(config).to(getattr(torch, case["dtype"]))
+    model = model_class(config).to(getattr(torch, case["dtype"]))
     with torch.no_grad():  # larger weights than the default init, so that generated tokens vary
         for p in model.parameters():
             p.normal_(0.0, 0.5 if p.dim() > 1 else 1.0)
@@ -60,8 +65,16 @@ def llama_model(case, vocab_size, eot_id):
 def main(case_path, out):
     with open(case_path) as f:
         case = json.load(f)
+    if "tokenizer_files" in case:  # a published tokenizer.json / tokenizer_config.json, copied as they are
+        model = decoder_model(case, case["vocab_size"], case["eos_token_id"])
+        model.save_pretrained(out)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            with lzma.open(os.path.join(case["tokenizer_files"], name + ".xz")) as src, \
+                    open(os.path.join(out, name), "wb") as dst:
+                dst.write(src.read())
+        return
     tokenizer = gpt2_tokenizer(case["tokenizer"])
-    model = llama_model(case, len(tokenizer), tokenizer.convert_tokens_to_ids(EOT))
+    model = decoder_model(case, len(tokenizer), tokenizer.convert_tokens_to_ids(EOT))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
 

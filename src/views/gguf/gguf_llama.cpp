@@ -89,16 +89,27 @@ std::vector<float> llama3_rope_factors(const LlamaConfig& c) {
 
 }  // namespace
 
-LlamaConfig read_llama_config(const json& config) {
+std::string_view architecture_name(Family family) {
+  return family == Family::llama ? "llama" : "qwen2";
+}
+
+LlamaConfig read_llama_config(const json& config, Family family) {
   LlamaConfig c;
+  c.family = family;
+  const bool llama = family == Family::llama;
   c.layers = size_field(config, "num_hidden_layers");
   c.hidden = size_field(config, "hidden_size");
   c.intermediate = size_field(config, "intermediate_size");
   c.heads = size_field(config, "num_attention_heads");
-  c.kv_heads = size_field(config, "num_key_value_heads", c.heads);
-  c.context = size_field(config, "max_position_embeddings", 2048);
+  // Qwen2Config's own defaults for these differ from the model's sizes: required
+  c.kv_heads =
+      llama ? size_field(config, "num_key_value_heads", c.heads) : size_field(config, "num_key_value_heads");
+  c.context = size_field(config, "max_position_embeddings", llama ? 2048 : 32768);
+  c.head_dim_key = llama || config.contains("head_dim");
   c.head_dim = size_field(config, "head_dim", c.hidden / c.heads);
-  c.vocab_size = size_field(config, "vocab_size", 32000);
+  c.vocab_size = llama ? size_field(config, "vocab_size", 32000) : size_field(config, "vocab_size");
+  if (!llama && (config.contains("classifier_pooling") || config.contains("classifier_activation")))
+    throw Refusal("config.json: classifier keys not followed by ckptfs yet");
   c.rms_norm_eps = number_field(config, "rms_norm_eps", 1e-6);
   if (c.vocab_size == 32016 || c.vocab_size == 49152)
     throw Refusal(
@@ -113,7 +124,7 @@ LlamaConfig read_llama_config(const json& config) {
   if (!rope.is_object()) rope = json::object();
   c.rope_theta = number_field(rope, "rope_theta", number_field(config, "rope_theta", 10000.0));
   const std::string type = rope.value("rope_type", rope.value("type", std::string("default")));
-  if (type == "llama3") {
+  if (type == "llama3" && llama) {
     c.llama3_rope = true;
     c.rope_factor = number_field(rope, "factor", 8.0);
     c.low_freq_factor = number_field(rope, "low_freq_factor", 1.0);
@@ -126,20 +137,28 @@ LlamaConfig read_llama_config(const json& config) {
 }
 
 void add_llama_parameters(KvList& kv, const LlamaConfig& c, uint32_t file_type) {
-  kv.add_u32("llama.block_count", static_cast<uint32_t>(c.layers));
-  kv.add_u32("llama.context_length", static_cast<uint32_t>(c.context));
-  kv.add_u32("llama.embedding_length", static_cast<uint32_t>(c.hidden));
-  kv.add_u32("llama.feed_forward_length", static_cast<uint32_t>(c.intermediate));
-  kv.add_u32("llama.attention.head_count", static_cast<uint32_t>(c.heads));
-  kv.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.kv_heads));
-  kv.add_f32("llama.rope.freq_base", c.rope_theta);
-  kv.add_f32("llama.attention.layer_norm_rms_epsilon", c.rms_norm_eps);
-  kv.add_u32("llama.attention.key_length",
-             static_cast<uint32_t>(c.head_dim));  // LlamaConfig always has head_dim
-  kv.add_u32("llama.attention.value_length", static_cast<uint32_t>(c.head_dim));
+  const std::string_view arch = architecture_name(c.family);
+  const auto u32 = [&](std::string_view key, uint64_t v) {
+    kv.add_u32(fmt::format("{}.{}", arch, key), static_cast<uint32_t>(v));
+  };
+  // conversion/base.py's TextModel.set_gguf_parameters
+  u32("block_count", c.layers);
+  u32("context_length", c.context);
+  u32("embedding_length", c.hidden);
+  u32("feed_forward_length", c.intermediate);
+  u32("attention.head_count", c.heads);
+  u32("attention.head_count_kv", c.kv_heads);
+  kv.add_f32(fmt::format("{}.rope.freq_base", arch), c.rope_theta);
+  kv.add_f32(fmt::format("{}.attention.layer_norm_rms_epsilon", arch), c.rms_norm_eps);
+  if (c.head_dim_key) {
+    u32("attention.key_length", c.head_dim);
+    u32("attention.value_length", c.head_dim);
+  }
   kv.add_u32("general.file_type", file_type);
-  kv.add_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
-  kv.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(c.head_dim));
+  if (c.family == Family::llama) {  // conversion/llama.py's own
+    u32("vocab_size", c.vocab_size);
+    u32("rope.dimension_count", c.head_dim);
+  }
 }
 
 std::vector<GgufTensor> llama_tensors(const std::shared_ptr<const catalog::Catalog>& hf, const LlamaConfig& c,
@@ -172,7 +191,7 @@ std::vector<GgufTensor> llama_tensors(const std::shared_ptr<const catalog::Catal
     if (g.type == GgmlType::q8_0 && g.ne[0] % kQ8Block != 0) g.type = GgmlType::f16;
     const bool q = t.name.ends_with("q_proj.weight") || t.name.ends_with("q_proj.bias");
     const bool k = t.name.ends_with("k_proj.weight") || t.name.ends_with("k_proj.bias");
-    if (q || k) {
+    if ((q || k) && c.family == Family::llama) {
       const uint64_t heads = q ? c.heads : c.kv_heads;
       if (static_cast<uint64_t>(t.shape[0]) % (2 * heads) != 0)
         throw Refusal(

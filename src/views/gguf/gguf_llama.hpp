@@ -1,5 +1,6 @@
-// LlamaForCausalLM as llama.cpp's converter writes it (conversion/llama.py over conversion/base.py): the
-// llama.* keys and the tensors, renamed, Q/K rows permuted, with rope_freqs for llama3 rope scaling.
+// LlamaForCausalLM and Qwen2ForCausalLM (the same module layout) as llama.cpp's converter writes them
+// (conversion/llama.py and qwen.py over conversion/base.py): the architecture's keys and the tensors,
+// renamed; Llama's Q/K rows permuted and its rope_freqs for llama3 rope scaling.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -11,8 +12,13 @@
 
 namespace ckptfs::views::gguf {
 
-// config.json as transformers 5.12's LlamaConfig reads it (its defaults where a key is absent).
+enum class Family { llama, qwen2 };
+
+// config.json as transformers 5.12's LlamaConfig / Qwen2Config reads it (their defaults where a key is
+// absent).
 struct LlamaConfig {
+  Family family = Family::llama;
+  bool head_dim_key = true;  // whether the config has head_dim (LlamaConfig always; Qwen2Config when given)
   uint64_t layers = 0, hidden = 0, intermediate = 0, heads = 0, kv_heads = 0, context = 2048, head_dim = 0;
   uint64_t vocab_size = 32000;
   double rms_norm_eps = 1e-6, rope_theta = 10000.0;
@@ -23,7 +29,9 @@ struct LlamaConfig {
 
 // Throws Refusal where the converter would write keys ckptfs does not (another rope scaling, is_causal
 // false, CodeLlama's or Granite's vocabulary sizes) or fail (a missing size).
-LlamaConfig read_llama_config(const nlohmann::json& config);
+LlamaConfig read_llama_config(const nlohmann::json& config, Family family);
+// "llama", "qwen2": general.architecture and the keys' prefix.
+std::string_view architecture_name(Family family);
 
 // general.file_type's place: the llama.* keys before it, then file_type, then those after it.
 void add_llama_parameters(KvList& kv, const LlamaConfig& c, uint32_t file_type);

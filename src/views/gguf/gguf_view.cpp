@@ -53,6 +53,25 @@ std::string size_label(uint64_t total) {
   return fmt::format("{:.{}f}{}", scaled, fix, suffix);
 }
 
+// tokenizer.ggml.pre found as the converter finds it, where transformers' AutoTokenizer loads tokenizer.json
+// as it is (TokenizersBackend): for a qwen2 model it loads Qwen2Tokenizer, whose own pre-tokenizer replaces
+// the file's; a tokenizer_class of its own in tokenizer_config.json may do the same.
+std::string pre_tokenizer_name(Family family, const HfDirectory& dir, const json& tokenizer) {
+  if (family == Family::qwen2)
+    throw Refusal(
+        "transformers loads Qwen2Tokenizer for a qwen2 model, whose pre-tokenizer (Qwen2's Split regex) "
+        "ckptfs does not encode yet; -o gguf_pre=NAME names it (qwen2 for Qwen's tokenizer)");
+  const json tokenizer_config = dir.json("tokenizer_config.json").value_or(json::object());
+  const json tokenizer_class = tokenizer_config.value("tokenizer_class", json());
+  if (!tokenizer_class.is_null() && tokenizer_class != "TokenizersBackend" &&
+      tokenizer_class != "PreTrainedTokenizerFast")
+    throw Refusal(
+        fmt::format("tokenizer_config.json: tokenizer_class {} (transformers may replace tokenizer.json's "
+                    "pre-tokenizer); -o gguf_pre=NAME names it",
+                    tokenizer_class.dump()));
+  return identify_pre_tokenizer(tokenizer);
+}
+
 // The refusals that do not depend on the architecture: files and fields that change general.*.
 void check_directory(const HfDirectory& dir, const json& config) {
   if (config.contains("_name_or_path")) throw Refusal("config.json: _name_or_path changes general.name");
@@ -73,7 +92,7 @@ VirtualFilePtr llama_file(const std::shared_ptr<const catalog::Catalog>& hf, con
   for (const auto& t : tensors) total += t.numel();
   const std::string label = size_label(total);
   KvList kv;
-  kv.add_string("general.architecture", "llama");
+  kv.add_string("general.architecture", architecture_name(llama.family));
   kv.add_string("general.type", "model");
   kv.add_string("general.name", kModelName);
   kv.add_string("general.size_label", label);
@@ -83,12 +102,13 @@ VirtualFilePtr llama_file(const std::shared_ptr<const catalog::Catalog>& hf, con
   return make_gguf_file(kv.encode() + tokenizer.encode(), kv.size() + tokenizer.size(), std::move(tensors));
 }
 
-// Llama's set_vocab: add_space_prefix from tokenizer_config.json, then the byte-level BPE keys.
-KvList llama_tokenizer(const HfDirectory& dir, const json& tokenizer, const json& config,
+// set_vocab: Llama's writes add_space_prefix from tokenizer_config.json first; then the byte-level BPE keys.
+KvList llama_tokenizer(Family family, const HfDirectory& dir, const json& tokenizer, const json& config,
                        const std::string& pre) {
   KvList kv;
   const json tokenizer_config = dir.json("tokenizer_config.json").value_or(json::object());
-  if (const json prefix = tokenizer_config.value("add_prefix_space", json()); prefix.is_boolean())
+  if (const json prefix = tokenizer_config.value("add_prefix_space", json());
+      family == Family::llama && prefix.is_boolean())
     kv.add_bool("tokenizer.ggml.add_space_prefix", prefix.get<bool>());
   add_bpe_tokenizer(kv, dir, tokenizer, config, pre);
   return kv;
@@ -106,14 +126,16 @@ GgufViews make_gguf_views(const std::shared_ptr<const catalog::Catalog>& hf, con
     if (!archs.is_array() || archs.empty() || !archs[0].is_string())
       throw Refusal("config.json names no architecture (the converter: Failed to detect model architecture)");
     const std::string arch = archs[0].get<std::string>();
-    if (arch != "LlamaForCausalLM")
-      throw Refusal(fmt::format("architecture {} not served yet (LlamaForCausalLM is)", arch));
+    if (arch != "LlamaForCausalLM" && arch != "Qwen2ForCausalLM")
+      throw Refusal(
+          fmt::format("architecture {} not served yet (LlamaForCausalLM and Qwen2ForCausalLM are)", arch));
+    const Family family = arch == "LlamaForCausalLM" ? Family::llama : Family::qwen2;
     check_directory(dir, *config);
-    const LlamaConfig llama = read_llama_config(*config);
+    const LlamaConfig llama = read_llama_config(*config, family);
     const auto tokenizer_json = dir.json("tokenizer.json");
     if (!tokenizer_json) throw Refusal("no tokenizer.json");
-    const std::string pre_name = pre ? *pre : identify_pre_tokenizer(*tokenizer_json);
-    const KvList tokenizer = llama_tokenizer(dir, *tokenizer_json, *config, pre_name);
+    const std::string pre_name = pre ? *pre : pre_tokenizer_name(family, dir, *tokenizer_json);
+    const KvList tokenizer = llama_tokenizer(family, dir, *tokenizer_json, *config, pre_name);
     for (const auto& type : kOutputTypes) {
       std::string name;
       auto file = llama_file(hf, llama, type, tokenizer, name);
