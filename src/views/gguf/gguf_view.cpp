@@ -54,8 +54,9 @@ std::string size_label(uint64_t total) {
 }
 
 // tokenizer.ggml.pre found as the converter finds it, where transformers' AutoTokenizer loads tokenizer.json
-// as it is (TokenizersBackend): for a qwen2 model it loads Qwen2Tokenizer, whose own pre-tokenizer replaces
-// the file's; a tokenizer_class of its own in tokenizer_config.json may do the same.
+// as it is (TokenizersBackend): tokenizer_config.json's tokenizer_class TokenizersBackend or
+// PreTrainedTokenizerFast. Without one it loads the model type's class (LlamaTokenizer, GPT2Tokenizer), and
+// for a qwen2 model Qwen2Tokenizer whatever it says, whose own pre-tokenizer replaces the file's.
 std::string pre_tokenizer_name(Family family, const HfDirectory& dir, const json& tokenizer) {
   if (family == Family::qwen2)
     throw Refusal(
@@ -63,11 +64,10 @@ std::string pre_tokenizer_name(Family family, const HfDirectory& dir, const json
         "ckptfs does not encode yet; -o gguf_pre=NAME names it (qwen2 for Qwen's tokenizer)");
   const json tokenizer_config = dir.json("tokenizer_config.json").value_or(json::object());
   const json tokenizer_class = tokenizer_config.value("tokenizer_class", json());
-  if (!tokenizer_class.is_null() && tokenizer_class != "TokenizersBackend" &&
-      tokenizer_class != "PreTrainedTokenizerFast")
+  if (tokenizer_class != "TokenizersBackend" && tokenizer_class != "PreTrainedTokenizerFast")
     throw Refusal(
-        fmt::format("tokenizer_config.json: tokenizer_class {} (transformers may replace tokenizer.json's "
-                    "pre-tokenizer); -o gguf_pre=NAME names it",
+        fmt::format("tokenizer_config.json: tokenizer_class {}: transformers loads a tokenizer class "
+                    "that may replace tokenizer.json's pre-tokenizer; -o gguf_pre=NAME names it",
                     tokenizer_class.dump()));
   return identify_pre_tokenizer(tokenizer);
 }
