@@ -372,6 +372,7 @@ HfNameOrder name_order(HfFamily family) {
                     .mlp_bias = true,
                     .experts = 1,
                     .moe_intermediate = 1,
+                    .shared_intermediate = 1,
                     .dense_layers = {1}};
   const std::string prefix = layer_prefix(family);
   const std::string_view head = std::string_view(prefix).substr(0, prefix.find("{}"));
@@ -390,11 +391,12 @@ HfNameOrder name_order(HfFamily family) {
     layer = name.substr(0, dot);
     const std::string rest(name.substr(dot + 1));
     const auto found = std::find(out.layer.begin(), out.layer.end(), rest);
-    at = found != out.layer.end()
-             ? static_cast<size_t>(found - out.layer.begin()) + 1
-             : static_cast<size_t>(out.layer.insert(out.layer.begin() + static_cast<ptrdiff_t>(at), rest) -
-                                   out.layer.begin()) +
-                   1;
+    if (found != out.layer.end()) {
+      at = static_cast<size_t>(found - out.layer.begin()) + 1;
+    } else {  // a name of this kind of layer only: right after the previous name of the layer
+      out.layer.insert(out.layer.begin() + static_cast<ptrdiff_t>(at), rest);
+      ++at;
+    }
   }
   return out;
 }
