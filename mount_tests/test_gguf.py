@@ -10,8 +10,8 @@ bytes; gguf-dump reads it; llama-completion (--temp 0, fixed seed) writes the sa
 as from the converter's; -o gguf_pre=gpt-2 (the name forced) gives the same files. A Qwen2 model with Qwen's
 published tokenizer (gen_gguf/tokenizers/qwen3, from npm), whose pre-tokenizer ckptfs does not encode yet, is
 mounted with -o gguf_pre=qwen2 (and without it has no gguf/). A tokenizer whose check-text ids the converter
-does not know is refused by both: no gguf/, and inspect says why; so is GPT-2's tokenizer on a Qwen2 model
-(transformers' Qwen2Tokenizer replaces its pre-tokenizer).
+does not know is refused by both: no gguf/, and inspect says why; so are GPT-2's tokenizer on a Qwen2 model
+(transformers' Qwen2Tokenizer replaces its pre-tokenizer) and a GPT-2 config.json without n_ctx.
 
 ATEN_CPU_CAPABILITY=default for the converter: torch's float32 pow behind the llama3 rope_freqs tensor
 depends on the CPU's vector unit otherwise (docs/formats/gguf.md).
@@ -58,6 +58,10 @@ CASES = {
                                "intermediate": 128, "heads": 4, "kv_heads": 2, "tied": True, "seed": 3,
                                "run": "F16", "tokenizer_files": "qwen3", "vocab_size": 151936,
                                "eos_token_id": 151643, "pre": "qwen2"},
+    # GPT-2: Conv1D weights transposed (read through the transposed tiles), biases, layer norms with biases,
+    # position embeddings kept F32, tied; n_ctx added to config.json as OpenAI's has it (the converter needs it)
+    "gpt2-f32-tied": {"arch": "gpt2", "dtype": "float32", "layers": 2, "hidden": 64, "heads": 4, "seed": 5,
+                      "run": "Q8_0"},
 }
 
 
@@ -142,37 +146,50 @@ def test_gguf_files_are_the_converters(chroot_dir, staged, ckptfs_bin, name):
             assert filecmp.cmp(os.path.join(mnt, "gguf", n), reference[n], shallow=False), f"{n} differs"
 
 
+def drop_first_merge(src):
+    edit_json(os.path.join(src, "tokenizer.json"), lambda t: t["model"]["merges"].pop(0))
+
+
+def drop_n_ctx(src):
+    edit_json(os.path.join(src, "config.json"), lambda c: c.pop("n_ctx"))
+
+
+def edit_json(path, edit):
+    with open(path) as f:
+        value = json.load(f)
+    edit(value)
+    with open(path, "w") as f:
+        json.dump(value, f)
+
+
+NOT_RECOGNIZED = "BPE pre-tokenizer was not recognized"
+# name: (case, edit of its directory, the converter's error, inspect's reason)
 REFUSED = {
     # GPT-2's tokenizer without its first merge: the check text's ids hash to nothing the converter knows
-    "merge-dropped": (CASES["llama-bf16-gqa-untied"], "would not recognise"),
+    "merge-dropped": (CASES["llama-bf16-gqa-untied"], drop_first_merge, NOT_RECOGNIZED, "would not recognise"),
     # GPT-2's tokenizer on a Qwen2 model: transformers loads Qwen2Tokenizer, which replaces its pre-tokenizer
     "qwen2-with-gpt2-tokenizer": ({"arch": "qwen2", "dtype": "bfloat16", "layers": 1, "hidden": 64,
                                    "intermediate": 128, "heads": 4, "kv_heads": 2, "tied": True, "seed": 4},
-                                  "Qwen2Tokenizer"),
+                                  None, NOT_RECOGNIZED, "Qwen2Tokenizer"),
+    # GPT-2 as transformers 5 saves it: no n_ctx in config.json
+    "gpt2-without-n_ctx": (CASES["gpt2-f32-tied"], drop_n_ctx, "KeyError: 'n_ctx'", "n_ctx missing"),
 }
 
 
 @pytest.mark.parametrize("refused", sorted(REFUSED))
-def test_an_unknown_pre_tokenizer_is_refused_as_the_converter_refuses_it(chroot_dir, staged, ckptfs_bin, refused):
-    """The converter refuses the directory ("BPE pre-tokenizer was not recognized"); the mount has no gguf/
-    and inspect says why."""
+def test_what_the_converter_refuses_has_no_gguf_file(chroot_dir, staged, ckptfs_bin, refused):
+    """The converter fails on the directory; the mount has no gguf/ and inspect says why."""
     root = require_converter(chroot_dir)
-    spec, why = REFUSED[refused]
+    spec, edit, error, why = REFUSED[refused]
     host, inside, mnt, _ = staged(f"gguf-{refused}")
     src, _ = make_case(root, host, inside, spec)
-    if refused == "merge-dropped":
-        path = os.path.join(src, "tokenizer.json")
-        with open(path) as f:
-            tokenizer = json.load(f)
-        del tokenizer["model"]["merges"][0]
-        with open(path, "w") as f:
-            json.dump(tokenizer, f)
+    if edit:
+        edit(src)
     os.rename(src, os.path.join(host, "hf"))
     src = os.path.join(host, "hf")
     proc = in_chroot(root, "env", "ATEN_CPU_CAPABILITY=default", "python3", CONVERTER, f"{inside}/hf", "--outtype",
                      "f16", "--outfile", f"{inside}/refused.gguf")
-    assert proc.returncode != 0 and "BPE pre-tokenizer was not recognized" in proc.stdout + proc.stderr, \
-        H.describe(proc)
+    assert proc.returncode != 0 and error in proc.stdout + proc.stderr, H.describe(proc)
     with mounted(ckptfs_bin, src, mnt):
         assert not os.path.exists(os.path.join(mnt, "gguf")), "gguf/ for a pre-tokenizer the converter refuses"
     inspect = H.run([ckptfs_bin, "inspect", src])

@@ -3,9 +3,11 @@ model directory with save_pretrained and a real published tokenizer, for the ggu
 
     python3 make_hf_dir.py CASE.json OUT_DIR
 
-CASE: {"arch": "llama" | "qwen2", "dtype": "bfloat16" | "float16" | "float32", "layers", "hidden", "intermediate",
-"heads", "kv_heads", "tied": bool, optionally "rope_scaling" (transformers' rope dict), "tokenizer": the
-folder of the GPT-2 vocabulary (encoder.json.xz, vocab.bpe.xz), "seed"}. OUT_DIR gets config.json,
+CASE: {"arch": "llama" | "qwen2" | "gpt2", "dtype": "bfloat16" | "float16" | "float32", "layers", "hidden",
+"heads", "seed", for llama and qwen2 "intermediate", "kv_heads", "tied", optionally "rope_scaling" (transformers'
+rope dict); "tokenizer": the folder of the GPT-2 vocabulary (encoder.json.xz, vocab.bpe.xz), or
+"tokenizer_files": a folder of tokenizer.json.xz and tokenizer_config.json.xz copied as they are (then
+"vocab_size" and "eos_token_id" too)}. OUT_DIR gets config.json,
 generation_config.json, model.safetensors, tokenizer.json and tokenizer_config.json.
 """
 import json
@@ -19,8 +21,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors  # noqa: E402
-from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config,  # noqa: E402
-                          Qwen2ForCausalLM)
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,  # noqa: E402
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
 
 ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM, "LlamaForCausalLM"),
          "qwen2": (Qwen2Config, Qwen2ForCausalLM, "Qwen2ForCausalLM")}
@@ -45,7 +47,26 @@ def gpt2_tokenizer(folder):
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT, unk_token=EOT)
 
 
+def gpt2_model(case, vocab_size, eot_id):
+    config = GPT2Config(vocab_size=vocab_size, n_embd=case["hidden"], n_layer=case["layers"], n_head=case["heads"],
+                        n_positions=256, bos_token_id=eot_id, eos_token_id=eot_id)
+    config.architectures = ["GPT2LMHeadModel"]
+    torch.manual_seed(case["seed"])
+    return GPT2LMHeadModel(config).to(getattr(torch, case["dtype"]))
+
+
 def decoder_model(case, vocab_size, eot_id):
+    if case["arch"] == "gpt2":
+        model = gpt2_model(case, vocab_size, eot_id)
+    else:
+        model = llama_style_model(case, vocab_size, eot_id)
+    with torch.no_grad():  # larger weights than the default init, so that generated tokens vary
+        for p in model.parameters():
+            p.normal_(0.0, 0.5 if p.dim() > 1 else 1.0)
+    return model
+
+
+def llama_style_model(case, vocab_size, eot_id):
     config_class, model_class, architecture = ARCHS[case["arch"]]
     rope = {"rope_scaling": case["rope_scaling"]} if "rope_scaling" in case else {}
     config = config_class(
@@ -55,11 +76,7 @@ def decoder_model(case, vocab_size, eot_id):
         max_position_embeddings=256, bos_token_id=eot_id, eos_token_id=eot_id, **rope)
     config.architectures = [architecture]
     torch.manual_seed(case["seed"])
-    model = model_class(config).to(getattr(torch, case["dtype"]))
-    with torch.no_grad():  # larger weights than the default init, so that generated tokens vary
-        for p in model.parameters():
-            p.normal_(0.0, 0.5 if p.dim() > 1 else 1.0)
-    return model
+    return model_class(config).to(getattr(torch, case["dtype"]))
 
 
 def main(case_path, out):
@@ -77,6 +94,13 @@ def main(case_path, out):
     model = decoder_model(case, len(tokenizer), tokenizer.convert_tokens_to_ids(EOT))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    if case["arch"] == "gpt2":  # the converter reads n_ctx, which OpenAI's config.json has and transformers 5 drops
+        path = os.path.join(out, "config.json")
+        with open(path) as f:
+            config = json.load(f)
+        config["n_ctx"] = config["n_positions"]
+        with open(path, "w") as f:
+            json.dump(config, f, indent=2, sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
 #include <optional>
 #include <regex>
 
-#include "views/gguf/gguf_numbers.hpp"
+#include "views/gguf/converted_tensor.hpp"
 #include "views/gguf/hf_directory.hpp"
 
 namespace ckptfs::views::gguf {
@@ -168,27 +168,12 @@ std::vector<GgufTensor> llama_tensors(const std::shared_ptr<const catalog::Catal
     auto factors = llama3_rope_factors(c);
     out.push_back({"rope_freqs.weight", {factors.size()}, GgmlType::f32, ComputedF32{std::move(factors)}});
   }
-  // one shard: the converter takes the names in code point order
-  std::vector<size_t> order(hf->tensors.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return hf->tensors[a].name < hf->tensors[b].name; });
-  for (size_t i : order) {
+  for (size_t i : converter_order(*hf)) {
     const auto& t = hf->tensors[i];
     if (t.name.ends_with(".rotary_emb.inv_freq")) continue;  // skipped by the converter
     const std::string name = llama_name(t.name);
     if (name.empty()) throw Refusal(fmt::format("the converter cannot map tensor {}", t.name));
-    if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
-      throw Refusal(fmt::format("tensor {}: dtype {} not followed by ckptfs yet", t.name,
-                                dtype_safetensors_name(t.dtype)));
-    if (t.shape.empty() || t.shape.size() > 2)
-      throw Refusal(fmt::format("tensor {}: not 1-D or 2-D", t.name));
-    GgufTensor g{name, {}, type, SourceRows{{hf, i}, 0}};
-    for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d) g.ne.push_back(static_cast<uint64_t>(*d));
-    // 1-D tensors, norms and biases stay float32; Q8_0 of rows not a multiple of 32 falls back to F16
-    if (g.ne.size() <= 1 || name.ends_with("_norm.weight") || !name.ends_with(".weight"))
-      g.type = GgmlType::f32;
-    if (g.type == GgmlType::q8_0 && g.ne[0] % kQ8Block != 0) g.type = GgmlType::f16;
+    GgufTensor g = converted_tensor(name, {hf, i}, type);
     const bool q = t.name.ends_with("q_proj.weight") || t.name.ends_with("q_proj.bias");
     const bool k = t.name.ends_with("k_proj.weight") || t.name.ends_with("k_proj.bias");
     if ((q || k) && c.family == Family::llama) {

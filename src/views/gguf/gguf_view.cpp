@@ -4,8 +4,10 @@
 
 #include <array>
 #include <cmath>
+#include <functional>
 
 #include "views/gguf/gguf_file.hpp"
+#include "views/gguf/gguf_gpt2.hpp"
 #include "views/gguf/gguf_kv.hpp"
 #include "views/gguf/gguf_llama.hpp"
 #include "views/gguf/gguf_tokenizer.hpp"
@@ -53,25 +55,6 @@ std::string size_label(uint64_t total) {
   return fmt::format("{:.{}f}{}", scaled, fix, suffix);
 }
 
-// tokenizer.ggml.pre found as the converter finds it, where transformers' AutoTokenizer loads tokenizer.json
-// as it is (TokenizersBackend): tokenizer_config.json's tokenizer_class TokenizersBackend or
-// PreTrainedTokenizerFast. Without one it loads the model type's class (LlamaTokenizer, GPT2Tokenizer), and
-// for a qwen2 model Qwen2Tokenizer whatever it says, whose own pre-tokenizer replaces the file's.
-std::string pre_tokenizer_name(Family family, const HfDirectory& dir, const json& tokenizer) {
-  if (family == Family::qwen2)
-    throw Refusal(
-        "transformers loads Qwen2Tokenizer for a qwen2 model, whose pre-tokenizer (Qwen2's Split regex) "
-        "ckptfs does not encode yet; -o gguf_pre=NAME names it (qwen2 for Qwen's tokenizer)");
-  const json tokenizer_config = dir.json("tokenizer_config.json").value_or(json::object());
-  const json tokenizer_class = tokenizer_config.value("tokenizer_class", json());
-  if (tokenizer_class != "TokenizersBackend" && tokenizer_class != "PreTrainedTokenizerFast")
-    throw Refusal(
-        fmt::format("tokenizer_config.json: tokenizer_class {}: transformers loads a tokenizer class "
-                    "that may replace tokenizer.json's pre-tokenizer; -o gguf_pre=NAME names it",
-                    tokenizer_class.dump()));
-  return identify_pre_tokenizer(tokenizer);
-}
-
 // The refusals that do not depend on the architecture: files and fields that change general.*.
 void check_directory(const HfDirectory& dir, const json& config) {
   if (config.contains("_name_or_path")) throw Refusal("config.json: _name_or_path changes general.name");
@@ -85,30 +68,77 @@ void check_directory(const HfDirectory& dir, const json& config) {
     if (dir.has(name)) throw Refusal(fmt::format("{} present: not followed by ckptfs yet", name));
 }
 
-VirtualFilePtr llama_file(const std::shared_ptr<const catalog::Catalog>& hf, const LlamaConfig& llama,
-                          const OutputType& out, const KvList& tokenizer, std::string& file_name) {
-  auto tensors = llama_tensors(hf, llama, out.type);
+// What an architecture adds to the converter's common steps.
+struct Architecture {
+  std::string_view name;          // general.architecture
+  bool add_space_prefix = false;  // Llama's set_vocab writes tokenizer_config.json's add_prefix_space first
+  bool own_tokenizer_class = false;  // transformers loads its own tokenizer class whatever the files say
+  std::function<void(KvList&, uint32_t file_type)> add_parameters;  // general.file_type placed among them
+  std::function<std::vector<GgufTensor>(GgmlType)> tensors;
+};
+
+Architecture architecture_of(const std::string& arch, const json& config,
+                             const std::shared_ptr<const catalog::Catalog>& hf) {
+  if (arch == "LlamaForCausalLM" || arch == "Qwen2ForCausalLM") {
+    const Family family = arch == "LlamaForCausalLM" ? Family::llama : Family::qwen2;
+    const LlamaConfig c = read_llama_config(config, family);
+    return {architecture_name(family), family == Family::llama, family == Family::qwen2,
+            [c](KvList& kv, uint32_t file_type) { add_llama_parameters(kv, c, file_type); },
+            [c, hf](GgmlType type) { return llama_tensors(hf, c, type); }};
+  }
+  if (arch == "GPT2LMHeadModel") {
+    const Gpt2Config c = read_gpt2_config(config);
+    return {"gpt2", false, false,
+            [c](KvList& kv, uint32_t file_type) { add_gpt2_parameters(kv, c, file_type); },
+            [hf](GgmlType type) { return gpt2_tensors(hf, type); }};
+  }
+  throw Refusal(fmt::format(
+      "architecture {} not served yet (LlamaForCausalLM, Qwen2ForCausalLM and GPT2LMHeadModel are)", arch));
+}
+
+// tokenizer.ggml.pre found as the converter finds it, where transformers' AutoTokenizer loads tokenizer.json
+// as it is (TokenizersBackend): tokenizer_config.json's tokenizer_class TokenizersBackend or
+// PreTrainedTokenizerFast. Without one it loads the model type's class (LlamaTokenizer, GPT2Tokenizer), and
+// for a qwen2 model Qwen2Tokenizer whatever it says, whose own pre-tokenizer replaces the file's.
+std::string pre_tokenizer_name(const Architecture& arch, const HfDirectory& dir, const json& tokenizer) {
+  if (arch.own_tokenizer_class)
+    throw Refusal(
+        "transformers loads Qwen2Tokenizer for a qwen2 model, whose pre-tokenizer (Qwen2's Split regex) "
+        "ckptfs does not encode yet; -o gguf_pre=NAME names it (qwen2 for Qwen's tokenizer)");
+  const json tokenizer_config = dir.json("tokenizer_config.json").value_or(json::object());
+  const json tokenizer_class = tokenizer_config.value("tokenizer_class", json());
+  if (tokenizer_class != "TokenizersBackend" && tokenizer_class != "PreTrainedTokenizerFast")
+    throw Refusal(
+        fmt::format("tokenizer_config.json: tokenizer_class {}: transformers loads a tokenizer class "
+                    "that may replace tokenizer.json's pre-tokenizer; -o gguf_pre=NAME names it",
+                    tokenizer_class.dump()));
+  return identify_pre_tokenizer(tokenizer);
+}
+
+VirtualFilePtr model_file(const Architecture& arch, const OutputType& out, const KvList& tokenizer,
+                          std::string& file_name) {
+  auto tensors = arch.tensors(out.type);
   uint64_t total = 0;
   for (const auto& t : tensors) total += t.numel();
   const std::string label = size_label(total);
   KvList kv;
-  kv.add_string("general.architecture", architecture_name(llama.family));
+  kv.add_string("general.architecture", arch.name);
   kv.add_string("general.type", "model");
   kv.add_string("general.name", kModelName);
   kv.add_string("general.size_label", label);
-  add_llama_parameters(kv, llama, out.file_type);
+  arch.add_parameters(kv, out.file_type);
   kv.add_u32("general.quantization_version", 2);
   file_name = fmt::format("{}-{}-{}.gguf", kModelName, label, out.name);
   return make_gguf_file(kv.encode() + tokenizer.encode(), kv.size() + tokenizer.size(), std::move(tensors));
 }
 
-// set_vocab: Llama's writes add_space_prefix from tokenizer_config.json first; then the byte-level BPE keys.
-KvList llama_tokenizer(Family family, const HfDirectory& dir, const json& tokenizer, const json& config,
-                       const std::string& pre) {
+// set_vocab's keys: Llama's add_space_prefix, then the byte-level BPE ones.
+KvList tokenizer_keys(const Architecture& arch, const HfDirectory& dir, const json& tokenizer,
+                      const json& config, const std::string& pre) {
   KvList kv;
   const json tokenizer_config = dir.json("tokenizer_config.json").value_or(json::object());
   if (const json prefix = tokenizer_config.value("add_prefix_space", json());
-      family == Family::llama && prefix.is_boolean())
+      arch.add_space_prefix && prefix.is_boolean())
     kv.add_bool("tokenizer.ggml.add_space_prefix", prefix.get<bool>());
   add_bpe_tokenizer(kv, dir, tokenizer, config, pre);
   return kv;
@@ -125,20 +155,15 @@ GgufViews make_gguf_views(const std::shared_ptr<const catalog::Catalog>& hf, con
     const json archs = config->value("architectures", json());
     if (!archs.is_array() || archs.empty() || !archs[0].is_string())
       throw Refusal("config.json names no architecture (the converter: Failed to detect model architecture)");
-    const std::string arch = archs[0].get<std::string>();
-    if (arch != "LlamaForCausalLM" && arch != "Qwen2ForCausalLM")
-      throw Refusal(
-          fmt::format("architecture {} not served yet (LlamaForCausalLM and Qwen2ForCausalLM are)", arch));
-    const Family family = arch == "LlamaForCausalLM" ? Family::llama : Family::qwen2;
+    const Architecture arch = architecture_of(archs[0].get<std::string>(), *config, hf);
     check_directory(dir, *config);
-    const LlamaConfig llama = read_llama_config(*config, family);
     const auto tokenizer_json = dir.json("tokenizer.json");
     if (!tokenizer_json) throw Refusal("no tokenizer.json");
-    const std::string pre_name = pre ? *pre : pre_tokenizer_name(family, dir, *tokenizer_json);
-    const KvList tokenizer = llama_tokenizer(family, dir, *tokenizer_json, *config, pre_name);
+    const std::string pre_name = pre ? *pre : pre_tokenizer_name(arch, dir, *tokenizer_json);
+    const KvList tokenizer = tokenizer_keys(arch, dir, *tokenizer_json, *config, pre_name);
     for (const auto& type : kOutputTypes) {
       std::string name;
-      auto file = llama_file(hf, llama, type, tokenizer, name);
+      auto file = model_file(arch, type, tokenizer, name);
       out.files.push_back({std::move(name), std::move(file)});
     }
   } catch (const Refusal& e) {
