@@ -325,6 +325,17 @@ def test_dp_reshardable_buckets_that_fit_no_layer_split(ckptfs_bin, megatron_cop
                                     [f"{info['latest']}/.metadata: the distributed optimizer's buffer of stage 0"])
 
 
+@pytest.mark.parametrize("freq", [0, [1]], ids=["zero", "short-list"])
+def test_moe_layer_freq_megatron_would_refuse(freq, ckptfs_bin, megatron_copy, tmp_path):
+    """moe_layer_freq 0 or a list that is not one 0/1 per layer (Megatron's gpt_layer_specs asserts both): exit
+    4 naming the field, not a guess at which layers are MoE layers."""
+    info, src = megatron_copy("moe_seq_ep1_tp2")
+    assert info["layers"] == 2
+    for rank_dir in info["rank_dirs"]:
+        rewrite(rank_file(src, info["latest"], rank_dir), lambda sd: setattr(sd["args"], "moe_layer_freq", freq))
+    assert_export_and_mount_refused(ckptfs_bin, src, tmp_path, ["model_optim_rng.pt", "args.moe_layer_freq"])
+
+
 # (case, rank dir removed); MoE: EP rank 1 of PP stage 1, whose experts cannot be merged without it
 @pytest.mark.parametrize("name,rank_dir", [(BASE, "mp_rank_01_000"), (MOE_EP_PP, "mp_rank_00_001_001")])
 def test_missing_rank_dir(name, rank_dir, ckptfs_bin, megatron_copy, tmp_path):
