@@ -325,10 +325,11 @@ def test_dp_reshardable_buckets_that_fit_no_layer_split(ckptfs_bin, megatron_cop
                                     [f"{info['latest']}/.metadata: the distributed optimizer's buffer of stage 0"])
 
 
-@pytest.mark.parametrize("freq", [0, [1]], ids=["zero", "short-list"])
+@pytest.mark.parametrize("freq", [0, [1], "([1]*2)"], ids=["zero", "short-list", "python-string"])
 def test_moe_layer_freq_megatron_would_refuse(freq, ckptfs_bin, megatron_copy, tmp_path):
-    """moe_layer_freq 0 or a list that is not one 0/1 per layer (Megatron's gpt_layer_specs asserts both): exit
-    4 naming the field, not a guess at which layers are MoE layers."""
+    """moe_layer_freq 0, a list that is not one 0/1 per layer (Megatron's gpt_layer_specs asserts both) or a
+    pattern string (Megatron evaluates it as Python; ckptfs executes nothing): exit 4 naming the field, not a
+    guess at which layers are MoE layers."""
     info, src = megatron_copy("moe_seq_ep1_tp2")
     assert info["layers"] == 2
     for rank_dir in info["rank_dirs"]:

@@ -89,10 +89,21 @@ ModelArgs read_model_args(const Field& args) {
   a.moe_ffn_hidden = integer(args, "moe_ffn_hidden_size", a.ffn_hidden);
   a.moe_topk = integer(args, "moe_router_topk", 2);
   if (const Field f = args["moe_layer_freq"]; f.present() && a.num_experts > 0) {
-    a.moe_layer_pattern = f.value().is(Kind::Int) ? moe_layer_pattern(f.as_int(), a.num_layers)
-                                                  : moe_layer_pattern(f.as_shape(), a.num_layers);
-    if (a.moe_layer_pattern.empty())
+    const auto refuse = [&] {
       f.fail(fmt::format("expected a positive int or a list of {} 0s and 1s (one per layer)", a.num_layers));
+    };
+    if (f.value().is(Kind::Int))
+      a.moe_layer_pattern = moe_layer_pattern(f.as_int(), a.num_layers);
+    else if (f.is_list()) {
+      std::vector<int64_t> list;
+      for (size_t i = 0; i < f.size(); ++i) {
+        if (!f.at(i).value().is(Kind::Int)) refuse();
+        list.push_back(f.at(i).as_int());
+      }
+      a.moe_layer_pattern = moe_layer_pattern(list, a.num_layers);
+    }
+    if (a.moe_layer_pattern.empty())
+      refuse();  // also a string: Megatron evaluates it as Python, ckptfs does not
     a.moe_every_layer = std::ranges::count(a.moe_layer_pattern, 0) == 0;
   }
   a.moe_pre_softmax = flag(args, "moe_router_pre_softmax", false);
