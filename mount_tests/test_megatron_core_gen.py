@@ -26,7 +26,8 @@ GEN_DIR = os.path.join(H.HERE, "fixtures", "megatron-core-gen")
 CASES = sorted(d for d in os.listdir(GEN_DIR) if os.path.isdir(os.path.join(GEN_DIR, d))) \
     if os.path.isdir(GEN_DIR) else []
 # family (cases.py) -> the Hugging Face architecture hf/ serves it as; families ckptfs does not map have no hf/
-HF_ARCHITECTURES = {"Qwen3": "Qwen3ForCausalLM", "Qwen3-MoE": "Qwen3MoeForCausalLM"}
+HF_ARCHITECTURES = {"Qwen3": "Qwen3ForCausalLM", "Qwen3-MoE": "Qwen3MoeForCausalLM",
+                    "Mixtral": "MixtralForCausalLM"}
 
 
 def info(name):
@@ -121,8 +122,8 @@ def test_inspect_shows_the_topology(ckptfs_bin, name):
         fmt = "Megatron-LM checkpoint (torch_dist)" if c["format"] == "torch_dist" else "Megatron-LM checkpoint"
         assert t["format"].startswith(fmt), f"{name} ({label}): {t['format']}"
         arch = HF_ARCHITECTURES.get(c["family"])
-        if arch:
-            assert any(n.startswith(f"hf/: the model as Hugging Face's {arch}") for n in t["notes"]), t["notes"]
+        hf_note = f"hf/: the model as Hugging Face's {arch}" if arch else "no hf/ view: "  # else the reason why not
+        assert any(n.startswith(hf_note) for n in t["notes"]), f"{name} ({label}): no note {hf_note!r}: {t['notes']}"
 
 
 @pytest.mark.parametrize("name", REFUSED)
