@@ -3,7 +3,8 @@ made by mount_tests/gen_megatron_core: Megatron-LM 2a75ac12c5's GPTModel, optimi
 one gloo process per rank): Qwen3-MoE at TP2 x EP2 with expert TP 2 and at PP2 x EP2, Mixtral-style MoE at PP2 x EP2
 (torch_dist) and EP2 (legacy), Qwen3 dense at TP2 x PP2 in both formats, a MoE save with the distributed optimizer
 (ChainedOptimizer: chained_N. keys), a MoE model with a dense layer, shared experts and the router's fp32 expert
-bias, and a legacy MoE save with expert TP 2 != TP 1, which ckptfs must refuse.
+bias, Qwen2-MoE (q/k/v biases, a gated shared expert, softmax before the top-k), and a legacy MoE save with expert
+TP 2 != TP 1, which ckptfs must refuse.
 
 Each case through export and the mount (root and tags/), given as the save dir, with --tag and as the iteration
 dir: model.safetensors against Megatron's own load of the save at TP=1 PP=1 EP=1 (expected/manifest.json,
@@ -27,7 +28,7 @@ CASES = sorted(d for d in os.listdir(GEN_DIR) if os.path.isdir(os.path.join(GEN_
     if os.path.isdir(GEN_DIR) else []
 # family (cases.py) -> the Hugging Face architecture hf/ serves it as; families ckptfs does not map have no hf/
 HF_ARCHITECTURES = {"Qwen3": "Qwen3ForCausalLM", "Qwen3-MoE": "Qwen3MoeForCausalLM",
-                    "Mixtral": "MixtralForCausalLM"}
+                    "Mixtral": "MixtralForCausalLM", "Qwen2-MoE": "Qwen2MoeForCausalLM"}
 
 
 def info(name):

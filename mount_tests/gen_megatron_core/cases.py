@@ -69,4 +69,10 @@ CASES = {
             "--moe-router-enable-expert-bias", "--moe-router-score-function", "sigmoid"],
         "Qwen3-MoE with a dense layer, shared experts and expert bias", "torch_dist", ep=2, dp=2,
         extra=["--no-save-optim"], masters=False),
+    # Qwen2-MoE: q/k/v biases, no q/k norms, a shared expert scaled by its sigmoid gate, softmax over all experts
+    # before the top-k (unnormalised weights, Qwen2-MoE's norm_topk_prob false); model only, for size
+    "qwen2moe_torch_dist_ep2": case(
+        ["--num-layers", "2", "--ffn-hidden-size", "64", "--add-qkv-bias", "--rotary-base", "1000000"] + MOE + [
+            "--moe-shared-expert-intermediate-size", "16", "--moe-shared-expert-gate", "--moe-router-pre-softmax"],
+        "Qwen2-MoE", "torch_dist", ep=2, dp=2, extra=["--no-save-optim"], masters=False),
 }
