@@ -49,7 +49,7 @@ from megatron_layout import (EXTRA_TE, bucket_size, chunk_entries, chunk_layers,
                              is_expert, merged_entries, pack_buffer, rule_of, split, tp_attrs)
 
 OD = collections.OrderedDict
-GEN_VERSION = 11  # bump to invalidate cached fixtures
+GEN_VERSION = 12  # bump to invalidate cached fixtures
 CHECKPOINT_VERSION = 3.0
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 

@@ -82,6 +82,7 @@ def make_args(case, iteration):
                  moe_router_topk=case["topk"], moe_grouped_gemm=case["grouped_gemm"], moe_layer_freq=case["moe_freq"],
                  moe_router_pre_softmax=case["pre_softmax"], moe_router_enable_expert_bias=case["expert_bias"],
                  moe_shared_expert_intermediate_size=case["shared_ffn"] or None,
+                 moe_router_score_function=case["router_score"],
                  moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=0.01, moe_token_dispatcher_type="alltoall")
     if case["shared_gate"]:
         a["moe_shared_expert_gate"] = True

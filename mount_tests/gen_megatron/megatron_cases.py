@@ -259,7 +259,7 @@ def hf_family(case):
     shared experts), 'qwen3_moe' (q/k layernorm; dense layers as mlp_only_layers; norm_topk_prob off with
     pre_softmax) or 'mixtral' (no q/k layernorm, every layer MoE, top-k renormalised), or None: no hf/ view."""
     if is_moe(case):
-        if case["expert_bias"]:
+        if case["expert_bias"] or case["router_score"] != "softmax":
             return None
         if case["shared_ffn"]:
             return "qwen2_moe" if case["shared_gate"] and not case["qk_norm"] else None
@@ -331,9 +331,10 @@ CASES += [
 #   shared_gate  moe_shared_expert_gate: SharedExpertMLP.gate_weight [1, hidden] scales the shared output by
 #                sigmoid(x . gate_weight) (a TransformerConfig field that Bridge's configs carry; Megatron-LM's
 #                command line has no flag for it, so its saved args have it only where a caller set it)
+#   router_score moe_router_score_function: 'softmax' or 'sigmoid' (no family of the table takes a sigmoid: no hf/)
 #   no_hf_reason what inspect's "no hf/ view" note must say (the tests check it; "" for cases with hf/ or any reason)
 DEFAULTS.update(qk_norm=False, moe_freq=1, pre_softmax=False, expert_bias=False, shared_ffn=0, shared_gate=False,
-                no_hf_reason="")
+                router_score="softmax", no_hf_reason="")
 
 CASES += [
     # Qwen3-MoE-style, EP2 x TP2, TE spec: layer 0 dense (the TE dense norm mlp.linear_fc1.layer_norm_weight,
@@ -351,6 +352,10 @@ CASES += [
     # shared experts without the gate: Qwen2-MoE's shared expert is always gated, so no hf/
     dict(name="moe_ungated_shared_no_hf", ep=2, qkv_bias=True, shared_ffn=48, no_hf_reason="moe_shared_expert_gate",
          **MOE),
+    # Mixtral-style with a softmax over all experts before the top k: Mixtral always renormalises, so no hf/
+    dict(name="moe_presoftmax_no_hf", pre_softmax=True, no_hf_reason="moe_router_pre_softmax", **MOE),
+    # a sigmoid router (DeepSeek-V3-style scores), Qwen3-MoE-style otherwise: no hf/
+    dict(name="moe_sigmoid_router_no_hf", qk_norm=True, router_score="sigmoid", no_hf_reason="sigmoid", **MOE),
     dict(name="moe_expert_bias_ep2_tp2", tp=2, ep=2, qk_norm=True, expert_bias=True, no_hf_reason="expert bias",
          **MOE),
 ]
