@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
 #include <numeric>
@@ -131,9 +132,12 @@ void read_data(const GgufTensor& t, uint64_t offset, std::span<std::byte> dst) {
 
 class GgufFile final : public VirtualFile {
  public:
-  GgufFile(std::string prefix, std::vector<GgufTensor> tensors)
+  // The bytes before the data: the header and the architecture's keys, the tokenizer's keys (shared by the
+  // files of one model: megabytes for a large vocabulary), the tensor infos and padding.
+  GgufFile(std::array<std::shared_ptr<const std::string>, 3> prefix, std::vector<GgufTensor> tensors)
       : prefix_(std::move(prefix)), tensors_(std::move(tensors)) {
-    uint64_t offset = prefix_.size();
+    uint64_t offset = 0;
+    for (const auto& part : prefix_) offset += part->size();
     for (const auto& t : tensors_) {
       starts_.push_back(offset);
       offset += pad(t.nbytes());
@@ -147,11 +151,15 @@ class GgufFile final : public VirtualFile {
     if (offset > size_ || dst.size() > size_ - offset)
       throw std::out_of_range(
           fmt::format("read of {} bytes at {} past the end ({} bytes)", dst.size(), offset, size_));
-    if (offset < prefix_.size()) {
-      const uint64_t n = std::min<uint64_t>(dst.size(), prefix_.size() - offset);
-      std::memcpy(dst.data(), prefix_.data() + offset, n);
-      offset += n;
-      dst = dst.subspan(n);
+    uint64_t part_start = 0;
+    for (const auto& part : prefix_) {
+      if (!dst.empty() && offset < part_start + part->size()) {
+        const uint64_t n = std::min<uint64_t>(dst.size(), part_start + part->size() - offset);
+        std::memcpy(dst.data(), part->data() + (offset - part_start), n);
+        offset += n;
+        dst = dst.subspan(n);
+      }
+      part_start += part->size();
     }
     if (dst.empty()) return;
     size_t i =
@@ -182,7 +190,7 @@ class GgufFile final : public VirtualFile {
   }
 
  private:
-  std::string prefix_;
+  std::array<std::shared_ptr<const std::string>, 3> prefix_;
   std::vector<GgufTensor> tensors_;
   std::vector<uint64_t> starts_;  // each tensor's data offset in the file
   uint64_t size_ = 0;
@@ -198,25 +206,32 @@ uint64_t GgufTensor::nbytes() const {
   return type_bytes(type, numel());
 }
 
-VirtualFilePtr make_gguf_file(const std::string& kv_section, uint64_t kv_count,
+VirtualFilePtr make_gguf_file(const std::string& kv_section,
+                              std::shared_ptr<const std::string> shared_kv_section, uint64_t kv_count,
                               std::vector<GgufTensor> tensors) {
-  std::string prefix;
-  put_u32(prefix, 0x46554747);  // "GGUF"
-  put_u32(prefix, 3);
-  put_u64(prefix, tensors.size());
-  put_u64(prefix, kv_count);
-  prefix += kv_section;
+  std::string head;
+  put_u32(head, 0x46554747);  // "GGUF"
+  put_u32(head, 3);
+  put_u64(head, tensors.size());
+  put_u64(head, kv_count);
+  head += kv_section;
+  std::string infos;
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    put_string(prefix, t.name);
-    put_u32(prefix, static_cast<uint32_t>(t.ne.size()));
-    for (uint64_t n : t.ne) put_u64(prefix, n);
-    put_u32(prefix, static_cast<uint32_t>(t.type));
-    put_u64(prefix, offset);
+    put_string(infos, t.name);
+    put_u32(infos, static_cast<uint32_t>(t.ne.size()));
+    for (uint64_t n : t.ne) put_u64(infos, n);
+    put_u32(infos, static_cast<uint32_t>(t.type));
+    put_u64(infos, offset);
     offset += pad(t.nbytes());
   }
-  prefix.resize(pad(prefix.size()), '\0');
-  return std::make_shared<GgufFile>(std::move(prefix), std::move(tensors));
+  const uint64_t before = head.size() + shared_kv_section->size() + infos.size();
+  infos.resize(infos.size() + (pad(before) - before), '\0');
+  return std::make_shared<GgufFile>(
+      std::array<std::shared_ptr<const std::string>, 3>{
+          std::make_shared<const std::string>(std::move(head)), std::move(shared_kv_section),
+          std::make_shared<const std::string>(std::move(infos))},
+      std::move(tensors));
 }
 
 }  // namespace ckptfs::views::gguf

@@ -39,9 +39,11 @@ struct GgufTensor {
   uint64_t nbytes() const;
 };
 
-// The file: magic, version 3, counts, `kv_section` (kv_count entries, gguf_kv.hpp), the tensor infos,
-// zero padding to kAlignment, then the tensors' data, each padded to kAlignment.
-VirtualFilePtr make_gguf_file(const std::string& kv_section, uint64_t kv_count,
+// The file: magic, version 3, counts, `kv_section` then `shared_kv_section` (kv_count entries in all,
+// gguf_kv.hpp; the second shared by the files of one model: its tokenizer's keys), the tensor infos, zero
+// padding to kAlignment, then the tensors' data, each padded to kAlignment.
+VirtualFilePtr make_gguf_file(const std::string& kv_section,
+                              std::shared_ptr<const std::string> shared_kv_section, uint64_t kv_count,
                               std::vector<GgufTensor> tensors);
 
 }  // namespace ckptfs::views::gguf

@@ -116,7 +116,7 @@ std::string pre_tokenizer_name(const Architecture& arch, const HfDirectory& dir,
 }
 
 VirtualFilePtr model_file(const Architecture& arch, const OutputType& out, const KvList& tokenizer,
-                          std::string& file_name) {
+                          const std::shared_ptr<const std::string>& tokenizer_bytes, std::string& file_name) {
   auto tensors = arch.tensors(out.type);
   uint64_t total = 0;
   for (const auto& t : tensors) total += t.numel();
@@ -129,7 +129,7 @@ VirtualFilePtr model_file(const Architecture& arch, const OutputType& out, const
   arch.add_parameters(kv, out.file_type);
   kv.add_u32("general.quantization_version", 2);
   file_name = fmt::format("{}-{}-{}.gguf", kModelName, label, out.name);
-  return make_gguf_file(kv.encode() + tokenizer.encode(), kv.size() + tokenizer.size(), std::move(tensors));
+  return make_gguf_file(kv.encode(), tokenizer_bytes, kv.size() + tokenizer.size(), std::move(tensors));
 }
 
 // set_vocab's keys: Llama's add_space_prefix, then the byte-level BPE ones.
@@ -161,9 +161,10 @@ GgufViews make_gguf_views(const std::shared_ptr<const catalog::Catalog>& hf, con
     if (!tokenizer_json) throw Refusal("no tokenizer.json");
     const std::string pre_name = pre ? *pre : pre_tokenizer_name(arch, dir, *tokenizer_json);
     const KvList tokenizer = tokenizer_keys(arch, dir, *tokenizer_json, *config, pre_name);
+    const auto tokenizer_bytes = std::make_shared<const std::string>(tokenizer.encode());
     for (const auto& type : kOutputTypes) {
       std::string name;
-      auto file = model_file(arch, type, tokenizer, name);
+      auto file = model_file(arch, type, tokenizer, tokenizer_bytes, name);
       out.files.push_back({std::move(name), std::move(file)});
     }
   } catch (const Refusal& e) {
