@@ -108,7 +108,7 @@ def write_readme(out_dir):
             c = json.load(f)
         ck = os.path.join(out_dir, name, "checkpoint")
         files = sorted(os.path.relpath(os.path.join(d, f), ck) for d, _, fs in os.walk(ck) for f in fs)
-        extra = [a for a in c["args"] if a == "--use-distributed-optimizer"]
+        extra = [a for a in c["args"] if a in ("--use-distributed-optimizer", "--no-save-optim")]
         par = f"TP{c['tp']} PP{c['pp']} EP{c['ep']} ETP{c['etp']} DP{c['dp']} ({c['world']})"
         note = f"; refused: {c['refused']}" if c["refused"] else ""
         rows.append(f"| `{name}` | {c['family']} | {c['format']} {' '.join(extra)} | {par} | "
