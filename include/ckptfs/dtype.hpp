@@ -29,6 +29,9 @@ enum class DType : uint8_t {
   C64,
   C128,
 };
+// The table of the dtypes' facts (src/torch/dtype.cpp) has this many rows, one per enumerator in order:
+// it does not compile with another number; the index codec bounds a decoded dtype by it.
+inline constexpr size_t kDTypeCount = 19;
 
 size_t dtype_size(DType d);
 bool dtype_is_floating(DType d);

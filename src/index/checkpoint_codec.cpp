@@ -1,6 +1,7 @@
 #include "index/checkpoint_codec.hpp"
 
 #include <set>
+#include <tuple>
 
 #include "ckptfs/io_tree.hpp"
 
@@ -24,7 +25,9 @@ std::optional<Watched> watch(const fs::path& path) {
   return Watched{path, std::move(*state)};
 }
 
-bool same(const Watched& a, const Watched& b) { return a.state == b.state; }
+bool same(const Watched& a, const Watched& b) {
+  return a.state == b.state;
+}
 
 std::vector<Watched> watched_of(const Checkpoint& cp) {
   std::set<fs::path> dirs = {cp.root};
@@ -53,11 +56,11 @@ void check_unchanged(const std::vector<Watched>& watched) {
 
 template <>
 struct Fields<io::PathState> {
-  static void visit(auto& c, auto& s) { c(s.directory, s.mtime_ns, s.inode, s.size, s.version); }
+  static auto of(auto& s) { return std::tie(s.directory, s.mtime_ns, s.inode, s.size, s.version); }
 };
 template <>
 struct Fields<Watched> {
-  static void visit(auto& c, auto& w) { c(w.path, w.state); }
+  static auto of(auto& w) { return std::tie(w.path, w.state); }
 };
 
 // The watched paths first: an index whose tags changed is found stale before anything else is read.

@@ -1,14 +1,19 @@
-// The index codec against the parser: a checkpoint decoded from its encoding serves the same tensors,
-// byte for byte, as the checkpoint parsed from the sources; damaged encodings are FormatError, never a
-// crash or another exception (what the decoder's fuzz target also holds it to).
+// The index codec against the parser: a checkpoint decoded from its encoding is the checkpoint parsed from
+// the sources, field by field, and serves the same tensors, byte for byte; damaged encodings are
+// FormatError, never a crash or another exception (what the decoder's fuzz target also holds it to).
 #include "index/checkpoint_codec.hpp"
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <filesystem>
 #include <random>
+#include <set>
+#include <string>
+#include <utility>
 
 #include "ckptfs/error.hpp"
+#include "index/checkpoint_fields.hpp"
 
 namespace ckptfs::index {
 namespace {
@@ -17,7 +22,9 @@ namespace fs = std::filesystem;
 
 const fs::path kExamples = fs::path(CKPTFS_SOURCE_DIR) / "examples";
 
-std::span<const std::byte> bytes_of(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
+std::span<const std::byte> bytes_of(const std::string& s) {
+  return std::as_bytes(std::span(s.data(), s.size()));
+}
 
 std::vector<std::byte> tensor_bytes(const catalog::LogicalTensor& t) {
   std::vector<std::byte> out(t.nbytes());
@@ -59,7 +66,80 @@ void expect_same_tensors(const Checkpoint& parsed, const Checkpoint& decoded) {
   }
 }
 
+// The first field where two values differ, walked by the codec's own field lists (each of which names
+// every member of its struct: field_codec.hpp checks it): its path from the root ("" when they are
+// equal), `/k` the k-th field of a struct, `[i]` an item. A shared object is compared by what it points to
+// (a wired one by its wire value: a file by its path, identity and origin), once per pair of objects.
+class FirstDifference {
+ public:
+  template <class T>
+  std::string operator()(const T& a, const T& b, const std::string& at) {
+    using namespace codec_detail;
+    if constexpr (std::is_same_v<T, double>) {
+      return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b) ? "" : at;  // NaN equals itself
+    } else if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T> || std::is_same_v<T, std::string> ||
+                         std::is_same_v<T, fs::path>) {
+      return a == b ? "" : at;
+    } else if constexpr (kIs<T, std::vector> || kIs<T, std::map>) {
+      if (a.size() != b.size()) return at + ".size()";
+      size_t i = 0;
+      for (auto x = a.begin(), y = b.begin(); x != a.end(); ++x, ++y, ++i)
+        if (auto d = (*this)(*x, *y, at + "[" + std::to_string(i) + "]"); !d.empty()) return d;
+      return "";
+    } else if constexpr (kIs<T, std::pair>) {
+      auto d = (*this)(a.first, b.first, at + ".first");
+      return d.empty() ? (*this)(a.second, b.second, at + ".second") : d;
+    } else if constexpr (kIs<T, std::optional>) {
+      if (a.has_value() != b.has_value()) return at + ".has_value()";
+      return a ? (*this)(*a, *b, at) : "";
+    } else if constexpr (kIs<T, std::variant>) {
+      if (a.index() != b.index()) return at + ".index()";
+      return std::visit([&](const auto& x) { return (*this)(x, std::get<std::decay_t<decltype(x)>>(b), at); },
+                        a);
+    } else if constexpr (kIs<T, std::shared_ptr>) {
+      if (!a || !b) return (a == nullptr) == (b == nullptr) ? "" : at + " (null)";
+      if (!compared_.emplace(a.get(), b.get()).second) return "";
+      using U = std::remove_const_t<typename T::element_type>;
+      if constexpr (Wired<U>)
+        return (*this)(Wire<U>::to(*a), Wire<U>::to(*b), at + "->");
+      else
+        return (*this)(*a, *b, at + "->");
+    } else if constexpr (kMadeAgain<T>) {
+      return "";
+    } else {
+      return fields(Fields<T>::of(a), Fields<T>::of(b), at,
+                    std::make_index_sequence<std::tuple_size_v<decltype(Fields<T>::of(a))>>());
+    }
+  }
+
+ private:
+  template <class Tuple, size_t... I>
+  std::string fields(const Tuple& a, const Tuple& b, const std::string& at, std::index_sequence<I...>) {
+    std::string d;
+    ((d = d.empty() ? (*this)(std::get<I>(a), std::get<I>(b), at + "/" + std::to_string(I)) : d), ...);
+    return d;
+  }
+
+  std::set<std::pair<const void*, const void*>> compared_;
+};
+
 class RoundTrip : public testing::TestWithParam<const char*> {};
+
+TEST_P(RoundTrip, DecodedIsParsedFieldByField) {
+  const Checkpoint parsed = open_checkpoint(kExamples / GetParam());
+  const Checkpoint decoded = decode_checkpoint(bytes_of(encode_checkpoint(parsed)));
+  EXPECT_EQ(FirstDifference()(parsed, decoded, "checkpoint"), "");
+}
+
+// The comparison is not vacuous: a member changed after decoding is found, and named by its path.
+TEST(FirstDifference, NamesAChangedMember) {
+  const Checkpoint parsed = open_checkpoint(kExamples / "deepspeed-zero3-bf16");
+  Checkpoint changed = decode_checkpoint(bytes_of(encode_checkpoint(parsed)));
+  changed.tags.back().topology.dp += 1;
+  const std::string tag = std::to_string(changed.tags.size() - 1);
+  EXPECT_EQ(FirstDifference()(parsed, changed, "checkpoint"),
+            "checkpoint/3[" + tag + "]/3/0");  // tags, topology, dp
+}
 
 TEST_P(RoundTrip, DecodedServesWhatParsingServes) {
   const Checkpoint parsed = open_checkpoint(kExamples / GetParam());
@@ -71,9 +151,10 @@ TEST_P(RoundTrip, DecodedServesWhatParsingServes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, RoundTrip,
-                         testing::Values("deepspeed-zero3-bf16", "deepspeed-universal-z2-bf16", "deepspeed-moe-ep2",
-                                         "dcp-shard1-ws2", "dcp-hf-storage-ws2", "megatron-tp2-pp2",
-                                         "torch-save-file/full_state.pt", "verl-fsdp2-ws2"));
+                         testing::Values("deepspeed-zero3-bf16", "deepspeed-universal-z2-bf16",
+                                         "deepspeed-moe-ep2", "dcp-shard1-ws2", "dcp-hf-storage-ws2",
+                                         "megatron-tp2-pp2", "torch-save-file/full_state.pt",
+                                         "verl-fsdp2-ws2"));
 
 // Decodes `bytes`; true when it gave a checkpoint, false on FormatError; any other exception fails.
 bool decodes(const std::string& bytes) {

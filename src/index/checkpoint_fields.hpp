@@ -1,9 +1,10 @@
 // What the index holds of a Checkpoint: one field list per struct, run by both the Encoder and the
-// Decoder (field_codec.hpp). A field added to a struct and not here is not indexed: add it here, in the
+// Decoder (field_codec.hpp). A member added to a struct and not here fails to compile: add it here, in the
 // order it is to be written, and bump kFormatVersion (index_file.hpp).
 #pragma once
 
 #include <stdexcept>
+#include <tuple>
 
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/torch.hpp"
@@ -24,7 +25,7 @@ inline void require(bool present, const std::string& what) {
 }
 
 template <>
-inline constexpr DType kLastEnum<DType> = DType::C128;
+inline constexpr DType kLastEnum<DType> = static_cast<DType>(kDTypeCount - 1);
 template <>
 inline constexpr pickle::Kind kLastEnum<pickle::Kind> = pickle::Kind::Native;
 template <>
@@ -57,12 +58,13 @@ struct Wire<io::File> {
   using type = FileRecord;
   static FileRecord to(const io::File& f) { return {f.path(), f.identity(), f.origin(), f.expectations()}; }
   static io::FilePtr from(FileRecord&& r) {
-    io::FilePtr file = std::visit(Overloaded{
-                                      [&](const io::OnDisk&) { return reopened(r); },
-                                      [](const io::Decoded& d) { return io::File::decoded(d.item); },  // checked non-null
-                                      [&](const io::Remote&) { return reopened(r); },
-                                  },
-                                  r.origin);
+    io::FilePtr file =
+        std::visit(Overloaded{
+                       [&](const io::OnDisk&) { return reopened(r); },
+                       [](const io::Decoded& d) { return io::File::decoded(d.item); },  // checked non-null
+                       [&](const io::Remote&) { return reopened(r); },
+                   },
+                   r.origin);
     // Only an object defers its checks (a local file checks them at parse): any other is damage.
     if (!r.expectations.empty() && !file->is_remote())
       throw FormatError("index: " + r.path.string() + " has expectations but is not an object of a store");
@@ -79,7 +81,9 @@ struct DecodedRecord {
 template <>
 struct Wire<io::DecodedItem> {
   using type = DecodedRecord;
-  static DecodedRecord to(const io::DecodedItem& d) { return {d.backing(), d.offset(), d.length(), d.size()}; }
+  static DecodedRecord to(const io::DecodedItem& d) {
+    return {d.backing(), d.offset(), d.length(), d.size()};
+  }
   static std::shared_ptr<const io::DecodedItem> from(DecodedRecord&& r) {
     if (!r.backing) throw FormatError("index: a decoded item has no file");
     return std::make_shared<const io::DecodedItem>(std::move(r.backing), r.offset, r.length, r.size);
@@ -102,8 +106,10 @@ template <>
 struct Wire<pickle::Native> {
   using type = std::variant<catalog::TensorValue, torch::TensorObject>;
   static type to(const pickle::Native& n) {
-    if (const auto* tv = dynamic_cast<const catalog::TensorValue*>(&n)) return type(std::in_place_index<0>, *tv);
-    if (const auto* to = dynamic_cast<const torch::TensorObject*>(&n)) return type(std::in_place_index<1>, *to);
+    if (const auto* tv = dynamic_cast<const catalog::TensorValue*>(&n))
+      return type(std::in_place_index<0>, *tv);
+    if (const auto* to = dynamic_cast<const torch::TensorObject*>(&n))
+      return type(std::in_place_index<1>, *to);
     throw UnsupportedError("index: a value holds " + n.describe() + ", which the index cannot encode");
   }
   static std::shared_ptr<const pickle::Native> from(type&& w) {
@@ -117,174 +123,166 @@ struct Wire<pickle::Native> {
 
 template <>
 struct Fields<io::FileIdentity> {
-  static void visit(auto& c, auto& t) { c(t.device, t.inode, t.size, t.mtime_ns, t.ctime_ns, t.etag, t.last_modified); }
+  static auto of(auto& t) {
+    return std::tie(t.device, t.inode, t.size, t.mtime_ns, t.ctime_ns, t.etag, t.last_modified);
+  }
 };
 // Neither keeps anything of its own in the index: both are opened again from the record's path.
 template <>
-struct Fields<io::OnDisk> {
-  static void visit(auto& /*c*/, auto& /*t*/) {}
-};
+inline constexpr bool kMadeAgain<io::OnDisk> = true;
 template <>
-struct Fields<io::Remote> {
-  static void visit(auto& /*c*/, auto& /*t*/) {}
-};
+inline constexpr bool kMadeAgain<io::Remote> = true;
 template <>
 struct Fields<io::Decoded> {
-  static void visit(auto& c, auto& t) {
-    c(t.item);
-    c.check([&t] { require(t.item != nullptr, "a decoded item"); });
-  }
+  static auto of(auto& t) { return std::tie(t.item); }
+  static void check(const io::Decoded& t) { require(t.item != nullptr, "a decoded item"); }
 };
 template <>
 struct Fields<DecodedRecord> {
-  static void visit(auto& c, auto& t) { c(t.backing, t.offset, t.length, t.size); }
+  static auto of(auto& t) { return std::tie(t.backing, t.offset, t.length, t.size); }
 };
 template <>
 struct Fields<io::Expectation> {
-  static void visit(auto& c, auto& t) { c(t.guard_begin, t.guard_end, t.pieces, t.what); }
+  static auto of(auto& t) { return std::tie(t.guard_begin, t.guard_end, t.pieces, t.what); }
 };
 template <>
 struct Fields<FileRecord> {
-  static void visit(auto& c, auto& t) { c(t.path, t.identity, t.origin, t.expectations); }
+  static auto of(auto& t) { return std::tie(t.path, t.identity, t.origin, t.expectations); }
 };
 
 template <>
 struct Fields<pickle::Value> {
-  static void visit(auto& c, auto& v) {
-    c(v.kind, v.boolean, v.integer, v.real, v.text, v.items, v.entries, v.module, v.name, v.member, v.args, v.state,
-      v.kwargs, v.made_by_new, v.native);
+  static auto of(auto& v) {
+    return std::tie(v.kind, v.boolean, v.integer, v.real, v.text, v.items, v.entries, v.module, v.name,
+                    v.member, v.args, v.state, v.kwargs, v.made_by_new, v.native);
   }
 };
 template <>
 struct Fields<torch::StorageSpan> {
-  static void visit(auto& c, auto& s) { c(s.file, s.offset, s.nbytes); }
+  static auto of(auto& s) { return std::tie(s.file, s.offset, s.nbytes); }
 };
 template <>
 struct Fields<torch::SourceTensor> {
-  static void visit(auto& c, auto& s) {
-    c(s.storage, s.dtype, s.shape, s.strides, s.storage_offset, s.requires_grad);
-    c.check([&s] {
-      if (s.shape.size() != s.strides.size()) throw FormatError("index: a tensor's shape and strides differ in length");
-    });
+  static auto of(auto& s) {
+    return std::tie(s.storage, s.dtype, s.shape, s.strides, s.storage_offset, s.requires_grad);
+  }
+  static void check(const torch::SourceTensor& s) {
+    if (s.shape.size() != s.strides.size())
+      throw FormatError("index: a tensor's shape and strides differ in length");
   }
 };
+// The natives a value tree may hold are polymorphic (pickle::Native), so not aggregates.
+template <>
+inline constexpr bool kNotCounted<torch::TensorObject> = true;
+template <>
+inline constexpr bool kNotCounted<catalog::TensorValue> = true;
 template <>
 struct Fields<torch::TensorObject> {
-  static void visit(auto& c, auto& t) { c(t.tensor); }
+  static auto of(auto& t) { return std::tie(t.tensor); }
 };
 template <>
 struct Fields<catalog::TensorRef> {
-  static void visit(auto& c, auto& r) {
-    c(r.catalog, r.index);
-    c.check([&r] {
-      if (r.catalog && r.index >= r.catalog->tensors.size()) throw FormatError("index: a tensor handle points past its catalog");
-    });
+  static auto of(auto& r) { return std::tie(r.catalog, r.index); }
+  static void check(const catalog::TensorRef& r) {
+    if (r.catalog && r.index >= r.catalog->tensors.size())
+      throw FormatError("index: a tensor handle points past its catalog");
   }
 };
 template <>
 struct Fields<catalog::TensorValue> {
-  static void visit(auto& c, auto& t) {
-    c(t.tensor, t.shape, t.requires_grad);
-    c.check([&t] { require(static_cast<bool>(t.tensor), "a tensor value's tensor"); });
+  static auto of(auto& t) { return std::tie(t.tensor, t.shape, t.requires_grad); }
+  static void check(const catalog::TensorValue& t) {
+    require(static_cast<bool>(t.tensor), "a tensor value's tensor");
   }
 };
 
 template <>
 struct Fields<catalog::Piece> {
-  static void visit(auto& c, auto& p) {
-    c(p.dst_begin, p.count, p.file, p.src_offset, p.src_dtype);
-    c.check([&p] { require(p.file != nullptr, "a piece's file"); });
-  }
+  static auto of(auto& p) { return std::tie(p.dst_begin, p.count, p.file, p.src_offset, p.src_dtype); }
+  static void check(const catalog::Piece& p) { require(p.file != nullptr, "a piece's file"); }
 };
 template <>
 struct Fields<catalog::Box> {
-  static void visit(auto& c, auto& b) {
-    c(b.offsets, b.sizes, b.source, b.inner);
-    c.check([&b] { require(b.inner || b.source.storage.file, "a box's file"); });
-  }
+  static auto of(auto& b) { return std::tie(b.offsets, b.sizes, b.source, b.inner); }
+  static void check(const catalog::Box& b) { require(b.inner || b.source.storage.file, "a box's file"); }
 };
 // A tensor's source: the variant's index, then the form's fields.
 template <>
 struct Fields<catalog::FlatRuns> {
-  static void visit(auto& c, auto& r) { c(r.pieces); }
+  static auto of(auto& r) { return std::tie(r.pieces); }
 };
 template <>
 struct Fields<catalog::Boxed> {
-  static void visit(auto& c, auto& b) {
-    c(b.assembly);
-    c.check([&b] { require(b.assembly != nullptr, "a box assembly"); });
-  }
+  static auto of(auto& b) { return std::tie(b.assembly); }
+  static void check(const catalog::Boxed& b) { require(b.assembly != nullptr, "a box assembly"); }
 };
 template <>
 struct Fields<catalog::Transposed> {
-  static void visit(auto& c, auto& t) {
-    c(t.of);
-    c.check([&t] { require(t.of != nullptr, "a transposed tensor's source"); });
+  static auto of(auto& t) { return std::tie(t.of); }
+  static void check(const catalog::Transposed& t) {
+    require(t.of != nullptr, "a transposed tensor's source");
   }
 };
 template <>
 struct Fields<catalog::LogicalTensor> {
-  static void visit(auto& c, auto& t) {
-    c(t.name, t.dtype, t.shape, t.source, t.origin);
-    c.check([&t] { catalog::validate(t); });
-  }
+  static auto of(auto& t) { return std::tie(t.name, t.dtype, t.shape, t.source, t.origin); }
+  static void check(const catalog::LogicalTensor& t) { catalog::validate(t); }
 };
 template <>
 struct Fields<catalog::Catalog> {
-  static void visit(auto& c, auto& t) { c(t.tensors); }
+  static auto of(auto& t) { return std::tie(t.tensors); }
 };
 
 template <>
 struct Fields<Topology> {
-  static void visit(auto& c, auto& t) { c(t.dp, t.tp, t.pp, t.ep, t.experts, t.optimizer, t.train_dtype); }
+  static auto of(auto& t) { return std::tie(t.dp, t.tp, t.pp, t.ep, t.experts, t.optimizer, t.train_dtype); }
 };
 template <>
 struct Fields<UniversalParam> {
-  static void visit(auto& c, auto& p) {
-    c(p.name, p.fp32, p.state, p.step, p.merge_keys);
-    c.check([&p] {
-      require(static_cast<bool>(p.fp32), "a universal parameter's master");
-      for (const auto& s : p.state) require(static_cast<bool>(s), "a universal parameter's state");
-    });
+  static auto of(auto& p) { return std::tie(p.name, p.fp32, p.state, p.step, p.merge_keys); }
+  static void check(const UniversalParam& p) {
+    require(static_cast<bool>(p.fp32), "a universal parameter's master");
+    for (const auto& s : p.state) require(static_cast<bool>(s), "a universal parameter's state");
   }
 };
 template <>
 struct Fields<UniversalPlan> {
-  static void visit(auto& c, auto& p) {
-    c(p.bare_tensors, p.state_keys, p.params, p.optimizer_state, p.model_state_files);
-    c.check([&p] {
-      for (const auto& param : p.params)
-        if (param.state.size() != p.state_keys.size()) throw FormatError("index: a universal parameter's state keys differ");
-    });
+  static auto of(auto& p) {
+    return std::tie(p.bare_tensors, p.state_keys, p.params, p.optimizer_state, p.model_state_files);
+  }
+  static void check(const UniversalPlan& p) {
+    for (const auto& param : p.params)
+      if (param.state.size() != p.state_keys.size())
+        throw FormatError("index: a universal parameter's state keys differ");
   }
 };
 template <>
 struct Fields<DeepSpeedTag> {
-  static void visit(auto& c, auto& d) { c(d.zero_stage, d.universal); }
+  static auto of(auto& d) { return std::tie(d.zero_stage, d.universal); }
 };
 template <>
 struct Fields<StateFile> {
-  static void visit(auto& c, auto& s) { c(s.path, s.value); }
+  static auto of(auto& s) { return std::tie(s.path, s.value); }
 };
 template <>
 struct Fields<ExtraFile> {
-  static void visit(auto& c, auto& e) { c(e.path, e.text, e.source); }
+  static auto of(auto& e) { return std::tie(e.path, e.text, e.source); }
 };
 template <>
 struct Fields<Tag> {
-  static void visit(auto& c, auto& t) {
-    c(t.name, t.dir, t.format, t.topology, t.models, t.states, t.deepspeed, t.state_files, t.side_files, t.extra_files,
-      t.files, t.notes);
+  static auto of(auto& t) {
+    return std::tie(t.name, t.dir, t.format, t.topology, t.models, t.states, t.deepspeed, t.state_files,
+                    t.side_files, t.extra_files, t.files, t.notes);
   }
 };
 template <>
 struct Fields<LeftOutTag> {
-  static void visit(auto& c, auto& l) { c(l.name, l.error); }
+  static auto of(auto& l) { return std::tie(l.name, l.error); }
 };
 template <>
 struct Fields<Checkpoint> {
-  static void visit(auto& c, auto& cp) {
-    c(cp.framework, cp.root, cp.latest, cp.tags, cp.side_files, cp.left_out, cp.in_progress);
+  static auto of(auto& cp) {
+    return std::tie(cp.framework, cp.root, cp.latest, cp.tags, cp.side_files, cp.left_out, cp.in_progress);
   }
 };
 

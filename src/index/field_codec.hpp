@@ -1,11 +1,13 @@
-// The index's encoding, generated from one description per struct: `Fields<T>::visit(c, t)` names T's
-// fields in order (`c(t.dp, t.tp, ...)`), and the same description runs the Encoder (t const) and the
-// Decoder (t mutable), so writing and reading cannot drift apart. Built in: bools, integers (range
-// checked), enums (bounded by kLastEnum), doubles, strings, paths, vectors, maps, pairs, optionals,
-// variants (index, then the alternative), shared pointers (an object shared by several holders is written
-// once, later uses by number: the decoded checkpoint shares what the parsed one shared). Types rebuilt by
-// a function rather than field by field (a File reopens and checks its identity, a polymorphic Native, a
-// BoxAssembly) describe a Wire type instead.
+// The index's encoding, generated from one description per struct: `Fields<T>::of(t)` ties T's fields in
+// order (`std::tie(t.dp, t.tp, ...)`), and the same description runs the Encoder (t const) and the Decoder
+// (t mutable), so writing and reading cannot drift apart; a description that leaves out a member of T does
+// not compile (it lists as many fields as T has members, counted: kListsEveryMember). Built in: bools,
+// integers (range checked), enums (bounded by kLastEnum), doubles, strings, paths, vectors, maps, pairs,
+// optionals, variants (index, then the alternative), shared pointers (an object shared by several holders is
+// written once, later uses by number: the decoded checkpoint shares what the parsed one shared). Types
+// rebuilt by a function rather than field by field (a File reopens and checks its identity, a polymorphic
+// Native, a BoxAssembly) describe a Wire type instead; a type made again whole when decoding (an open
+// descriptor) is kMadeAgain.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <typeindex>
 #include <unordered_map>
@@ -27,9 +30,8 @@
 
 namespace ckptfs::index {
 
-// Specialised per struct: `static void visit(auto& c, auto& t)`, calling c on every field, in order. A
-// visit may also call `c.check(f)`, run by the Decoder only once the fields are decoded, and
-// `c.convert(field, to_wire, from_wire)` for a field rebuilt from another value.
+// Specialised per struct: `static auto of(auto& t)`, returning std::tie of every member of T, in order;
+// optionally `static void check(const T& t)`, run by the Decoder once the fields are decoded.
 template <class T>
 struct Fields;
 
@@ -37,6 +39,16 @@ struct Fields;
 // `static W to(const T&)`, `static std::shared_ptr<...T> from(W&&)` (may throw FormatError).
 template <class T>
 struct Wire {};
+
+// Specialised true for a type the index keeps nothing of: its value is made again when the index is
+// loaded (an open descriptor, a store's client), so it has no Fields<T>, and decodes default-built.
+template <class T>
+inline constexpr bool kMadeAgain = false;
+
+// Specialised true for a type whose members cannot be counted, not being an aggregate (a pickle::Native
+// has virtual functions): its Fields<T> is not checked against its members.
+template <class T>
+inline constexpr bool kNotCounted = false;
 
 // The last enumerator of each enum the index holds: a decoded value above it is damage.
 template <class E>
@@ -50,7 +62,9 @@ template <template <class...> class Of, class... A>
 inline constexpr bool kIs<Of<A...>, Of> = true;
 
 template <class T>
-concept Wired = requires { typename Wire<T>::type; };
+concept Wired = requires {
+  typename Wire<T>::type;
+};
 
 template <class T>
 concept Signed = std::is_integral_v<T> && std::is_signed_v<T> && !std::is_same_v<T, bool>;
@@ -60,6 +74,39 @@ concept Unsigned = std::is_integral_v<T> && std::is_unsigned_v<T> && !std::is_sa
 // How a shared pointer starts: null, an object written here, or one written before (then its number).
 enum Reference : uint64_t { kNull = 0, kNew = 1, kSeen = 2 };
 
+// Converts to any type: an aggregate T is brace-initialised from as many of these as it has members.
+struct AnyMember {
+  template <class M>
+  operator M() const;  // (only named in unevaluated operands)
+};
+
+template <class T, class... A>
+constexpr size_t member_count() {
+  if constexpr (requires { T{A{}..., AnyMember{}}; })
+    return member_count<T, A..., AnyMember>();
+  else
+    return sizeof...(A);
+}
+
+template <class T>
+inline constexpr size_t kListed = std::tuple_size_v<decltype(Fields<T>::of(std::declval<T&>()))>;
+
+// Fields<T> names as many fields as T has members (those of a kNotCounted type are not counted).
+template <class T>
+inline constexpr bool kListsEveryMember = kNotCounted<T> || kListed<T> == member_count<T>();
+
+// The fields of `t` (const when encoding), checked to be every member of T.
+template <class T>
+auto fields_of(T& t) {
+  using U = std::remove_const_t<T>;
+  static_assert(kNotCounted<U> != std::is_aggregate_v<U>,
+                "a non-aggregate is kNotCounted (its members cannot be counted), an aggregate is counted");
+  static_assert(kListsEveryMember<U>,
+                "Fields<T>::of leaves out a member of T: list it (index_file.hpp's "
+                "kFormatVersion changes with what the index holds)");
+  return Fields<U>::of(t);
+}
+
 }  // namespace codec_detail
 
 class Encoder {
@@ -68,12 +115,6 @@ class Encoder {
   void operator()(const T&... v) {
     (one(v), ...);
   }
-  template <class T, class ToWire, class FromWire>
-  void convert(const T& v, ToWire to_wire, FromWire /*from_wire*/) {
-    one(to_wire(v));
-  }
-  template <class F>
-  void check(F&& /*on the decoded value*/) {}
   std::string take() { return std::move(out_.data()); }
 
  private:
@@ -106,8 +147,8 @@ class Encoder {
       std::visit([this](const auto& alternative) { one(alternative); }, v);
     } else if constexpr (kIs<T, std::shared_ptr>) {
       shared(v);
-    } else {
-      Fields<T>::visit(*this, v);
+    } else if constexpr (!kMadeAgain<T>) {
+      std::apply([this](const auto&... field) { (one(field), ...); }, fields_of(v));
     }
   }
 
@@ -145,16 +186,6 @@ class Decoder {
   template <class... T>
   void operator()(T&... v) {
     (one(v), ...);
-  }
-  template <class T, class ToWire, class FromWire>
-  void convert(T& v, ToWire /*to_wire*/, FromWire from_wire) {
-    std::remove_cvref_t<std::invoke_result_t<ToWire, const T&>> wire;
-    one(wire);
-    v = from_wire(std::move(wire));
-  }
-  template <class F>
-  void check(F&& f) {
-    f();
   }
   void finish() const {
     if (!in_.done()) in_.fail("bytes left after the end");
@@ -206,8 +237,9 @@ class Decoder {
       alternative(v, in_.index(std::variant_size_v<T>), std::make_index_sequence<std::variant_size_v<T>>());
     } else if constexpr (kIs<T, std::shared_ptr>) {
       shared(v);
-    } else {
-      Fields<T>::visit(*this, v);
+    } else if constexpr (!kMadeAgain<T>) {
+      std::apply([this](auto&... field) { (one(field), ...); }, fields_of(v));
+      if constexpr (requires { Fields<T>::check(v); }) Fields<T>::check(v);
     }
   }
 

@@ -17,7 +17,7 @@ struct DTypeInfo {
 };
 
 // clang-format off
-constexpr std::array<DTypeInfo, 19> kTable{{
+constexpr std::array<DTypeInfo, kDTypeCount> kTable{{
     {DType::F64, 8, true, "float64", "F64", "DoubleStorage", 19},
     {DType::F32, 4, true, "float32", "F32", "FloatStorage", 17},
     {DType::F16, 2, true, "float16", "F16", "HalfStorage", 13},
