@@ -148,7 +148,7 @@ class Encoder {
     } else if constexpr (kIs<T, std::shared_ptr>) {
       shared(v);
     } else if constexpr (!kMadeAgain<T>) {
-      std::apply([this](const auto&... field) { (one(field), ...); }, fields_of(v));
+      std::apply([&](const auto&... field) { (one(field), ...); }, fields_of(v));
     }
   }
 
@@ -238,7 +238,7 @@ class Decoder {
     } else if constexpr (kIs<T, std::shared_ptr>) {
       shared(v);
     } else if constexpr (!kMadeAgain<T>) {
-      std::apply([this](auto&... field) { (one(field), ...); }, fields_of(v));
+      std::apply([&](auto&... field) { (one(field), ...); }, fields_of(v));
       if constexpr (requires { Fields<T>::check(v); }) Fields<T>::check(v);
     }
   }
