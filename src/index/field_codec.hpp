@@ -144,7 +144,7 @@ class Encoder {
       if (v) one(*v);
     } else if constexpr (kIs<T, std::variant>) {
       out_.u64(v.index());
-      std::visit([this](const auto& alternative) { one(alternative); }, v);
+      std::visit([&](const auto& alternative) { one(alternative); }, v);
     } else if constexpr (kIs<T, std::shared_ptr>) {
       shared(v);
     } else if constexpr (!kMadeAgain<T>) {
@@ -245,7 +245,7 @@ class Decoder {
 
   template <class V, size_t... I>
   void alternative(V& v, size_t index, std::index_sequence<I...>) {
-    ((index == I ? (one(v.template emplace<I>()), true) : false) || ...);
+    static_cast<void>(((index == I ? (one(v.template emplace<I>()), true) : false) || ...));
   }
 
   template <class T>
