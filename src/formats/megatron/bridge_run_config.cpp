@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+
 #include "ckptfs/error.hpp"
 #include "ckptfs/io_tree.hpp"
 #include "formats/megatron/verl_layout.hpp"
@@ -51,6 +53,21 @@ class ModelSection {
   }
   std::string text(const char* key, std::string fallback) const {
     return has(key) ? as<std::string>(key, "a string") : fallback;
+  }
+  // moe_layer_freq: an int or a list of 0s and 1s, expanded over the layers (a string pattern, which Megatron
+  // evaluates as Python, is refused: nothing from a config is executed)
+  std::vector<int> moe_layer_pattern(const char* key, int64_t num_layers) const {
+    const YAML::Node node = model_[key];
+    std::vector<int> pattern;
+    try {
+      pattern = node.IsSequence() ? megatron::moe_layer_pattern(node.as<std::vector<int64_t>>(), num_layers)
+                                  : megatron::moe_layer_pattern(node.as<int64_t>(), num_layers);
+    } catch (const YAML::Exception&) {
+    }
+    if (pattern.empty())
+      fail(key,
+           fmt::format("expected a positive integer or a list of {} 0s and 1s (one per layer)", num_layers));
+    return pattern;
   }
   // A Python object the config names by its import path: {_target_: torch.nn.functional.silu, _call_: false}.
   std::string target(const char* key) const {
@@ -126,11 +143,15 @@ ModelArgs read_model_config(const YAML::Node& section, const fs::path& run_confi
   a.num_experts = m.has("num_moe_experts") ? m.positive("num_moe_experts") : 0;
   a.moe_ffn_hidden = m.positive("moe_ffn_hidden_size", a.ffn_hidden);
   a.moe_topk = m.positive("moe_router_topk", 2);
-  a.moe_every_layer = !m.has("moe_layer_freq") || m.text("moe_layer_freq", "1") == "1";
+  if (m.has("moe_layer_freq") && a.num_experts > 0) {
+    a.moe_layer_pattern = m.moe_layer_pattern("moe_layer_freq", a.num_layers);
+    a.moe_every_layer = std::ranges::count(a.moe_layer_pattern, 0) == 0;
+  }
   a.moe_pre_softmax = m.flag("moe_router_pre_softmax", false);
   a.moe_softmax = m.text("moe_router_score_function", "softmax") == "softmax";
   a.moe_expert_bias = m.flag("moe_router_enable_expert_bias", false);
   a.moe_shared_ffn = m.integer("moe_shared_expert_intermediate_size", 0);
+  a.moe_shared_gate = m.flag("moe_shared_expert_gate", false);
   a.moe_aux_loss_coeff = m.number("moe_aux_loss_coeff", 0.0);
   a.qk_layernorm = m.flag("qk_layernorm", false);
   // SwiGLU: a gated linear unit of SiLU (TransformerConfig's gated_linear_unit + activation_func)

@@ -37,9 +37,10 @@ constexpr const char* kQwen3Moe = R"(  num_layers: 2
 )";
 
 TEST(BridgeRunConfig, ModelSectionAsMegatronArgs) {
-  const auto config = run_config(std::string(kQwen3Moe) + "  should_pad_vocab: true\n" +
-                         "  transformer_impl: transformer_engine\n  transformer_layer_spec:\n    _call_: false\n"
-                         "    _target_: megatron.bridge.models.gpt_provider.local_layer_spec\n");
+  const auto config =
+      run_config(std::string(kQwen3Moe) + "  should_pad_vocab: true\n" +
+                 "  transformer_impl: transformer_engine\n  transformer_layer_spec:\n    _call_: false\n"
+                 "    _target_: megatron.bridge.models.gpt_provider.local_layer_spec\n");
   const ModelArgs a = read_bridge_model_config(config.path());
   EXPECT_EQ(a.tp, 2);
   EXPECT_EQ(a.padded_vocab, 256);  // 250 up to a multiple of 128 x TP 2
@@ -72,6 +73,32 @@ TEST(BridgeRunConfig, WrongFieldsNameTheFileAndField) {
     EXPECT_NE(std::string(e.what()).find(config.path().string() + ": model.num_layers: expected an integer"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// moe_layer_freq as Bridge's dataclass holds it: an int (every n-th layer) or a list (a 0 or 1 per layer);
+// the string form Megatron evaluates as Python is refused, never evaluated
+TEST(BridgeRunConfig, MoeLayerFrequencyAsIntOrList) {
+  const ModelArgs every_second =
+      read_bridge_model_config(run_config(std::string(kQwen3Moe) + "  moe_layer_freq: 2\n").path());
+  EXPECT_EQ(every_second.moe_layer_pattern, (std::vector<int>{1, 0}));
+  EXPECT_FALSE(every_second.moe_every_layer);
+  const ModelArgs listed = read_bridge_model_config(
+      run_config(std::string(kQwen3Moe) + "  moe_layer_freq: [0, 1]\n  moe_shared_expert_gate: true\n")
+          .path());
+  EXPECT_EQ(listed.moe_layer_pattern, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(listed.moe_shared_gate);
+  for (const char* freq : {"\"([0]+[1]*1)\"", "[1, 1, 1]", "0"}) {
+    const auto config = run_config(std::string(kQwen3Moe) + "  moe_layer_freq: " + freq + "\n");
+    try {
+      read_bridge_model_config(config.path());
+      ADD_FAILURE() << freq << ": no error";
+    } catch (const FormatError& e) {
+      EXPECT_NE(
+          std::string(e.what()).find(": model.moe_layer_freq: expected a positive integer or a list of 2"),
+          std::string::npos)
+          << e.what();
+    }
   }
 }
 
@@ -112,7 +139,8 @@ TEST(NemoModelYaml, MissingConfigOrFieldNamesTheFile) {
     read_nemo_model_config(no_layers.path());
     FAIL() << "no error";
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find(": config.num_layers: missing: NeMo 2 saves"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(": config.num_layers: missing: NeMo 2 saves"), std::string::npos)
+        << e.what();
   }
 }
 
