@@ -194,3 +194,37 @@ def test_what_the_converter_refuses_has_no_gguf_file(chroot_dir, staged, ckptfs_
         assert not os.path.exists(os.path.join(mnt, "gguf")), "gguf/ for a pre-tokenizer the converter refuses"
     inspect = H.run([ckptfs_bin, "inspect", src])
     assert "note: no gguf/" in inspect.stdout and why in inspect.stdout, H.describe(inspect)
+
+
+def write_hf_dir(path, tokenizer_config):
+    """A Llama-named one-tensor HF dir (safetensors written by hand) with the side files the gguf/ view reads."""
+    os.makedirs(path)
+    header = json.dumps({"model.embed_tokens.weight": {"dtype": "F32", "shape": [4, 2], "data_offsets": [0, 32]}})
+    header += " " * (-len(header) % 8)
+    with open(os.path.join(path, "model.safetensors"), "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header.encode() + bytes(range(32)))
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 4, "hidden_size": 2,
+              "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 2,
+              "max_position_embeddings": 8, "rms_norm_eps": 1e-6}
+    for name, value in (("config.json", config), ("tokenizer.json", {"model": {"type": "BPE", "vocab": [1]}}),
+                        ("tokenizer_config.json", tokenizer_config)):
+        with open(os.path.join(path, name), "w") as f:
+            json.dump(value, f)
+
+
+@pytest.mark.parametrize("tokenizer_config, why", [
+    ([], "tokenizer_config.json is not a JSON object"),
+    ({"tokenizer_class": "PreTrainedTokenizerFast"}, "tokenizer.json"),
+], ids=["not an object", "fields of other types"])
+def test_malformed_side_files_cost_only_gguf(ckptfs_bin, tmp_path, tokenizer_config, why):
+    """JSON side files the converter would choke on leave the model's views served (no gguf/, inspect says why),
+    never an internal error."""
+    src = str(tmp_path / "hf")
+    write_hf_dir(src, tokenizer_config)
+    with mounted(ckptfs_bin, src, str(tmp_path / "mnt")) as m:
+        model = H.read_safetensors(os.path.join(m, "model.safetensors"))
+        assert model["model.embed_tokens.weight"].numpy().tobytes() == bytes(range(32))
+        assert not os.path.exists(os.path.join(m, "gguf"))
+    inspect = H.run([ckptfs_bin, "inspect", src])
+    H.assert_ok(inspect)
+    assert "note: no gguf/" in inspect.stdout and why in inspect.stdout, inspect.stdout

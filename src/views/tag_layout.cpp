@@ -85,7 +85,13 @@ std::optional<views::gguf::GgufViews> gguf_views(const Tag& tag, const ShardOpti
   const ViewRole role = tag.has(ViewRole::hf) ? ViewRole::hf : ViewRole::model;
   if (!tag.has(role)) return std::nullopt;
   const auto& catalog = tag.catalog(role);
-  auto dir = hf_directory(tag);
+  // gguf/ never costs the tag its other views: a side file that cannot be read is its refusal
+  views::gguf::HfDirectory dir;
+  try {
+    dir = hf_directory(tag);
+  } catch (const Error& e) {
+    return views::gguf::GgufViews{{}, e.what()};
+  }
   if (!dir.has("config.json")) return std::nullopt;
   if (catalog->total_bytes() > shards.max_shard_size)
     return views::gguf::GgufViews{

@@ -170,6 +170,9 @@ GgufViews make_gguf_views(const std::shared_ptr<const catalog::Catalog>& hf, con
   } catch (const Refusal& e) {
     out.files.clear();
     out.refusal = e.what();
+  } catch (const json::exception& e) {  // a field of another JSON type than the converter reads
+    out.files.clear();
+    out.refusal = fmt::format("a field of the model's JSON files has an unexpected type: {}", e.what());
   }
   return out;
 }
