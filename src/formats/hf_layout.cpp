@@ -7,6 +7,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io_tree.hpp"
+#include "formats/json_file.hpp"
 
 namespace ckptfs::formats {
 
@@ -14,7 +15,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
 // Bounds on what a config.json may ask for (the file is untrusted): each size, each parameter's elements and
 // the number of parameters, far above any real model, so that neither a product overflows nor the table grows
 // without bound.
@@ -292,15 +292,7 @@ HfLayout layout_of(HfFamily family, const HfDims& dims) {
 }
 
 std::variant<HfLayout, std::string> layout_from_config(const fs::path& config_json) {
-  const auto text = io::read_small_file(config_json, kMaxConfigBytes);
-  if (!text) throw SourceError(fmt::format("{}: cannot read", config_json.string()));
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(*text);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(fmt::format("{}: not JSON ({})", config_json.string(), e.what()));
-  }
-  if (!json.is_object()) throw FormatError(fmt::format("{}: not a JSON object", config_json.string()));
+  const nlohmann::json json = read_json_object(config_json);
   const ConfigFields fields(json, config_json);
   // save_pretrained of a bare config (no model) writes model_type without architectures: the causal LM of
   // that type is meant
