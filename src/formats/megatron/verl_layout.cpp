@@ -71,18 +71,18 @@ std::vector<fs::path> verl_megatron_steps(const fs::path& run) {
 
 HfModelConfig read_hf_model_config(const fs::path& config_json) {
   if (!io::is_file(config_json))
-    throw FormatError(fmt::format("{}: missing (verl saves the model's HF config there)", config_json.string()));
+    throw FormatError(
+        fmt::format("{}: missing (verl saves the model's HF config there)", config_json.string()));
   const nlohmann::json json = formats::read_json_object(config_json);
   HfModelConfig c;
   c.vocab_size = positive(json, "vocab_size", config_json);
   c.max_positions = positive(json, "max_position_embeddings", config_json);
-  const auto& rope = json.contains("rope_parameters") && json["rope_parameters"].is_object()
-                         ? json["rope_parameters"]
-                         : json;
-  c.rope_theta =
-      field<double>(rope, "rope_theta", &nlohmann::json::is_number, "a number", config_json)
-          .value_or(field<double>(json, "rope_theta", &nlohmann::json::is_number, "a number", config_json)
-                        .value_or(c.rope_theta));
+  // transformers 5 writes rope_theta inside rope_parameters, earlier versions at the top
+  const bool nested = json.contains("rope_parameters") && json["rope_parameters"].is_object() &&
+                      json["rope_parameters"].contains("rope_theta");
+  c.rope_theta = field<double>(nested ? json["rope_parameters"] : json, "rope_theta",
+                               &nlohmann::json::is_number, "a number", config_json)
+                     .value_or(c.rope_theta);
   c.tied_embeddings =
       field<bool>(json, "tie_word_embeddings", &nlohmann::json::is_boolean, "true or false", config_json)
           .value_or(c.tied_embeddings);
