@@ -580,7 +580,8 @@ bool is_tokenizer_file(const std::string& name) {
 
 }  // namespace
 
-void add_hf_view(Tag& tag, const ModelArgs& args, const std::vector<std::vector<fs::path>>& side_files) {
+void add_hf_view(Tag& tag, const ModelArgs& args, const std::vector<std::vector<fs::path>>& side_files,
+                 const std::optional<fs::path>& stack_config) {
   const auto [family, why] = family_of(args);
   if (family == nullptr) {
     tag.notes.push_back("no hf/ view: " + why);
@@ -609,7 +610,10 @@ void add_hf_view(Tag& tag, const ModelArgs& args, const std::vector<std::vector<
   tag.notes.push_back(fmt::format("hf/: the model as Hugging Face's {} ({})",
                                   config["architectures"][0].get<std::string>(),
                                   config["model_type"].get<std::string>()));
-  tag.extra_files.push_back({.path = "hf/config.json", .text = config.dump(2) + "\n", .source = {}});
+  if (stack_config)
+    tag.extra_files.push_back({.path = "hf/config.json", .text = {}, .source = *stack_config});
+  else
+    tag.extra_files.push_back({.path = "hf/config.json", .text = config.dump(2) + "\n", .source = {}});
   std::map<std::string, fs::path> tokenizer;  // a later list (the iteration dir) wins
   for (const auto& list : side_files)
     for (const auto& f : list)

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "ckptfs/checkpoint.hpp"
@@ -15,8 +16,11 @@ namespace ckptfs::megatron {
 
 // Adds catalog "hf" and the hf/ extra files to `tag` (whose "model" catalog is the merged model) when the
 // model is one Hugging Face can load under these names; otherwise adds a note saying why not.
-// `side_files`: files beside the checkpoint (save dir, then iteration dir: a later one wins).
+// `side_files`: files beside the checkpoint (save dir, then iteration dir: a later one wins). `stack_config`:
+// the HF config.json a stack saved beside the checkpoint (verl's huggingface/), served as hf/config.json in
+// place of the one built from the args.
 void add_hf_view(Tag& tag, const ModelArgs& args,
-                 const std::vector<std::vector<std::filesystem::path>>& side_files);
+                 const std::vector<std::vector<std::filesystem::path>>& side_files,
+                 const std::optional<std::filesystem::path>& stack_config);
 
 }  // namespace ckptfs::megatron

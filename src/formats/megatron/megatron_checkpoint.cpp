@@ -170,13 +170,6 @@ std::string verl_tag_name(const fs::path& role) {
   return formats::verl::is_step_name(step) ? step : role.filename().string();
 }
 
-// hf/config.json as the stack saved it (verl keeps the model's HF config beside the checkpoint), in place of
-// the one built from the model's args.
-void serve_stack_hf_config(Tag& tag, const fs::path& config) {
-  for (auto& f : tag.extra_files)
-    if (f.path == "hf/config.json") f = {.path = f.path, .text = {}, .source = config};
-}
-
 // The layers with a router (MoE layers), for inspect's expert count.
 int64_t moe_layers(const catalog::Catalog& model) {
   return std::count_if(model.tensors.begin(), model.tensors.end(),
@@ -256,8 +249,7 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
             const auto found = formats::side_files(d, [](const std::string&) { return false; });
             tokenizer.insert(tokenizer.end(), found.begin(), found.end());
           }
-        add_hf_view(it.tag, it.args, {root_side_files, it.tag.side_files, tokenizer});
-        if (where.hf_config && it.tag.has(ViewRole::hf)) serve_stack_hf_config(it.tag, *where.hf_config);
+        add_hf_view(it.tag, it.args, {root_side_files, it.tag.side_files, tokenizer}, where.hf_config);
         it.tag.notes.insert(it.tag.notes.end(), where.notes.begin(), where.notes.end());
         for (const auto& t : it.tag.catalog(ViewRole::model)->tensors)
           if (dtype_is_floating(t.dtype)) {
