@@ -192,8 +192,12 @@ def test_what_the_converter_refuses_has_no_gguf_file(chroot_dir, staged, ckptfs_
     assert proc.returncode != 0 and error in proc.stdout + proc.stderr, H.describe(proc)
     with mounted(ckptfs_bin, src, mnt):
         assert not os.path.exists(os.path.join(mnt, "gguf")), "gguf/ for a pre-tokenizer the converter refuses"
+        with open(os.path.join(mnt, "ckptfs.json")) as f:
+            assert why in json.load(f)["tags"][0]["gguf_refused"]
     inspect = H.run([ckptfs_bin, "inspect", src])
     assert "note: no gguf/" in inspect.stdout and why in inspect.stdout, H.describe(inspect)
+    described = json.loads(H.run([ckptfs_bin, "inspect", "--json", src]).stdout)
+    assert why in described["tags"][0]["gguf_refused"], described["tags"][0]
 
 
 def write_hf_dir(path, tokenizer_config):

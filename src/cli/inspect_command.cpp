@@ -36,7 +36,11 @@ void print_text(const Checkpoint& cp, bool tensors) {
   for (const auto& l : cp.left_out) fmt::print("left out:   tag {}: {}\n", l.name, l.error);
   for (const auto& t : cp.in_progress)
     fmt::print("in progress: tag {}: its save is not complete (a mount serves it once it is: docs/mount.md#live-runs)\n", t);
-  for (const auto& tag : cp.tags) {
+  std::vector<std::vector<ViewFile>> views;
+  for (const auto& tag : cp.tags) views.push_back(tag_views(tag));
+  const auto refusals = gguf_refusals(cp, views);
+  for (size_t i = 0; i < cp.tags.size(); ++i) {
+    const Tag& tag = cp.tags[i];
     const auto& t = tag.topology;
     fmt::print("\ntag {}  ({})\n", tag.name, tag.dir.string());
     fmt::print("  format:     {}\n", tag.format);
@@ -51,12 +55,12 @@ void print_text(const Checkpoint& cp, bool tensors) {
     for (const auto& [name, c] : catalogs) fmt::print(" {} {},", c->tensors.size(), name);
     fmt::print(" ({} source files)\n", tag.files.size());
     fmt::print("  views (mounted, or one streamed by `ckptfs cat SRC PATH`):\n");
-    for (const auto& v : summarize_views(tag_views(tag), true)) {
+    for (const auto& v : summarize_views(views[i], true)) {
       const std::string files = v.files == 1 ? "" : fmt::format(" in {} files", v.files);
       fmt::print("    {:<37} {:>16} bytes{}, reads {} of the sources\n", v.path, v.bytes, files, *v.source_bytes);
     }
     for (const auto& note : tag.notes) fmt::print("  note: {}\n", note);
-    if (const auto why = gguf_refusal(tag)) fmt::print("  note: no gguf/ (docs/formats/gguf.md): {}\n", *why);
+    if (const auto& why = refusals[i]) fmt::print("  note: no gguf/ (docs/formats/gguf.md): {}\n", *why);
     if (tensors)
       for (const auto& [name, c] : catalogs) print_tensors(*c, name);
   }

@@ -76,7 +76,8 @@ VirtualTree build_tree(const Checkpoint& checkpoint, const TreeOptions& options)
     builder.add_file(mount_path, views::make_passthrough(file), access.file({file}));
   }
 
-  nlohmann::json info = describe_checkpoint(checkpoint, false, views);
+  nlohmann::json info =
+      describe_checkpoint(checkpoint, false, views, gguf_refusals(checkpoint, views, shards, options.gguf));
   info["root_tag"] = latest.name;
   info["renamed_side_files"] = std::move(renamed);
   if (!options.live.is_null()) info["live"] = options.live;

@@ -2,6 +2,8 @@
 
 #include "ckptfs/layout.hpp"
 
+#include <algorithm>
+
 namespace ckptfs {
 
 namespace {
@@ -19,11 +21,24 @@ nlohmann::json describe_tensors(const catalog::Catalog& c) {
 nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors) {
   std::vector<std::vector<ViewFile>> views;
   for (const auto& tag : cp.tags) views.push_back(tag_views(tag));
-  return describe_checkpoint(cp, with_tensors, views, true);
+  return describe_checkpoint(cp, with_tensors, views, gguf_refusals(cp, views), true);
+}
+
+std::vector<std::optional<std::string>> gguf_refusals(const Checkpoint& cp,
+                                                      const std::vector<std::vector<ViewFile>>& views,
+                                                      const ShardOptions& shards, const GgufOptions& gguf) {
+  std::vector<std::optional<std::string>> out;
+  for (size_t i = 0; i < cp.tags.size(); ++i) {
+    // A tag that serves gguf/ has nothing to say; only one without asks the view why.
+    const bool served = std::ranges::any_of(views.at(i), [](const ViewFile& v) { return v.path.starts_with("gguf/"); });
+    out.push_back(served ? std::nullopt : gguf_refusal(cp.tags[i], shards, gguf));
+  }
+  return out;
 }
 
 nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
-                                   const std::vector<std::vector<ViewFile>>& views, bool with_reads) {
+                                   const std::vector<std::vector<ViewFile>>& views,
+                                   const std::vector<std::optional<std::string>>& gguf_refused, bool with_reads) {
   nlohmann::json j;
   j["source"] = cp.root.string();
   j["framework"] = cp.framework;
@@ -54,6 +69,7 @@ nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
     }
     jt["source_files"] = tag.files.size();
     jt["notes"] = tag.notes;
+    if (const auto& why = gguf_refused.at(i)) jt["gguf_refused"] = *why;  // docs/formats/gguf.md
     if (with_tensors)
       for (const auto& [name, c] : catalogs) jt["tensors"][name] = describe_tensors(*c);
     j["tags"].push_back(std::move(jt));
