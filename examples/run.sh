@@ -4,7 +4,8 @@
 # unmount; then inspect the bundled universal checkpoint (written by DeepSpeed's ds_to_universal), the
 # bundled PyTorch DCP checkpoint (written by torch.distributed.checkpoint), the lone torch.save file and
 # the bundled Megatron-LM TP2 x PP2 save dir, the bundled verl FSDP2 save dir and the others (MoE, HF
-# storage, FSDP per-rank, Megatron-Bridge).
+# storage, FSDP per-rank, Megatron-Bridge, gguf/ for llama.cpp, whose llama-completion runs on the mount where
+# llama.cpp is installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The tests run this script against an existing binary (CKPTFS_BIN) and skip the set-up.
@@ -58,3 +59,16 @@ echo "\$ ckptfs inspect examples/fsdp-local-llama-ws2"
 "$bin" inspect examples/fsdp-local-llama-ws2
 echo "\$ ckptfs inspect examples/megatron-bridge-qwen3moe-ep2"
 "$bin" inspect examples/megatron-bridge-qwen3moe-ep2
+echo "\$ ckptfs inspect examples/fsdp-llama-gguf"
+"$bin" inspect examples/fsdp-llama-gguf
+# llama.cpp straight from a training checkpoint's mount (gguf/), where llama.cpp is installed (Debian 13 and
+# later: apt-get install llama.cpp-tools)
+if command -v llama-completion >/dev/null; then
+  fusermount3 -u "$mnt"
+  "$bin" examples/fsdp-llama-gguf "$mnt"
+  echo "\$ llama-completion -m $mnt/gguf/Hf-805K-BF16.gguf -p 'Hello world' -n 8 --temp 0"
+  llama-completion -m "$mnt/gguf/Hf-805K-BF16.gguf" -p "Hello world" -n 8 --temp 0 -no-cnv --no-warmup 2>/dev/null
+  echo
+else
+  echo "(llama.cpp is not installed: llama-completion -m MNT/gguf/Hf-805K-BF16.gguf is the next step, docs/formats/gguf.md)"
+fi

@@ -92,11 +92,11 @@ def make_case(root, host, inside, spec):
     return os.path.join(host, "src"), f"{inside}/src"
 
 
-def converter_files(root, host, inside, mnt):
-    """The converter's outputs for a directory named hf holding the mount's files: {name: host path}."""
+def converter_files(root, host, inside, mnt, files=REFERENCE_FILES):
+    """The converter's outputs for a directory named hf holding the mount's `files`: {name: host path}."""
     ref = os.path.join(host, "ref", "hf")
     os.makedirs(ref)
-    for f in REFERENCE_FILES:
+    for f in files:
         shutil.copy(os.path.join(mnt, f), ref)
     out = os.path.join(host, "out")
     os.makedirs(out)
@@ -232,3 +232,23 @@ def test_malformed_side_files_cost_only_gguf(ckptfs_bin, tmp_path, tokenizer_con
     inspect = H.run([ckptfs_bin, "inspect", src])
     H.assert_ok(inspect)
     assert "note: no gguf/" in inspect.stdout and why in inspect.stdout, inspect.stdout
+
+
+EXAMPLE = os.path.join(os.path.dirname(HERE), "examples", "fsdp-llama-gguf")
+
+
+def test_bundled_example_is_the_converters(chroot_dir, staged, ckptfs_bin):
+    """examples/fsdp-llama-gguf: real FSDP1 rank files of a Llama (torch 2.14) beside its config.json and GPT-2's
+    real tokenizer, as saved by transformers: every gguf/ file is the converter's and llama.cpp runs on it as on
+    the converter's file (what examples/run.sh shows where llama.cpp is installed)."""
+    root = require_converter(chroot_dir)
+    host, inside, mnt, mnt_inside = staged("gguf-example")
+    with mounted(ckptfs_bin, EXAMPLE, mnt):
+        reference = converter_files(root, host, inside, mnt,
+                                    ["model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"])
+        ours = sorted(os.listdir(os.path.join(mnt, "gguf")))
+        assert ours == sorted(reference) and "Hf-805K-BF16.gguf" in ours, ours
+        for n in ours:
+            assert filecmp.cmp(os.path.join(mnt, "gguf", n), reference[n], shallow=False), f"{n} differs"
+        theirs = completion(root, f"{inside}/out/Hf-805K-BF16.gguf")
+        assert theirs.strip() and completion(root, f"{mnt_inside}/gguf/Hf-805K-BF16.gguf") == theirs

@@ -83,6 +83,11 @@ CASES = {
     "trainer_llama_ws2_fp32_orig": dict(FSDP1, **LLAMA, kind="trainer", ws=2, orig=True,
                                         naming="pytorch_model_fsdp_rank{r}.bin", steps=[2, 4], seed=33,
                                         features=["align_pad", "empty_piece"]),
+    # the bundled gguf/ example (examples/fsdp-llama-gguf): a bf16 Llama with GPT-2's 50,257-token vocabulary (the
+    # smallest real tokenizer), as small as the vocabulary allows: hidden 8, 2 layers
+    "fsdp1_llama_ws2_bf16_gguf_example": dict(FSDP1, **dict(LLAMA, vocab=50257, hidden=8, inter=16, heads=2, kv=1,
+                                                            head_dim=4), ws=2, dtype="bfloat16", seed=35,
+                                              features=[]),
     # FSDP2 fully_shard (each decoder layer, then the root), DTensors per rank under two namings, fp32 kept
     "fsdp2_qwen2_ws3_fp32_rankpt": dict(FSDP1, **QWEN2, kind="fsdp2", ws=3, naming="rank{r}.pt", seed=41,
                                         features=[]),
