@@ -118,28 +118,8 @@ record param_bytes "$param_bytes" "float32 parameters"
 echo
 
 # ---- the runs -------------------------------------------------------------------------------------------
-stat_of() { awk -v k="$2" '$1 == k ":" { print $2 }' "/proc/$1/status"; }  # PID KEY: KiB
-cpu_of() { awk '{ print $14, $15 }' "/proc/$1/stat"; }  # PID: user and system clock ticks
-cpu_since() {  # PID "USER SYSTEM" (cpu_of before): "USER SYSTEM" seconds since
-  awk -v h="$(getconf CLK_TCK)" -v b="$2" '{ split(b, t, " "); printf "%.2f %.2f\n", ($14 - t[1]) / h, ($15 - t[2]) / h }' \
-    "/proc/$1/stat"
-}
-# ckptfs -f in the background of this shell; sets ck_pid and mount_s (seconds until live)
-mount_ckptfs() {
-  local t0=$EPOCHREALTIME n=0
-  fresh_dir "$mnt"
-  "$bin" "$ckpt" "$mnt" -f -o index_cache=off 2>>"$log" &
-  ck_pid=$!
-  pids+=("$ck_pid")
-  while ! is_mounted "$mnt"; do
-    if ! kill -0 "$ck_pid" 2>/dev/null || [ $((n += 1)) -gt 6000 ]; then echo "no mount (log: $log)" >&2; return 1; fi
-    sleep 0.01
-  done
-  mount_s=$(since "$t0")
-}
 views=(model.safetensors fp32/pytorch_model.bin)
-declare -A res  # "FIGURE" -> the repetitions' values, space-separated
-add() { res[$1]="${res[$1]:-}${res[$1]:+ }$2"; }
+declare -A res  # "FIGURE" -> the repetitions' values, space-separated (add, summary, med: lib_bench.sh)
 for ((rep = 1; rep <= repeat; rep++)); do
   cat "${ranks[@]}" >/dev/null
   add resident_before "$(resident)"
@@ -148,7 +128,7 @@ for ((rep = 1; rep <= repeat; rep++)); do
   add cat "$cat_gbs"
   record "rep$rep.cat_s" "$t" "the rank files, page cache"
   for view in "${views[@]}"; do
-    mount_ckptfs
+    mount_ckptfs "$ckpt" "$mnt" "$log"
     rss0=$(stat_of "$ck_pid" VmRSS)
     bytes=$(size_of "$mnt/$view")
     ra=$(readahead_of "$mnt")
@@ -194,12 +174,6 @@ done
 echo
 
 # ---- medians ------------------------------------------------------------------------------------------
-summary() {  # FIGURE [DECIMALS]: "MEDIAN [MIN-MAX]" of its repetitions
-  tr ' ' '\n' <<<"${res[$1]}" | sort -g | awk -v d="${2:-2}" '{ v[NR] = $1 }
-    END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-          printf "%." d "f [%." d "f-%." d "f]", m, v[1], v[NR] }'
-}
-med() { summary "$@" | cut -d' ' -f1; }
 echo "medians of $repeat repetitions [min-max]; GB/s of each file's own bytes; ratios to cat within a repetition"
 echo "cat of the ${#ranks[@]} rank files > /dev/null (page cache; $(gb "$(med resident_before 0)") of" \
   "$(gb "$rank_bytes") resident before):  $(summary cat) GB/s"

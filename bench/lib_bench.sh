@@ -140,3 +140,35 @@ find_chroot() {
   fi
   chroot_dir=$(realpath "$chroot_dir")
 }
+
+stat_of() { awk -v k="$2" '$1 == k ":" { print $2 }' "/proc/$1/status"; }  # PID KEY: KiB
+cpu_of() { awk '{ print $14, $15 }' "/proc/$1/stat"; }  # PID: user and system clock ticks
+cpu_since() {  # PID "USER SYSTEM" (cpu_of before): "USER SYSTEM" seconds since
+  awk -v h="$(getconf CLK_TCK)" -v b="$2" '{ split(b, t, " "); printf "%.2f %.2f\n", ($14 - t[1]) / h, ($15 - t[2]) / h }' \
+    "/proc/$1/stat"
+}
+
+# ckptfs -f on SRC at MNT in the background of this shell, its stderr appended to LOG, listed in the caller's
+# pids array; sets ck_pid and mount_s (seconds until live)
+mount_ckptfs() {  # SRC MNT LOG [OPTIONS...]
+  local t0=$EPOCHREALTIME n=0 src=$1 mnt=$2 log=$3
+  shift 3
+  fresh_dir "$mnt"
+  "$bin" "$src" "$mnt" -f -o index_cache=off "$@" 2>>"$log" &
+  ck_pid=$!
+  pids+=("$ck_pid")
+  while ! is_mounted "$mnt"; do
+    if ! kill -0 "$ck_pid" 2>/dev/null || [ $((n += 1)) -gt 6000 ]; then echo "no mount (log: $log)" >&2; return 1; fi
+    sleep 0.01
+  done
+  mount_s=$(since "$t0")
+}
+
+# Repeated figures in the caller's associative array res: "FIGURE" -> the repetitions' values, space-separated
+add() { res[$1]="${res[$1]:-}${res[$1]:+ }$2"; }
+summary() {  # FIGURE [DECIMALS]: "MEDIAN [MIN-MAX]" of its repetitions
+  tr ' ' '\n' <<<"${res[$1]}" | sort -g | awk -v d="${2:-2}" '{ v[NR] = $1 }
+    END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+          printf "%." d "f [%." d "f-%." d "f]", m, v[1], v[NR] }'
+}
+med() { summary "$@" | cut -d' ' -f1; }

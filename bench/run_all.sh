@@ -281,6 +281,7 @@ else
 fi
 run_bench megatron_bench 1800 bash bench/megatron_bench.sh "$work"
 run_bench fsdp_local_bench 900 bash bench/fsdp_local_bench.sh "$work"
+run_bench gguf_bench 900 bash bench/gguf_bench.sh "$work"
 run_bench rank_sweep 2400 bash bench/run_all.sh --rank-sweep "$work"
 run_bench latency_bench 1800 bash bench/latency_bench.sh "$work" 2
 run_bench scale_bench 2400 bash bench/scale_bench.sh "$work"
