@@ -13,6 +13,7 @@
 #include "ckptfs/error.hpp"
 #include "views/gguf/gguf_kv.hpp"
 #include "views/gguf/gguf_numbers.hpp"
+#include "views/gguf/verbatim_rows.hpp"
 
 namespace ckptfs::views::gguf {
 
@@ -54,14 +55,11 @@ class ElementReader {
 
   void read_from(const SourceRows& s, uint64_t first, uint64_t count, float* out) const {
     if (s.permute_heads == 0) return read_flat(*s.tensor, first, count, out);
-    // Llama's Q/K permutation moves whole rows: out row h*hd + 2i + j is source row h*hd + j*hd/2 + i
-    const uint64_t cols = t_.ne.size() > 1 ? t_.ne[0] : 1;
-    const uint64_t rows = t_.numel() / cols, head_rows = rows / s.permute_heads, half = head_rows / 2;
+    // Llama's Q/K permutation moves whole rows
+    const uint64_t cols = t_.ne.size() > 1 ? t_.ne[0] : 1, rows = t_.numel() / cols;
     while (count > 0) {
       const uint64_t row = first / cols, col = first % cols, n = std::min(count, cols - col);
-      const uint64_t in_head = row % head_rows;
-      const uint64_t source_row = row - in_head + (in_head % 2) * half + in_head / 2;
-      read_flat(*s.tensor, source_row * cols + col, n, out);
+      read_flat(*s.tensor, permuted_source_row(row, rows, s.permute_heads) * cols + col, n, out);
       first += n, count -= n, out += n;
     }
   }
@@ -74,6 +72,14 @@ class ElementReader {
     thread_local std::vector<std::byte> narrow;
     narrow.resize(count * size);
     catalog::read_tensor(tensor, first * size, narrow);
+    if (tensor.dtype == DType::F16) {  // the converter keeps F16 and widens it with numpy: NaNs not quieted
+      for (uint64_t i = 0; i < count; ++i) {
+        uint16_t h;
+        std::memcpy(&h, narrow.data() + 2 * i, 2);
+        out[i] = std::bit_cast<float>(f16_to_f32(h));
+      }
+      return;
+    }
     catalog::convert(tensor.dtype, DType::F32, narrow,
                      std::span<std::byte>(reinterpret_cast<std::byte*>(out), count * 4));
   }
@@ -88,6 +94,7 @@ void put_u16(std::byte* out, uint16_t v) {
 
 // Bytes [offset, offset + dst.size()) of tensor `t`'s data (without its padding).
 void read_data(const GgufTensor& t, uint64_t offset, std::span<std::byte> dst) {
+  if (const SourceRows* rows = verbatim_rows(t)) return read_verbatim(t, *rows, offset, dst);
   thread_local std::vector<float> values;
   thread_local std::vector<std::byte> encoded;
   const ElementReader reader(t);
@@ -97,8 +104,9 @@ void read_data(const GgufTensor& t, uint64_t offset, std::span<std::byte> dst) {
   const uint64_t skip = offset % unit;
   uint64_t done = 0;
   while (done < dst.size()) {
+    const uint64_t from = done == 0 ? skip : 0;  // bytes of the first unit before the read (first step only)
     const uint64_t units =
-        std::min(kStepElements / unit_elements, (skip + dst.size() - done + unit - 1) / unit);
+        std::min(kStepElements / unit_elements, (from + dst.size() - done + unit - 1) / unit);
     values.resize(units * unit_elements);
     encoded.resize(units * unit);
     reader.read(unit_index * unit_elements, values.size(), values.data());
@@ -122,7 +130,6 @@ void read_data(const GgufTensor& t, uint64_t offset, std::span<std::byte> dst) {
           break;
       }
     }
-    const uint64_t from = done == 0 ? skip : 0;
     const uint64_t n = std::min<uint64_t>(encoded.size() - from, dst.size() - done);
     std::memcpy(dst.data() + done, encoded.data() + from, n);
     done += n;

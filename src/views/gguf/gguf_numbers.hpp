@@ -10,6 +10,9 @@ namespace ckptfs::views::gguf {
 // numpy's float32 -> float16 (npy_floatbits_to_halfbits): round to nearest even, subnormals included,
 // overflow to inf, a NaN keeps the top of its payload and is not quieted.
 uint16_t f32_to_f16(uint32_t f32_bits);
+// numpy's float16 -> float32 (npy_halfbits_to_floatbits): exact, a NaN keeps its payload and is not quieted
+// (torch's widening, catalog::convert, quiets it).
+uint32_t f16_to_f32(uint16_t f16_bits);
 // gguf-py's float32 -> bfloat16 (ggml_compute_fp32_to_bf16): a NaN quieted keeping its high payload bits,
 // else round to nearest even.
 uint16_t f32_to_bf16(uint32_t f32_bits);

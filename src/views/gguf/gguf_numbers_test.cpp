@@ -5,7 +5,9 @@
 
 #include <array>
 #include <bit>
+#include <cmath>
 #include <limits>
+#include <random>
 
 namespace ckptfs::views::gguf {
 namespace {
@@ -23,6 +25,16 @@ TEST(GgufNumbers, F16RoundsAsNumpy) {
                                                                 {0xFFC00001, 0xFE00},
                                                                 {0xFF800000, 0xFC00}}};
   for (const auto& [f32, f16] : cases) EXPECT_EQ(f32_to_f16(f32), f16) << std::hex << f32;
+}
+
+TEST(GgufNumbers, F16WidensAsNumpy) {
+  // npy_halfbits_to_floatbits: exact, subnormals normalized, NaN payloads kept (not quieted)
+  EXPECT_EQ(f16_to_f32(0x8000), 0x80000000u);
+  EXPECT_EQ(f16_to_f32(0x0001), 0x33800000u);  // the smallest subnormal
+  EXPECT_EQ(f16_to_f32(0x03FF), 0x387FC000u);  // the largest
+  EXPECT_EQ(f16_to_f32(0xFBFF), 0xC77FE000u);
+  EXPECT_EQ(f16_to_f32(0x7C01), 0x7F802000u);  // a signalling NaN stays one
+  EXPECT_EQ(f16_to_f32(0xFC00), 0xFF800000u);
 }
 
 TEST(GgufNumbers, Bf16RoundsAsGgufPy) {
@@ -61,6 +73,24 @@ TEST(GgufNumbers, Q8BlockOfZerosOrNaN) {
   quantize_q8_0_block(x, out);
   EXPECT_EQ(out[0] | out[1] << 8, 0x7E00);
   for (size_t j = 2; j < out.size(); ++j) EXPECT_EQ(out[j], 0);
+}
+
+TEST(GgufNumbers, Q8RoundsEveryHalfAwayFromZeroAsStdRound) {
+  // amax 127: d = 1, so x * id is x itself; every half and its neighbours on both sides of zero
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> any(-127.0f, 127.0f);
+  for (int block = 0; block < 2000; ++block) {
+    std::array<float, kQ8Block> x{};
+    x[0] = block % 2 ? 127.0f : -127.0f;
+    for (size_t j = 1; j < kQ8Block; ++j) {
+      const float half = static_cast<float>(static_cast<int>(rng() % 253) - 126) + 0.5f;
+      x[j] = j % 3 == 0 ? any(rng) : j % 3 == 1 ? half : std::nextafter(half, j % 2 ? 200.0f : -200.0f);
+    }
+    std::array<uint8_t, kQ8BlockBytes> out{};
+    quantize_q8_0_block(x, out);
+    for (size_t j = 0; j < kQ8Block; ++j)
+      ASSERT_EQ(static_cast<int8_t>(out[2 + j]), static_cast<int8_t>(std::round(x[j]))) << x[j];
+  }
 }
 
 }  // namespace
