@@ -13,6 +13,12 @@ mounted with -o gguf_pre=qwen2 (and without it has no gguf/). A tokenizer whose 
 does not know is refused by both: no gguf/, and inspect says why; so are GPT-2's tokenizer on a Qwen2 model
 (transformers' Qwen2Tokenizer replaces its pre-tokenizer) and a GPT-2 config.json without n_ctx.
 
+Qwen3 (q/k norms, a head_dim other than hidden/heads), Qwen3-MoE and Mixtral (experts stacked into 3-D tensors)
+are cases too, Mixtral mounted with -o shard_size so that hf/ is several safetensors files (the converter takes them
+file by file). -o gguf_name=NAME gives the converter's files for a directory of that name (general.name, basename,
+version, file names). Megatron-LM's own MoE saves (fixtures/megatron-core-gen) beside a real tokenizer get no gguf/
+as the converter gets none from their hf/: their 60-token vocabulary is smaller than any real tokenizer's.
+
 ATEN_CPU_CAPABILITY=default for the converter: torch's float32 pow behind the llama3 rope_freqs tensor
 depends on the CPU's vector unit otherwise (docs/formats/gguf.md).
 """
@@ -58,6 +64,26 @@ CASES = {
                                "intermediate": 128, "heads": 4, "kv_heads": 2, "tied": True, "seed": 3,
                                "run": "F16", "tokenizer_files": "qwen3", "vocab_size": 151936,
                                "eos_token_id": 151643, "pre": "qwen2"},
+    # Qwen3 with Qwen's tokenizer (-o gguf_pre=qwen2, as Qwen2): q_norm/k_norm (F32), head_dim 32 though
+    # hidden/heads is 16, GQA, tied
+    "qwen3-bf16-head-dim": {"arch": "qwen3", "dtype": "bfloat16", "layers": 2, "hidden": 64, "intermediate": 96,
+                            "heads": 4, "kv_heads": 2, "tied": True, "seed": 6, "run": "BF16",
+                            "config": {"head_dim": 32}, "tokenizer_files": "qwen3", "vocab_size": 151936,
+                            "eos_token_id": 151643, "pre": "qwen2"},
+    # Qwen3-MoE: 4 experts (top 2) stacked into ffn_{down,gate,up}_exps, the router ffn_gate_inp (F32), expert
+    # keys, a head_dim in config.json, size label 4x...; untied
+    "qwen3moe-bf16": {"arch": "qwen3_moe", "dtype": "bfloat16", "layers": 2, "hidden": 64, "intermediate": 96,
+                      "heads": 4, "kv_heads": 2, "tied": False, "seed": 7, "run": "Q8_0",
+                      "config": {"num_local_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                                 "head_dim": 32},
+                      "tokenizer_files": "qwen3", "vocab_size": 151936, "eos_token_id": 151643,
+                      "pre": "qwen2"},
+    # Mixtral (Llama's converter class: Q/K permuted, experts w1/w2/w3 stacked; w2's 80-element rows keep F16 in
+    # q8_0), served in 200 KB shards: the embeddings and lm_head alone, a layer's experts across files
+    "mixtral-bf16-sharded": {"arch": "mixtral", "dtype": "bfloat16", "layers": 2, "hidden": 64, "intermediate": 80,
+                             "heads": 4, "kv_heads": 2, "tied": False, "seed": 8, "run": "F16",
+                             "config": {"num_local_experts": 4, "num_experts_per_tok": 2},
+                             "mount": ["-o", "shard_size=200KB"]},
     # GPT-2: Conv1D weights transposed (read through the transposed tiles), biases, layer norms with biases,
     # position embeddings kept F32, tied; n_ctx added to config.json as OpenAI's has it (the converter needs it)
     "gpt2-f32-tied": {"arch": "gpt2", "dtype": "float32", "layers": 2, "hidden": 64, "heads": 4, "seed": 5,
@@ -92,16 +118,47 @@ def make_case(root, host, inside, spec):
     return os.path.join(host, "src"), f"{inside}/src"
 
 
-def converter_files(root, host, inside, mnt, files=REFERENCE_FILES):
-    """The converter's outputs for a directory named hf holding the mount's `files`: {name: host path}."""
-    ref = os.path.join(host, "ref", "hf")
+@pytest.fixture(scope="module")
+def made_cases(chroot_dir):
+    """case name -> (host path, chroot path) of its HF directory, written once for the module's tests."""
+    root, _ = chroot_dir
+    tag = f"ckptfs-gguf-cases-{os.getpid()}"
+    host = os.path.join(root, "tmp", tag)
+    shutil.rmtree(host, ignore_errors=True)
+    made = {}
+
+    def get(name):
+        if name not in made:
+            made[name] = make_case(require_converter(chroot_dir), os.path.join(host, name), f"/tmp/{tag}/{name}",
+                                   CASES[name])
+        return made[name]
+
+    yield get
+    shutil.rmtree(host, ignore_errors=True)
+
+
+def model_files(mnt):
+    """The mount's files the converter reads: REFERENCE_FILES, with the shards and their index in place of
+    model.safetensors where the mount serves the model in shards."""
+    names = os.listdir(mnt)
+    if "model.safetensors.index.json" not in names:
+        return REFERENCE_FILES
+    shards = sorted(n for n in names if n.startswith("model-") and n.endswith(".safetensors"))
+    assert len(shards) > 1, names
+    return [f for f in REFERENCE_FILES if f != "model.safetensors"] + shards + ["model.safetensors.index.json"]
+
+
+def converter_files(root, host, inside, mnt, files=REFERENCE_FILES, directory="hf"):
+    """The converter's outputs for a directory named `directory` holding the mount's `files`: {name: host path}."""
+    ref = os.path.join(host, "ref", directory)
     os.makedirs(ref)
     for f in files:
         shutil.copy(os.path.join(mnt, f), ref)
     out = os.path.join(host, "out")
     os.makedirs(out)
     for t in OUTTYPES:
-        chroot_run(root, "python3", CONVERTER, f"{inside}/ref/hf", "--outtype", t, "--outfile", f"{inside}/out/")
+        chroot_run(root, "python3", CONVERTER, f"{inside}/ref/{directory}", "--outtype", t, "--outfile",
+                   f"{inside}/out/")
     return {n: os.path.join(out, n) for n in sorted(os.listdir(out))}
 
 
@@ -112,19 +169,20 @@ def completion(root, model):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_gguf_files_are_the_converters(chroot_dir, staged, ckptfs_bin, name):
+def test_gguf_files_are_the_converters(chroot_dir, staged, made_cases, ckptfs_bin, name):
     root = require_converter(chroot_dir)
     host, inside, mnt, mnt_inside = staged(f"gguf-{name}")
-    src, _ = make_case(root, host, inside, CASES[name])
+    src, _ = made_cases(name)
+    mount = CASES[name].get("mount", [])
     pre = CASES[name].get("pre")
     if pre:  # a name ckptfs does not find: no gguf/ without it
         with mounted(ckptfs_bin, src, mnt):
             assert not os.path.exists(os.path.join(mnt, "gguf"))
         inspect = H.run([ckptfs_bin, "inspect", src])
         assert "note: no gguf/" in inspect.stdout and "gguf_pre=NAME" in inspect.stdout, H.describe(inspect)
-    options = ["-o", f"gguf_pre={pre}"] if pre else []
+    options = mount + (["-o", f"gguf_pre={pre}"] if pre else [])
     with mounted(ckptfs_bin, src, mnt, *options):
-        reference = converter_files(root, host, inside, mnt)
+        reference = converter_files(root, host, inside, mnt, model_files(mnt))
         ours = sorted(os.listdir(os.path.join(mnt, "gguf")))
         assert ours == sorted(reference), f"gguf/ holds {ours}; the converter wrote {sorted(reference)}"
         assert len(ours) == len(OUTTYPES)
@@ -132,7 +190,8 @@ def test_gguf_files_are_the_converters(chroot_dir, staged, ckptfs_bin, name):
             assert filecmp.cmp(os.path.join(mnt, "gguf", n), reference[n], shallow=False), f"{n} differs"
         f16 = next(n for n in ours if n.endswith("-F16.gguf"))
         dump = chroot_run(root, "gguf-dump", "--no-tensors", f"{mnt_inside}/gguf/{f16}")
-        assert f"tokenizer.ggml.pre = '{pre or 'gpt-2'}'" in dump.stdout, H.describe(dump)
+        expected_pre = pre or CASES[name].get("expect_pre", "gpt-2")
+        assert f"tokenizer.ggml.pre = '{expected_pre}'" in dump.stdout, H.describe(dump)
         # llama.cpp runs on the mount (one output type per case: the bytes are the converter's already)
         run = next(n for n in ours if n.endswith(f"-{CASES[name]['run']}.gguf"))
         theirs = completion(root, f"{inside}/out/{run}")
@@ -141,7 +200,7 @@ def test_gguf_files_are_the_converters(chroot_dir, staged, ckptfs_bin, name):
     if pre:
         return
     # the name found, then forced: the same files
-    with mounted(ckptfs_bin, src, mnt, "-o", "gguf_pre=gpt-2"):
+    with mounted(ckptfs_bin, src, mnt, *mount, "-o", f"gguf_pre={expected_pre}"):
         for n in ours:
             assert filecmp.cmp(os.path.join(mnt, "gguf", n), reference[n], shallow=False), f"{n} differs"
 
@@ -173,6 +232,13 @@ REFUSED = {
                                   None, NOT_RECOGNIZED, "Qwen2Tokenizer"),
     # GPT-2 as transformers 5 saves it: no n_ctx in config.json
     "gpt2-without-n_ctx": (CASES["gpt2-f32-tied"], drop_n_ctx, "KeyError: 'n_ctx'", "n_ctx missing"),
+    # Qwen3-MoE with a dense layer (mlp_only_layers): qwen3moe has no ffn_gate/ffn_up/ffn_down tensors
+    "qwen3moe-dense-layer": ({"arch": "qwen3_moe", "dtype": "bfloat16", "layers": 2, "hidden": 64,
+                              "intermediate": 96, "heads": 4, "kv_heads": 2, "tied": True, "seed": 9,
+                              "config": {"num_local_experts": 4, "num_experts_per_tok": 2,
+                                         "moe_intermediate_size": 32, "mlp_only_layers": [1]}},
+                             None, "Can not map tensor 'model.layers.1.mlp.down_proj.weight'",
+                             "cannot map tensor model.layers.1.mlp.down_proj.weight"),
 }
 
 
@@ -252,3 +318,64 @@ def test_bundled_example_is_the_converters(chroot_dir, staged, ckptfs_bin):
             assert filecmp.cmp(os.path.join(mnt, "gguf", n), reference[n], shallow=False), f"{n} differs"
         theirs = completion(root, f"{inside}/out/Hf-805K-BF16.gguf")
         assert theirs.strip() and completion(root, f"{mnt_inside}/gguf/Hf-805K-BF16.gguf") == theirs
+
+
+# A name giving a version, a basename and a size that is not the model's (a context length: finetune "8b")
+GGUF_NAME = "Llama-3-8B-Instruct-v0.2"
+
+
+def test_gguf_name_gives_the_converters_files_for_that_directory(chroot_dir, staged, made_cases, ckptfs_bin):
+    """-o gguf_name=NAME: every file is the converter's for the same files in a directory named NAME (Mixtral in
+    shards: the size label is the experts' 4x...)."""
+    root = require_converter(chroot_dir)
+    host, inside, mnt, mnt_inside = staged("gguf-name")
+    src, _ = made_cases("mixtral-bf16-sharded")
+    with mounted(ckptfs_bin, src, mnt, *CASES["mixtral-bf16-sharded"]["mount"], "-o", f"gguf_name={GGUF_NAME}"):
+        reference = converter_files(root, host, inside, mnt, model_files(mnt), directory=GGUF_NAME)
+        ours = sorted(os.listdir(os.path.join(mnt, "gguf")))
+        assert ours == sorted(reference), f"gguf/ holds {ours}; the converter wrote {sorted(reference)}"
+        assert all(n.startswith("Llama-3-4x") and "-8b-Instruct-v0.2-" in n for n in ours), ours
+        for n in ours:
+            assert filecmp.cmp(os.path.join(mnt, "gguf", n), reference[n], shallow=False), f"{n} differs"
+        dump = chroot_run(root, "gguf-dump", "--no-tensors", f"{mnt_inside}/gguf/{ours[0]}")
+        for key in ("general.name = 'Llama 3 8B Instruct v0.2'", "general.version = 'v0.2'",
+                    "general.basename = 'Llama-3'", "general.finetune = '8b-Instruct'"):
+            assert key in dump.stdout, H.describe(dump)
+    bad = H.run([ckptfs_bin, src, mnt, "-o", "gguf_name=../x"])
+    assert bad.returncode != 0 and "gguf_name" in bad.stderr, H.describe(bad)
+
+
+MEGATRON_FIXTURES = os.path.join(HERE, "fixtures", "megatron-core-gen")
+
+
+@pytest.mark.parametrize("fixture, case", [("qwen3moe_torch_dist_ep2_distopt", "qwen3moe-bf16"),
+                                           ("mixtral_legacy_ep2", "mixtral-bf16-sharded")])
+def test_megatron_moe_save_beside_a_tokenizer(chroot_dir, staged, made_cases, ckptfs_bin, fixture, case):
+    """Megatron-LM's own MoE save with a real tokenizer beside it (the case's: Qwen's for Qwen3-MoE, GPT-2's for
+    Mixtral), as users keep them: hf/ serves the experts one by one with the tokenizer files. The converter run on
+    that hf/ stacks the experts, then fails on the vocabulary (the save's 60 tokens hold no real tokenizer); the
+    mount has no gguf/ and inspect says why in those terms (the tensors passed: ckptfs maps them first, too)."""
+    root = require_converter(chroot_dir)
+    host, inside, mnt, _ = staged(f"gguf-{fixture}")
+    src = os.path.join(host, "save")
+    shutil.copytree(os.path.join(MEGATRON_FIXTURES, fixture, "checkpoint"), src)
+    case_src, _ = made_cases(case)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(case_src, f), src)
+    with mounted(ckptfs_bin, src, mnt):
+        hf = os.path.join(mnt, "hf")
+        assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(os.listdir(hf))
+        experts = [n for n in H.read_safetensors(os.path.join(hf, "model.safetensors")) if ".experts.0." in n]
+        assert experts, "hf/ has no per-expert tensors"
+        assert not os.path.exists(os.path.join(mnt, "gguf"))
+        ref = os.path.join(host, "hf")
+        os.makedirs(ref)
+        for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(hf, f), ref)
+    proc = in_chroot(root, "env", "ATEN_CPU_CAPABILITY=default", "python3", CONVERTER, f"{inside}/hf", "--outtype",
+                     "f16", "--outfile", f"{inside}/refused.gguf")
+    assert proc.returncode != 0, H.describe(proc)
+    assert "assert max(tokenizer.vocab.values()) < vocab_size" in proc.stderr, H.describe(proc)
+    inspect = H.run([ckptfs_bin, "inspect", src])
+    assert "note: no gguf/" in inspect.stdout and "outside config.json's vocab_size" in inspect.stdout, \
+        H.describe(inspect)

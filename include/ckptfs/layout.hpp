@@ -28,6 +28,7 @@ struct ShardOptions {
 // The gguf/ view's choices (docs/formats/gguf.md).
 struct GgufOptions {
   std::optional<std::string> pre;  // tokenizer.ggml.pre forced (-o gguf_pre=NAME); unset: found as the converter does
+  std::string name = "hf";         // -o gguf_name=NAME: the HF directory's name the converter is given
 };
 
 // model.safetensors (training dtype), fp32/pytorch_model.bin and fp32/model.safetensors (fp32 masters),

@@ -3,9 +3,10 @@ model directory with save_pretrained and a real published tokenizer, for the ggu
 
     python3 make_hf_dir.py CASE.json OUT_DIR
 
-CASE: {"arch": "llama" | "qwen2" | "gpt2", "dtype": "bfloat16" | "float16" | "float32", "layers", "hidden",
-"heads", "seed", for llama and qwen2 "intermediate", "kv_heads", "tied", optionally "rope_scaling" (transformers'
-rope dict); "tokenizer": the folder of the GPT-2 vocabulary (encoder.json.xz, vocab.bpe.xz), or
+CASE: {"arch": "llama" | "qwen2" | "qwen3" | "qwen3_moe" | "mixtral" | "gpt2", "dtype": "bfloat16" | "float16" |
+"float32", "layers", "hidden", "heads", "seed", for all but gpt2 "intermediate", "kv_heads", "tied", optionally
+"rope_scaling" (transformers' rope dict) and "config" (more config class arguments: "head_dim",
+"num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "mlp_only_layers"...); "tokenizer": the folder of the GPT-2 vocabulary (encoder.json.xz, vocab.bpe.xz), or
 "tokenizer_files": a folder of tokenizer.json.xz and tokenizer_config.json.xz copied as they are (then
 "vocab_size" and "eos_token_id" too)}. OUT_DIR gets config.json,
 generation_config.json, model.safetensors, tokenizer.json and tokenizer_config.json.
@@ -22,10 +23,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors  # noqa: E402
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,  # noqa: E402
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
+                          MixtralConfig, MixtralForCausalLM, PreTrainedTokenizerFast, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM, "LlamaForCausalLM"),
-         "qwen2": (Qwen2Config, Qwen2ForCausalLM, "Qwen2ForCausalLM")}
+         "qwen2": (Qwen2Config, Qwen2ForCausalLM, "Qwen2ForCausalLM"),
+         "qwen3": (Qwen3Config, Qwen3ForCausalLM, "Qwen3ForCausalLM"),
+         "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM, "Qwen3MoeForCausalLM"),
+         "mixtral": (MixtralConfig, MixtralForCausalLM, "MixtralForCausalLM")}
 
 EOT = "<|endoftext|>"
 
@@ -73,7 +78,7 @@ def llama_style_model(case, vocab_size, eot_id):
         vocab_size=vocab_size, hidden_size=case["hidden"], intermediate_size=case["intermediate"],
         num_hidden_layers=case["layers"], num_attention_heads=case["heads"],
         num_key_value_heads=case["kv_heads"], tie_word_embeddings=case["tied"],
-        max_position_embeddings=256, bos_token_id=eot_id, eos_token_id=eot_id, **rope)
+        max_position_embeddings=256, bos_token_id=eot_id, eos_token_id=eot_id, **rope, **case.get("config", {}))
     config.architectures = [architecture]
     torch.manual_seed(case["seed"])
     return model_class(config).to(getattr(torch, case["dtype"]))

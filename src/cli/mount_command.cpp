@@ -23,6 +23,7 @@
 #include "cli/live_run.hpp"
 #include "cli/source_argument.hpp"
 #include "io/remote_object.hpp"
+#include "views/gguf/gguf_naming.hpp"
 
 namespace ckptfs::cli {
 
@@ -87,6 +88,9 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      gguf_pre=NAME    name the model's pre-tokenizer (tokenizer.ggml.pre: gpt-2, llama-bpe, qwen2, ...)
                       in gguf/ where ckptfs cannot find it as llama.cpp's converter does (by encoding
                       its check text; ckptfs encodes GPT-2's pre-tokenizer so far: docs/formats/gguf.md)
+     gguf_name=NAME   gguf/ holds what the converter writes for a model directory named NAME
+                      (default hf): general.name, basename, version, size label and file names
+                      follow from it as llama.cpp's naming heuristics make them (docs/formats/gguf.md)
      shard_size=SIZE  serve each safetensors view larger than SIZE as save_pretrained(max_shard_size=
                       SIZE) writes it: model-0000I-of-0000N.safetensors + model.safetensors.index.json,
                       its single file under unsharded/ (default 50GB, transformers' own; SIZE: 500MB,
@@ -185,6 +189,12 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     if (option.size() == 9)
       throw UsageError(fmt::format("-o {}: expected a pre-tokenizer name such as gpt-2", option));
     m.gguf.pre = option.substr(9);
+  } else if (option.starts_with("gguf_name=")) {
+    if (!views::gguf::valid_directory_name(option.substr(10)))
+      throw UsageError(fmt::format("-o {}: expected a directory name such as checkpoint-500 (ASCII letters, "
+                                   "digits, '.', '_', '-')",
+                                   option));
+    m.gguf.name = option.substr(10);
   } else if (option.starts_with("shard_size=")) {
     m.shards.max_shard_size = parse_shard_size_option("-o " + option, option.substr(11));
   } else if (option.starts_with("uid=")) {

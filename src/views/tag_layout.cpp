@@ -78,7 +78,7 @@ views::gguf::HfDirectory hf_directory(const Tag& tag) {
 }
 
 // gguf/ (docs/formats/gguf.md) beside the model's safetensors: hf/'s model where the tag has one (Megatron),
-// else the root model's, in one safetensors file as the converter is given it. Nothing where the model has
+// else the root model's, in the safetensors files add_safetensors serves it in. Nothing where the model has
 // no config.json.
 std::optional<views::gguf::GgufViews> gguf_views(const Tag& tag, const ShardOptions& shards,
                                                  const GgufOptions& gguf) {
@@ -93,10 +93,10 @@ std::optional<views::gguf::GgufViews> gguf_views(const Tag& tag, const ShardOpti
     return views::gguf::GgufViews{{}, e.what()};
   }
   if (!dir.has("config.json")) return std::nullopt;
-  if (catalog->total_bytes() > shards.max_shard_size)
-    return views::gguf::GgufViews{
-        {}, "the model is served in shards (-o shard_size), whose order ckptfs does not follow yet"};
-  return views::gguf::make_gguf_views(catalog, dir, gguf.pre);
+  // the converter takes the tensors shard file by shard file, as the safetensors view serves them
+  const auto order = views::state_dict_order(*catalog, *catalog);
+  return views::gguf::make_gguf_views(catalog, views::plan_shards(*catalog, order, shards.max_shard_size), dir,
+                                      {gguf.pre, gguf.name});
 }
 
 void add_gguf(std::vector<ViewFile>& views, const Tag& tag, const ShardOptions& shards,

@@ -53,6 +53,17 @@ class ElementReader {
     std::copy_n(c.values.begin() + static_cast<ptrdiff_t>(first), count, out);
   }
 
+  void read_from(const StackedExperts& s, uint64_t first, uint64_t count, float* out) const {
+    // a read may cross from one expert into the next; a Q8_0 block never does (rows are whole blocks)
+    const uint64_t per_expert = t_.numel() / s.experts.size();
+    while (count > 0) {
+      const uint64_t expert = first / per_expert, at = first % per_expert;
+      const uint64_t n = std::min(count, per_expert - at);
+      read_flat(*s.experts[expert], at, n, out);
+      first += n, count -= n, out += n;
+    }
+  }
+
   void read_from(const SourceRows& s, uint64_t first, uint64_t count, float* out) const {
     if (s.permute_heads == 0) return read_flat(*s.tensor, first, count, out);
     // Llama's Q/K permutation moves whole rows
@@ -184,19 +195,26 @@ class GgufFile final : public VirtualFile {
   }
 
   std::vector<io::FilePtr> sources() const override {
-    std::vector<catalog::TensorRef> refs;
-    for (const auto& t : tensors_)
-      if (const auto* s = std::get_if<SourceRows>(&t.elements)) refs.push_back(s->tensor);
+    std::vector<catalog::TensorRef> refs = source_tensors();
     return distinct_sources(refs);
   }
 
   void append_source_runs(std::vector<catalog::Piece>& out) const override {
-    for (const auto& t : tensors_)
-      if (const auto* s = std::get_if<SourceRows>(&t.elements))
-        catalog::append_runs(*s->tensor, 0, s->tensor->numel(), out);
+    for (const auto& ref : source_tensors()) catalog::append_runs(*ref, 0, ref->numel(), out);
   }
 
  private:
+  // The source tensors the data is read from, in the file's order.
+  std::vector<catalog::TensorRef> source_tensors() const {
+    std::vector<catalog::TensorRef> refs;
+    for (const auto& t : tensors_) {
+      if (const auto* s = std::get_if<SourceRows>(&t.elements)) refs.push_back(s->tensor);
+      if (const auto* s = std::get_if<StackedExperts>(&t.elements))
+        refs.insert(refs.end(), s->experts.begin(), s->experts.end());
+    }
+    return refs;
+  }
+
   std::array<std::shared_ptr<const std::string>, 3> prefix_;
   std::vector<GgufTensor> tensors_;
   std::vector<uint64_t> starts_;  // each tensor's data offset in the file

@@ -1,7 +1,7 @@
 // A GGUF file (ggml docs/gguf.md, version 3) whose tensor data is computed per read from the source
 // tensors: header, key-values and tensor infos held in memory, each tensor's bytes converted (f32, f16,
-// bf16, Q8_0 blocks) from the elements of the tensor it is made of, rows permuted where llama.cpp's
-// converter permutes them, each tensor padded with zeros to the 32-byte alignment.
+// bf16, Q8_0 blocks) from the elements of the tensor(s) it is made of, rows permuted or experts stacked where
+// llama.cpp's converter does so, each tensor padded with zeros to the 32-byte alignment.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +23,16 @@ struct SourceRows {
   catalog::TensorRef tensor;
   uint64_t permute_heads = 0;
 };
+// The experts of one MoE layer stacked along a new first dimension (torch.stack of E tensors of one shape,
+// conversion/llama.py and qwen.py): expert e's elements follow expert e-1's.
+struct StackedExperts {
+  std::vector<catalog::TensorRef> experts;
+};
 // Elements computed at mount (Llama's rope_freqs).
 struct ComputedF32 {
   std::vector<float> values;
 };
-using TensorElements = std::variant<SourceRows, ComputedF32>;
+using TensorElements = std::variant<SourceRows, StackedExperts, ComputedF32>;
 
 struct GgufTensor {
   std::string name;

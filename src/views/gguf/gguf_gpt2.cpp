@@ -69,8 +69,8 @@ void add_gpt2_parameters(KvList& kv, const Gpt2Config& c, uint32_t file_type) {
   kv.add_u32("general.file_type", file_type);
 }
 
-std::vector<GgufTensor> gpt2_tensors(const std::shared_ptr<const catalog::Catalog>& hf, GgmlType type) {
-  const auto order = converter_order(*hf);
+std::vector<GgufTensor> gpt2_tensors(const std::shared_ptr<const catalog::Catalog>& hf,
+                                     std::span<const size_t> order, GgmlType type) {
   // Conv1D weights are [in, out]: the converter writes them transposed
   auto transposed = std::make_shared<catalog::Catalog>();
   std::vector<std::optional<size_t>> transposed_index(hf->tensors.size());

@@ -2,14 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <functional>
 
+#include "views/gguf/converted_tensor.hpp"
 #include "views/gguf/gguf_file.hpp"
 #include "views/gguf/gguf_gpt2.hpp"
 #include "views/gguf/gguf_kv.hpp"
 #include "views/gguf/gguf_llama.hpp"
+#include "views/gguf/gguf_naming.hpp"
 #include "views/gguf/gguf_tokenizer.hpp"
 #include "views/gguf/pre_tokenizer.hpp"
 
@@ -28,32 +32,11 @@ constexpr std::array kOutputTypes = {OutputType{GgmlType::f32, 0, "F32"}, Output
                                      OutputType{GgmlType::bf16, 32, "BF16"},
                                      OutputType{GgmlType::q8_0, 7, "Q8_0"}};
 
-// The directory the converter is given is named `hf`: general.name "Hf", nothing else derived from it.
-constexpr std::string_view kModelName = "Hf";
-
 // generation_config.json's fields that the converter writes as general.sampling.* (gguf-py metadata.py).
 constexpr std::array kSamplingFields = {
     "sequence",      "top_k",        "top_p",          "min_p",          "xtc_probability",
     "xtc_threshold", "temperature",  "penalty_last_n", "penalty_repeat", "repetition_penalty",
     "mirostat",      "mirostat_tau", "mirostat_eta"};
-
-// gguf-py's model_weight_count_rounded_notation(total, min_digits=2): "6.7M", "17M", "3.3B".
-std::string size_label(uint64_t total) {
-  const auto n = static_cast<double>(total);
-  double scaled = n * 1e-3;
-  char suffix = 'K';
-  if (n > 1e12)
-    scaled = n * 1e-12, suffix = 'T';
-  else if (n > 1e9)
-    scaled = n * 1e-9, suffix = 'B';
-  else if (n > 1e6)
-    scaled = n * 1e-6, suffix = 'M';
-  const std::string digits =
-      fmt::format("{}", static_cast<uint64_t>(std::nearbyint(scaled)));  // half to even
-  const size_t significant = digits == "0" ? 0 : digits.size();
-  const int fix = std::max(2 - static_cast<int>(significant), 0);
-  return fmt::format("{:.{}f}{}", scaled, fix, suffix);
-}
 
 // The refusals that do not depend on the architecture: files and fields that change general.*.
 void check_directory(const HfDirectory& dir, const json& config) {
@@ -68,6 +51,13 @@ void check_directory(const HfDirectory& dir, const json& config) {
     if (dir.has(name)) throw Refusal(fmt::format("{} present: not followed by ckptfs yet", name));
 }
 
+// Qwen3Model's _is_qwen3_reranker by the directory's name.
+bool is_reranker_name(std::string_view directory) {
+  std::string lower(directory);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](char c) { return std::tolower(c); });
+  return lower.find("qwen3-reranker") != std::string::npos || lower.find("qwen3-vl-reranker") != std::string::npos;
+}
+
 // What an architecture adds to the converter's common steps.
 struct Architecture {
   std::string_view name;          // general.architecture
@@ -77,23 +67,55 @@ struct Architecture {
   std::function<std::vector<GgufTensor>(GgmlType)> tensors;
 };
 
+// The converter's model classes ckptfs follows, by config.json's architectures[0].
+constexpr std::array<std::pair<std::string_view, Family>, 5> kLlamaLike = {
+    {{"LlamaForCausalLM", Family::llama},
+     {"MixtralForCausalLM", Family::mixtral},
+     {"Qwen2ForCausalLM", Family::qwen2},
+     {"Qwen3ForCausalLM", Family::qwen3},
+     {"Qwen3MoeForCausalLM", Family::qwen3_moe}}};
+
 Architecture architecture_of(const std::string& arch, const json& config,
-                             const std::shared_ptr<const catalog::Catalog>& hf) {
-  if (arch == "LlamaForCausalLM" || arch == "Qwen2ForCausalLM") {
-    const Family family = arch == "LlamaForCausalLM" ? Family::llama : Family::qwen2;
+                             const std::shared_ptr<const catalog::Catalog>& hf, std::vector<size_t> order) {
+  for (const auto& [class_name, family] : kLlamaLike) {
+    if (arch != class_name) continue;
     const LlamaConfig c = read_llama_config(config, family);
-    return {architecture_name(family), family == Family::llama, family == Family::qwen2,
+    // transformers loads Qwen2Tokenizer for the Qwen families (tokenization_auto.py)
+    const bool qwen = family == Family::qwen2 || family == Family::qwen3 || family == Family::qwen3_moe;
+    return {architecture_name(family), family == Family::llama || family == Family::mixtral, qwen,
             [c](KvList& kv, uint32_t file_type) { add_llama_parameters(kv, c, file_type); },
-            [c, hf](GgmlType type) { return llama_tensors(hf, c, type); }};
+            [c, hf, order](GgmlType type) { return llama_tensors(hf, order, c, type); }};
   }
   if (arch == "GPT2LMHeadModel") {
     const Gpt2Config c = read_gpt2_config(config);
     return {"gpt2", false, false,
             [c](KvList& kv, uint32_t file_type) { add_gpt2_parameters(kv, c, file_type); },
-            [hf](GgmlType type) { return gpt2_tensors(hf, type); }};
+            [hf, order](GgmlType type) { return gpt2_tensors(hf, order, type); }};
   }
-  throw Refusal(fmt::format(
-      "architecture {} not served yet (LlamaForCausalLM, Qwen2ForCausalLM and GPT2LMHeadModel are)", arch));
+  throw Refusal(
+      fmt::format("architecture {} not served yet (LlamaForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "
+                  "Qwen3ForCausalLM, Qwen3MoeForCausalLM and GPT2LMHeadModel are)",
+                  arch));
+}
+
+// gguf-py's GGUFWriter.get_total_parameter_count over the tensor infos.
+ParameterCount count_parameters(const std::vector<GgufTensor>& tensors) {
+  ParameterCount count;
+  uint64_t expert_sum = 0, expert_tensors = 0;
+  for (const auto& t : tensors) {
+    const uint64_t n = t.numel();
+    count.total += n;
+    if (t.name.find("_exps.") != std::string::npos && t.ne.size() >= 3) {
+      const uint64_t experts = t.ne[t.name.find(".bias") != std::string::npos ? 1 : 2];  // numpy's [-2] / [-3]
+      count.expert += n / experts;
+      expert_sum += experts;
+      ++expert_tensors;
+    } else {
+      count.shared += n;
+    }
+  }
+  count.expert_count = expert_tensors > 0 ? expert_sum / expert_tensors : 0;
+  return count;
 }
 
 // tokenizer.ggml.pre found as the converter finds it, where transformers' AutoTokenizer loads tokenizer.json
@@ -103,7 +125,7 @@ Architecture architecture_of(const std::string& arch, const json& config,
 std::string pre_tokenizer_name(const Architecture& arch, const HfDirectory& dir, const json& tokenizer) {
   if (arch.own_tokenizer_class)
     throw Refusal(
-        "transformers loads Qwen2Tokenizer for a qwen2 model, whose pre-tokenizer (Qwen2's Split regex) "
+        "transformers loads Qwen2Tokenizer for a Qwen model, whose pre-tokenizer (Qwen2's Split regex) "
         "ckptfs does not encode yet; -o gguf_pre=NAME names it (qwen2 for Qwen's tokenizer)");
   const json tokenizer_config = dir.json("tokenizer_config.json").value_or(json::object());
   const json tokenizer_class = tokenizer_config.value("tokenizer_class", json());
@@ -115,20 +137,18 @@ std::string pre_tokenizer_name(const Architecture& arch, const HfDirectory& dir,
   return identify_pre_tokenizer(tokenizer);
 }
 
-VirtualFilePtr model_file(const Architecture& arch, const OutputType& out, const KvList& tokenizer,
-                          const std::shared_ptr<const std::string>& tokenizer_bytes, std::string& file_name) {
+VirtualFilePtr model_file(const Architecture& arch, const OutputType& out, std::string_view directory,
+                          const KvList& tokenizer, const std::shared_ptr<const std::string>& tokenizer_bytes,
+                          std::string& file_name) {
   auto tensors = arch.tensors(out.type);
-  uint64_t total = 0;
-  for (const auto& t : tensors) total += t.numel();
-  const std::string label = size_label(total);
+  const ModelNaming naming = name_model(directory, count_parameters(tensors));
   KvList kv;
   kv.add_string("general.architecture", arch.name);
   kv.add_string("general.type", "model");
-  kv.add_string("general.name", kModelName);
-  kv.add_string("general.size_label", label);
+  add_naming(kv, naming);
   arch.add_parameters(kv, out.file_type);
   kv.add_u32("general.quantization_version", 2);
-  file_name = fmt::format("{}-{}-{}.gguf", kModelName, label, out.name);
+  file_name = gguf_file_name(naming, out.name);
   return make_gguf_file(kv.encode(), tokenizer_bytes, kv.size() + tokenizer.size(), std::move(tensors));
 }
 
@@ -146,25 +166,34 @@ KvList tokenizer_keys(const Architecture& arch, const HfDirectory& dir, const js
 
 }  // namespace
 
-GgufViews make_gguf_views(const std::shared_ptr<const catalog::Catalog>& hf, const HfDirectory& dir,
-                          const std::optional<std::string>& pre) {
+GgufViews make_gguf_views(const std::shared_ptr<const catalog::Catalog>& hf,
+                          const std::vector<std::vector<size_t>>& shards, const HfDirectory& dir,
+                          const GgufChoices& choices) {
   GgufViews out;
   try {
+    if (!valid_directory_name(choices.directory))
+      throw Refusal(fmt::format("directory name '{}' not followed by ckptfs (ASCII letters, digits, '.', "
+                                "'_', '-')",
+                                choices.directory));
     const auto config = dir.json("config.json");
     if (!config || !config->is_object()) throw Refusal("no config.json");
     const json archs = config->value("architectures", json());
     if (!archs.is_array() || archs.empty() || !archs[0].is_string())
       throw Refusal("config.json names no architecture (the converter: Failed to detect model architecture)");
-    const Architecture arch = architecture_of(archs[0].get<std::string>(), *config, hf);
+    const std::string arch_name = archs[0].get<std::string>();
+    const Architecture arch = architecture_of(arch_name, *config, hf, converter_order(*hf, shards));
+    if (arch_name == "Qwen3ForCausalLM" && is_reranker_name(choices.directory))
+      throw Refusal("a directory named like a Qwen3 reranker: the converter writes a reranker");
     check_directory(dir, *config);
+    arch.tensors(GgmlType::f32);  // the converter maps the tensors before it reads the tokenizer
     const auto tokenizer_json = dir.json("tokenizer.json");
     if (!tokenizer_json) throw Refusal("no tokenizer.json");
-    const std::string pre_name = pre ? *pre : pre_tokenizer_name(arch, dir, *tokenizer_json);
+    const std::string pre_name = choices.pre ? *choices.pre : pre_tokenizer_name(arch, dir, *tokenizer_json);
     const KvList tokenizer = tokenizer_keys(arch, dir, *tokenizer_json, *config, pre_name);
     const auto tokenizer_bytes = std::make_shared<const std::string>(tokenizer.encode());
     for (const auto& type : kOutputTypes) {
       std::string name;
-      auto file = model_file(arch, type, tokenizer, tokenizer_bytes, name);
+      auto file = model_file(arch, type, choices.directory, tokenizer, tokenizer_bytes, name);
       out.files.push_back({std::move(name), std::move(file)});
     }
   } catch (const Refusal& e) {
