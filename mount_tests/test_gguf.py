@@ -354,7 +354,8 @@ def test_megatron_moe_save_beside_a_tokenizer(chroot_dir, staged, made_cases, ck
     """Megatron-LM's own MoE save with a real tokenizer beside it (the case's: Qwen's for Qwen3-MoE, GPT-2's for
     Mixtral), as users keep them: hf/ serves the experts one by one with the tokenizer files. The converter run on
     that hf/ stacks the experts, then fails on the vocabulary (the save's 60 tokens hold no real tokenizer); the
-    mount has no gguf/ and inspect says why in those terms (the tensors passed: ckptfs maps them first, too)."""
+    mount (with the case's -o gguf_pre, if any) has no gguf/ and says why in those terms in ckptfs.json (the
+    tensors passed: ckptfs maps them first, too)."""
     root = require_converter(chroot_dir)
     host, inside, mnt, _ = staged(f"gguf-{fixture}")
     src = os.path.join(host, "save")
@@ -362,12 +363,16 @@ def test_megatron_moe_save_beside_a_tokenizer(chroot_dir, staged, made_cases, ck
     case_src, _ = made_cases(case)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(case_src, f), src)
-    with mounted(ckptfs_bin, src, mnt):
+    options = ["-o", f"gguf_pre={CASES[case]['pre']}"] if "pre" in CASES[case] else []
+    with mounted(ckptfs_bin, src, mnt, *options):
         hf = os.path.join(mnt, "hf")
         assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= set(os.listdir(hf))
         experts = [n for n in H.read_safetensors(os.path.join(hf, "model.safetensors")) if ".experts.0." in n]
         assert experts, "hf/ has no per-expert tensors"
         assert not os.path.exists(os.path.join(mnt, "gguf"))
+        with open(os.path.join(mnt, "ckptfs.json")) as f:
+            why = json.load(f)["tags"][0]["gguf_refused"]
+        assert "outside config.json's vocab_size" in why, why
         ref = os.path.join(host, "hf")
         os.makedirs(ref)
         for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
@@ -376,6 +381,3 @@ def test_megatron_moe_save_beside_a_tokenizer(chroot_dir, staged, made_cases, ck
                      "f16", "--outfile", f"{inside}/refused.gguf")
     assert proc.returncode != 0, H.describe(proc)
     assert "assert max(tokenizer.vocab.values()) < vocab_size" in proc.stderr, H.describe(proc)
-    inspect = H.run([ckptfs_bin, "inspect", src])
-    assert "note: no gguf/" in inspect.stdout and "outside config.json's vocab_size" in inspect.stdout, \
-        H.describe(inspect)
