@@ -2,6 +2,8 @@
 Standard library only: used by gen/generate.py (host) and by gen_dcp/run_generator.py (host) and
 gen_dcp/generate_dcp.py (in the chroot, where run_generator.py copies this file beside it)."""
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -13,6 +15,18 @@ def case_is_current(path, version):
             return json.load(f).get("generator_version") == version
     except (OSError, ValueError):
         return False
+
+
+@contextlib.contextmanager
+def generation_lock(out_dir):
+    """Held while a generator decides which cases of out_dir to make and makes them: a concurrent run (another
+    pytest-xdist worker, another session) waits for it, then finds those cases current instead of making them
+    again or replacing them under a reader.  The lock file sits beside out_dir, so a case listing never sees it."""
+    out_dir = os.path.abspath(out_dir)
+    os.makedirs(os.path.dirname(out_dir), exist_ok=True)
+    with open(out_dir + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def install_case(case_dir, out_dir, name):

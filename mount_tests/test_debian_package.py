@@ -33,6 +33,7 @@ NEEDED_TOOLS = ["dpkg-buildpackage", "dh", "lintian", "debootstrap", "chroot"]
 
 pytestmark = [
     pytest.mark.timeout(2400),
+    pytest.mark.xdist_group("debian_package"),  # one package build and chroot (fixed paths), on one worker
     pytest.mark.skipif(os.geteuid() != 0, reason="chroot, debootstrap and mounts need root"),
     pytest.mark.skipif(not all(shutil.which(t) for t in NEEDED_TOOLS),
                        reason=f"needs {', '.join(NEEDED_TOOLS)} (.ci/install-deps installs them)"),

@@ -28,6 +28,7 @@ OTHER = "nobody"              # a user in neither
 TAG = "global_step3"          # the example's only tag
 
 pytestmark = [
+    pytest.mark.xdist_group("permissions"),  # the test users and groups are made and removed per module
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: test users, chown, runuser, allow_other mounts"),
     pytest.mark.skipif(not all(shutil.which(t) for t in ("runuser", "useradd", "groupadd", "fusermount3")),
                        reason="needs runuser, useradd, groupadd and fusermount3"),

@@ -21,6 +21,9 @@ import pytest
 import helpers as H
 from s3_gateway import s3_gateway  # noqa: F401 (the session fixture)
 
+# One gateway and the fixtures it serves (fixed folder names), on one pytest-xdist worker (.ci/test).
+pytestmark = pytest.mark.xdist_group("s3")
+
 PROBE = os.environ.get("CKPTFS_S3_PROBE", os.path.join(H.REPO, "build", "ckptfs_s3_probe"))
 BUCKET = "ckptfs-client"
 PREFIX = "ckpt/global_step7"

@@ -27,6 +27,9 @@ from mount_walk import info_without_live, tree_of
 from mounting import foreground, mounted, run_ckptfs
 from s3_gateway import s3_gateway  # noqa: F401 (the session fixture)
 
+# One gateway and the fixtures it serves (fixed folder names), on one pytest-xdist worker (.ci/test).
+pytestmark = pytest.mark.xdist_group("s3")
+
 REPO = H.REPO
 BUCKET = "ckptfs-mount"
 # Buckets of their own for the tests that replace an object and that are refused. Everything is uploaded

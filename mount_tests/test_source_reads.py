@@ -19,6 +19,9 @@ import helpers as H
 from conftest import GENERATOR, GEN_TIMEOUT, case_info
 from mounting import mounted
 
+# mincore counts what the first read pulls into the page cache: no other worker may read the case meanwhile.
+pytestmark = pytest.mark.xdist_group("source_reads")
+
 CASE = "source_reads_z3_dp8"
 PAGE = mmap.PAGESIZE
 SLACK_PER_FILE = 64 << 10  # partition padding and page rounding at the ends of each file's masters

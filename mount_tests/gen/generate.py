@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import deepspeed_classes  # noqa: E402
-from case_cache import case_is_current  # noqa: E402
+from case_cache import case_is_current, generation_lock  # noqa: E402
 from llama_layout import llama_tensors  # noqa: E402
 sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gen_prefixes"))
 from lightning_state import ckpt_path as lightning_ckpt_path, lightning_state  # noqa: E402
@@ -1929,29 +1929,23 @@ def main(argv=None):
     os.makedirs(args.out_dir, exist_ok=True)
     t0 = time.time()
     made = 0
-    for c in todo:
-        final = os.path.join(args.out_dir, c["name"])
-        if os.path.isdir(final):
-            if case_is_current(final, case_version(c)) and not args.force:
-                continue
-            shutil.rmtree(final)
-        tmp = os.path.join(args.out_dir, f".tmp-{c['name']}-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        try:
-            (generate_bench if c.get("bench") else generate_case)(c, tmp)
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                # another run (a concurrent pytest session) finished the same case first
-                if not case_is_current(final, case_version(c)):
-                    raise
-                shutil.rmtree(tmp, ignore_errors=True)
-                continue
-        except BaseException:
+    with generation_lock(args.out_dir):  # one generator at a time per folder (pytest-xdist workers)
+        for c in todo:
+            final = os.path.join(args.out_dir, c["name"])
+            if os.path.isdir(final):
+                if case_is_current(final, case_version(c)) and not args.force:
+                    continue
+                shutil.rmtree(final)
+            tmp = os.path.join(args.out_dir, f".tmp-{c['name']}-{os.getpid()}")
             shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        made += 1
+            os.makedirs(tmp)
+            try:
+                (generate_bench if c.get("bench") else generate_case)(c, tmp)
+                os.rename(tmp, final)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            made += 1
     print(f"generated {made} case(s) in {time.time() - t0:.1f}s into {args.out_dir}", file=sys.stderr)
     return 0
 

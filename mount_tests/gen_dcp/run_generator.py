@@ -23,7 +23,7 @@ TESTS = os.path.dirname(HERE)
 REPO = os.path.dirname(TESTS)
 sys.path.insert(0, HERE)
 sys.path.append(TESTS)
-from case_cache import case_is_current  # noqa: E402
+from case_cache import case_is_current, generation_lock  # noqa: E402
 from dcp_cases import CASES, CASES_214, GEN_VERSION, GEN_VERSION_214  # noqa: E402
 
 TIMEOUT = 900
@@ -58,6 +58,11 @@ def in_chroot_cmd(chroot, *args, tmpdir="/tmp"):
 def generate(out_dir, chroot=None, only=None, force=False, timeout=TIMEOUT, suite=DCP_SUITE):
     """Makes every case of `only` (default: all of the suite's) current in out_dir.  Returns (generated names,
     seconds, log); raises RuntimeError with the generator's output when it fails."""
+    with generation_lock(out_dir):  # one generator at a time per folder (pytest-xdist workers)
+        return _generate(out_dir, chroot, only, force, timeout, suite)
+
+
+def _generate(out_dir, chroot, only, force, timeout, suite):
     chroot = chroot or default_chroot()
     out_dir = os.path.abspath(out_dir)
     names = list(only or suite.cases)

@@ -42,7 +42,7 @@ sys.path.append(os.path.dirname(HERE))
 import megatron_check  # noqa: E402
 import megatron_dist  # noqa: E402
 import megatron_forward  # noqa: E402
-from case_cache import case_is_current  # noqa: E402
+from case_cache import case_is_current, generation_lock  # noqa: E402
 from megatron_args import DTYPE, make_args  # noqa: E402
 from megatron_cases import all_cases, has_hf, hf_family, is_moe_layer, is_torch_dist, iter_dir_name  # noqa: E402
 from megatron_layout import (EXTRA_TE, bucket_size, chunk_entries, chunk_layers, dims,  # noqa: E402
@@ -705,11 +705,7 @@ def write_cases_atomically(out_dir, cases, force):
         for c in todo:
             final = os.path.join(out_dir, c["name"])
             shutil.rmtree(final, ignore_errors=True)
-            try:
-                os.rename(tmps[c["name"]], final)
-            except OSError:
-                if not case_is_current(final, GEN_VERSION):  # not a concurrent run that finished first
-                    raise
+            os.rename(tmps[c["name"]], final)
     finally:
         for t in tmps.values():
             shutil.rmtree(t, ignore_errors=True)
@@ -735,7 +731,8 @@ def main(argv=None):
     os.makedirs(args.out_dir, exist_ok=True)
     t0 = time.time()
     todo = [cases[n] for n in (args.only or cases) if not (args.no_torch_dist and is_torch_dist(cases[n]))]
-    made = len(write_cases_atomically(args.out_dir, todo, args.force))
+    with generation_lock(args.out_dir):  # one generator at a time per folder (pytest-xdist workers)
+        made = len(write_cases_atomically(args.out_dir, todo, args.force))
     print(f"generated {made} Megatron case(s) in {time.time() - t0:.1f}s into {args.out_dir}", file=sys.stderr)
     return 0
 
