@@ -10,8 +10,11 @@
 #include <sys/types.h>
 #include <vector>
 
-#include "ckptfs/s3_cache.hpp"
 #include "ckptfs/vfs.hpp"
+
+namespace ckptfs::io {
+class Runtime;  // src/io/runtime.hpp
+}  // namespace ckptfs::io
 
 namespace ckptfs::fuse {
 
@@ -42,9 +45,6 @@ struct ServeOptions {
   // WILLNEED, in each shard's order): the kernel reads the shards in parallel while the request waits on
   // its own. 0 turns it off.
   unsigned prefetch_mb = 32;
-  // Files over an object store: the memory of the block cache their bytes go through (-o cache_mb), which
-  // their longer window is sized to.
-  uint64_t remote_cache_bytes = s3::BlockCacheOptions{}.memory_bytes;
   // How long an open trusts the last check that a source file is unchanged (one stat per source, at most
   // once per interval, rather than a stat of each of a 1,024-rank view's sources on every open). 0: check
   // on every open.
@@ -83,7 +83,8 @@ std::string check_mountpoint(const std::string& mountpoint);
 // Mounts `tree` and serves it until it is unmounted (fusermount3 -u, umount) or SIGINT/SIGTERM/SIGHUP
 // arrives, then unmounts. Without `foreground` the process forks once the mount is live: the parent exits 0
 // there (so `ckptfs SRC MNT && ls MNT` works) and the child serves. Throws Error with ExitCode::usage for
-// options libfuse rejects and ExitCode::mount_failed when the mount cannot be made.
-void serve(std::shared_ptr<const vfs::VirtualTree> tree, const ServeOptions& options);
+// options libfuse rejects and ExitCode::mount_failed when the mount cannot be made. `runtime` holds the caches
+// the tree's files read through (told of the fork; its block cache's size sets the window of remote files).
+void serve(std::shared_ptr<const vfs::VirtualTree> tree, const ServeOptions& options, io::Runtime& runtime);
 
 }  // namespace ckptfs::fuse

@@ -105,7 +105,8 @@ int run_cat(std::span<const std::string> args) {
     const Arguments a = parse_arguments(args, {"--strict", "--output"}, 2, kUsage);
     const std::string& view = a.positional[1];
     const std::string output = a.output.value_or("-");
-    const fs::path source = open_source(a.positional[0], a.s3);
+    io::Runtime runtime;
+    const fs::path source = open_source(a.positional[0], a.s3, runtime);
     if (output != "-" && !io::is_remote(source) && is_inside(output, source))
       throw UsageError(fmt::format("{}: is inside the source directory; ckptfs never writes to the source", output));
     const Checkpoint checkpoint = open_checkpoint(source, a.open_options());

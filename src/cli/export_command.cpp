@@ -31,7 +31,8 @@ int run_export(std::span<const std::string> args) {
     Arguments a = parse_arguments(args, {"--universal", "--strict", "--shard-size"}, 2, kUsage);
     ShardOptions shards{.unsharded_copy = false};
     if (a.shard_size) shards.max_shard_size = parse_shard_size_option("--shard-size", *a.shard_size);
-    const fs::path source = open_source(a.positional[0], a.s3), out = a.positional[1];
+    io::Runtime runtime;
+    const fs::path source = open_source(a.positional[0], a.s3, runtime), out = a.positional[1];
     if (!io::is_remote(source) && is_inside(out, source))
       throw UsageError(
           fmt::format("{}: is inside the source directory; ckptfs never writes to the source", out.string()));

@@ -24,7 +24,8 @@ int run_index(std::span<const std::string> args) {
     const auto dir = a.cache ? std::optional<std::filesystem::path>(std::filesystem::absolute(*a.cache))
                              : index::default_cache_dir();
     if (!dir) throw UsageError(fmt::format("no cache dir: set XDG_CACHE_HOME or HOME, or give --cache DIR\nusage: {}", kUsage));
-    const auto source = open_source(a.positional[0], a.s3);
+    io::Runtime runtime;
+    const auto source = open_source(a.positional[0], a.s3, runtime);
     fmt::print("{}\n", index::write_index(source, options, *dir).string());
     return 0;
   } catch (const std::exception& e) {

@@ -72,7 +72,8 @@ int run_inspect(std::span<const std::string> args) {
   try {
     Arguments a = parse_arguments(args, {"--json", "--tensors", "--strict"}, 1, kUsage);
     // What a mount of SRC serves: the complete saves.
-    Checkpoint cp = open_checkpoint(open_source(a.positional[0], a.s3), complete_saves_only(a.open_options()));
+    io::Runtime runtime;
+    Checkpoint cp = open_checkpoint(open_source(a.positional[0], a.s3, runtime), complete_saves_only(a.open_options()));
     if (a.has("--json")) {
       fmt::print("{}\n", describe_checkpoint(cp, a.has("--tensors")).dump(2));
     } else {

@@ -22,7 +22,7 @@
 #include "cli/commands.hpp"
 #include "cli/live_run.hpp"
 #include "cli/source_argument.hpp"
-#include "io/remote_object.hpp"
+#include "io/runtime.hpp"
 #include "views/gguf/gguf_naming.hpp"
 
 namespace ckptfs::cli {
@@ -317,9 +317,8 @@ int run_mount(int argc, char** argv) {
   try {
     MountArguments m = parse(argc, argv);
     m.serve.mountpoint = fuse::check_mountpoint(m.mountpoint.string());  // before the long indexing
-    io::set_remote_cache_options(m.remote_cache);
-    m.serve.remote_cache_bytes = m.remote_cache.memory_bytes;
-    m.source = open_source(m.source_text, m.s3);
+    io::Runtime runtime(m.remote_cache);
+    m.source = open_source(m.source_text, m.s3, runtime);
     if (m.max_open) io::set_max_open_files(*m.max_open);
     if (m.decoded_cache_mb) io::set_decoded_cache_bytes(uint64_t{*m.decoded_cache_mb} << 20);
     if (m.transpose_cache_mb) catalog::set_transposed_cache_bytes(uint64_t{*m.transpose_cache_mb} << 20);
@@ -352,7 +351,7 @@ int run_mount(int argc, char** argv) {
     auto tree = std::make_shared<const vfs::VirtualTree>(vfs::build_tree(opened.checkpoint, tree_options));
     // Indexing parsed every pickle into trees that are gone now; hand their pages back before serving.
     ::malloc_trim(0);
-    fuse::serve(tree, m.serve);
+    fuse::serve(tree, m.serve, runtime);
     return 0;
   } catch (const std::exception& e) {
     return report_error(e);

@@ -6,10 +6,10 @@
 
 namespace ckptfs::cli {
 
-std::filesystem::path open_source(const std::string& text, const s3::Options& options) {
+std::filesystem::path open_source(const std::string& text, const s3::Options& options, io::Runtime& runtime) {
   if (!s3::is_s3_url(text)) return std::filesystem::absolute(text).lexically_normal();
   const s3::Url url = s3::parse_url(text);
-  return io::open_remote_source(url, std::make_shared<s3::Client>(s3::resolve_config(options)));
+  return io::open_remote_source(url, std::make_shared<s3::Client>(s3::resolve_config(options)), runtime);
 }
 
 }  // namespace ckptfs::cli

@@ -6,12 +6,14 @@
 #include <string>
 
 #include "ckptfs/s3.hpp"
+#include "io/runtime.hpp"
 
 namespace ckptfs::cli {
 
 // A local SRC made absolute (the daemon runs in "/", and sources are re-checked by path), or the path of
 // the object-store source registered with io (io::open_remote_source). Throws SourceError (exit 3) naming
-// the URL and the S3 error code when the store refuses the listing or holds nothing under the prefix.
-std::filesystem::path open_source(const std::string& text, const s3::Options& options);
+// the URL and the S3 error code when the store refuses the listing or holds nothing under the prefix. Its
+// objects are read through a block cache of `runtime`'s.
+std::filesystem::path open_source(const std::string& text, const s3::Options& options, io::Runtime& runtime);
 
 }  // namespace ckptfs::cli

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "ckptfs/fuse.hpp"
+#include "io/runtime.hpp"
 #include "vfs/test_files.hpp"
 
 namespace ckptfs::fuse {
@@ -51,7 +52,8 @@ class FuseServer : public ::testing::Test {
       options.max_threads = 4;
       options.read_ahead_kb = 0;
       try {
-        serve(tree_, options);
+        io::Runtime runtime;
+        serve(tree_, options, runtime);
       } catch (const std::exception& e) {
         failure_ = e.what();
       }

@@ -40,13 +40,7 @@ std::string path_of(const Context& c, fuse_ino_t ino) {
 // Logs `message` unless the same file already failed for the same source: a changed or unreadable
 // shard is reported once, not once per read of the thousands a loader makes.
 void log_once(const Context& c, fuse_ino_t ino, std::string_view source, const std::string& message) {
-  static std::mutex mutex;
-  static std::set<std::pair<fuse_ino_t, std::string>, std::less<>> logged;
-  {
-    std::lock_guard lock(mutex);
-    if (!logged.emplace(ino, std::string(source)).second) return;
-  }
-  log_error(c, message);
+  if (c.failures->first(ino, source)) log_error(c, message);
 }
 
 // Logs "op /path: what" (once per file and failing source: `what` starts with the source's path). Never

@@ -19,6 +19,7 @@
 #include "ckptfs/fuse.hpp"
 #include "ckptfs/live_stats.hpp"
 #include "fuse/operations.hpp"
+#include "io/runtime.hpp"
 
 namespace ckptfs::fuse {
 
@@ -133,18 +134,20 @@ std::string check_mountpoint(const std::string& mountpoint) {
   return canonical;
 }
 
-void serve(std::shared_ptr<const vfs::VirtualTree> tree, const ServeOptions& options) {
+void serve(std::shared_ptr<const vfs::VirtualTree> tree, const ServeOptions& options, io::Runtime& runtime) {
   const bool foreground = options.foreground || options.debug;
   OpenFiles open_files;
+  FailureLog failures;
   InodeTable inodes(std::move(tree));
   Context context{&inodes,
                   options.access,
                   static_cast<bool>(options.follow),
                   !foreground,
                   uint64_t{options.prefetch_mb} << 20,
-                  options.remote_cache_bytes,
+                  runtime.remote_options().memory_bytes,
                   &open_files,
-                  std::chrono::milliseconds(options.source_check_ms)};
+                  std::chrono::milliseconds(options.source_check_ms),
+                  &failures};
   live_stats::add_section("served", [&] { return served_bytes(*inodes.current()); });
   const struct Unregister {
     ~Unregister() { live_stats::remove_section("served"); }
@@ -173,6 +176,7 @@ void serve(std::shared_ptr<const vfs::VirtualTree> tree, const ServeOptions& opt
     throw Error(ExitCode::mount_failed, "cannot install signal handlers");
   }
   // After the fork: a thread does not survive fuse_daemonize.
+  runtime.forked();
   std::jthread once_live;
   if (options.once_live)
     once_live = std::jthread([&] {

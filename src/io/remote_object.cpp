@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -12,37 +10,24 @@
 
 namespace ckptfs::io {
 
-namespace {
-
-std::mutex options_mutex;
-s3::BlockCacheOptions cache_options;
-
-}  // namespace
-
-void set_remote_cache_options(s3::BlockCacheOptions options) {
-  std::lock_guard lock(options_mutex);
-  cache_options = std::move(options);
-}
+RemoteCache::~RemoteCache() { delete cache_; }
 
 s3::BlockCache& RemoteCache::get() const {
   std::lock_guard lock(mutex_);
-  if (cache_ == nullptr || owner_ != ::getpid()) {
-    s3::BlockCacheOptions options;
-    {
-      std::lock_guard options_lock(options_mutex);
-      options = cache_options;
-    }
-    cache_ = new s3::BlockCache(client_, std::move(options));
-    owner_ = ::getpid();
-  }
+  if (cache_ == nullptr) cache_ = new s3::BlockCache(reader_, options_);
   return *cache_;
+}
+
+void RemoteCache::forked() {
+  std::lock_guard lock(mutex_);
+  cache_ = nullptr;
 }
 
 nlohmann::json RemoteCache::figures() const {
   s3::BlockCache* cache = nullptr;
   {
     std::lock_guard lock(mutex_);
-    if (owner_ == ::getpid()) cache = cache_;
+    cache = cache_;
   }
   nlohmann::json out = {{"fetched", 0}, {"requests", 0}, {"retries", 0}, {"hits", 0}, {"misses", 0},
                         {"disk_hits", 0}, {"memory_bytes", 0}, {"disk_bytes", 0}, {"objects", nlohmann::json::array()}};

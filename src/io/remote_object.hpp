@@ -26,27 +26,30 @@
 
 namespace ckptfs::io {
 
-// The options every source's block cache is made with (-o cache_mb=, cache_dir=, cache_dir_mb=,
-// s3_connections=); set before a source is read.
-void set_remote_cache_options(s3::BlockCacheOptions options);
-
-// The block cache of one object-store source, made at its first use, and made again in a forked child:
-// the mount forks into the background once it has parsed its sources, and the cache's fetch threads do
-// not follow a fork (the parent's cache is left as it is, never destroyed there: joining its threads in
-// the child would wait for threads that do not exist).
+// The block cache of one object-store source, over its store (`reader`: the client's, s3::client_reader,
+// or a fake in tests), made with the options of the Runtime that opened the source at its first use.
+// The mount forks into the background once it has parsed its sources, and the cache's fetch threads do not
+// follow a fork: the Runtime tells it (forked()) right after, and the next read makes a new one.
 class RemoteCache {
  public:
-  explicit RemoteCache(std::shared_ptr<s3::Client> client) : client_(std::move(client)) {}
+  RemoteCache(std::shared_ptr<s3::RangeReader> reader, s3::BlockCacheOptions options)
+      : reader_(std::move(reader)), options_(std::move(options)) {}
+  ~RemoteCache();
+  RemoteCache(const RemoteCache&) = delete;
+  RemoteCache& operator=(const RemoteCache&) = delete;
   s3::BlockCache& get() const;
+  // In the child of a fork: the cache made before it is left as it is, never destroyed (joining its fetch
+  // threads would wait for threads that do not exist here).
+  void forked();
   // {fetched: bytes, requests, retries, hits, misses, disk_hits, memory_bytes, disk_bytes, objects: [...]}
   // for ckptfs-stats.json; all zero before the first read.
   nlohmann::json figures() const;
 
  private:
-  std::shared_ptr<s3::Client> client_;
+  std::shared_ptr<s3::RangeReader> reader_;
+  s3::BlockCacheOptions options_;
   mutable std::mutex mutex_;
-  mutable s3::BlockCache* cache_ = nullptr;  // owned; leaked in a forked child (above)
-  mutable pid_t owner_ = 0;                  // the process that made cache_
+  mutable s3::BlockCache* cache_ = nullptr;  // owned, but leaked by forked()
 };
 
 // Reads at most this long go through the read-ahead blocks. A read within the last kReadAheadSuffix bytes

@@ -7,6 +7,7 @@
 
 #include "ckptfs/io_tree.hpp"
 #include "ckptfs/live_stats.hpp"
+#include "io/runtime.hpp"
 
 namespace ckptfs::io {
 namespace remote_tree {
@@ -145,8 +146,8 @@ std::shared_ptr<remote_tree::Tree> list_source(std::vector<std::string> root, st
 
 }  // namespace
 
-std::filesystem::path open_remote_source(const s3::Url& url, std::shared_ptr<s3::Client> client) {
-  auto cache = std::make_shared<RemoteCache>(client);
+std::filesystem::path open_remote_source(const s3::Url& url, std::shared_ptr<s3::Client> client, Runtime& runtime) {
+  auto cache = runtime.remote_cache(s3::client_reader(client));
   auto tree = list_source(remote_tree::components(url.str()), client, cache);
   const std::filesystem::path source = fmt::format("s3://{}", remote_tree::joined(tree->root, 0));
   live_stats::add_section("fetched from " + source.string(), [cache = tree->cache] { return cache->figures(); });
