@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "ckptfs/catalog.hpp"
@@ -70,12 +71,17 @@ struct StateFile {
   pickle::ValuePtr value;
 };
 
-// A file of a derived view (hf/config.json built from the saved args, a tokenizer file passed through):
-// `text` when `source` is empty, else the bytes of `source`.
+// A file of a derived view: text ckptfs wrote (hf/config.json built from the saved args), or a source file
+// passed through (a tokenizer file, a config the user named).
+struct WrittenText {
+  std::string text;
+};
+struct PassedThrough {
+  std::filesystem::path source;
+};
 struct ExtraFile {
   std::string path;  // relative to the tag's views: "hf/config.json"
-  std::string text;
-  std::filesystem::path source;
+  std::variant<WrittenText, PassedThrough> bytes;
 };
 
 struct Tag {

@@ -109,7 +109,7 @@ void serve_model_config(Checkpoint& checkpoint, const OpenOptions& options) {
   for (auto& tag : checkpoint.tags)
     if (std::none_of(tag.side_files.begin(), tag.side_files.end(), is_config) &&
         std::none_of(tag.extra_files.begin(), tag.extra_files.end(), [](const ExtraFile& f) { return f.path == "config.json"; }))
-      tag.extra_files.push_back({.path = "config.json", .text = {}, .source = *options.model_config});
+      tag.extra_files.push_back({.path = "config.json", .bytes = PassedThrough{*options.model_config}});
 }
 
 }  // namespace

@@ -265,8 +265,16 @@ struct Fields<StateFile> {
   static auto of(auto& s) { return std::tie(s.path, s.value); }
 };
 template <>
+struct Fields<WrittenText> {
+  static auto of(auto& w) { return std::tie(w.text); }
+};
+template <>
+struct Fields<PassedThrough> {
+  static auto of(auto& p) { return std::tie(p.source); }
+};
+template <>
 struct Fields<ExtraFile> {
-  static auto of(auto& e) { return std::tie(e.path, e.text, e.source); }
+  static auto of(auto& e) { return std::tie(e.path, e.bytes); }
 };
 template <>
 struct Fields<Tag> {

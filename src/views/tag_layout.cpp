@@ -11,6 +11,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/layout.hpp"
+#include "ckptfs/overloaded.hpp"
 #include "views/gguf/gguf_view.hpp"
 #include "views/torch_value.hpp"
 
@@ -70,7 +71,11 @@ views::gguf::HfDirectory hf_directory(const Tag& tag) {
   if (tag.has(ViewRole::hf)) {
     for (const auto& extra : tag.extra_files)
       if (extra.path.starts_with("hf/") && extra.path.find('/', 3) == std::string::npos)
-        add(extra.path.substr(3), [&] { return extra.source.empty() ? extra.text : read(extra.source); });
+        add(extra.path.substr(3), [&] {
+          return std::visit(Overloaded{[](const WrittenText& w) { return w.text; },
+                                       [&](const PassedThrough& p) { return read(p.source); }},
+                            extra.bytes);
+        });
   } else {
     for (const auto& file : tag.side_files) add(file.filename().string(), [&] { return read(file); });
   }
@@ -131,9 +136,13 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal, const Shard
                         *tag.catalog(ViewRole::hf, folder), shards);
     add_gguf(views, tag, shards, gguf);
     for (const auto& extra : tag.extra_files)
-      views.push_back({extra.path, extra.source.empty()
-                                       ? views::make_bytes_file(extra.text)
-                                       : views::make_passthrough(io::File::open(extra.source))});
+      views.push_back({extra.path, std::visit(Overloaded{[](const WrittenText& w) -> views::VirtualFilePtr {
+                                                           return views::make_bytes_file(w.text);
+                                                         },
+                                                         [](const PassedThrough& p) -> views::VirtualFilePtr {
+                                                           return views::make_passthrough(io::File::open(p.source));
+                                                         }},
+                                              extra.bytes)});
     for (const auto& state : tag.state_files) {
       // torch.save names the zip's top folder after the file: full_state.pt -> full_state/
       const std::string stem = std::filesystem::path(state.path).stem().string();

@@ -611,15 +611,15 @@ void add_hf_view(Tag& tag, const ModelArgs& args, const std::vector<std::vector<
                                   config["architectures"][0].get<std::string>(),
                                   config["model_type"].get<std::string>()));
   if (stack_config)
-    tag.extra_files.push_back({.path = "hf/config.json", .text = {}, .source = *stack_config});
+    tag.extra_files.push_back({.path = "hf/config.json", .bytes = PassedThrough{*stack_config}});
   else
-    tag.extra_files.push_back({.path = "hf/config.json", .text = config.dump(2) + "\n", .source = {}});
+    tag.extra_files.push_back({.path = "hf/config.json", .bytes = WrittenText{config.dump(2) + "\n"}});
   std::map<std::string, fs::path> tokenizer;  // a later list (the iteration dir) wins
   for (const auto& list : side_files)
     for (const auto& f : list)
       if (is_tokenizer_file(f.filename().string())) tokenizer[f.filename().string()] = f;
   for (const auto& [name, path] : tokenizer)
-    tag.extra_files.push_back({.path = "hf/" + name, .text = {}, .source = path});
+    tag.extra_files.push_back({.path = "hf/" + name, .bytes = PassedThrough{path}});
 }
 
 }  // namespace ckptfs::megatron

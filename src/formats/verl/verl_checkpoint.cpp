@@ -74,9 +74,9 @@ void add_role(Tag& tag, const RoleDir& role, bool at_root) {
   tag.add(ViewRole::fp32, formats::upcast_to_fp32(*role.parameters), folder);
   for (const auto& f : role.hf_files) {
     if (f.filename() == "config.json")
-      tag.extra_files.push_back({.path = prefix + "config.json", .text = bf16_config(f), .source = {}});
+      tag.extra_files.push_back({.path = prefix + "config.json", .bytes = WrittenText{bf16_config(f)}});
     else
-      tag.extra_files.push_back({.path = prefix + f.filename().string(), .text = {}, .source = f});
+      tag.extra_files.push_back({.path = prefix + f.filename().string(), .bytes = PassedThrough{f}});
   }
   tag.files.insert(tag.files.end(), role.files.begin(), role.files.end());
   tag.files.insert(tag.files.end(), role.hf_files.begin(), role.hf_files.end());
