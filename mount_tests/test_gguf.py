@@ -7,11 +7,11 @@ ckptfs, which names the tokenizer's pre-tokenizer as the converter does (gpt-2).
 convert_hf_to_gguf.py --outtype T run on a directory named `hf` holding the mount's model.safetensors,
 config.json, generation_config.json and tokenizer files. Every gguf/ file must have the converter's name and
 bytes; gguf-dump reads it; llama-completion (--temp 0, fixed seed) writes the same text from a mounted file
-as from the converter's; -o gguf_pre=gpt-2 (the name forced) gives the same files. A Qwen2 model with Qwen's
-published tokenizer (gen_gguf/tokenizers/qwen3, from npm), whose pre-tokenizer ckptfs does not encode yet, is
-mounted with -o gguf_pre=qwen2 (and without it has no gguf/). A tokenizer whose check-text ids the converter
-does not know is refused by both: no gguf/, and inspect says why; so are GPT-2's tokenizer on a Qwen2 model
-(transformers' Qwen2Tokenizer replaces its pre-tokenizer) and a GPT-2 config.json without n_ctx.
+as from the converter's; -o gguf_pre=NAME (the name forced) gives the same files. Qwen's and Meta's Llama 3
+published tokenizers (gen_gguf/tokenizers/qwen3 and llama3, from npm) are named qwen2 and smaug-bpe as the converter
+names them. A tokenizer whose check-text ids the converter does not know is refused by both: no gguf/, and inspect
+says why; so are GPT-2's tokenizer on a Qwen2 model (transformers' Qwen2Tokenizer replaces its pre-tokenizer) and
+a GPT-2 config.json without n_ctx.
 
 Qwen3 (q/k norms, a head_dim other than hidden/heads), Qwen3-MoE and Mixtral (experts stacked into 3-D tensors)
 are cases too, Mixtral mounted with -o shard_size so that hf/ is several safetensors files (the converter takes them
@@ -58,18 +58,24 @@ CASES = {
                                                     "high_freq_factor": 4.0,
                                                     "original_max_position_embeddings": 64}},
     # Qwen2 with Qwen's published tokenizer (151,936 ids, chat template, NFC normalizer): q/k/v biases (F32),
-    # tied, GQA, no Q/K permutation. transformers loads Qwen2Tokenizer for it, whose pre-tokenizer ckptfs does
-    # not encode yet: mounted with -o gguf_pre=qwen2, and without it no gguf/
+    # tied, GQA, no Q/K permutation. transformers loads Qwen2Tokenizer for it (its own NFC and Split around the
+    # file's vocabulary), whose check-text ids ckptfs encodes as well: qwen2 found
     "qwen2-bf16-tied-biases": {"arch": "qwen2", "dtype": "bfloat16", "layers": 3, "hidden": 64,
                                "intermediate": 128, "heads": 4, "kv_heads": 2, "tied": True, "seed": 3,
                                "run": "F16", "tokenizer_files": "qwen3", "vocab_size": 151936,
-                               "eos_token_id": 151643, "pre": "qwen2"},
-    # Qwen3 with Qwen's tokenizer (-o gguf_pre=qwen2, as Qwen2): q_norm/k_norm (F32), head_dim 32 though
-    # hidden/heads is 16, GQA, tied
+                               "eos_token_id": 151643, "expect_pre": "qwen2"},
+    # Llama with Meta's published Llama 3 tokenizer (128,256 ids, ignore_merges, Split with \p{N}{1,3}, the first
+    # revision's ByteLevel post-processor): smaug-bpe found; one layer, tied (seed 11: llama-completion's 12 tokens
+    # are whole UTF-8 characters, which the text comparison needs)
+    "llama3-tokenizer": {"arch": "llama", "dtype": "bfloat16", "layers": 1, "hidden": 64, "intermediate": 64,
+                         "heads": 4, "kv_heads": 2, "tied": True, "seed": 11, "run": "Q8_0",
+                         "tokenizer_files": "llama3", "vocab_size": 128256, "eos_token_id": 128001,
+                         "expect_pre": "smaug-bpe"},
+    # Qwen3 with Qwen's tokenizer: q_norm/k_norm (F32), head_dim 32 though hidden/heads is 16, GQA, tied
     "qwen3-bf16-head-dim": {"arch": "qwen3", "dtype": "bfloat16", "layers": 2, "hidden": 64, "intermediate": 96,
                             "heads": 4, "kv_heads": 2, "tied": True, "seed": 6, "run": "BF16",
                             "config": {"head_dim": 32}, "tokenizer_files": "qwen3", "vocab_size": 151936,
-                            "eos_token_id": 151643, "pre": "qwen2"},
+                            "eos_token_id": 151643, "expect_pre": "qwen2"},
     # Qwen3-MoE: 4 experts (top 2) stacked into ffn_{down,gate,up}_exps, the router ffn_gate_inp (F32), expert
     # keys, a head_dim in config.json, size label 4x...; untied
     "qwen3moe-bf16": {"arch": "qwen3_moe", "dtype": "bfloat16", "layers": 2, "hidden": 64, "intermediate": 96,
@@ -77,7 +83,7 @@ CASES = {
                       "config": {"num_local_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
                                  "head_dim": 32},
                       "tokenizer_files": "qwen3", "vocab_size": 151936, "eos_token_id": 151643,
-                      "pre": "qwen2"},
+                      "expect_pre": "qwen2"},
     # Mixtral (Llama's converter class: Q/K permuted, experts w1/w2/w3 stacked; w2's 80-element rows keep F16 in
     # q8_0), served in 200 KB shards: the embeddings and lm_head alone, a layer's experts across files
     "mixtral-bf16-sharded": {"arch": "mixtral", "dtype": "bfloat16", "layers": 2, "hidden": 64, "intermediate": 80,

@@ -87,7 +87,7 @@ mount is live; the server keeps running in the background until `fusermount3 -u 
      s3_connections=N s3:// sources: at most N ranged GETs in flight (default 16)
      gguf_pre=NAME    name the model's pre-tokenizer (tokenizer.ggml.pre: gpt-2, llama-bpe, qwen2, ...)
                       in gguf/ where ckptfs cannot find it as llama.cpp's converter does (by encoding
-                      its check text; ckptfs encodes GPT-2's pre-tokenizer so far: docs/formats/gguf.md)
+                      its check text; ckptfs encodes GPT-2's, Llama 3's and Qwen2's: docs/formats/gguf.md)
      gguf_name=NAME   gguf/ holds what the converter writes for a model directory named NAME
                       (default hf): general.name, basename, version, size label and file names
                       follow from it as llama.cpp's naming heuristics make them (docs/formats/gguf.md)

@@ -121,20 +121,18 @@ ParameterCount count_parameters(const std::vector<GgufTensor>& tensors) {
 // tokenizer.ggml.pre found as the converter finds it, where transformers' AutoTokenizer loads tokenizer.json
 // as it is (TokenizersBackend): tokenizer_config.json's tokenizer_class TokenizersBackend or
 // PreTrainedTokenizerFast. Without one it loads the model type's class (LlamaTokenizer, GPT2Tokenizer), and
-// for a qwen2 model Qwen2Tokenizer whatever it says, whose own pre-tokenizer replaces the file's.
+// for a qwen2 model Qwen2Tokenizer whatever it says, whose own normalizer and pre-tokenizer replace the file's
+// (encoded too).
 std::string pre_tokenizer_name(const Architecture& arch, const HfDirectory& dir, const json& tokenizer) {
-  if (arch.own_tokenizer_class)
-    throw Refusal(
-        "transformers loads Qwen2Tokenizer for a Qwen model, whose pre-tokenizer (Qwen2's Split regex) "
-        "ckptfs does not encode yet; -o gguf_pre=NAME names it (qwen2 for Qwen's tokenizer)");
   const json tokenizer_config = dir.json("tokenizer_config.json").value_or(json::object());
+  if (arch.own_tokenizer_class) return identify_pre_tokenizer(tokenizer, tokenizer_config, TokenizerClass::qwen2);
   const json tokenizer_class = tokenizer_config.value("tokenizer_class", json());
   if (tokenizer_class != "TokenizersBackend" && tokenizer_class != "PreTrainedTokenizerFast")
     throw Refusal(
         fmt::format("tokenizer_config.json: tokenizer_class {}: transformers loads a tokenizer class "
                     "that may replace tokenizer.json's pre-tokenizer; -o gguf_pre=NAME names it",
                     tokenizer_class.dump()));
-  return identify_pre_tokenizer(tokenizer);
+  return identify_pre_tokenizer(tokenizer, tokenizer_config, TokenizerClass::backend);
 }
 
 VirtualFilePtr model_file(const Architecture& arch, const OutputType& out, std::string_view directory,
