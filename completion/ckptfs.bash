@@ -9,7 +9,7 @@ _ckptfs_s3_options="--endpoint --region --s3-path-style --s3-no-sign"
 # The -o options; a trailing = marks those that take a value.
 _ckptfs_mount_options="threads= max_open= tag= strict strip_prefix= config= read_ahead_kb= prefetch= source_check_ms= decoded_cache_mb=
 transpose_cache_mb= endpoint= region= s3_path_style s3_no_sign cache_mb= cache_dir= cache_dir_mb= s3_connections=
-gguf_pre= shard_size= stats index_cache= static refresh= uid= gid= umask= allow_other fsname="
+gguf_pre= gguf_name= shard_size= stats index_cache= static refresh= uid= gid= umask= allow_other fsname="
 
 _ckptfs_options_of() {
   case $1 in
