@@ -43,15 +43,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib_bench.sh
 source bench/lib_bench.sh  # is_mounted, unmount, fresh_dir, readahead_of, since, rate, ratio, timed_cat, ...
 repeat=5
-args=()
-while [ $# -gt 0 ]; do
-  case $1 in
-    --repeat) repeat=${2:?--repeat needs a number}; shift 2 ;;
-    --repeat=*) repeat=${1#--repeat=}; shift ;;
-    *) args+=("$1"); shift ;;
-  esac
-done
-[[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "--repeat N: a positive number, not '$repeat'" >&2; exit 2; }
+parse_repeat "$@"  # $repeat (--repeat N) and $args (the rest)
 bench_setup "${args[0]:-}"  # $work, $bin, $read_timeout, $t_start
 dir=$work/fsdp_local
 ckpt=$dir/ckpt

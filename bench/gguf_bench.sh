@@ -34,15 +34,7 @@ cd "$(dirname "$0")/.."
 source bench/lib_bench.sh  # mount_ckptfs, ck_unmount, timed_cat, add, summary, med, ...
 SPEC="gguf-bench-1 llama bf16 h1024 f2816 l16 h16/4 gpt2"  # change when the model below changes
 repeat=3
-args=()
-while [ $# -gt 0 ]; do
-  case $1 in
-    --repeat) repeat=${2:?--repeat needs a number}; shift 2 ;;
-    --repeat=*) repeat=${1#--repeat=}; shift ;;
-    *) args+=("$1"); shift ;;
-  esac
-done
-[[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "--repeat N: a positive number, not '$repeat'" >&2; exit 2; }
+parse_repeat "$@"  # $repeat (--repeat N) and $args (the rest)
 bench_setup "${args[0]:-}"  # $work, $bin, $read_timeout, $t_start
 dir=$work/gguf
 src=$dir/hf

@@ -172,3 +172,17 @@ summary() {  # FIGURE [DECIMALS]: "MEDIAN [MIN-MAX]" of its repetitions
           printf "%." d "f [%." d "f-%." d "f]", m, v[1], v[NR] }'
 }
 med() { summary "$@" | cut -d' ' -f1; }
+
+# A bench's arguments: --repeat N (or --repeat=N) into $repeat, whose default the caller sets first; the
+# others, in order, into the array $args. Exits 2 on a repeat count that is not a positive number.
+parse_repeat() {  # ARGS...
+  args=()
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --repeat) repeat=${2:?--repeat needs a number}; shift 2 ;;
+      --repeat=*) repeat=${1#--repeat=}; shift ;;
+      *) args+=("$1"); shift ;;
+    esac
+  done
+  [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "--repeat N: a positive number, not '$repeat'" >&2; exit 2; }
+}
