@@ -57,6 +57,29 @@ std::optional<NodeKey> key_of(const vfs::VirtualTree& tree, const vfs::Node& nod
   return NodeKey{hash(material), hash(material + '\1')};
 }
 
+// Directories of both trees whose entries differ: the names that changed, and the listing.
+Invalidations invalidations(const Generation& old, const std::unordered_map<KernelIno, vfs::Ino>& old_dirs,
+                            const Generation& g) {
+  Invalidations out;
+  for (vfs::Ino ino = 1; ino <= g.tree->node_count(); ++ino) {
+    const vfs::Node& dir = *g.tree->node(ino);
+    const auto before = old_dirs.find(g.kernel[ino]);
+    if (!dir.is_dir || before == old_dirs.end()) continue;
+    std::map<std::string_view, std::pair<KernelIno, KernelIno>> names;  // name -> (old, new)
+    for (const auto& [name, child] : old.tree->node(before->second)->children) names[name].first = old.kernel[child];
+    for (const auto& [name, child] : dir.children) names[name].second = g.kernel[child];
+    bool changed = false;
+    for (const auto& [name, inos] : names) {
+      if (inos.first == inos.second) continue;
+      out.entries.emplace_back(g.kernel[ino], std::string(name));
+      changed = true;
+    }
+    if (changed) out.inodes.push_back(g.kernel[ino]);
+  }
+  return out;
+}
+
+
 }  // namespace
 
 std::shared_ptr<Generation> InodeTable::make_generation(std::shared_ptr<const vfs::VirtualTree> tree) {
@@ -130,7 +153,8 @@ size_t InodeTable::live_inodes() const {
   return n;
 }
 
-Invalidations InodeTable::replace(std::shared_ptr<const vfs::VirtualTree> next) {
+void InodeTable::replace(std::shared_ptr<const vfs::VirtualTree> next,
+                         const std::function<void(const Invalidations&)>& invalidate) {
   const std::shared_ptr<const Generation> old = current();
   std::unordered_map<NodeKey, KernelIno, NodeKeyHash> old_inos;
   for (vfs::Ino ino = 1; ino <= old->tree->node_count(); ++ino)
@@ -157,10 +181,16 @@ Invalidations InodeTable::replace(std::shared_ptr<const vfs::VirtualTree> next) 
     if (old->tree->node(ino)->is_dir) old_dirs.emplace(old->kernel[ino], ino);
   {
     std::unique_lock lock(mutex_);
-    for (vfs::Ino ino : fresh) {
+    for (vfs::Ino ino : fresh) {  // free until the swap: the kernel knows none of them yet
       slots_.emplace_back();
       g->kernel[ino] = slots_.size();
     }
+    replacing_ = true;
+  }
+  const Invalidations changed = invalidations(*old, old_dirs, *g);
+  invalidate(changed);
+  {
+    std::unique_lock lock(mutex_);
     for (vfs::Ino ino = 1; ino <= g->tree->node_count(); ++ino) {
       Slot& slot = slots_[g->kernel[ino] - 1];
       slot.generation = g;
@@ -172,26 +202,14 @@ Invalidations InodeTable::replace(std::shared_ptr<const vfs::VirtualTree> next) 
       if (slot.generation == old && slot.lookups.load(std::memory_order_relaxed) == 0) slot.generation.reset();
     }
     current_ = g;
+    replacing_ = false;
   }
+  invalidate(changed);
+}
 
-  // Directories of both trees whose entries differ: the names that changed, and the listing.
-  Invalidations out;
-  for (vfs::Ino ino = 1; ino <= g->tree->node_count(); ++ino) {
-    const vfs::Node& dir = *g->tree->node(ino);
-    const auto before = old_dirs.find(g->kernel[ino]);
-    if (!dir.is_dir || before == old_dirs.end()) continue;
-    std::map<std::string_view, std::pair<KernelIno, KernelIno>> names;  // name -> (old, new)
-    for (const auto& [name, child] : old->tree->node(before->second)->children) names[name].first = old->kernel[child];
-    for (const auto& [name, child] : dir.children) names[name].second = g->kernel[child];
-    bool changed = false;
-    for (const auto& [name, inos] : names) {
-      if (inos.first == inos.second) continue;
-      out.entries.emplace_back(g->kernel[ino], std::string(name));
-      changed = true;
-    }
-    if (changed) out.inodes.push_back(g->kernel[ino]);
-  }
-  return out;
+bool InodeTable::cacheable(const std::shared_ptr<const Generation>& generation) const {
+  std::shared_lock lock(mutex_);
+  return generation == current_ && !replacing_;
 }
 
 }  // namespace ckptfs::fuse

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -33,7 +34,7 @@ struct Resolved {
   const vfs::Node* node = nullptr;  // null: the kernel named an inode it has forgotten, or none
 };
 
-// What the kernel must drop from its caches after a replace: names whose inode changed, appeared or went
+// What the kernel must drop from its caches at a replace: names whose inode changed, appeared or went
 // (inval_entry) and directories whose listing changed (inval_inode).
 struct Invalidations {
   std::vector<std::pair<KernelIno, std::string>> entries;
@@ -51,8 +52,15 @@ class InodeTable {
   KernelIno looked_up(const std::shared_ptr<const Generation>& generation, vfs::Ino local);
   // FUSE's forget: the kernel dropped `count` references to `ino`.
   void forget(KernelIno ino, uint64_t count);
-  // Makes `next` the tree new lookups see and says what the kernel must invalidate.
-  Invalidations replace(std::shared_ptr<const vfs::VirtualTree> next);
+  // Makes `next` the tree new lookups see. `invalidate` has the kernel drop what changed, twice: before the
+  // swap, so that no name it cached from the old tree outlives it (ckptfs.json's new root_tag is seen only
+  // once the root's other names are dropped too), and after it, for a lookup answered from the old tree as
+  // the swap began. Lookups in between are answered uncacheable.
+  void replace(std::shared_ptr<const vfs::VirtualTree> next,
+               const std::function<void(const Invalidations&)>& invalidate);
+  // Whether the kernel may cache entries of `generation`: the current tree's, no replace under way (not an
+  // older directory handle's, nor a lookup that raced the swap: the kernel is to ask for those again).
+  bool cacheable(const std::shared_ptr<const Generation>& generation) const;
   // Inode numbers in use, for tests and statfs.
   size_t live_inodes() const;
 
@@ -67,6 +75,7 @@ class InodeTable {
   mutable std::shared_mutex mutex_;
   std::deque<Slot> slots_;  // slots_[kernel ino - 1]; a deque: slots never move, their counters are atomic
   std::shared_ptr<const Generation> current_;
+  bool replacing_ = false;  // between a replace's two invalidations
 };
 
 }  // namespace ckptfs::fuse

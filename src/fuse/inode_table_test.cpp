@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "vfs/test_files.hpp"
 
@@ -33,6 +37,15 @@ KernelIno kernel_ino(InodeTable& table, std::string_view path) {
   return g->kernel[vfs::lookup_path(*g->tree, path).node->ino];
 }
 
+// The info file the current tree serves.
+std::string current_info(const InodeTable& table) {
+  const auto g = table.current();
+  const vfs::Node& node = *vfs::lookup_path(*g->tree, "ckptfs.json").node;
+  std::string bytes(node.size(), '\0');
+  node.file->read(0, std::as_writable_bytes(std::span(bytes)));
+  return bytes;
+}
+
 TEST(InodeTable, UnchangedNodesKeepTheirInodesChangedOnesGetNewOnes) {
   Sources s;
   InodeTable table(tree(s, false));
@@ -41,7 +54,8 @@ TEST(InodeTable, UnchangedNodesKeepTheirInodesChangedOnesGetNewOnes) {
   const KernelIno info = kernel_ino(table, "ckptfs.json");
   EXPECT_EQ(kernel_ino(table, "model.safetensors"), step1_view);
 
-  const Invalidations changed = table.replace(tree(s, true));
+  Invalidations changed;
+  table.replace(tree(s, true), [&](const Invalidations& i) { changed = i; });
   EXPECT_EQ(kernel_ino(table, "tags"), tags);
   EXPECT_EQ(kernel_ino(table, "tags/step1/model.safetensors"), step1_view);  // its pages stay cached
   EXPECT_NE(kernel_ino(table, "model.safetensors"), step1_view);             // the root moved
@@ -64,7 +78,7 @@ TEST(InodeTable, ANodeOfAReplacedTreeLivesUntilTheKernelForgetsIt) {
   const auto first = table.current();
   const vfs::Ino local = vfs::lookup_path(*first->tree, "ckptfs.json").node->ino;
   const KernelIno info = table.looked_up(first, local);
-  table.replace(tree(s, true));
+  table.replace(tree(s, true), [](const Invalidations&) {});
   const Resolved held = table.find(info);
   ASSERT_NE(held.node, nullptr);
   EXPECT_EQ(held.generation, first);  // the old bytes, for a reader that has it open
@@ -72,8 +86,25 @@ TEST(InodeTable, ANodeOfAReplacedTreeLivesUntilTheKernelForgetsIt) {
   EXPECT_EQ(table.find(info).node, nullptr);
 
   const KernelIno never_looked_up = kernel_ino(table, "ckptfs.json");
-  table.replace(tree(s, false));
+  table.replace(tree(s, false), [](const Invalidations&) {});
   EXPECT_EQ(table.find(never_looked_up).node, nullptr);  // gone with its tree at once
+}
+
+// The kernel drops the names it cached from the old tree before the new tree (its ckptfs.json) can be seen,
+// may not cache what it looks up in between, and drops them again after the swap.
+TEST(InodeTable, TheKernelDropsTheOldNamesBeforeTheNewTreeIsSeenAndAgainAfter) {
+  Sources s;
+  InodeTable table(tree(s, false));
+  const auto first = table.current();
+  EXPECT_TRUE(table.cacheable(first));
+  std::vector<std::pair<std::string, bool>> calls;  // per invalidation: the info served, whether cacheable
+  table.replace(tree(s, true), [&](const Invalidations& changed) {
+    EXPECT_FALSE(changed.entries.empty());
+    calls.emplace_back(current_info(table), table.cacheable(table.current()));
+  });
+  const std::vector<std::pair<std::string, bool>> expected = {{"{\"root\": 1}", false}, {"{\"root\": 2}", true}};
+  EXPECT_EQ(calls, expected);
+  EXPECT_FALSE(table.cacheable(first));
 }
 
 }  // namespace

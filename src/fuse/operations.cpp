@@ -90,12 +90,6 @@ struct stat attributes(const Context& c, const vfs::Node& node, fuse_ino_t ino) 
   return st;
 }
 
-// Whether entries of `generation` may be cached: not those of a tree a live mount has replaced since (an
-// older directory handle's, or a lookup that raced the swap), which the kernel is to ask for again.
-bool cacheable(const Context& c, const std::shared_ptr<const Generation>& generation) {
-  return generation == c.inodes->current();
-}
-
 fuse_entry_param entry(const Context& c, const vfs::Node& node, fuse_ino_t ino, bool cacheable) {
   fuse_entry_param e{};
   e.ino = ino;
@@ -124,9 +118,9 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     if (dir.node == nullptr) return (void)fuse_reply_err(req, ENOENT);
     if (!dir.node->is_dir) return (void)fuse_reply_err(req, ENOTDIR);
     fuse_entry_param e{};  // ino 0: the kernel caches the miss for entry_timeout
-    e.entry_timeout = cache_timeout(c);
+    e.entry_timeout = c.inodes->cacheable(dir.generation) ? cache_timeout(c) : 0.0;
     if (const vfs::Node* node = dir.generation->tree->lookup(dir.node->ino, name))
-      e = entry(c, *node, c.inodes->looked_up(dir.generation, node->ino), cacheable(c, dir.generation));
+      e = entry(c, *node, c.inodes->looked_up(dir.generation, node->ino), c.inodes->cacheable(dir.generation));
     // A reply the kernel did not take (the request was interrupted) hands it no reference.
     if (fuse_reply_entry(req, &e) != 0 && e.ino != 0) c.inodes->forget(e.ino, 1);
   });
@@ -161,7 +155,7 @@ void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, f
     size_t used = 0;
     const size_t count = dir->children.size() + 2;
     std::vector<fuse_ino_t> handed;  // readdirplus: the entries that take a lookup reference
-    const bool listing_cacheable = !plus || cacheable(c, r.generation);
+    const bool listing_cacheable = !plus || c.inodes->cacheable(r.generation);
     for (size_t i = static_cast<size_t>(std::max<off_t>(offset, 0)); i < count; ++i) {
       const vfs::Ino local = i < 2 ? (i == 0 ? dir->ino : dir->parent) : dir->children[i - 2].second;
       const vfs::Node* node = tree.node(local);

@@ -185,7 +185,10 @@ void serve(std::shared_ptr<const vfs::VirtualTree> tree, const ServeOptions& opt
   std::jthread follow;
   if (options.follow)
     follow = std::jthread([&](std::stop_token stop) {
-      options.follow([&](std::shared_ptr<const vfs::VirtualTree> next) { invalidate(se, inodes.replace(std::move(next))); },
+      options.follow(
+          [&](std::shared_ptr<const vfs::VirtualTree> next) {
+            inodes.replace(std::move(next), [&](const Invalidations& changed) { invalidate(se, changed); });
+          },
                      [&](const std::string& line) { log_error(context, line); }, stop);
     });
   std::unique_ptr<fuse_loop_config, LoopConfigDeleter> config(fuse_loop_cfg_create());
