@@ -9,7 +9,7 @@ config.json, generation_config.json and tokenizer files. Every gguf/ file must h
 bytes; gguf-dump reads it; llama-completion (--temp 0, fixed seed) writes the same text from a mounted file
 as from the converter's; -o gguf_pre=NAME (the name forced) gives the same files. Qwen's and Meta's Llama 3
 published tokenizers (gen_gguf/tokenizers/qwen3 and llama3, from npm) are named qwen2 and smaug-bpe as the converter
-names them. A tokenizer whose check-text ids the converter does not know is refused by both: no gguf/, and inspect
+names them, Meta's later Llama 3 revision (its TemplateProcessing adds the BOS) llama-bpe. A tokenizer whose check-text ids the converter does not know is refused by both: no gguf/, and inspect
 says why; so are GPT-2's tokenizer on a Qwen2 model (transformers' Qwen2Tokenizer replaces its pre-tokenizer) and
 a GPT-2 config.json without n_ctx.
 
@@ -71,6 +71,13 @@ CASES = {
                          "heads": 4, "kv_heads": 2, "tied": True, "seed": 11, "run": "Q8_0",
                          "tokenizer_files": "llama3", "vocab_size": 128256, "eos_token_id": 128001,
                          "expect_pre": "smaug-bpe"},
+    # the same with Meta's later revision of that tokenizer (a Sequence of the ByteLevel post-processor and a
+    # TemplateProcessing that puts <|begin_of_text|> first): llama-bpe found, add_bos_token true
+    "llama3-later-tokenizer": {"arch": "llama", "dtype": "bfloat16", "layers": 1, "hidden": 64, "intermediate": 64,
+                               "heads": 4, "kv_heads": 2, "tied": True, "seed": 11, "run": "BF16",
+                               "tokenizer_files": "llama3", "tokenizer_edit": "llama3_bos", "vocab_size": 128256,
+                               "eos_token_id": 128001, "expect_pre": "llama-bpe",
+                               "expect_keys": ["tokenizer.ggml.add_bos_token = True"]},
     # Qwen3 with Qwen's tokenizer: q_norm/k_norm (F32), head_dim 32 though hidden/heads is 16, GQA, tied
     "qwen3-bf16-head-dim": {"arch": "qwen3", "dtype": "bfloat16", "layers": 2, "hidden": 64, "intermediate": 96,
                             "heads": 4, "kv_heads": 2, "tied": True, "seed": 6, "run": "BF16",
@@ -180,14 +187,7 @@ def test_gguf_files_are_the_converters(chroot_dir, staged, made_cases, ckptfs_bi
     host, inside, mnt, mnt_inside = staged(f"gguf-{name}")
     src, _ = made_cases(name)
     mount = CASES[name].get("mount", [])
-    pre = CASES[name].get("pre")
-    if pre:  # a name ckptfs does not find: no gguf/ without it
-        with mounted(ckptfs_bin, src, mnt):
-            assert not os.path.exists(os.path.join(mnt, "gguf"))
-        inspect = H.run([ckptfs_bin, "inspect", src])
-        assert "note: no gguf/" in inspect.stdout and "gguf_pre=NAME" in inspect.stdout, H.describe(inspect)
-    options = mount + (["-o", f"gguf_pre={pre}"] if pre else [])
-    with mounted(ckptfs_bin, src, mnt, *options):
+    with mounted(ckptfs_bin, src, mnt, *mount):
         reference = converter_files(root, host, inside, mnt, model_files(mnt))
         ours = sorted(os.listdir(os.path.join(mnt, "gguf")))
         assert ours == sorted(reference), f"gguf/ holds {ours}; the converter wrote {sorted(reference)}"
@@ -196,15 +196,14 @@ def test_gguf_files_are_the_converters(chroot_dir, staged, made_cases, ckptfs_bi
             assert filecmp.cmp(os.path.join(mnt, "gguf", n), reference[n], shallow=False), f"{n} differs"
         f16 = next(n for n in ours if n.endswith("-F16.gguf"))
         dump = chroot_run(root, "gguf-dump", "--no-tensors", f"{mnt_inside}/gguf/{f16}")
-        expected_pre = pre or CASES[name].get("expect_pre", "gpt-2")
-        assert f"tokenizer.ggml.pre = '{expected_pre}'" in dump.stdout, H.describe(dump)
+        expected_pre = CASES[name].get("expect_pre", "gpt-2")
+        for key in [f"tokenizer.ggml.pre = '{expected_pre}'"] + CASES[name].get("expect_keys", []):
+            assert key in dump.stdout, H.describe(dump)
         # llama.cpp runs on the mount (one output type per case: the bytes are the converter's already)
         run = next(n for n in ours if n.endswith(f"-{CASES[name]['run']}.gguf"))
         theirs = completion(root, f"{inside}/out/{run}")
         assert theirs.strip(), f"llama-completion wrote nothing for {run}"
         assert completion(root, f"{mnt_inside}/gguf/{run}") == theirs, run
-    if pre:
-        return
     # the name found, then forced: the same files
     with mounted(ckptfs_bin, src, mnt, *mount, "-o", f"gguf_pre={expected_pre}"):
         for n in ours:

@@ -8,7 +8,7 @@ CASE: {"arch": "llama" | "qwen2" | "qwen3" | "qwen3_moe" | "mixtral" | "gpt2", "
 "rope_scaling" (transformers' rope dict) and "config" (more config class arguments: "head_dim",
 "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "mlp_only_layers"...); "tokenizer": the folder of the GPT-2 vocabulary (encoder.json.xz, vocab.bpe.xz), or
 "tokenizer_files": a folder of tokenizer.json.xz and tokenizer_config.json.xz copied as they are (then
-"vocab_size" and "eos_token_id" too)}. OUT_DIR gets config.json,
+"vocab_size" and "eos_token_id" too, and optionally "tokenizer_edit": a name in TOKENIZER_EDITS)}. OUT_DIR gets config.json,
 generation_config.json, model.safetensors, tokenizer.json and tokenizer_config.json.
 """
 import json
@@ -84,6 +84,21 @@ def llama_style_model(case, vocab_size, eot_id):
     return model_class(config).to(getattr(torch, case["dtype"]))
 
 
+def llama3_bos(tokenizer):
+    """Meta's later revision of the Llama 3 tokenizer.json: the post-processor adds <|begin_of_text|>."""
+    bos = "<|begin_of_text|>"
+    tokenizer["post_processor"] = {"type": "Sequence", "processors": [tokenizer["post_processor"], {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                 {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {bos: {"id": bos, "ids": [128000], "tokens": [bos]}}}]}
+
+
+# Edits of a published tokenizer.json (in place)
+TOKENIZER_EDITS = {"llama3_bos": llama3_bos}
+
+
 def main(case_path, out):
     with open(case_path) as f:
         case = json.load(f)
@@ -94,6 +109,13 @@ def main(case_path, out):
             with lzma.open(os.path.join(case["tokenizer_files"], name + ".xz")) as src, \
                     open(os.path.join(out, name), "wb") as dst:
                 dst.write(src.read())
+        if "tokenizer_edit" in case:
+            path = os.path.join(out, "tokenizer.json")
+            with open(path, encoding="utf-8") as f:
+                tokenizer = json.load(f)
+            TOKENIZER_EDITS[case["tokenizer_edit"]](tokenizer)
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(tokenizer, f, ensure_ascii=False)
         return
     tokenizer = gpt2_tokenizer(case["tokenizer"])
     model = decoder_model(case, len(tokenizer), tokenizer.convert_tokens_to_ids(EOT))

@@ -6,6 +6,8 @@
 #include <optional>
 #include <vector>
 
+#include "views/gguf/special_tokens.hpp"
+
 namespace ckptfs::views::gguf {
 
 namespace {
@@ -77,18 +79,6 @@ void parse_normalizer(const json& n, NormalizerFlags& flags) {
   }
 }
 
-// Keys and values in the order first set (Python dicts).
-template <class V>
-struct Ordered {
-  std::vector<std::pair<std::string, V>> items;
-  bool has(const std::string& k) const {
-    return std::any_of(items.begin(), items.end(), [&](const auto& i) { return i.first == k; });
-  }
-  void set_default(const std::string& k, V v) {
-    if (!has(k)) items.emplace_back(k, v);
-  }
-};
-
 }  // namespace
 
 void add_bpe_tokenizer(KvList& kv, const HfDirectory& dir, const json& tokenizer_json, const json& config,
@@ -146,61 +136,21 @@ void add_bpe_tokenizer(KvList& kv, const HfDirectory& dir, const json& tokenizer
 
   // gguf-py's SpecialVocab(load_merges=True)
   kv.add_strings("tokenizer.ggml.merges", merges_of(model.value("merges", json())));
-  json tc = tokenizer_config;
-  const auto truthy = [&](const char* key) {
-    const json v = tc.value(key, json());
-    return !(v.is_null() || (v.is_string() && v.get<std::string>().empty()) ||
-             (v.is_boolean() && !v.get<bool>()));
-  };
-  if (!truthy("bos_token") && truthy("cls_token")) tc["bos_token"] = tc["cls_token"];
-  if (!truthy("eos_token") && truthy("sep_token")) tc["eos_token"] = tc["sep_token"];
-  Ordered<bool> add_special;
-  if (const json pp = tokenizer->value("post_processor", json()); pp.is_object()) {
-    const json processors = pp.value("processors", json::array({pp}));
-    for (const auto& p : processors) {
-      if (p.value("type", "") != "ByteLevel")
-        throw Refusal(
-            fmt::format("tokenizer.json: post-processor {} not followed by ckptfs yet", p.value("type", "")));
-      add_special.set_default("bos", false);
-      add_special.set_default("eos", false);
-    }
-  }
-  const json chat_template = tc.value("chat_template", json());
-  if (!chat_template.is_null() && !chat_template.is_string())
-    throw Refusal("tokenizer_config.json: a chat_template that is not a string");
-  Ordered<uint64_t> special_ids;
-  const std::array<std::string, 7> kinds = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
-  const auto set_special = [&](const std::string& kind, const json& id) {
-    if (!id.is_number_integer()) return;
-    if (id.get<int64_t>() < 0) throw Refusal(fmt::format("a negative {} token id", kind));
-    special_ids.set_default(kind, id.get<uint64_t>());
-  };
-  for (const auto& kind : kinds) {
-    if (const json add = tc.value("add_" + kind + "_token", json()); add.is_boolean())
-      add_special.set_default(kind, add.get<bool>());
-    const json entry = tc.value(kind + "_token", json());
-    const json content = entry.is_object() ? entry.value("content", json()) : entry;
-    if (!content.is_string()) continue;
-    for (const auto& a : added)
-      if (a.value("content", json()) == content) {
-        set_special(kind, a.value("id", json()));
-        break;
-      }
-  }
-  for (const auto& kind : kinds) set_special(kind, config.value(kind + "_token_id", json()));
+  const SpecialTokens special = read_special_tokens(*tokenizer, tokenizer_config, config);
   const std::map<std::string, std::string> id_keys = {
       {"bos", "bos_token_id"},     {"eos", "eos_token_id"},
       {"unk", "unknown_token_id"}, {"sep", "seperator_token_id"},
-      {"pad", "padding_token_id"}, {"mask", "mask_token_id"}};  // (sic: gguf-py's)
-  for (const auto& [kind, id] : special_ids.items)
+      {"pad", "padding_token_id"}, {"mask", "mask_token_id"},
+      {"eot", "eot_token_id"},     {"eom", "eom_token_id"}};  // (sic: gguf-py's)
+  for (const auto& [kind, id] : special.ids.items)
     if (const auto it = id_keys.find(kind); it != id_keys.end()) {
       if (id > UINT32_MAX) throw Refusal(fmt::format("{} token id {} over 2^32", kind, id));
       kv.add_u32("tokenizer.ggml." + it->second, static_cast<uint32_t>(id));
     }
-  for (const auto& [kind, value] : add_special.items)
+  for (const auto& [kind, value] : special.add.items)
     if (kind == "bos" || kind == "eos" || kind == "sep")
       kv.add_bool("tokenizer.ggml.add_" + kind + "_token", value);
-  if (chat_template.is_string()) kv.add_string("tokenizer.chat_template", chat_template.get<std::string>());
+  if (special.chat_template) kv.add_string("tokenizer.chat_template", *special.chat_template);
   NormalizerFlags flags;
   parse_normalizer(tokenizer->value("normalizer", json()), flags);
   if (flags.nfc) kv.add_bool("tokenizer.ggml.normalizer.nfc", *flags.nfc);
