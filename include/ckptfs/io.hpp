@@ -1,6 +1,6 @@
 // Read-only access to source files. A File remembers what the file was when it was indexed (device,
-// inode, size, mtime, ctime) and reads with pread through a process-wide, bounded cache of open
-// descriptors: thousands of rank files can be indexed and served under `ulimit -n 1024`, and a file
+// inode, size, mtime, ctime) and reads with pread through a bounded cache of open descriptors (its
+// io::Runtime's, src/io/source_caches.hpp): thousands of rank files can be indexed and served under `ulimit -n 1024`, and a file
 // whose descriptor was evicted is reopened on demand and checked to be the same file. A read or prefetch
 // takes no process-wide lock: each File holds its open descriptor in a slot of its own
 // (src/io/fd_cache.hpp) and its device's readahead size. A File can also be an object of an object store
@@ -69,6 +69,7 @@ using OpenFdPtr = std::shared_ptr<const OpenFd>;
 class DecodedItem;      // src/io/decoded_item.hpp
 struct DescriptorSlot;  // src/io/fd_cache.hpp
 class RemoteReader;     // src/io/remote_object.hpp
+struct SourceCaches;    // src/io/source_caches.hpp
 
 // Where a File's bytes come from, a closed kind visited wherever it matters (reads, splice eligibility,
 // prefetch, identity checks, the index codec): the file at its path, read with pread through the
@@ -103,7 +104,8 @@ struct Expectation {
 
 class File {
  public:
-  // Opens `path` read-only and records its identity. Throws SourceError naming the path when it cannot
+  // Opens `path` read-only and records its identity; it reads through the caches of the Runtime whose
+  // source holds it (io::caches_for). Throws SourceError naming the path when it cannot
   // be opened or is not a regular file. A path below an object-store source (io_tree.hpp) is its
   // object, with the identity its listing showed: opening sends no request.
   static std::shared_ptr<File> open(const std::filesystem::path& path);
@@ -139,6 +141,8 @@ class File {
   // end) from a shard truncated since the mount, or with the new bytes of one rewritten in place.
   void check_descriptor(const OpenFd& fd) const;
   const Origin& origin() const { return origin_; }
+  // The descriptor and decoded-item caches it reads through (a decoded item: its file's).
+  SourceCaches& caches() const { return *caches_; }
 
   // Asks the kernel to start reading [offset, offset + length) into the page cache and returns without
   // waiting (posix_fadvise WILLNEED, one call per readahead size of the file's device, since the kernel
@@ -170,7 +174,7 @@ class File {
   bool unchanged_within(std::chrono::nanoseconds interval) const;
 
  private:
-  File(std::filesystem::path path, FileIdentity identity);
+  File(std::filesystem::path path, FileIdentity identity, std::shared_ptr<SourceCaches> caches);
   void read_on_disk(const OnDisk& disk, uint64_t offset, std::span<std::byte> dst) const;
   void prefetch_on_disk(const OnDisk& disk, uint64_t offset, uint64_t length) const;
   bool on_disk_unchanged_within(std::chrono::nanoseconds interval) const;
@@ -180,6 +184,7 @@ class File {
   const OnDisk& on_disk() const;  // throws std::logic_error for the other origins
   std::filesystem::path path_;
   FileIdentity identity_;
+  std::shared_ptr<SourceCaches> caches_;
   Origin origin_;
   mutable std::atomic<int64_t> checked_at_ns_{INT64_MIN};  // steady clock of the last check passed
   mutable std::atomic<bool> changed_{false};
@@ -214,27 +219,6 @@ class FileRange {
   uint64_t base_ = 0;
   uint64_t length_ = 0;
 };
-
-// Most descriptors the cache keeps open at once (default 256; the command line sets half the open-file
-// limit). A descriptor in use by a read stays
-// open until that read ends, so the bound can be exceeded by the number of concurrent readers.
-void set_max_open_files(size_t max_open);
-size_t max_open_files();
-// Whether the kernel reads ahead on its own on source descriptors (default on), for those open now and
-// those opened later. The mount turns it off while it prefetches: its prefetch asks for exactly the source
-// ranges a view needs, where the kernel, seeing each shard read in order, reads on past them into bytes no
-// view of the read needs (a 256-rank ZeRO-3 fp32 view, 1.07 GB of masters, pulled 3.05 GB from disk).
-void set_kernel_readahead(bool on);
-// Most decoded bytes the cache holds at once (default kDefaultDecodedCacheBytes; the mount's
-// -o decoded_cache_mb=N sets it).
-inline constexpr uint64_t kDefaultDecodedCacheBytes = uint64_t{256} << 20;
-void set_decoded_cache_bytes(uint64_t bytes);
-uint64_t decoded_cache_bytes();
-// Decoded bytes the cache holds now (for tests).
-uint64_t decoded_cache_used();
-
-// Descriptors the cache holds now (for tests and `inspect`).
-size_t open_file_count();
 
 // Raises the soft RLIMIT_NOFILE to the hard limit (as libfuse's passthrough_hp does); returns the new
 // soft limit.

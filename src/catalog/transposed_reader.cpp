@@ -419,7 +419,7 @@ class TilePrebuilder {
   void request(const std::shared_ptr<const LogicalTensor>& src, uint64_t index, const TileGrid& grid) {
     {
       std::lock_guard lock(mutex_);
-      if (busy_ || (src.get() == last_src_ && index == last_index_)) return;
+      if (busy_ || (index == last_index_ && !src.owner_before(last_src_) && !last_src_.owner_before(src))) return;
       busy_ = true;
       job_ = Job{src, index, grid};
     }
@@ -447,7 +447,7 @@ class TilePrebuilder {
       lock.lock();
       busy_ = false;
       if (built) {  // a reader asks again on each read past a tile's middle: the cache has it now
-        last_src_ = job.src.get();  // compared only
+        last_src_ = job.src;
         last_index_ = job.index;
       }
     }
@@ -456,7 +456,8 @@ class TilePrebuilder {
   std::condition_variable ready_;
   std::optional<Job> job_;
   bool busy_ = false;
-  const LogicalTensor* last_src_ = nullptr;
+  // Compared by owner: unlike an address, a control block this still holds is not reused by a later tensor.
+  std::weak_ptr<const LogicalTensor> last_src_;
   uint64_t last_index_ = 0;
   std::thread thread_{[this] { run(); }};  // last: starts once the members it uses exist
 };

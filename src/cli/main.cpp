@@ -39,8 +39,6 @@ Run `ckptfs mount --help` for the mount options, `ckptfs cat --help` for cat's. 
 docs/exit-codes.md. Manual: man ckptfs.
 )";
 
-constexpr uint64_t kMostOpenSources = 65536;
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,9 +58,8 @@ int main(int argc, char** argv) {
   }
   // Thousands of rank files stay within the fd cache's bound. Where the limit allows, every rank file of a
   // large save dir stays open (a reopen costs an open and a stat on the read path, and a merged tensor reads
-  // every rank); the other half of the limit is for FUSE, splice pipes and readers.
-  if (const uint64_t limit = io::raise_open_file_limit(); limit >= 2)
-    io::set_max_open_files(std::min<uint64_t>(limit / 2, kMostOpenSources));
+  // every rank): each command's io::Runtime keeps half the raised limit open (io::default_max_open_files).
+  io::raise_open_file_limit();
   const std::vector<std::string> rest(argv + 2, argv + argc);
   if (command == "inspect") return cli::run_inspect(rest);
   if (command == "export") return cli::run_export(rest);

@@ -125,14 +125,13 @@ struct MountArguments {
   std::string source_text;  // as given: a path, or s3://BUCKET/PREFIX
   fs::path source, mountpoint;
   s3::Options s3;
-  s3::BlockCacheOptions remote_cache;  // -o cache_mb=, cache_dir=, cache_dir_mb=, s3_connections=
+  // -o cache_mb=, cache_dir=, cache_dir_mb=, s3_connections=, max_open=, decoded_cache_mb=
+  io::RuntimeOptions runtime;
   OpenOptions open;
   fuse::ServeOptions serve;
-  std::optional<unsigned> max_open;
   bool stats_file = false;  // -o stats
   ShardOptions shards;      // -o shard_size=
   GgufOptions gguf;         // -o gguf_pre=
-  std::optional<unsigned> decoded_cache_mb;
   std::optional<unsigned> transpose_cache_mb;
   std::optional<fs::path> index_cache = index::default_cache_dir();  // nullopt: off
   bool snapshot = false;                 // -o static
@@ -206,9 +205,9 @@ void add_mount_option(MountArguments& m, const std::string& option) {
   } else if (option.starts_with("threads=")) {
     m.serve.max_threads = parse_number(option, 1);
   } else if (option.starts_with("max_open=")) {
-    m.max_open = parse_number(option, 1);
+    m.runtime.max_open_files = parse_number(option, 1);
   } else if (option.starts_with("decoded_cache_mb=")) {
-    m.decoded_cache_mb = parse_number(option, 0);
+    m.runtime.decoded_cache_bytes = uint64_t{parse_number(option, 0)} << 20;
   } else if (option.starts_with("transpose_cache_mb=")) {
     m.transpose_cache_mb = parse_number(option, 1);
   } else if (option.starts_with("index_cache=")) {
@@ -224,14 +223,14 @@ void add_mount_option(MountArguments& m, const std::string& option) {
   } else if (option == "s3_no_sign") {
     m.s3.no_sign = true;
   } else if (option.starts_with("cache_mb=")) {
-    m.remote_cache.memory_bytes = uint64_t{parse_number(option, 1)} << 20;
+    m.runtime.remote.memory_bytes = uint64_t{parse_number(option, 1)} << 20;
   } else if (option.starts_with("cache_dir=")) {
     if (option.size() == 10) throw UsageError(fmt::format("-o {}: expected a directory", option));
-    m.remote_cache.dir = fs::absolute(option.substr(10));
+    m.runtime.remote.dir = fs::absolute(option.substr(10));
   } else if (option.starts_with("cache_dir_mb=")) {
-    m.remote_cache.dir_bytes = uint64_t{parse_number(option, 1)} << 20;
+    m.runtime.remote.dir_bytes = uint64_t{parse_number(option, 1)} << 20;
   } else if (option.starts_with("s3_connections=")) {
-    m.remote_cache.connections = parse_number(option, 1);
+    m.runtime.remote.connections = parse_number(option, 1);
   } else if (option.starts_with("prefetch=")) {
     m.serve.prefetch_mb = parse_number(option, 0);
   } else if (option.starts_with("source_check_ms=")) {
@@ -317,16 +316,14 @@ int run_mount(int argc, char** argv) {
   try {
     MountArguments m = parse(argc, argv);
     m.serve.mountpoint = fuse::check_mountpoint(m.mountpoint.string());  // before the long indexing
-    io::Runtime runtime(m.remote_cache);
-    m.source = open_source(m.source_text, m.s3, runtime);
-    if (m.max_open) io::set_max_open_files(*m.max_open);
-    if (m.decoded_cache_mb) io::set_decoded_cache_bytes(uint64_t{*m.decoded_cache_mb} << 20);
-    if (m.transpose_cache_mb) catalog::set_transposed_cache_bytes(uint64_t{*m.transpose_cache_mb} << 20);
     // With prefetch on, the kernel's own readahead on the sources is off from the first read of the
     // indexing on: a readahead window it opens there leaves a marker page that a later read of the masters
     // hits, and the chain of readaheads that follows (which FADV_RANDOM set afterwards does not stop) reads
     // each shard to its end.
-    io::set_kernel_readahead(m.serve.prefetch_mb == 0);
+    m.runtime.kernel_readahead = m.serve.prefetch_mb == 0;
+    io::Runtime runtime(m.runtime);
+    m.source = open_source(m.source_text, m.s3, runtime);
+    if (m.transpose_cache_mb) catalog::set_transposed_cache_bytes(uint64_t{*m.transpose_cache_mb} << 20);
     // A live mount serves complete saves only, from the first look: a save in progress at the mount waits
     // for its framework's mark like one begun later.
     if (may_follow(m)) m.open = complete_saves_only(std::move(m.open));

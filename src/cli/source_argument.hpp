@@ -13,7 +13,7 @@ namespace ckptfs::cli {
 // A local SRC made absolute (the daemon runs in "/", and sources are re-checked by path), or the path of
 // the object-store source registered with io (io::open_remote_source). Throws SourceError (exit 3) naming
 // the URL and the S3 error code when the store refuses the listing or holds nothing under the prefix. Its
-// objects are read through a block cache of `runtime`'s.
+// files read through `runtime`'s caches (Runtime::add_source; an object through a block cache of its own).
 std::filesystem::path open_source(const std::string& text, const s3::Options& options, io::Runtime& runtime);
 
 }  // namespace ckptfs::cli

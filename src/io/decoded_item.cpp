@@ -7,12 +7,11 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
-#include <list>
-#include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "ckptfs/error.hpp"
+#include "io/decoded_cache.hpp"
+#include "io/source_caches.hpp"
 
 namespace ckptfs::io {
 
@@ -69,60 +68,7 @@ uint64_t decode_stream(const File& file, uint64_t offset, uint64_t length,
   return produced;
 }
 
-using Bytes = std::shared_ptr<const std::vector<std::byte>>;
-
-// Whole decoded items, least recently used first out, bounded by their total size.
-class DecodedCache {
- public:
-  Bytes find(uint64_t id) {
-    std::lock_guard lock(mutex_);
-    auto it = index_.find(id);
-    if (it == index_.end()) return nullptr;
-    lru_.splice(lru_.end(), lru_, it->second);
-    return it->second->second;
-  }
-
-  void insert(uint64_t id, Bytes bytes) {
-    std::lock_guard lock(mutex_);
-    if (index_.contains(id) || bytes->size() > capacity_) return;
-    used_ += bytes->size();
-    index_[id] = lru_.insert(lru_.end(), {id, std::move(bytes)});
-    evict();
-  }
-
-  void set_capacity(uint64_t bytes) {
-    std::lock_guard lock(mutex_);
-    capacity_ = bytes;
-    evict();
-  }
-  uint64_t capacity() {
-    std::lock_guard lock(mutex_);
-    return capacity_;
-  }
-  uint64_t used() {
-    std::lock_guard lock(mutex_);
-    return used_;
-  }
-
- private:
-  void evict() {
-    while (used_ > capacity_) {
-      used_ -= lru_.front().second->size();
-      index_.erase(lru_.front().first);
-      lru_.pop_front();
-    }
-  }
-
-  std::mutex mutex_;
-  uint64_t capacity_ = kDefaultDecodedCacheBytes, used_ = 0;
-  std::list<std::pair<uint64_t, Bytes>> lru_;
-  std::unordered_map<uint64_t, std::list<std::pair<uint64_t, Bytes>>::iterator> index_;
-};
-
-DecodedCache& cache() {
-  static DecodedCache c;
-  return c;
-}
+using Bytes = DecodedCache::Bytes;
 
 std::atomic<uint64_t> next_id{1};
 
@@ -141,7 +87,8 @@ std::shared_ptr<const DecodedItem> DecodedItem::zstd(FilePtr backing, uint64_t o
   // No declared size (python-zstandard's stream_writer, which DCP's ZStandard uses, records none): one
   // pass learns it and checks the frame whole, and keeps the bytes in the cache when they fit, for the
   // reads of the archive's directory and pickle that follow.
-  const uint64_t capacity = cache().capacity();
+  DecodedCache& cache = backing->caches().decoded;
+  const uint64_t capacity = cache.capacity();
   auto bytes = std::make_shared<std::vector<std::byte>>();
   const uint64_t size = decode_stream<FormatError>(*backing, offset, length, [&](auto chunk, uint64_t at) {
     if (bytes && at + chunk.size() <= capacity)
@@ -151,7 +98,7 @@ std::shared_ptr<const DecodedItem> DecodedItem::zstd(FilePtr backing, uint64_t o
     return true;
   });
   auto item = std::make_shared<const DecodedItem>(std::move(backing), offset, length, size);
-  if (bytes) cache().insert(item->id_, std::move(bytes));
+  if (bytes) cache.insert(item->id_, std::move(bytes));
   return item;
 }
 
@@ -161,8 +108,9 @@ void DecodedItem::read(uint64_t offset, std::span<std::byte> dst) const {
     return SourceError(fmt::format("{}: decodes to {} bytes, not the {} it had when mounted",
                                    where(*backing_, offset_, length_), got, size_));
   };
-  if (size_ <= cache().capacity()) {
-    Bytes bytes = cache().find(id_);
+  DecodedCache& cache = backing_->caches().decoded;
+  if (size_ <= cache.capacity()) {
+    Bytes bytes = cache.find(id_);
     if (!bytes) {
       auto whole = std::make_shared<std::vector<std::byte>>(size_);
       const uint64_t got = decode_stream<SourceError>(*backing_, offset_, length_, [&](auto chunk, uint64_t at) {
@@ -172,7 +120,7 @@ void DecodedItem::read(uint64_t offset, std::span<std::byte> dst) const {
       });
       if (got != size_) throw wrong_size(got);
       bytes = whole;
-      cache().insert(id_, bytes);
+      cache.insert(id_, bytes);
     }
     std::memcpy(dst.data(), bytes->data() + offset, dst.size());
     return;
@@ -192,16 +140,6 @@ void DecodedItem::read(uint64_t offset, std::span<std::byte> dst) const {
 
 void DecodedItem::prefetch() const {
   backing_->prefetch(offset_, length_);
-}
-
-void set_decoded_cache_bytes(uint64_t bytes) {
-  cache().set_capacity(bytes);
-}
-uint64_t decoded_cache_bytes() {
-  return cache().capacity();
-}
-uint64_t decoded_cache_used() {
-  return cache().used();
 }
 
 }  // namespace ckptfs::io

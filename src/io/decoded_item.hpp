@@ -1,7 +1,8 @@
 // A compressed item of a source file (a DCP item saved through the ZStandard extension: one bare zstd
 // frame) as a source of its decoded bytes. io::File::decoded() wraps one, so that torch archives,
 // pieces and views read it like any file. A read decodes only the item it touches: whole items come
-// from a process-wide cache of decoded items bounded in bytes (io::set_decoded_cache_bytes); an item larger
+// from the cache of decoded items of the backing file's io::Runtime, bounded in bytes (io/decoded_cache.hpp,
+// -o decoded_cache_mb); an item larger
 // than the whole cache is decoded again for each read, streamed through a small buffer up to the end of
 // the range asked for, so memory stays bounded whatever the checkpoint's size.
 #pragma once

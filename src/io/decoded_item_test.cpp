@@ -9,6 +9,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
+#include "io/runtime.hpp"
 #include "vfs/test_files.hpp"
 
 namespace ckptfs::io {
@@ -55,9 +56,6 @@ std::string read_range(const File& f, uint64_t offset, uint64_t length) {
 
 class DecodedItemTest : public ::testing::Test {
  protected:
-  void SetUp() override { saved_ = decoded_cache_bytes(); }
-  void TearDown() override { set_decoded_cache_bytes(saved_); }
-  uint64_t saved_ = 0;
   TempDir dir_;
 };
 
@@ -80,19 +78,19 @@ TEST_F(DecodedItemTest, ServesTheDecodedBytesOfFramesWithAndWithoutContentSize) 
 TEST_F(DecodedItemTest, AnItemLargerThanTheCacheIsStreamedToTheRangeAndNotKept) {
   const std::string data = pattern(1'500'000);  // decodes in many output chunks
   const std::string frame = frame_without_size(data);
-  const FilePtr backing = File::open(dir_.write("big.distcp", frame));
-  const FilePtr f = File::decoded(DecodedItem::zstd(backing, 0, frame.size()));
-  set_decoded_cache_bytes(1 << 20);
-  const uint64_t before = decoded_cache_used();
-  EXPECT_EQ(read_range(*f, 1'200'001, 299'999), data.substr(1'200'001));
-  EXPECT_EQ(read_range(*f, 5, 1), data.substr(5, 1));
-  EXPECT_EQ(decoded_cache_used(), before);
-  set_decoded_cache_bytes(4 << 20);  // now it fits: kept after the first read
-  EXPECT_EQ(read_range(*f, 0, 10), data.substr(0, 10));
-  EXPECT_EQ(decoded_cache_used(), before + data.size());
-  set_decoded_cache_bytes(0);  // shrinking evicts
-  EXPECT_EQ(decoded_cache_used(), 0u);
-  EXPECT_EQ(read_range(*f, 999'999, 2), data.substr(999'999, 2));
+  const auto path = dir_.write("big.distcp", frame);
+  for (const uint64_t cache_bytes : {uint64_t{1} << 20, uint64_t{4} << 20}) {
+    RuntimeOptions options;
+    options.decoded_cache_bytes = cache_bytes;
+    Runtime runtime(options);
+    runtime.add_source(dir_.path());
+    const FilePtr f = File::decoded(DecodedItem::zstd(File::open(path), 0, frame.size()));
+    EXPECT_EQ(read_range(*f, 1'200'001, 299'999), data.substr(1'200'001));
+    EXPECT_EQ(read_range(*f, 5, 1), data.substr(5, 1));
+    // Kept (after the first pass, which learnt its size) only when it fits.
+    EXPECT_EQ(runtime.caches().decoded.used(), data.size() <= cache_bytes ? data.size() : 0);
+    EXPECT_EQ(read_range(*f, 999'999, 2), data.substr(999'999, 2));
+  }
 }
 
 TEST_F(DecodedItemTest, BytesThatAreNotOneWholeFrameFailAtMountNamingTheFileAndRange) {

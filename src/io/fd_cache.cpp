@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,38 +19,6 @@ namespace {
 
 int64_t nanoseconds(const struct timespec& ts) {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-// The ring of open slots: new and spared ones enter at the front, eviction looks at the back.
-struct Cache {
-  std::mutex mutex;
-  size_t capacity = 256;
-  bool kernel_readahead = true;
-  std::list<DescriptorSlot*> ring;
-
-  void advise(const OpenFd& fd) const {
-    ::posix_fadvise(fd.get(), 0, 0, kernel_readahead ? POSIX_FADV_NORMAL : POSIX_FADV_RANDOM);
-  }
-
-  // Called with the mutex held. A slot read since the clock last passed it gets a second chance (once
-  // per pass, so readers cannot keep the loop going); evicted descriptors close once no read holds them.
-  void evict_beyond_capacity() {
-    for (size_t spared = 0; ring.size() > capacity;) {
-      DescriptorSlot* slot = ring.back();
-      if (spared < ring.size() && slot->used.exchange(false, std::memory_order_relaxed)) {
-        ring.splice(ring.begin(), ring, slot->position);
-        ++spared;
-        continue;
-      }
-      ring.pop_back();
-      slot->set(nullptr);
-    }
-  }
-};
-
-Cache& cache() {
-  static Cache* instance = new Cache();  // never destroyed: Files may outlive static destruction order
-  return *instance;
 }
 
 }  // namespace
@@ -74,47 +43,44 @@ OpenedSource open_source(const std::filesystem::path& path) {
   return {std::move(holder), identity_of(st), Access{st.st_uid, st.st_gid, st.st_mode & 07777}};
 }
 
-void set_max_open_files(size_t max_open) {
-  Cache& c = cache();
-  std::lock_guard lock(c.mutex);
-  c.capacity = std::max<size_t>(max_open, 1);
-  c.evict_beyond_capacity();
+size_t default_max_open_files() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur < 2) return 256;
+  return static_cast<size_t>(std::min<rlim_t>(limit.rlim_cur / 2, kMostOpenSources));
 }
 
-size_t max_open_files() {
-  Cache& c = cache();
-  std::lock_guard lock(c.mutex);
-  return c.capacity;
+// Called with the mutex held. A slot read since the clock last passed it gets a second chance (once per
+// pass, so readers cannot keep the loop going); evicted descriptors close once no read holds them.
+void DescriptorCache::evict_beyond_capacity() {
+  for (size_t spared = 0; ring_.size() > capacity_;) {
+    DescriptorSlot* slot = ring_.back();
+    if (spared < ring_.size() && slot->used.exchange(false, std::memory_order_relaxed)) {
+      ring_.splice(ring_.begin(), ring_, slot->position);
+      ++spared;
+      continue;
+    }
+    ring_.pop_back();
+    slot->set(nullptr);
+  }
 }
 
-void set_kernel_readahead(bool on) {
-  Cache& c = cache();
-  std::lock_guard lock(c.mutex);
-  c.kernel_readahead = on;
-  for (DescriptorSlot* slot : c.ring) c.advise(*slot->get());
+size_t DescriptorCache::open_count() {
+  std::lock_guard lock(mutex_);
+  return ring_.size();
 }
 
-size_t open_file_count() {
-  Cache& c = cache();
-  std::lock_guard lock(c.mutex);
-  return c.ring.size();
-}
-
-namespace fd_cache {
-
-OpenFdPtr insert(DescriptorSlot& slot, OpenFdPtr fd) {
-  Cache& c = cache();
-  std::lock_guard lock(c.mutex);
+OpenFdPtr DescriptorCache::insert(DescriptorSlot& slot, OpenFdPtr fd) {
+  std::lock_guard lock(mutex_);
   if (OpenFdPtr open = slot.get()) return open;  // reopened meanwhile
-  if (!c.kernel_readahead) c.advise(*fd);
+  if (!kernel_readahead_) ::posix_fadvise(fd->get(), 0, 0, POSIX_FADV_RANDOM);
   slot.set(fd);
-  c.ring.push_front(&slot);
-  slot.position = c.ring.begin();
-  c.evict_beyond_capacity();
+  ring_.push_front(&slot);
+  slot.position = ring_.begin();
+  evict_beyond_capacity();
   return fd;
 }
 
-OpenFdPtr acquire(const File& file, DescriptorSlot& slot) {
+OpenFdPtr DescriptorCache::acquire(const File& file, DescriptorSlot& slot) {
   if (OpenFdPtr fd = slot.get()) {
     if (!slot.used.load(std::memory_order_relaxed)) slot.used.store(true, std::memory_order_relaxed);
     return fd;
@@ -128,14 +94,11 @@ OpenFdPtr acquire(const File& file, DescriptorSlot& slot) {
   return insert(slot, std::move(opened.fd));
 }
 
-void forget(DescriptorSlot& slot) {
-  Cache& c = cache();
-  std::lock_guard lock(c.mutex);
+void DescriptorCache::forget(DescriptorSlot& slot) {
+  std::lock_guard lock(mutex_);
   if (!slot.get()) return;
-  c.ring.erase(slot.position);
+  ring_.erase(slot.position);
   slot.set(nullptr);
 }
-
-}  // namespace fd_cache
 
 }  // namespace ckptfs::io

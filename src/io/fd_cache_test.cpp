@@ -16,6 +16,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
+#include "io/runtime.hpp"
 #include "vfs/test_files.hpp"
 
 namespace ckptfs::io {
@@ -44,30 +45,36 @@ std::vector<FilePtr> open_numbered(const TempDir& dir, int count, Content conten
   return files;
 }
 
-class FdCacheTest : public ::testing::Test {
- protected:
-  void SetUp() override { saved_ = max_open_files(); }
-  void TearDown() override { set_max_open_files(saved_); }
-  size_t saved_ = 0;
-};
-
-TEST_F(FdCacheTest, ManyFilesReadThroughABoundedNumberOfDescriptors) {
-  TempDir dir;
-  set_max_open_files(8);
-  const size_t before = process_fds();
-  std::vector<FilePtr> files = open_numbered(dir, 200, [](int i) { return "content of file " + std::to_string(i); });
-  EXPECT_LE(open_file_count(), 8u);
-  for (int round = 0; round < 3; ++round)
-    for (int i = 0; i < 200; ++i) ASSERT_EQ(read_all(*files[i]), "content of file " + std::to_string(i));
-  EXPECT_LE(open_file_count(), 8u);
-  EXPECT_LE(process_fds(), before + 8);
-  files.clear();
-  EXPECT_EQ(open_file_count(), 0u);
+// A Runtime keeping at most `max_open` descriptors open for the files of `dir`.
+RuntimeOptions keeping_open(size_t max_open) {
+  RuntimeOptions options;
+  options.max_open_files = max_open;
+  return options;
 }
 
-TEST_F(FdCacheTest, ReopenedFileReplacedWithSameSizeAndMtimeIsRefused) {
+struct CachedDir {
+  CachedDir(const TempDir& dir, size_t max_open) : runtime(keeping_open(max_open)) { runtime.add_source(dir.path()); }
+  size_t open_count() { return runtime.caches().descriptors.open_count(); }
+  Runtime runtime;
+};
+
+TEST(FdCacheTest, ManyFilesReadThroughABoundedNumberOfDescriptors) {
   TempDir dir;
-  set_max_open_files(1);
+  CachedDir source(dir, 8);
+  const size_t before = process_fds();
+  std::vector<FilePtr> files = open_numbered(dir, 200, [](int i) { return "content of file " + std::to_string(i); });
+  EXPECT_LE(source.open_count(), 8u);
+  for (int round = 0; round < 3; ++round)
+    for (int i = 0; i < 200; ++i) ASSERT_EQ(read_all(*files[i]), "content of file " + std::to_string(i));
+  EXPECT_LE(source.open_count(), 8u);
+  EXPECT_LE(process_fds(), before + 8);
+  files.clear();
+  EXPECT_EQ(source.open_count(), 0u);
+}
+
+TEST(FdCacheTest, ReopenedFileReplacedWithSameSizeAndMtimeIsRefused) {
+  TempDir dir;
+  CachedDir source(dir, 1);
   const auto path = dir.write("shard.pt", "original bytes");
   FilePtr shard = File::open(path);
   FilePtr other = File::open(dir.write("other.pt", "evicts the shard"));  // shard's fd is closed now
@@ -89,18 +96,18 @@ TEST_F(FdCacheTest, ReopenedFileReplacedWithSameSizeAndMtimeIsRefused) {
   EXPECT_EQ(read_all(*other), "evicts the shard");
 }
 
-TEST_F(FdCacheTest, UnchangedFileIsReopenedTransparently) {
+TEST(FdCacheTest, UnchangedFileIsReopenedTransparently) {
   TempDir dir;
-  set_max_open_files(1);
+  CachedDir source(dir, 1);
   FilePtr a = File::open(dir.write("a", "aaaa")), b = File::open(dir.write("b", "bbbb"));
   EXPECT_TRUE(a->unchanged());
   EXPECT_EQ(read_all(*a), "aaaa");
   EXPECT_EQ(read_all(*b), "bbbb");
   EXPECT_EQ(read_all(*a), "aaaa");
-  EXPECT_EQ(open_file_count(), 1u);
+  EXPECT_EQ(source.open_count(), 1u);
 }
 
-TEST_F(FdCacheTest, InPlaceChangeOfTheSameSizeIsDetected) {
+TEST(FdCacheTest, InPlaceChangeOfTheSameSizeIsDetected) {
   TempDir dir;
   const auto path = dir.write("f", "12345678");
   FilePtr f = File::open(path);
@@ -112,11 +119,11 @@ TEST_F(FdCacheTest, InPlaceChangeOfTheSameSizeIsDetected) {
   EXPECT_FALSE(f->unchanged());
 }
 
-// Reads load each File's descriptor without a lock while other reads reopen evicted ones and the limit
-// moves under them: every read still returns its file's bytes, and the cache stays within its bound.
-TEST_F(FdCacheTest, ThreadsReadWhileTheCacheEvicts) {
+// Reads load each File's descriptor without a lock while other reads reopen evicted ones: every read still
+// returns its file's bytes, and the cache stays within its bound.
+TEST(FdCacheTest, ThreadsReadWhileTheCacheEvicts) {
   TempDir dir;
-  set_max_open_files(4);
+  CachedDir source(dir, 4);
   const size_t before = process_fds();
   const std::vector<FilePtr> files =
       open_numbered(dir, 64, [](int i) { return std::string(4096, static_cast<char>('a' + i % 26)); });
@@ -139,19 +146,11 @@ TEST_F(FdCacheTest, ThreadsReadWhileTheCacheEvicts) {
       }
     });
   }
-  std::thread limits([&] {
-    for (int round = 0; round < 200; ++round) {
-      set_max_open_files(round % 2 ? 1 : 4);
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    set_max_open_files(4);
-  });
-  limits.join();
   while (reads.load() < 20000) std::this_thread::yield();
   stop = true;
   for (auto& r : readers) r.join();
   EXPECT_EQ(wrong.load(), 0u);
-  EXPECT_LE(open_file_count(), 4u);
+  EXPECT_LE(source.open_count(), 4u);
   EXPECT_LE(process_fds(), before + 4);
 }
 

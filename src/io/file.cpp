@@ -16,14 +16,16 @@
 #include "io/readahead_size.hpp"
 #include "io/remote_object.hpp"
 #include "io/remote_tree.hpp"
+#include "io/source_caches.hpp"
 
 namespace ckptfs::io {
 
-File::File(std::filesystem::path path, FileIdentity identity)
-    : path_(std::move(path)), identity_(std::move(identity)) {}
+File::File(std::filesystem::path path, FileIdentity identity, std::shared_ptr<SourceCaches> caches)
+    : path_(std::move(path)), identity_(std::move(identity)), caches_(std::move(caches)) {}
 
 File::~File() {
-  if (const auto* disk = std::get_if<OnDisk>(&origin_); disk != nullptr && disk->slot) fd_cache::forget(*disk->slot);
+  if (const auto* disk = std::get_if<OnDisk>(&origin_); disk != nullptr && disk->slot)
+    caches_->descriptors.forget(*disk->slot);
 }
 
 std::shared_ptr<File> File::open(const std::filesystem::path& path) {
@@ -34,14 +36,14 @@ std::shared_ptr<File> File::open(const std::filesystem::path& path) {
     identity.size = object->info.size;
     identity.etag = object->info.etag;
     identity.last_modified = object->info.last_modified;
-    std::shared_ptr<File> file(new File(path, std::move(identity)));
+    std::shared_ptr<File> file(new File(path, std::move(identity), caches_for(path)));
     file->origin_ = Remote{std::make_shared<RemoteReader>(object->cache, object->bucket, object->info)};
     return file;
   }
   auto [fd, identity, access] = open_source(path);
-  std::shared_ptr<File> file(new File(path, identity));
+  std::shared_ptr<File> file(new File(path, identity, caches_for(path)));
   OnDisk disk{std::make_shared<DescriptorSlot>(), readahead_bytes(identity.device), access};
-  fd_cache::insert(*disk.slot, std::move(fd));  // the indexing that follows reads it at once
+  file->caches_->descriptors.insert(*disk.slot, std::move(fd));  // the indexing that follows reads it at once
   file->origin_ = std::move(disk);
   return file;
 }
@@ -55,7 +57,7 @@ const OnDisk& File::on_disk() const {
 std::shared_ptr<File> File::decoded(std::shared_ptr<const DecodedItem> item) {
   FileIdentity identity = item->backing()->identity();
   identity.size = item->size();
-  std::shared_ptr<File> file(new File(item->backing()->path(), identity));
+  std::shared_ptr<File> file(new File(item->backing()->path(), identity, item->backing()->caches_));
   file->origin_ = Decoded{std::move(item)};
   return file;
 }
@@ -77,7 +79,7 @@ void File::read_exact(uint64_t offset, std::span<std::byte> dst) const {
 
 void File::read_on_disk(const OnDisk& disk, uint64_t offset, std::span<std::byte> dst) const {
   const uint64_t size = identity_.size;
-  const OpenFdPtr fd = fd_cache::acquire(*this, *disk.slot);
+  const OpenFdPtr fd = caches_->descriptors.acquire(*this, *disk.slot);
   size_t done = 0;
   while (done < dst.size()) {
     ssize_t n = ::pread(fd->get(), dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
@@ -115,7 +117,7 @@ std::optional<Access> File::access() const {
 
 bool File::has_descriptor() const { return std::holds_alternative<OnDisk>(origin_); }
 
-OpenFdPtr File::descriptor() const { return fd_cache::acquire(*this, *on_disk().slot); }
+OpenFdPtr File::descriptor() const { return caches_->descriptors.acquire(*this, *on_disk().slot); }
 
 void File::check_descriptor(const OpenFd& fd) const {
   struct stat st {};
@@ -140,7 +142,7 @@ void File::prefetch(uint64_t offset, uint64_t length) const {
 
 void File::prefetch_on_disk(const OnDisk& disk, uint64_t offset, uint64_t length) const {
   try {
-    const OpenFdPtr fd = fd_cache::acquire(*this, *disk.slot);
+    const OpenFdPtr fd = caches_->descriptors.acquire(*this, *disk.slot);
     // One call starts at most the device's readahead (128 KiB on FUSE or NFS): advise piece by piece.
     const uint64_t step = disk.readahead_bytes;
     const uint64_t end = offset + std::min(length, identity_.size - offset);
@@ -155,13 +157,25 @@ void File::prefetch_on_disk(const OnDisk& disk, uint64_t offset, uint64_t length
 uint64_t File::read_gap_bytes() const { return is_remote() ? kRemoteReadGap : 0; }
 
 void File::expect(Expectation expectation) const {
-  if (const auto* remote = std::get_if<Remote>(&origin_)) return remote->reader->expect(std::move(expectation));
-  check_expectation(expectation, path_.string(), [this](uint64_t at, std::span<std::byte> dst) { read_exact(at, dst); });
+  const auto check_now = [&] {
+    check_expectation(expectation, path_.string(),
+                      [this](uint64_t at, std::span<std::byte> dst) { read_exact(at, dst); });
+  };
+  std::visit(Overloaded{
+                 [&](const OnDisk&) { check_now(); },
+                 [&](const Decoded&) { check_now(); },
+                 [&](const Remote& remote) { remote.reader->expect(std::move(expectation)); },
+             },
+             origin_);
 }
 
 std::vector<Expectation> File::expectations() const {
-  const auto* remote = std::get_if<Remote>(&origin_);
-  return remote != nullptr ? remote->reader->expectations() : std::vector<Expectation>{};
+  return std::visit(Overloaded{
+                        [](const OnDisk&) { return std::vector<Expectation>{}; },
+                        [](const Decoded&) { return std::vector<Expectation>{}; },
+                        [](const Remote& remote) { return remote.reader->expectations(); },
+                    },
+                    origin_);
 }
 
 bool File::unchanged() const {

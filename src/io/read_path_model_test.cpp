@@ -108,12 +108,12 @@ uint64_t random_length(std::mt19937_64& rng, uint64_t object_size) {
   }
 }
 
-s3::BlockCacheOptions small_cache() {
-  s3::BlockCacheOptions o;
-  o.memory_bytes = 1 << 20;  // about two objects' worth: reads and prefetches evict each other
-  o.block_bytes = 128 << 10;
-  o.align_bytes = 4 << 10;
-  o.connections = 3;
+RuntimeOptions small_cache() {
+  RuntimeOptions o;
+  o.remote.memory_bytes = 1 << 20;  // about two objects' worth: reads and prefetches evict each other
+  o.remote.block_bytes = 128 << 10;
+  o.remote.align_bytes = 4 << 10;
+  o.remote.connections = 3;
   return o;
 }
 
@@ -264,7 +264,7 @@ bool run_model(uint64_t seed, int steps, bool prefetches) {
   EXPECT_TRUE(model.store().bad_gets().empty()) << "a GET outside its object's version: " << model.store().bad_gets().front();
   EXPECT_GT(model.reads_checked(), static_cast<uint64_t>(steps) / 2);
   EXPECT_GT(model.failures_allowed_seen(), 0u) << "no read ever met a replaced object";
-  EXPECT_LE(model.cache().figures()["memory_bytes"].get<uint64_t>(), small_cache().memory_bytes);
+  EXPECT_LE(model.cache().figures()["memory_bytes"].get<uint64_t>(), small_cache().remote.memory_bytes);
   return !::testing::Test::HasFailure();
 }
 

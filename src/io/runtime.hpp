@@ -1,22 +1,38 @@
 // The caches, pools and limits of one mount or one command (export, cat, index and inspect each make their
 // own), handed to what uses them rather than kept in process globals: the block caches of the object-store
-// sources it opens (their options, and the fork of the daemon, which their fetch threads do not follow).
+// sources it opens (their options, and the fork of the daemon, which their fetch threads do not follow),
+// and the descriptor and decoded-item caches the files of its sources read through (io/source_caches.hpp).
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 #include "ckptfs/s3_cache.hpp"
 #include "io/remote_object.hpp"
+#include "io/source_caches.hpp"
 
 namespace ckptfs::io {
 
+struct RuntimeOptions {
+  s3::BlockCacheOptions remote;  // -o cache_mb=, cache_dir=, cache_dir_mb=, s3_connections=
+  size_t max_open_files = default_max_open_files();  // -o max_open=N
+  // Off while the mount prefetches (-o prefetch_mb=0 leaves it on): see DescriptorCache.
+  bool kernel_readahead = true;
+  uint64_t decoded_cache_bytes = kDefaultDecodedCacheBytes;  // -o decoded_cache_mb=N
+};
+
 class Runtime {
  public:
-  explicit Runtime(s3::BlockCacheOptions remote = {}) : remote_(std::move(remote)) {}
+  explicit Runtime(RuntimeOptions options = {});
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
+
+  // Files at or below `root` (a source's path) read through this Runtime's descriptor and decoded-item
+  // caches, under its path as spelled and its canonical path (an index may name either).
+  void add_source(const std::filesystem::path& root);
+  SourceCaches& caches() { return *caches_; }
 
   // The block cache of an object-store source read through `reader` (-o cache_mb=, cache_dir=,
   // cache_dir_mb=, s3_connections=).
@@ -28,6 +44,7 @@ class Runtime {
 
  private:
   s3::BlockCacheOptions remote_;
+  std::shared_ptr<SourceCaches> caches_;
   std::mutex mutex_;
   std::vector<std::weak_ptr<RemoteCache>> remote_caches_;
 };
