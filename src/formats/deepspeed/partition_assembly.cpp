@@ -29,12 +29,14 @@ uint64_t add_numel(uint64_t total, uint64_t numel, const std::filesystem::path& 
   return sum;
 }
 
-LogicalTensor param_tensor(const NamedShape& param, DType dtype) {
-  LogicalTensor t;
-  t.name = param.name;
-  t.dtype = dtype;
-  t.shape = param.shape;
-  return t;
+// A param served over the flat runs gathered for it from the rank partitions.
+LogicalTensor param_tensor(const NamedShape& param, DType dtype, std::vector<catalog::Piece> runs,
+                           std::string origin) {
+  return {.name = param.name,
+          .dtype = dtype,
+          .shape = param.shape,
+          .source = catalog::FlatRuns{std::move(runs)},
+          .origin = std::move(origin)};
 }
 
 }  // namespace
@@ -99,18 +101,18 @@ std::vector<LogicalTensor> lay_out_flat_groups(const ModelStates& shapes_file,
     }
     uint64_t offset = 0;
     for (const auto& param : groups[g]) {
-      LogicalTensor t = param_tensor(param, served_dtype(key, *parts.front()));
-      t.origin = fmt::format("{} group {} [{}, {}) over {} rank partitions", key, g, offset,
-                             offset + param.numel, n_ranks);
+      std::vector<catalog::Piece> runs;
       for (uint64_t e = offset; e < offset + param.numel;) {
         const uint64_t r = e / slice;
         const uint64_t local = e - r * slice;
         const uint64_t count = std::min(offset + param.numel - e, slice - local);
-        catalog::append_source_range(std::get<catalog::FlatRuns>(t.source).pieces, e - offset, *parts[r], local, count);
+        catalog::append_source_range(runs, e - offset, *parts[r], local, count);
         e += count;
       }
+      out.push_back(param_tensor(param, served_dtype(key, *parts.front()), std::move(runs),
+                                 fmt::format("{} group {} [{}, {}) over {} rank partitions", key, g, offset,
+                                             offset + param.numel, n_ranks)));
       offset += param.numel;
-      out.push_back(std::move(t));
     }
   }
   return out;
@@ -134,15 +136,15 @@ std::vector<LogicalTensor> lay_out_zero3_groups(const ModelStates& shapes_file,
     uint64_t offset = 0;
     for (const auto& param : groups[i]) {
       const uint64_t part = ceil_div(param.numel, n_ranks);
-      LogicalTensor t = param_tensor(param, served_dtype(key, *parts.front()));
-      t.origin =
-          fmt::format("{} sub-group {} offset {}, {} per rank over {} ranks", key, i, offset, part, n_ranks);
+      std::vector<catalog::Piece> runs;
       for (uint64_t r = 0; r < n_ranks && r * part < param.numel; ++r) {
         const uint64_t count = std::min(part, param.numel - r * part);
-        catalog::append_source_range(std::get<catalog::FlatRuns>(t.source).pieces, r * part, *parts[r], offset, count);
+        catalog::append_source_range(runs, r * part, *parts[r], offset, count);
       }
+      out.push_back(param_tensor(param, served_dtype(key, *parts.front()), std::move(runs),
+                                 fmt::format("{} sub-group {} offset {}, {} per rank over {} ranks", key, i,
+                                             offset, part, n_ranks)));
       offset += part;
-      out.push_back(std::move(t));
     }
   }
   return out;
@@ -221,21 +223,20 @@ std::vector<LogicalTensor> assemble_zero3_frozen(const std::vector<ModelStates>&
   for (const auto& rank : ranks) fragments.push_back(index_named(rank.frozen_param_fragments));
   for (const auto& param : *first.frozen_param_shapes) {
     const uint64_t part = ceil_div(param.numel, n_ranks);
-    LogicalTensor t;
-    t.name = param.name;
-    t.shape = param.shape;
-    t.origin = fmt::format("frozen, {} per rank over {} ranks", part, n_ranks);
+    DType dtype = DType::F32;
+    std::vector<catalog::Piece> runs;
     for (uint64_t r = 0; r < n_ranks; ++r) {
       const NamedTensor* frag = find_named(fragments[r], param.name);
       if (frag == nullptr)
         throw FormatError(fmt::format("{}: frozen_param_fragments has no entry for {}",
                                       ranks[r].path.string(), param.name));
-      if (r == 0) t.dtype = frag->tensor.dtype;
+      if (r == 0) dtype = frag->tensor.dtype;
       if (r * part >= param.numel) continue;
       const uint64_t count = std::min(part, param.numel - r * part);
-      catalog::append_source_range(std::get<catalog::FlatRuns>(t.source).pieces, r * part, frag->tensor, 0, count);
+      catalog::append_source_range(runs, r * part, frag->tensor, 0, count);
     }
-    out.push_back(std::move(t));
+    out.push_back(param_tensor(param, dtype, std::move(runs),
+                               fmt::format("frozen, {} per rank over {} ranks", part, n_ranks)));
   }
   return out;
 }
