@@ -12,6 +12,7 @@
 #include <string_view>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "ckptfs/catalog.hpp"
@@ -49,14 +50,22 @@ class VirtualFile {
 
 using VirtualFilePtr = std::shared_ptr<const VirtualFile>;
 
-// One extent of an ExtentFile. Exactly one of inline bytes / tensor is set.
+// Where an extent's bytes come from: bytes held in memory (headers, pickles, zip records) ...
+struct InlineBytes {
+  std::shared_ptr<const std::string> bytes;  // the extent is bytes[offset, +length)
+  uint64_t offset = 0;
+};
+// ... or a logical tensor's bytes [offset, +length), read from its sources.
+struct TensorBytes {
+  catalog::TensorRef tensor;
+  uint64_t offset = 0;
+};
+
+// One extent of an ExtentFile.
 struct Extent {
   uint64_t offset = 0;  // in the virtual file
   uint64_t length = 0;
-  std::shared_ptr<const std::string> bytes;  // inline: bytes[inline_offset, +length)
-  uint64_t inline_offset = 0;
-  catalog::TensorRef tensor{};  // tensor (when set): its bytes [tensor_offset, +length)
-  uint64_t tensor_offset = 0;
+  std::variant<InlineBytes, TensorBytes> source;
 };
 
 class ExtentFile final : public VirtualFile {

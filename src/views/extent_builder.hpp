@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,36 +17,36 @@ class ExtentBuilder {
 
   void append(std::string_view bytes) {
     if (bytes.empty()) return;
-    if (extents_.empty() || extents_.back().tensor) {
-      Extent& e = extents_.emplace_back();
-      e.offset = offset_;
-      e.inline_offset = inline_.size();
-    }
-    extents_.back().length += bytes.size();
-    inline_ += bytes;
+    if (!open_bytes_)
+      open_bytes_ = Extent{.offset = offset_, .source = InlineBytes{inline_, inline_->size()}};
+    open_bytes_->length += bytes.size();
+    *inline_ += bytes;
     offset_ += bytes.size();
   }
 
   void append(const catalog::TensorRef& tensor) {
     const uint64_t nbytes = tensor->nbytes();
     if (nbytes == 0) return;
-    Extent& e = extents_.emplace_back();
-    e.offset = offset_;
-    e.length = nbytes;
-    e.tensor = tensor;
+    close_bytes();
+    extents_.push_back({.offset = offset_, .length = nbytes, .source = TensorBytes{tensor}});
     offset_ += nbytes;
   }
 
   std::vector<Extent> finish() && {
-    auto bytes = std::make_shared<const std::string>(std::move(inline_));
-    for (Extent& e : extents_)
-      if (!e.tensor) e.bytes = bytes;
+    close_bytes();
     return std::move(extents_);
   }
 
  private:
-  std::string inline_;
+  void close_bytes() {
+    if (open_bytes_) extents_.push_back(*std::move(open_bytes_));
+    open_bytes_.reset();
+  }
+
+  // Every inline extent points into this string, which grows until finish().
+  std::shared_ptr<std::string> inline_ = std::make_shared<std::string>();
   std::vector<Extent> extents_;
+  std::optional<Extent> open_bytes_;  // the inline extent that bytes appended next extend
   uint64_t offset_ = 0;
 };
 

@@ -4,10 +4,22 @@
 #include <cstring>
 #include <stdexcept>
 #include <unordered_set>
+#include <variant>
 
+#include "ckptfs/overloaded.hpp"
 #include "ckptfs/views.hpp"
 
 namespace ckptfs::views {
+
+namespace {
+
+// Calls visit on the tensor bytes of each extent in order (inline bytes have no source file).
+template <class Visit>
+void for_each_tensor_bytes(std::span<const Extent> extents, const Visit& visit) {
+  for (const Extent& e : extents) std::visit(Overloaded{[](const InlineBytes&) {}, visit}, e.source);
+}
+
+}  // namespace
 
 ExtentFile::ExtentFile(std::vector<Extent> extents) {
   // Empty extents (zero-size tensors) are dropped so that every offset belongs to exactly one extent.
@@ -15,7 +27,10 @@ ExtentFile::ExtentFile(std::vector<Extent> extents) {
   for (const Extent& e : extents) {
     if (e.offset != size_)
       throw std::invalid_argument(fmt::format("extent at {} does not start at {}", e.offset, size_));
-    if (!e.tensor == !e.bytes)
+    const bool has_source = std::visit(Overloaded{[](const InlineBytes& b) { return b.bytes != nullptr; },
+                                                  [](const TensorBytes& t) { return bool(t.tensor); }},
+                                       e.source);
+    if (!has_source)
       throw std::invalid_argument(fmt::format("extent at {} needs bytes or a tensor", e.offset));
     size_ += e.length;
   }
@@ -39,10 +54,13 @@ void ExtentFile::read_extents(uint64_t offset, std::span<std::byte> dst,
   for (--it; !dst.empty(); ++it) {
     const uint64_t skip = offset - it->offset;
     const auto part = dst.first(std::min<uint64_t>(dst.size(), it->length - skip));
-    if (it->tensor)
-      catalog::read_tensor(*it->tensor, it->tensor_offset + skip, part, deferred);
-    else
-      std::memcpy(part.data(), it->bytes->data() + it->inline_offset + skip, part.size());
+    std::visit(Overloaded{[&](const InlineBytes& b) {
+                            std::memcpy(part.data(), b.bytes->data() + b.offset + skip, part.size());
+                          },
+                          [&](const TensorBytes& t) {
+                            catalog::read_tensor(*t.tensor, t.offset + skip, part, deferred);
+                          }},
+               it->source);
     offset += part.size();
     dst = dst.subspan(part.size());
   }
@@ -59,13 +77,18 @@ void ExtentFile::prefetch(uint64_t offset, uint64_t length) const {
   auto it = std::upper_bound(extents_.begin(), extents_.end(), offset,
                              [](uint64_t off, const Extent& e) { return off < e.offset; });
   for (--it; it != extents_.end() && it->offset < offset + length; ++it) {
-    if (!it->tensor) continue;
-    const uint64_t size = dtype_size(it->tensor->dtype);
-    const uint64_t begin = it->tensor_offset + (std::max(offset, it->offset) - it->offset);
-    const uint64_t end = it->tensor_offset + (std::min(offset + length, it->offset + it->length) - it->offset);
-    const uint64_t first = begin / size;
-    catalog::append_runs(*it->tensor, first, (end + size - 1) / size - first, runs);
-    catalog::build_ahead(*it->tensor, first, (end + size - 1) / size - first);
+    const Extent& e = *it;
+    std::visit(Overloaded{[](const InlineBytes&) {},  // in memory: nothing to read ahead
+                          [&](const TensorBytes& t) {
+                            const uint64_t size = dtype_size(t.tensor->dtype);
+                            const uint64_t begin = t.offset + (std::max(offset, e.offset) - e.offset);
+                            const uint64_t end =
+                                t.offset + (std::min(offset + length, e.offset + e.length) - e.offset);
+                            const uint64_t first = begin / size;
+                            catalog::append_runs(*t.tensor, first, (end + size - 1) / size - first, runs);
+                            catalog::build_ahead(*t.tensor, first, (end + size - 1) / size - first);
+                          }},
+               e.source);
   }
   // Over an object store each range is a GET, and a range ends where the view's step ends, anywhere in the
   // object: the next step would ask for the bytes after it in a GET of its own, and a ZeRO-3 view's steps
@@ -103,8 +126,8 @@ uint64_t round_up_within(std::span<const std::pair<uint64_t, uint64_t>> needed, 
 }
 
 void ExtentFile::append_source_runs(std::vector<catalog::Piece>& out) const {
-  for (const Extent& e : extents_)
-    if (e.tensor) catalog::append_runs(*e.tensor, 0, e.tensor->numel(), out);
+  for_each_tensor_bytes(extents_,
+                        [&](const TensorBytes& t) { catalog::append_runs(*t.tensor, 0, t.tensor->numel(), out); });
 }
 
 void for_each_source_range(std::vector<catalog::Piece>& runs, uint64_t join_gap,
@@ -139,8 +162,7 @@ std::vector<io::FilePtr> distinct_sources(std::span<const catalog::TensorRef> te
 
 std::vector<io::FilePtr> ExtentFile::sources() const {
   std::vector<catalog::TensorRef> tensors;
-  for (const Extent& e : extents_)
-    if (e.tensor) tensors.push_back(e.tensor);
+  for_each_tensor_bytes(extents_, [&](const TensorBytes& t) { tensors.push_back(t.tensor); });
   return distinct_sources(tensors);
 }
 

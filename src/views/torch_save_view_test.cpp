@@ -10,8 +10,10 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <variant>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/overloaded.hpp"
 #include "ckptfs/torch.hpp"
 #include "ckptfs/views.hpp"
 #include "views/test_catalog.hpp"
@@ -205,8 +207,12 @@ TEST(TorchSave, Zip64RecordsPastFourGiB) {
   c->tensors.insert(c->tensors.begin() + 1, big);
   const auto file = make_torch_save(c, "archive");
   const auto& extents = dynamic_cast<const ExtentFile&>(*file).extents();
-  const auto big_extent = std::find_if(extents.begin(), extents.end(),
-                                       [&](const Extent& e) { return e.tensor && &*e.tensor == &c->tensors[1]; });
+  const auto is_big = [&](const Extent& e) {
+    return std::visit(Overloaded{[](const InlineBytes&) { return false; },
+                                 [&](const TensorBytes& t) { return &*t.tensor == &c->tensors[1]; }},
+                      e.source);
+  };
+  const auto big_extent = std::find_if(extents.begin(), extents.end(), is_big);
   ASSERT_NE(big_extent, extents.end());
   EXPECT_EQ(big_extent->offset % 64, 0u);
   EXPECT_EQ(big_extent->length, big.nbytes());

@@ -42,15 +42,16 @@ TEST(Views, ExtentFileReadsAcrossExtents) {
     e.offset = expected.size();
     if (i % 2) {
       e.length = rng() % 20;
-      e.tensor_offset = rng() % 10;
-      tensors->tensors.push_back(bytes_tensor(src, rng() % 4000, e.tensor_offset + e.length + rng() % 3));
-      e.tensor = {tensors, tensors->tensors.size() - 1};
-      expected += text.substr(std::get<catalog::FlatRuns>(e.tensor->source).pieces[0].src_offset + e.tensor_offset, e.length);
+      const uint64_t offset = rng() % 10;
+      const uint64_t src_offset = rng() % 4000;
+      tensors->tensors.push_back(bytes_tensor(src, src_offset, offset + e.length + rng() % 3));
+      e.source = TensorBytes{{tensors, tensors->tensors.size() - 1}, offset};
+      expected += text.substr(src_offset + offset, e.length);
     } else {
-      e.inline_offset = rng() % 10;
+      const uint64_t offset = rng() % 10;
       e.length = rng() % 10;
-      e.bytes = inline_bytes;
-      expected += inline_bytes->substr(e.inline_offset, e.length);
+      e.source = InlineBytes{inline_bytes, offset};
+      expected += inline_bytes->substr(offset, e.length);
     }
     extents.push_back(e);
   }
@@ -83,18 +84,13 @@ TEST(Views, APrefetchEndIsRoundedUpToARequestWithinTheBytesNeeded) {
 TEST(Views, ExtentFileRejectsHolesAndOverlaps) {
   auto bytes = std::make_shared<const std::string>("abcdef");
   const auto extent = [&](uint64_t offset, uint64_t length) {
-    Extent e;
-    e.offset = offset;
-    e.length = length;
-    e.bytes = bytes;
-    return e;
+    return Extent{.offset = offset, .length = length, .source = InlineBytes{bytes}};
   };
   EXPECT_THROW(ExtentFile({extent(0, 2), extent(3, 2)}), std::invalid_argument);
   EXPECT_THROW(ExtentFile({extent(0, 2), extent(1, 2)}), std::invalid_argument);
   EXPECT_THROW(ExtentFile({extent(1, 2)}), std::invalid_argument);
-  Extent neither;
-  neither.length = 1;
-  EXPECT_THROW(ExtentFile({neither}), std::invalid_argument);
+  EXPECT_THROW(ExtentFile({Extent{.length = 1, .source = InlineBytes{}}}), std::invalid_argument);
+  EXPECT_THROW(ExtentFile({Extent{.length = 1, .source = TensorBytes{}}}), std::invalid_argument);
   EXPECT_EQ(ExtentFile({}).size(), 0u);
   const ExtentFile ok({extent(0, 2), extent(2, 0), extent(2, 3)});
   EXPECT_EQ(read_all(ok, 0, 5), "ababc");
