@@ -419,7 +419,8 @@ class TilePrebuilder {
   void request(const std::shared_ptr<const LogicalTensor>& src, uint64_t index, const TileGrid& grid) {
     {
       std::lock_guard lock(mutex_);
-      if (busy_ || (index == last_index_ && !src.owner_before(last_src_) && !last_src_.owner_before(src))) return;
+      if (busy_ || (index == last_index_ && !src.owner_before(last_src_) && !last_src_.owner_before(src)))
+        return;
       busy_ = true;
       job_ = Job{src, index, grid};
     }

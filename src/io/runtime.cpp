@@ -12,7 +12,8 @@ Runtime::Runtime(RuntimeOptions options)
 void Runtime::add_source(const std::filesystem::path& root) {
   register_source(root, caches_);
   std::error_code ec;
-  if (const auto canonical = io::canonical(root, ec); !ec && canonical != root) register_source(canonical, caches_);
+  if (const auto canonical = io::canonical(root, ec); !ec && canonical != root)
+    register_source(canonical, caches_);
 }
 
 std::shared_ptr<RemoteCache> Runtime::remote_cache(std::shared_ptr<s3::RangeReader> reader) {
