@@ -175,8 +175,8 @@ LogicalTensor transposed_tensor(std::string name, const LogicalTensor& tensor);
 
 // A logical tensor tiled by `boxes`; throws FormatError naming `name` when they do not tile `shape` or a
 // source cannot be served as `dtype`.
-LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<Box> boxes,
-                               std::string origin);
+LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_t> shape,
+                               std::vector<Box> boxes, std::string origin);
 
 // Checks the source: flat runs tile [0, numel) inside their files, a transposed tensor is its source's
 // transpose, no box views a transposed tensor (its runs place no bytes), and every conversion is
@@ -206,12 +206,12 @@ struct DeferredRun {
 // Reads bytes [offset, offset + dst.size()) of `tensor` served in tensor.dtype. Reads only the source
 // ranges it needs, coalescing adjacent runs into single preads, with bounded scratch memory. With
 // `deferred`, runs of at least kMinDeferredRun bytes that need no conversion are appended to it (in order)
-// instead of read, and so are the parts of a transposed tensor's tiles of at least kMinHeldRun bytes. Throws SourceError when a source file cannot be read or has changed since it was
-// indexed.
+// instead of read, and so are the parts of a transposed tensor's tiles of at least kMinHeldRun bytes. Throws
+// SourceError when a source file cannot be read or has changed since it was indexed.
 void read_tensor(const LogicalTensor& tensor, uint64_t offset, std::span<std::byte> dst,
                  std::vector<DeferredRun>* deferred = nullptr);
 inline constexpr uint64_t kMinDeferredRun = 16 << 10;  // below it, a copy costs less than a splice
 inline constexpr uint64_t kMinHeldRun = 2 << 10;       // below it, a copy costs less than an iovec
-inline constexpr size_t kMaxDeferredRuns = 256;        // a reply's runs beyond it are copied (IOV_MAX is 1024)
+inline constexpr size_t kMaxDeferredRuns = 256;  // a reply's runs beyond it are copied (IOV_MAX is 1024)
 
 }  // namespace ckptfs::catalog

@@ -22,8 +22,8 @@ struct Topology {
   int dp = 1;  // data-parallel world size the optimizer state is partitioned over
   int tp = 1;
   int pp = 1;
-  int ep = 1;       // expert-parallel size (DeepSpeed MoE)
-  int experts = 0;  // experts of all MoE layers (0: no MoE)
+  int ep = 1;             // expert-parallel size (DeepSpeed MoE)
+  int experts = 0;        // experts of all MoE layers (0: no MoE)
   std::string optimizer;  // as the framework names it: "DeepSpeedZeroOptimizer", "Megatron ..."
   DType train_dtype = DType::F32;
 };
@@ -39,9 +39,9 @@ std::string_view role_name(ViewRole role);  // "model", "fp32", "hf"
 // One trainable parameter of a universal checkpoint: zero/<name>/{fp32,<state keys>,step}.pt.
 struct UniversalParam {
   std::string name;
-  catalog::TensorRef fp32;                             // its master (in the tag's "fp32" catalog)
-  std::vector<catalog::TensorRef> state;               // aligned with UniversalPlan::state_keys
-  pickle::ValuePtr step;                               // step.pt (its group's step); null: no step.pt
+  catalog::TensorRef fp32;                // its master (in the tag's "fp32" catalog)
+  std::vector<catalog::TensorRef> state;  // aligned with UniversalPlan::state_keys
+  pickle::ValuePtr step;                  // step.pt (its group's step); null: no step.pt
   // The keys ds_to_universal writes before 'param' in the dict form (how tensor-parallel slices were
   // joined: cat_dim, param_n_sub_params, vocab_tensor); unset: {'cat_dim': 0}.
   std::optional<std::vector<std::pair<std::string, pickle::ValuePtr>>> merge_keys;
@@ -101,8 +101,8 @@ struct Tag {
   // trainer_state.json), served beside the tag's views.
   std::vector<std::filesystem::path> side_files;
   std::vector<ExtraFile> extra_files;
-  std::vector<std::filesystem::path> files;        // every checkpoint file of the tag
-  std::vector<std::string> notes;                  // deviations from the reference tools, for `inspect`
+  std::vector<std::filesystem::path> files;  // every checkpoint file of the tag
+  std::vector<std::string> notes;            // deviations from the reference tools, for `inspect`
 
   // The catalog of `role` in model `folder`; throws std::out_of_range when the tag has none.
   const CatalogPtr& catalog(ViewRole role, std::string_view folder = "") const;
@@ -148,8 +148,8 @@ struct OpenOptions {
   // framework's mark: the tracker names it or a later tag, HF Trainer's trainer_state.json); until then it
   // is in Checkpoint::in_progress, not served.
   std::function<const Tag*(const std::string& name)> known;
-  // The wrapper prefix to strip from the model's names (-o strip_prefix=P); unset: found against config.json's
-  // architecture where there is one (docs/formats/fsdp-per-rank.md#prefixes).
+  // The wrapper prefix to strip from the model's names (-o strip_prefix=P); unset: found against
+  // config.json's architecture where there is one (docs/formats/fsdp-per-rank.md#prefixes).
   std::optional<std::string> strip_prefix;
   // The model's config.json where none lies beside the checkpoint (-o config=FILE: an FSDP LOCAL_STATE_DICT
   // save of HF Trainer or accelerate has none); it names the architecture the model is cut and named by.

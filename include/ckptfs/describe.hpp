@@ -13,12 +13,14 @@ namespace ckptfs {
 
 // {source, framework, latest, tags: [{name, dir, topology, views: [{path, size, files, reads}], notes,
 // [gguf_refused], [tensors]}]} for inspect: `reads` is the bytes a whole read of the view takes from its
-// sources; `gguf_refused` why a tag with a model has no gguf/ (the converter's refusal, docs/formats/gguf.md).
+// sources; `gguf_refused` why a tag with a model has no gguf/ (the converter's refusal,
+// docs/formats/gguf.md).
 nlohmann::json describe_checkpoint(const Checkpoint& checkpoint, bool with_tensors);
 // Why each tag whose views[i] hold no gguf/ file has none (gguf_refusal), for the overload below.
 std::vector<std::optional<std::string>> gguf_refusals(const Checkpoint& checkpoint,
                                                       const std::vector<std::vector<ViewFile>>& views,
-                                                      const ShardOptions& shards = {}, const GgufOptions& gguf = {});
+                                                      const ShardOptions& shards = {},
+                                                      const GgufOptions& gguf = {});
 // The same without `reads`, with every tag's views already built (tag_views of checkpoint.tags[i] in
 // views[i]) and their gguf_refusals, so a caller that serves them (ckptfs.json) does not lay them out twice.
 nlohmann::json describe_checkpoint(const Checkpoint& checkpoint, bool with_tensors,

@@ -2,12 +2,13 @@
 // (long entry/attr timeouts, keep_cache, never direct_io). Only this module and src/cli include libfuse.
 #pragma once
 
+#include <sys/types.h>
+
 #include <functional>
 #include <memory>
 #include <optional>
 #include <stop_token>
 #include <string>
-#include <sys/types.h>
 #include <vector>
 
 #include "ckptfs/vfs.hpp"
@@ -20,8 +21,8 @@ namespace ckptfs::fuse {
 
 // What an operator sets in place of the access the sources give (-o uid=,gid=,umask=; docs/mount.md).
 struct AccessOverride {
-  std::optional<uid_t> uid;    // owner of every node
-  std::optional<gid_t> gid;    // group of every node
+  std::optional<uid_t> uid;     // owner of every node
+  std::optional<gid_t> gid;     // group of every node
   std::optional<mode_t> umask;  // modes 0444 & ~umask for files, 0555 & ~umask for directories
 };
 
@@ -83,8 +84,9 @@ std::string check_mountpoint(const std::string& mountpoint);
 // Mounts `tree` and serves it until it is unmounted (fusermount3 -u, umount) or SIGINT/SIGTERM/SIGHUP
 // arrives, then unmounts. Without `foreground` the process forks once the mount is live: the parent exits 0
 // there (so `ckptfs SRC MNT && ls MNT` works) and the child serves. Throws Error with ExitCode::usage for
-// options libfuse rejects and ExitCode::mount_failed when the mount cannot be made. `runtime` holds the caches
-// the tree's files read through (told of the fork; its block cache's size sets the window of remote files).
+// options libfuse rejects and ExitCode::mount_failed when the mount cannot be made. `runtime` holds the
+// caches the tree's files read through (told of the fork; its block cache's size sets the window of remote
+// files).
 void serve(std::shared_ptr<const vfs::VirtualTree> tree, const ServeOptions& options, io::Runtime& runtime);
 
 }  // namespace ckptfs::fuse

@@ -1,10 +1,10 @@
 // The index cache: what indexing parsed from a checkpoint (catalogs, universal plans, state values,
-// side files) kept on disk as an LZ4 frame with its content checksum, so that mounting an unchanged checkpoint again reads no pickle
-// (on Lustre, GPFS or NFS every pickle read costs milliseconds). An index is used only when every source
-// file still has the identity it had (path, device, inode, size, mtime, ctime) and the directories and
-// control files that decide the tags are unchanged; otherwise, or when the index is damaged or was written
-// by another ckptfs build (its GNU build id), the checkpoint is parsed again and the index rewritten
-// (docs/mount.md).
+// side files) kept on disk as an LZ4 frame with its content checksum, so that mounting an unchanged
+// checkpoint again reads no pickle (on Lustre, GPFS or NFS every pickle read costs milliseconds). An index is
+// used only when every source file still has the identity it had (path, device, inode, size, mtime, ctime)
+// and the directories and control files that decide the tags are unchanged; otherwise, or when the index is
+// damaged or was written by another ckptfs build (its GNU build id), the checkpoint is parsed again and the
+// index rewritten (docs/mount.md).
 #pragma once
 
 #include <filesystem>

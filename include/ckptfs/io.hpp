@@ -1,8 +1,8 @@
 // Read-only access to source files. A File remembers what the file was when it was indexed (device,
 // inode, size, mtime, ctime) and reads with pread through a bounded cache of open descriptors (its
-// io::Runtime's, src/io/source_caches.hpp): thousands of rank files can be indexed and served under `ulimit -n 1024`, and a file
-// whose descriptor was evicted is reopened on demand and checked to be the same file. A read or prefetch
-// takes no process-wide lock: each File holds its open descriptor in a slot of its own
+// io::Runtime's, src/io/source_caches.hpp): thousands of rank files can be indexed and served under `ulimit
+// -n 1024`, and a file whose descriptor was evicted is reopened on demand and checked to be the same file. A
+// read or prefetch takes no process-wide lock: each File holds its open descriptor in a slot of its own
 // (src/io/fd_cache.hpp) and its device's readahead size. A File can also be an object of an object store
 // (a path below an s3:// source, io_tree.hpp), read with ranged GETs pinned to its ETag.
 #pragma once

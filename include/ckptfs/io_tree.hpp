@@ -30,7 +30,7 @@ bool exists(const std::filesystem::path& path);
 struct DirectoryEntry {
   std::filesystem::path path;  // dir / name
   bool is_directory = false;
-  bool is_file = false;        // a regular file (or an object); false for sockets, devices, broken links
+  bool is_file = false;  // a regular file (or an object); false for sockets, devices, broken links
 };
 // The entries of `dir` in no particular order; empty when it is not a directory or cannot be listed.
 std::vector<DirectoryEntry> list_directory(const std::filesystem::path& dir);
@@ -60,11 +60,11 @@ bool is_remote(const std::filesystem::path& path);
 std::filesystem::path canonical(const std::filesystem::path& path, std::error_code& ec);
 
 // Lists every object under `url` once (ListObjectsV2, all pages) and registers the listing, so that the
-// functions above and File::open answer for paths below it; returns the source's path (url.str()). Its objects
-// are read through a block cache of `runtime`'s.
-// Throws SourceError (an s3::Error naming the URL and the S3 code) when the listing fails, and SourceError
-// when nothing is stored under the prefix.
-std::filesystem::path open_remote_source(const s3::Url& url, std::shared_ptr<s3::Client> client, Runtime& runtime);
+// functions above and File::open answer for paths below it; returns the source's path (url.str()). Its
+// objects are read through a block cache of `runtime`'s. Throws SourceError (an s3::Error naming the URL and
+// the S3 code) when the listing fails, and SourceError when nothing is stored under the prefix.
+std::filesystem::path open_remote_source(const s3::Url& url, std::shared_ptr<s3::Client> client,
+                                         Runtime& runtime);
 // Lists the object-store source `source` (what open_remote_source returned) again: later lookups see the
 // store as it is now (a live mount's refresh). Throws SourceError as open_remote_source does.
 void relist_remote_source(const std::filesystem::path& source);

@@ -27,8 +27,9 @@ struct ShardOptions {
 
 // The gguf/ view's choices (docs/formats/gguf.md).
 struct GgufOptions {
-  std::optional<std::string> pre;  // tokenizer.ggml.pre forced (-o gguf_pre=NAME); unset: found as the converter does
-  std::string name = "hf";         // -o gguf_name=NAME: the HF directory's name the converter is given
+  std::optional<std::string>
+      pre;  // tokenizer.ggml.pre forced (-o gguf_pre=NAME); unset: found as the converter does
+  std::string name = "hf";  // -o gguf_name=NAME: the HF directory's name the converter is given
 };
 
 // model.safetensors (training dtype), fp32/pytorch_model.bin and fp32/model.safetensors (fp32 masters),
@@ -41,7 +42,8 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal = true, cons
 
 // Why the tag has no gguf/ (in the converter's terms, or what ckptfs does not follow yet; for inspect);
 // nullopt where it has one, or where its model has no config.json.
-std::optional<std::string> gguf_refusal(const Tag& tag, const ShardOptions& shards = {}, const GgufOptions& gguf = {});
+std::optional<std::string> gguf_refusal(const Tag& tag, const ShardOptions& shards = {},
+                                        const GgufOptions& gguf = {});
 
 // One row of a listing for people (`inspect`, ckptfs.json): a view file, or a tree of many files
 // (universal/) counted as one.

@@ -58,8 +58,8 @@ Environment process_environment();
 
 // Options first, then AWS_ENDPOINT_URL, AWS_REGION / AWS_DEFAULT_REGION (default us-east-1), credentials from
 // AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, else the profile AWS_PROFILE (default
-// "default") of AWS_SHARED_CREDENTIALS_FILE (default ~/.aws/credentials). A custom endpoint implies path-style
-// addressing. Throws SourceError when signing is on and no credentials are found.
+// "default") of AWS_SHARED_CREDENTIALS_FILE (default ~/.aws/credentials). A custom endpoint implies
+// path-style addressing. Throws SourceError when signing is on and no credentials are found.
 Config resolve_config(const Options& options, const Environment& env = process_environment());
 
 // The profile's keys in the text of an AWS shared credentials file (INI: [profile] then key = value lines,
@@ -101,10 +101,10 @@ struct ObjectChangedError : Error {
 
 // Retries: a request failing with 5xx, 429, a refused or reset connection or a stall is sent again, up to
 // kMaxAttempts times in all, after a backoff of kFirstBackoffMs doubled at each retry (capped at
-// kMaxBackoffMs) with full jitter (a uniform delay in [0, backoff]). An attempt gives up when it cannot connect
-// within kConnectTimeoutMs or receives nothing for kStallTimeoutS, so a request fails in bounded time: at most
-// kMaxAttempts * kStallTimeoutS + the backoffs (4 * 15 s + 1.4 s), about 1.4 s when the store refuses
-// connections.
+// kMaxBackoffMs) with full jitter (a uniform delay in [0, backoff]). An attempt gives up when it cannot
+// connect within kConnectTimeoutMs or receives nothing for kStallTimeoutS, so a request fails in bounded
+// time: at most kMaxAttempts * kStallTimeoutS + the backoffs (4 * 15 s + 1.4 s), about 1.4 s when the store
+// refuses connections.
 inline constexpr int kMaxAttempts = 4;
 inline constexpr long kFirstBackoffMs = 200;
 inline constexpr long kMaxBackoffMs = 2000;
@@ -124,11 +124,11 @@ class Client {
   ObjectInfo head(const std::string& bucket, const std::string& key);
   // Reads [offset, offset + length) of the object into `out` (exactly `length` bytes or an Error). With an
   // `etag`, the read carries If-Match: an object replaced since gives ObjectChangedError.
-  void get_range(const std::string& bucket, const std::string& key, std::uint64_t offset, std::uint64_t length,
-                 const std::string& etag, std::byte* out);
+  void get_range(const std::string& bucket, const std::string& key, std::uint64_t offset,
+                 std::uint64_t length, const std::string& etag, std::byte* out);
   // One ListObjectsV2 page of the keys under `prefix` (`max_keys` 0: the store's default, 1000 on S3).
-  ListPage list_page(const std::string& bucket, const std::string& prefix, const std::string& continuation_token,
-                     int max_keys = 0);
+  ListPage list_page(const std::string& bucket, const std::string& prefix,
+                     const std::string& continuation_token, int max_keys = 0);
   // Every object under `prefix`, following continuation tokens.
   std::vector<ObjectInfo> list(const std::string& bucket, const std::string& prefix, int max_keys = 0);
 

@@ -32,16 +32,17 @@ inline ObjectId object_id(const std::string& bucket, const ObjectInfo& info) {
 
 // The in-memory cache's default: a 16th of the machine's memory, from 256 MiB to 1 GiB (a multiple of 64
 // MiB): 512 MiB on an 8 GiB laptop, 1 GiB from 16 GiB up. A larger cache is a longer prefetch window over
-// rank objects, and so fewer, larger GETs (at 64 ranks the fp32 view in ~600 GETs at 1 GiB, ~1,100 at 512 MiB).
+// rank objects, and so fewer, larger GETs (at 64 ranks the fp32 view in ~600 GETs at 1 GiB, ~1,100 at 512
+// MiB).
 std::uint64_t default_memory_bytes();
 
 struct BlockCacheOptions {
   std::uint64_t memory_bytes = default_memory_bytes();  // -o cache_mb=N: memory, GETs in flight included
-  std::uint64_t block_bytes = 8ull << 20;     // the largest GET; a read's never crosses a multiple of it
-  std::uint64_t align_bytes = 64ull << 10;    // every fetched range is rounded out to multiples of this
-  std::size_t connections = 16;               // -o s3_connections=N: the most GETs in flight at once
-  std::optional<std::filesystem::path> dir;   // -o cache_dir=DIR: the on-disk cache (none when unset)
-  std::uint64_t dir_bytes = 8ull << 30;       // -o cache_dir_mb=N: its bound
+  std::uint64_t block_bytes = 8ull << 20;    // the largest GET; a read's never crosses a multiple of it
+  std::uint64_t align_bytes = 64ull << 10;   // every fetched range is rounded out to multiples of this
+  std::size_t connections = 16;              // -o s3_connections=N: the most GETs in flight at once
+  std::optional<std::filesystem::path> dir;  // -o cache_dir=DIR: the on-disk cache (none when unset)
+  std::uint64_t dir_bytes = 8ull << 30;      // -o cache_dir_mb=N: its bound
 
   // How much of memory_bytes prefetched, not yet read bytes may hold (a prefetch past it is dropped): the
   // rest keeps what reads fetched and what was read recently.

@@ -5,14 +5,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/io.hpp"
@@ -65,7 +64,8 @@ class TreeBuilder {
   // Adds a regular file at `path` ("fp32/model.safetensors"), creating its directories. Throws
   // std::invalid_argument when the path is empty, has an empty, "." or ".." component, or is taken.
   // Without `access` the file gets its directory's read bits, owner and group.
-  Ino add_file(std::string_view path, views::VirtualFilePtr file, std::optional<io::Access> access = std::nullopt);
+  Ino add_file(std::string_view path, views::VirtualFilePtr file,
+               std::optional<io::Access> access = std::nullopt);
   // The access of directory `path` ("" the root) and of the directories below it that have none of their own
   // (they take their parent's); the directory is created when missing.
   void set_directory_access(std::string_view path, io::Access access);
@@ -99,7 +99,9 @@ class TreeBuilder {
   };
   struct ChildKeyHash {
     using is_transparent = void;
-    size_t operator()(const ChildKeyView& k) const { return std::hash<std::string_view>()(k.name) * 31 + k.parent; }
+    size_t operator()(const ChildKeyView& k) const {
+      return std::hash<std::string_view>()(k.name) * 31 + k.parent;
+    }
     size_t operator()(const ChildKey& k) const { return (*this)(ChildKeyView{k.parent, k.name}); }
   };
   struct ChildKeyEqual {

@@ -82,7 +82,8 @@ class ExtentFile final : public VirtualFile {
   const std::vector<Extent>& extents() const { return extents_; }
 
  private:
-  void read_extents(uint64_t offset, std::span<std::byte> dst, std::vector<catalog::DeferredRun>* deferred) const;
+  void read_extents(uint64_t offset, std::span<std::byte> dst,
+                    std::vector<catalog::DeferredRun>* deferred) const;
   // The ranges of each object-store source that the whole file needs, in order (built at the first prefetch).
   const std::vector<std::pair<uint64_t, uint64_t>>* needed_of_object(const io::File& file) const;
 
@@ -98,7 +99,8 @@ class ExtentFile final : public VirtualFile {
 // front to back.
 VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog);
 // The same of the tensors of `catalog` at the indices `subset` (one shard of a sharded view).
-VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog, std::span<const size_t> subset);
+VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog,
+                                std::span<const size_t> subset);
 
 // A torch.save zip that torch.load(weights_only=True) accepts: protocol-2 pickle of a plain dict
 // {name: tensor}, one storage record per tensor, records 64-byte aligned, CRC fields 0 (as torch's own

@@ -48,12 +48,14 @@ BoxAssembly::BoxAssembly(const std::string& name, std::vector<int64_t> shape, st
     edges_[d] = {0, shape_[d]};
   }
   for (const Box& b : boxes_) {
-    const auto where = fmt::format("chunk at [{}] of size [{}]", fmt::join(b.offsets, ", "), fmt::join(b.sizes, ", "));
+    const auto where =
+        fmt::format("chunk at [{}] of size [{}]", fmt::join(b.offsets, ", "), fmt::join(b.sizes, ", "));
     if (b.offsets.size() != dims || b.sizes.size() != dims) fail(where + ": wrong number of dimensions");
     if (b.source.shape != b.sizes)
       fail(fmt::format("{}: its source tensor has shape [{}]", where, fmt::join(b.source.shape, ", ")));
     for (size_t d = 0; d < dims; ++d) {
-      if (b.offsets[d] < 0 || b.sizes[d] < 0 || b.offsets[d] > shape_[d] || b.sizes[d] > shape_[d] - b.offsets[d])
+      if (b.offsets[d] < 0 || b.sizes[d] < 0 || b.offsets[d] > shape_[d] ||
+          b.sizes[d] > shape_[d] - b.offsets[d])
         fail(where + ": lies outside the tensor");
       edges_[d].push_back(b.offsets[d]);
       edges_[d].push_back(b.offsets[d] + b.sizes[d]);
@@ -66,7 +68,8 @@ BoxAssembly::BoxAssembly(const std::string& name, std::vector<int64_t> shape, st
     edges_[d].erase(std::unique(edges_[d].begin(), edges_[d].end()), edges_[d].end());
     cell_strides_[d] = cells;
     const uint64_t n = edges_[d].size() > 1 ? edges_[d].size() - 1 : 1;
-    if (cells > kMaxCells / n) fail(fmt::format("its {} chunks cut it into more than {} cells", boxes_.size(), kMaxCells));
+    if (cells > kMaxCells / n)
+      fail(fmt::format("its {} chunks cut it into more than {} cells", boxes_.size(), kMaxCells));
     cells *= n;
   }
   if (volume(shape_) == 0) return;  // nothing to read; every (empty) box is fine
@@ -79,7 +82,8 @@ BoxAssembly::BoxAssembly(const std::string& name, std::vector<int64_t> shape, st
     std::vector<uint64_t> lo(dims), hi(dims), at(dims);
     for (size_t d = 0; d < dims; ++d) {
       lo[d] = std::lower_bound(edges_[d].begin(), edges_[d].end(), b.offsets[d]) - edges_[d].begin();
-      hi[d] = std::lower_bound(edges_[d].begin(), edges_[d].end(), b.offsets[d] + b.sizes[d]) - edges_[d].begin();
+      hi[d] =
+          std::lower_bound(edges_[d].begin(), edges_[d].end(), b.offsets[d] + b.sizes[d]) - edges_[d].begin();
     }
     at = lo;
     while (true) {
@@ -87,7 +91,8 @@ BoxAssembly::BoxAssembly(const std::string& name, std::vector<int64_t> shape, st
       for (size_t d = 0; d < dims; ++d) cell += at[d] * cell_strides_[d];
       if (cell_box_[cell] != kNone) {
         const Box& other = boxes_[cell_box_[cell]];
-        fail(fmt::format("chunks at [{}] and [{}] overlap", fmt::join(other.offsets, ", "), fmt::join(b.offsets, ", ")));
+        fail(fmt::format("chunks at [{}] and [{}] overlap", fmt::join(other.offsets, ", "),
+                         fmt::join(b.offsets, ", ")));
       }
       cell_box_[cell] = static_cast<uint32_t>(i);
       size_t d = dims;
@@ -101,7 +106,8 @@ BoxAssembly::BoxAssembly(const std::string& name, std::vector<int64_t> shape, st
   for (uint64_t cell = 0; cell < cells; ++cell) {
     if (cell_box_[cell] != kNone) continue;
     std::vector<int64_t> start(dims);
-    for (size_t d = 0; d < dims; ++d) start[d] = edges_[d][(cell / cell_strides_[d]) % (edges_[d].size() - 1)];
+    for (size_t d = 0; d < dims; ++d)
+      start[d] = edges_[d][(cell / cell_strides_[d]) % (edges_[d].size() - 1)];
     fail(fmt::format("the elements at [{}] are in no chunk", fmt::join(start, ", ")));
   }
   for (const Box& b : boxes_) block_dim_.push_back(contiguous_block_dim(b, shape_));
@@ -122,7 +128,8 @@ void BoxAssembly::plan(uint64_t first, uint64_t count, std::vector<Piece>& out) 
   constexpr size_t kInlineDims = 8;
   std::array<int64_t, kInlineDims> inline_index;
   std::vector<int64_t> heap_index(dims > kInlineDims ? dims : 0);
-  const std::span<int64_t> index = dims > kInlineDims ? std::span(heap_index) : std::span(inline_index).first(dims);
+  const std::span<int64_t> index =
+      dims > kInlineDims ? std::span(heap_index) : std::span(inline_index).first(dims);
   for (uint64_t e = first, end = first + count; e < end;) {
     for (size_t d = dims, rest = e; d-- > 0;) {  // unravel e (row-major)
       index[d] = static_cast<int64_t>(rest % static_cast<uint64_t>(shape_[d]));
@@ -146,11 +153,12 @@ void BoxAssembly::plan(uint64_t first, uint64_t count, std::vector<Piece>& out) 
     if (b.inner) {  // the inner tensor's runs, moved from its element index to ours
       const size_t before = out.size();
       append_runs(*b.inner, static_cast<uint64_t>(src), run, out);
-      for (size_t k = before; k < out.size(); ++k) out[k].dst_begin = out[k].dst_begin - static_cast<uint64_t>(src) + e;
+      for (size_t k = before; k < out.size(); ++k)
+        out[k].dst_begin = out[k].dst_begin - static_cast<uint64_t>(src) + e;
     } else {
       const uint64_t item = dtype_size(b.source.dtype);
-      out.push_back({e, run, b.source.storage.file, b.source.storage.offset + static_cast<uint64_t>(src) * item,
-                     b.source.dtype});
+      out.push_back({e, run, b.source.storage.file,
+                     b.source.storage.offset + static_cast<uint64_t>(src) * item, b.source.dtype});
     }
     e += run;
   }

@@ -66,7 +66,8 @@ Built build(const GridCase& c, std::mt19937& rng, bool permuted = true) {
     for (uint64_t k = 0; k < n; ++k) {
       uint64_t logical = 0, src = 3;
       for (size_t d = 0; d < dims; ++d) {
-        logical = logical * static_cast<uint64_t>(c.shape[d]) + static_cast<uint64_t>(b.offsets[d] + local[d]);
+        logical =
+            logical * static_cast<uint64_t>(c.shape[d]) + static_cast<uint64_t>(b.offsets[d] + local[d]);
         src += static_cast<uint64_t>(local[d] * strides[d]);
       }
       storage[src] = out.expected[logical];
@@ -113,13 +114,13 @@ void expect_reads_match(const Built& b, std::mt19937& rng) {
 TEST(BoxAssembly, GridsOfAnyShapeReadLikeTheReference) {
   std::mt19937 rng(7);
   const std::vector<GridCase> cases = {
-      {{8, 6}, {{4}, {}}},          // Shard(0) over 2
-      {{5, 37}, {{}, {19}}},        // Shard(1), uneven
-      {{6, 10}, {{3}, {5}}},        // 2-D mesh
+      {{8, 6}, {{4}, {}}},    // Shard(0) over 2
+      {{5, 37}, {{}, {19}}},  // Shard(1), uneven
+      {{6, 10}, {{3}, {5}}},  // 2-D mesh
       {{4, 3, 5}, {{1, 3}, {2}, {1, 4}}},
       {{7}, {{2, 3, 6}}},
       {{1, 9}, {{}, {3, 6}}},
-      {{}, {}},                     // a scalar
+      {{}, {}},  // a scalar
   };
   for (const auto& c : cases) {
     for (int repeat = 0; repeat < 4; ++repeat) {

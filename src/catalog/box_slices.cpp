@@ -29,7 +29,8 @@ void append_flat_runs(const FlatRuns& flat, uint64_t first, uint64_t count, std:
   for (; it != flat.pieces.end() && it->dst_begin < end; ++it) {
     const uint64_t lo = std::max(first, it->dst_begin), hi = std::min(end, it->dst_begin + it->count);
     if (lo >= hi) continue;
-    out.push_back({lo, hi - lo, it->file, it->src_offset + (lo - it->dst_begin) * dtype_size(it->src_dtype), it->src_dtype});
+    out.push_back({lo, hi - lo, it->file, it->src_offset + (lo - it->dst_begin) * dtype_size(it->src_dtype),
+                   it->src_dtype});
   }
 }
 
@@ -39,7 +40,9 @@ void append_runs(const LogicalTensor& tensor, uint64_t first, uint64_t count, st
   std::visit(Overloaded{
                  [&](const FlatRuns& flat) { append_flat_runs(flat, first, count, out); },
                  [&](const Boxed& boxed) { boxed.assembly->plan(first, count, out); },
-                 [&](const Transposed& transposed) { append_transposed_runs(tensor, transposed, first, count, out); },
+                 [&](const Transposed& transposed) {
+                   append_transposed_runs(tensor, transposed, first, count, out);
+                 },
              },
              tensor.source);
 }
@@ -54,17 +57,20 @@ bool runs_place_elements(const LogicalTensor& tensor) {
 }
 
 void build_ahead(const LogicalTensor& tensor, uint64_t first, uint64_t count) {
-  std::visit(Overloaded{
-                 [](const FlatRuns&) {},  // bytes as they are: nothing to build
-                 [](const Boxed&) {},
-                 [&](const Transposed& transposed) { build_transposed_ahead(tensor, transposed, first, count); },
-             },
-             tensor.source);
+  std::visit(
+      Overloaded{
+          [](const FlatRuns&) {},  // bytes as they are: nothing to build
+          [](const Boxed&) {},
+          [&](const Transposed& transposed) { build_transposed_ahead(tensor, transposed, first, count); },
+      },
+      tensor.source);
 }
 
 torch::SourceTensor narrow(const torch::SourceTensor& src, size_t dim, int64_t start, int64_t length) {
-  if (dim >= src.shape.size() || start < 0 || length < 0 || start > src.shape[dim] || length > src.shape[dim] - start)
-    throw std::logic_error(fmt::format("narrow of dimension {} to [{}, +{}) outside the tensor", dim, start, length));
+  if (dim >= src.shape.size() || start < 0 || length < 0 || start > src.shape[dim] ||
+      length > src.shape[dim] - start)
+    throw std::logic_error(
+        fmt::format("narrow of dimension {} to [{}, +{}) outside the tensor", dim, start, length));
   torch::SourceTensor out = src;
   out.storage_offset += start * src.strides[dim];
   out.shape[dim] = length;
@@ -88,7 +94,8 @@ void append_slice(std::vector<Box>& out, const LogicalTensor& tensor, size_t dim
 }
 
 LogicalTensor transposed_tensor(std::string name, const LogicalTensor& tensor) {
-  if (tensor.shape.size() != 2) throw std::logic_error("transpose of tensor " + tensor.name + ", which is not 2-D");
+  if (tensor.shape.size() != 2)
+    throw std::logic_error("transpose of tensor " + tensor.name + ", which is not 2-D");
   LogicalTensor t;
   t.name = std::move(name);
   t.dtype = tensor.dtype;
@@ -98,8 +105,8 @@ LogicalTensor transposed_tensor(std::string name, const LogicalTensor& tensor) {
   return t;
 }
 
-LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<Box> boxes,
-                               std::string origin) {
+LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_t> shape,
+                               std::vector<Box> boxes, std::string origin) {
   LogicalTensor t;
   t.name = std::move(name);
   t.dtype = dtype;

@@ -338,7 +338,8 @@ TEST(Catalog, BoxOverATransposedTensorIsRefused) {
   const auto flat = make_tensor("w", DType::F32, {4, 4}, {{0, 16, src.file(), 0, DType::F32}});
   const auto boxed_over = [](const LogicalTensor& t) {
     auto inner = std::make_shared<const LogicalTensor>(t);
-    return assembled_tensor("slice", DType::F32, {4, 4}, {Box{{0, 0}, {4, 4}, element_view(*inner), inner}}, "");
+    return assembled_tensor("slice", DType::F32, {4, 4}, {Box{{0, 0}, {4, 4}, element_view(*inner), inner}},
+                            "");
   };
   EXPECT_NO_THROW(boxed_over(flat));
   try {
@@ -367,7 +368,8 @@ TEST(Catalog, BoxNamingElementsOutsideItsInnerTensorIsRefused) {
     boxed_at(12);
     ADD_FAILURE() << "a box past its inner tensor's end was accepted";
   } catch (const FormatError& e) {
-    EXPECT_EQ(std::string(e.what()), "tensor rows: a box names elements outside its inner tensor w (16 elements)");
+    EXPECT_EQ(std::string(e.what()),
+              "tensor rows: a box names elements outside its inner tensor w (16 elements)");
   }
 }
 
@@ -392,7 +394,6 @@ TEST(Catalog, RepeatedElementsAreBounded) {
         << e.what();
   }
 }
-
 
 TEST(Catalog, PiecesBackToBackInOneFileAreOnePread) {
   if (read_syscalls() == 0) GTEST_SKIP() << "/proc/self/io unavailable";

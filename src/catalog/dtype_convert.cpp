@@ -18,7 +18,8 @@ uint32_t to_bits(float f) {
 }
 
 template <typename From, typename To, typename Fn>
-[[gnu::always_inline]] inline void convert_each(std::span<const std::byte> src, std::span<std::byte> dst, Fn fn) {
+[[gnu::always_inline]] inline void convert_each(std::span<const std::byte> src, std::span<std::byte> dst,
+                                                Fn fn) {
   const size_t n = src.size() / sizeof(From);
   assert(dst.size() == n * sizeof(To));
   // memcpy per element: the buffers carry no alignment guarantee, and compilers vectorise this loop.
@@ -105,7 +106,8 @@ Float8Table make_f8_table(DType kind) {
         t[b] = f16_to_f32(static_cast<uint16_t>(b << 8));
         break;
       case DType::F8_E4M3FN:
-        t[b] = (b & 0x7F) == 0x7F ? from_bits(((b & 0x80u) << 24) | 0x7FF00000u) : f8_value(byte, {3, 7, false});
+        t[b] =
+            (b & 0x7F) == 0x7F ? from_bits(((b & 0x80u) << 24) | 0x7FF00000u) : f8_value(byte, {3, 7, false});
         break;
       case DType::F8_E4M3FNUZ:
         t[b] = b == 0x80 ? from_bits(0x7F800001u) : f8_value(byte, {3, 8, true});
@@ -125,10 +127,14 @@ const Float8Table& f8_table(DType kind) {
                            e4m3fnuz = make_f8_table(DType::F8_E4M3FNUZ),
                            e5m2fnuz = make_f8_table(DType::F8_E5M2FNUZ);
   switch (kind) {
-    case DType::F8_E5M2: return e5m2;
-    case DType::F8_E4M3FN: return e4m3fn;
-    case DType::F8_E4M3FNUZ: return e4m3fnuz;
-    default: return e5m2fnuz;
+    case DType::F8_E5M2:
+      return e5m2;
+    case DType::F8_E4M3FN:
+      return e4m3fn;
+    case DType::F8_E4M3FNUZ:
+      return e4m3fnuz;
+    default:
+      return e5m2fnuz;
   }
 }
 

@@ -122,16 +122,17 @@ TEST(Convert, Float8WidensToTheValuesTheFormatsDefine) {
     float value;
   };
   const Case cases[] = {
-      {DType::F8_E4M3FN, 0x38, 1.0f},          {DType::F8_E4M3FN, 0x7E, 448.0f},
-      {DType::F8_E4M3FN, 0x01, 0x1p-9f},       {DType::F8_E4M3FN, 0xFE, -448.0f},
-      {DType::F8_E5M2, 0x3C, 1.0f},            {DType::F8_E5M2, 0x7B, 57344.0f},
-      {DType::F8_E5M2, 0x01, 0x1p-16f},        {DType::F8_E4M3FNUZ, 0x40, 1.0f},
-      {DType::F8_E4M3FNUZ, 0x7F, 240.0f},      {DType::F8_E4M3FNUZ, 0x01, 0x1p-10f},
-      {DType::F8_E4M3FNUZ, 0xFF, -240.0f},     {DType::F8_E5M2FNUZ, 0x40, 1.0f},
-      {DType::F8_E5M2FNUZ, 0x7F, 57344.0f},    {DType::F8_E5M2FNUZ, 0x01, 0x1p-17f},
+      {DType::F8_E4M3FN, 0x38, 1.0f},       {DType::F8_E4M3FN, 0x7E, 448.0f},
+      {DType::F8_E4M3FN, 0x01, 0x1p-9f},    {DType::F8_E4M3FN, 0xFE, -448.0f},
+      {DType::F8_E5M2, 0x3C, 1.0f},         {DType::F8_E5M2, 0x7B, 57344.0f},
+      {DType::F8_E5M2, 0x01, 0x1p-16f},     {DType::F8_E4M3FNUZ, 0x40, 1.0f},
+      {DType::F8_E4M3FNUZ, 0x7F, 240.0f},   {DType::F8_E4M3FNUZ, 0x01, 0x1p-10f},
+      {DType::F8_E4M3FNUZ, 0xFF, -240.0f},  {DType::F8_E5M2FNUZ, 0x40, 1.0f},
+      {DType::F8_E5M2FNUZ, 0x7F, 57344.0f}, {DType::F8_E5M2FNUZ, 0x01, 0x1p-17f},
   };
   for (const auto& c : cases)
-    EXPECT_EQ(f8_to_f32(c.kind, c.bits), c.value) << dtype_torch_name(c.kind) << " 0x" << std::hex << int{c.bits};
+    EXPECT_EQ(f8_to_f32(c.kind, c.bits), c.value)
+        << dtype_torch_name(c.kind) << " 0x" << std::hex << int{c.bits};
   EXPECT_EQ(bits(f8_to_f32(DType::F8_E4M3FN, 0x80)), 0x80000000u);  // -0 exists in the fn kinds
   EXPECT_EQ(bits(f8_to_f32(DType::F8_E5M2, 0x7C)), bits(INFINITY));
   EXPECT_EQ(bits(f8_to_f32(DType::F8_E5M2, 0xFC)), bits(-INFINITY));
@@ -145,7 +146,8 @@ TEST(Convert, Float8WidensToTheValuesTheFormatsDefine) {
   }
   const std::vector<uint8_t> src = {0x38, 0x7F, 0x01};
   std::vector<float> dst(3);
-  convert(DType::F8_E4M3FN, DType::F32, std::as_bytes(std::span(src)), std::as_writable_bytes(std::span(dst)));
+  convert(DType::F8_E4M3FN, DType::F32, std::as_bytes(std::span(src)),
+          std::as_writable_bytes(std::span(dst)));
   EXPECT_EQ(dst[0], 1.0f);
   EXPECT_TRUE(std::isnan(dst[1]));
   EXPECT_EQ(dst[2], 0x1p-9f);

@@ -16,7 +16,8 @@ uint64_t LogicalTensor::numel() const {
   return n;
 }
 
-pickle::ValuePtr tensor_value(TensorRef tensor, bool requires_grad, std::optional<std::vector<int64_t>> shape) {
+pickle::ValuePtr tensor_value(TensorRef tensor, bool requires_grad,
+                              std::optional<std::vector<int64_t>> shape) {
   auto native = std::make_shared<TensorValue>();
   native->shape = shape ? std::move(*shape) : tensor->shape;
   native->tensor = std::move(tensor);
@@ -76,11 +77,12 @@ void validate_flat(const LogicalTensor& tensor, const FlatRuns& flat) {
   uint64_t next = 0;
   for (const Piece& p : flat.pieces) {
     if (p.dst_begin != next)
-      fail(tensor, fmt::format("elements [{}, {}) are {}", std::min(next, p.dst_begin), std::max(next, p.dst_begin),
-                               p.dst_begin > next ? "not covered by any source" : "covered twice"));
+      fail(tensor,
+           fmt::format("elements [{}, {}) are {}", std::min(next, p.dst_begin), std::max(next, p.dst_begin),
+                       p.dst_begin > next ? "not covered by any source" : "covered twice"));
     if (p.count == 0 || p.count > numel - next)
-      fail(tensor, fmt::format("a source run of {} elements at element {} does not fit in {} elements", p.count,
-                               p.dst_begin, numel));
+      fail(tensor, fmt::format("a source run of {} elements at element {} does not fit in {} elements",
+                               p.count, p.dst_begin, numel));
     next += p.count;
     if (!p.file) fail(tensor, "a source run has no file");
     check_conversion(tensor, p);
@@ -89,7 +91,8 @@ void validate_flat(const LogicalTensor& tensor, const FlatRuns& flat) {
       fail(tensor, fmt::format("{}: {} bytes at offset {} run past the end of the file ({} bytes)",
                                p.file->path().string(), p.count * size, p.src_offset, p.file->size()));
   }
-  if (next != numel) fail(tensor, fmt::format("elements [{}, {}) are not covered by any source", next, numel));
+  if (next != numel)
+    fail(tensor, fmt::format("elements [{}, {}) are not covered by any source", next, numel));
 }
 
 // Whether the elements a box's source view names (offset, strides, sizes) are all among the inner
@@ -117,10 +120,11 @@ void validate_boxed(const LogicalTensor& tensor, const Boxed& boxed) {
       continue;
     }
     if (!runs_place_elements(*b.inner))
-      fail(tensor, fmt::format("a box views the transposed tensor {}, whose runs place no elements", b.inner->name));
+      fail(tensor,
+           fmt::format("a box views the transposed tensor {}, whose runs place no elements", b.inner->name));
     if (b.source.strides.size() != b.source.shape.size() || !view_inside(b.source, b.inner->numel()))
-      fail(tensor, fmt::format("a box names elements outside its inner tensor {} ({} elements)", b.inner->name,
-                               b.inner->numel()));
+      fail(tensor, fmt::format("a box names elements outside its inner tensor {} ({} elements)",
+                               b.inner->name, b.inner->numel()));
     std::vector<Piece> runs;
     append_runs(*b.inner, 0, b.inner->numel(), runs);
     for (const Piece& r : runs) check_conversion(tensor, r);

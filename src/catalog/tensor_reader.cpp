@@ -86,7 +86,9 @@ void read_elements(const LogicalTensor& tensor, uint64_t first, uint64_t count, 
                    boxed.assembly->plan(first, count, planned);
                    read_runs(tensor, planned, first, count, out, deferred);
                  },
-                 [&](const Transposed& transposed) { read_transposed(tensor, transposed, first, count, out, deferred); },
+                 [&](const Transposed& transposed) {
+                   read_transposed(tensor, transposed, first, count, out, deferred);
+                 },
              },
              tensor.source);
 }

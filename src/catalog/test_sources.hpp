@@ -66,8 +66,12 @@ inline uint64_t io_counter(const std::string& name) {
     if (key == name) return value;
   return 0;
 }
-inline uint64_t read_syscalls() { return io_counter("syscr:"); }
-inline uint64_t bytes_read() { return io_counter("rchar:"); }
+inline uint64_t read_syscalls() {
+  return io_counter("syscr:");
+}
+inline uint64_t bytes_read() {
+  return io_counter("rchar:");
+}
 
 namespace reference {
 

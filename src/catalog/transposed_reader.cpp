@@ -15,6 +15,8 @@
 // building thread, and tiles evicted while a reply or a thread still reads them.
 #include "catalog/transposed_reader.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -30,8 +32,6 @@
 #include <string>
 #include <thread>
 
-#include <sys/mman.h>
-
 #include "catalog/dtype_convert.hpp"
 
 #if defined(__SSE2__)
@@ -45,8 +45,8 @@ namespace {
 constexpr size_t kCacheTiles = 8;
 std::atomic<uint64_t> tile_bytes = kDefaultTransposedCacheBytes / kCacheTiles;
 constexpr uint64_t kMinTileRows = 64;  // a tile is at least this many output rows when rows are very long
-constexpr uint64_t kBandBytes = uint64_t{1} << 20;  // the source elements a band gathers (fits L2)
-constexpr uint64_t kSpanBytes = uint64_t{1} << 20;    // the most one coalesced read spans
+constexpr uint64_t kBandBytes = uint64_t{1} << 20;     // the source elements a band gathers (fits L2)
+constexpr uint64_t kSpanBytes = uint64_t{1} << 20;     // the most one coalesced read spans
 constexpr uint64_t kMaxGapBytes = uint64_t{16} << 10;  // unneeded bytes read rather than one more pread
 constexpr uint64_t kBlock = 32;  // the source rows a pass of the transpose covers (64 B of a bf16 output row)
 
@@ -77,10 +77,12 @@ uint64_t balanced_part(uint64_t extent, uint64_t most) {
 struct TileGrid {
   // The grid of a transposed tensor.
   explicit TileGrid(const LogicalTensor& tensor)
-      : TileGrid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]), dtype_size(tensor.dtype)) {}
+      : TileGrid(static_cast<uint64_t>(tensor.shape[0]), static_cast<uint64_t>(tensor.shape[1]),
+                 dtype_size(tensor.dtype)) {}
   uint64_t rows, cols;  // of the tensor
   uint64_t tile_rows, tile_cols;
-  TileGrid(uint64_t rows_, uint64_t cols_, uint64_t size) : rows(std::max<uint64_t>(rows_, 1)), cols(std::max<uint64_t>(cols_, 1)) {
+  TileGrid(uint64_t rows_, uint64_t cols_, uint64_t size)
+      : rows(std::max<uint64_t>(rows_, 1)), cols(std::max<uint64_t>(cols_, 1)) {
     const uint64_t most = tile_bytes.load(std::memory_order_relaxed) / size;
     if (rows <= most && (cols + most / rows - 1) / (most / rows) <= kCacheTiles / 2) {
       tile_rows = rows;
@@ -98,8 +100,8 @@ struct TileGrid {
 // elements), in blocks of kBlock source rows so that each output row gets whole cache lines --------------
 
 template <size_t kSize>
-void transpose_scalar(const std::byte* src, uint64_t src_stride, std::byte* dst, uint64_t dst_stride, uint64_t n_k,
-                      uint64_t n_i) {
+void transpose_scalar(const std::byte* src, uint64_t src_stride, std::byte* dst, uint64_t dst_stride,
+                      uint64_t n_k, uint64_t n_i) {
   for (uint64_t kb = 0; kb < n_k; kb += kBlock)
     for (uint64_t i = 0; i < n_i; ++i)
       for (uint64_t k = kb; k < std::min(n_k, kb + kBlock); ++k)
@@ -143,8 +145,8 @@ void transpose_4x4_32(const std::byte* s, uint64_t ss, std::byte* d, uint64_t ds
 // kMicro, and each output row is written n_k elements at a stretch (whole cache lines): about 1.5x the rate
 // of passes of kBlock source rows over the band's whole width (measured on bf16 column tiles).
 template <size_t kSize, uint64_t kMicro, auto kernel>
-void transpose_simd(const std::byte* src, uint64_t src_stride, std::byte* dst, uint64_t dst_stride, uint64_t n_k,
-                    uint64_t n_i) {
+void transpose_simd(const std::byte* src, uint64_t src_stride, std::byte* dst, uint64_t dst_stride,
+                    uint64_t n_k, uint64_t n_i) {
   const uint64_t k_main = n_k / kMicro * kMicro, i_main = n_i / kMicro * kMicro;
   for (uint64_t i = 0; i < i_main; i += kMicro)
     for (uint64_t k = 0; k < k_main; k += kMicro)
@@ -152,24 +154,32 @@ void transpose_simd(const std::byte* src, uint64_t src_stride, std::byte* dst, u
              dst_stride * kSize);
   transpose_scalar<kSize>(src + k_main * src_stride * kSize, src_stride, dst + k_main * kSize, dst_stride,
                           n_k - k_main, n_i);
-  transpose_scalar<kSize>(src + i_main * kSize, src_stride, dst + i_main * dst_stride * kSize, dst_stride, k_main,
-                          n_i - i_main);
+  transpose_scalar<kSize>(src + i_main * kSize, src_stride, dst + i_main * dst_stride * kSize, dst_stride,
+                          k_main, n_i - i_main);
 }
 #endif
 
 void transpose(uint64_t size, const std::byte* src, uint64_t src_stride, std::byte* dst, uint64_t dst_stride,
                uint64_t n_k, uint64_t n_i) {
   switch (size) {
-    case 1: return transpose_scalar<1>(src, src_stride, dst, dst_stride, n_k, n_i);
+    case 1:
+      return transpose_scalar<1>(src, src_stride, dst, dst_stride, n_k, n_i);
 #if defined(__SSE2__)
-    case 2: return transpose_simd<2, 8, transpose_8x8_16>(src, src_stride, dst, dst_stride, n_k, n_i);
-    case 4: return transpose_simd<4, 4, transpose_4x4_32>(src, src_stride, dst, dst_stride, n_k, n_i);
+    case 2:
+      return transpose_simd<2, 8, transpose_8x8_16>(src, src_stride, dst, dst_stride, n_k, n_i);
+    case 4:
+      return transpose_simd<4, 4, transpose_4x4_32>(src, src_stride, dst, dst_stride, n_k, n_i);
 #else
-    case 2: return transpose_scalar<2>(src, src_stride, dst, dst_stride, n_k, n_i);
-    case 4: return transpose_scalar<4>(src, src_stride, dst, dst_stride, n_k, n_i);
+    case 2:
+      return transpose_scalar<2>(src, src_stride, dst, dst_stride, n_k, n_i);
+    case 4:
+      return transpose_scalar<4>(src, src_stride, dst, dst_stride, n_k, n_i);
 #endif
-    case 8: return transpose_scalar<8>(src, src_stride, dst, dst_stride, n_k, n_i);
-    default: throw std::logic_error("a transpose of elements of " + std::to_string(size) + " bytes");  // validate refuses them
+    case 8:
+      return transpose_scalar<8>(src, src_stride, dst, dst_stride, n_k, n_i);
+    default:
+      throw std::logic_error("a transpose of elements of " + std::to_string(size) +
+                             " bytes");  // validate refuses them
   }
 }
 
@@ -200,7 +210,8 @@ class BandReader {
     });
     // Where a run's elements go in the band (a run never crosses a row unless the band has whole rows).
     const auto place = [&](const Piece& p) {
-      return band.subspan(((p.dst_begin / cols - row0) * width + p.dst_begin % cols - col0) * size, p.count * size);
+      return band.subspan(((p.dst_begin / cols - row0) * width + p.dst_begin % cols - col0) * size,
+                          p.count * size);
     };
     for (size_t i = 0; i < order_.size();) {
       const Piece& first = runs_[order_[i]];
@@ -256,7 +267,8 @@ class TilePool {
     uint64_t capacity = std::max(bytes, tile_bytes.load(std::memory_order_relaxed));
     {
       std::lock_guard lock(mutex_);
-      const auto it = std::find_if(spares_.begin(), spares_.end(), [&](const Spare& s) { return s.capacity >= bytes; });
+      const auto it =
+          std::find_if(spares_.begin(), spares_.end(), [&](const Spare& s) { return s.capacity >= bytes; });
       if (it != spares_.end()) {
         buffer = std::move(it->buffer);
         capacity = it->capacity;
@@ -267,7 +279,8 @@ class TilePool {
     if (!buffer) buffer = fresh_buffer(capacity);
     // The tile's pages made at once, not a fault per page; best effort (before Linux 5.14: faults).
     ::madvise(buffer.get(), (bytes + 4095) / 4096 * 4096, MADV_POPULATE_WRITE);
-    return {buffer.release(), [this, capacity](std::byte* p) { give_back(Buffer(p, Unmap{capacity}), capacity); }};
+    return {buffer.release(),
+            [this, capacity](std::byte* p) { give_back(Buffer(p, Unmap{capacity}), capacity); }};
   }
 
  private:
@@ -377,7 +390,9 @@ class TileCache {
   // in the cache being built, a reader's tile goes in beyond the count (by at most the building threads).
   // False when there is no room.
   bool make_room(Eviction eviction) {
-    const auto built = [](const Entry& e) { return e.data.wait_for(std::chrono::seconds(0)) == std::future_status::ready; };
+    const auto built = [](const Entry& e) {
+      return e.data.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    };
     const auto finished = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
       if (!built(e)) return false;
       try {
@@ -471,7 +486,9 @@ TilePrebuilder& prebuilder() {
 
 }  // namespace
 
-void set_transposed_cache_bytes(uint64_t bytes) { tile_bytes = std::max<uint64_t>(bytes, 1 << 20) / kCacheTiles; }
+void set_transposed_cache_bytes(uint64_t bytes) {
+  tile_bytes = std::max<uint64_t>(bytes, 1 << 20) / kCacheTiles;
+}
 
 void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
                      std::span<std::byte> out, std::vector<DeferredRun>* deferred) {
@@ -498,7 +515,8 @@ void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint
                                 col0 + width < grid.cols && row * grid.cols + col0 + width < end);
     const uint64_t tile_end_row = std::min(row / grid.tile_rows * grid.tile_rows + grid.tile_rows, grid.rows);
     // A tile of whole rows holds them one after another; others hold a part of each row.
-    const uint64_t n = std::min(end - e, width == grid.cols ? tile_end_row * grid.cols - e : col0 + width - col);
+    const uint64_t n =
+        std::min(end - e, width == grid.cols ? tile_end_row * grid.cols - e : col0 + width - col);
     std::byte* const dst = out.data() + (e - first) * size;
     const std::byte* const src = tile->bytes.get() + ((row % grid.tile_rows) * width + (col - col0)) * size;
     if (deferred != nullptr && n * size >= kMinHeldRun && deferred->size() < kMaxDeferredRuns)
@@ -515,7 +533,8 @@ void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint
     prebuilder().request(source.of, last_row / grid.tile_rows + 1, grid);
 }
 
-void build_transposed_ahead(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count) {
+void build_transposed_ahead(const LogicalTensor& tensor, const Transposed& source, uint64_t first,
+                            uint64_t count) {
   const TileGrid grid(tensor);
   // The first tile whose first element is in the range: in the range's row of tiles if it starts on the
   // first row of one, else at the start of the next.
@@ -530,8 +549,8 @@ void build_transposed_ahead(const LogicalTensor& tensor, const Transposed& sourc
   prebuilder().request(source.of, row0 / grid.tile_rows * grid.tiles_across() + col0 / grid.tile_cols, grid);
 }
 
-void append_transposed_runs(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
-                            std::vector<Piece>& out) {
+void append_transposed_runs(const LogicalTensor& tensor, const Transposed& source, uint64_t first,
+                            uint64_t count, std::vector<Piece>& out) {
   const TileGrid grid(tensor);
   const uint64_t end = first + count;
   for (uint64_t row0 = (first / grid.cols + grid.tile_rows - 1) / grid.tile_rows * grid.tile_rows;

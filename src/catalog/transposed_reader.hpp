@@ -23,13 +23,14 @@ inline constexpr uint64_t kDefaultTransposedCacheBytes = uint64_t{128} << 20;
 // Has the first tile whose first element is in [first, first + count) of the transposed `tensor` built
 // in the background, unless the cache has no room for it without evicting a tile not yet read to its end
 // (for prefetch: a reader reaching the tensor then finds it built).
-void build_transposed_ahead(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count);
+void build_transposed_ahead(const LogicalTensor& tensor, const Transposed& source, uint64_t first,
+                            uint64_t count);
 
 // Appends the source runs that a front-to-back read of elements [first, first + count) of the transposed
 // `tensor` newly reads, for prefetch: the source block (every source row's segment) of each tile that
 // starts in the range, as a tile is built whole; nothing when none starts there. dst_begin is the
 // source's element index.
-void append_transposed_runs(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
-                            std::vector<Piece>& out);
+void append_transposed_runs(const LogicalTensor& tensor, const Transposed& source, uint64_t first,
+                            uint64_t count, std::vector<Piece>& out);
 
 }  // namespace ckptfs::catalog

@@ -62,7 +62,8 @@ void fill_expected(Case& c, int64_t rows, int64_t cols, DType from, DType to) {
   const uint64_t size = dtype_size(to), r_n = static_cast<uint64_t>(rows), c_n = static_cast<uint64_t>(cols);
   c.expected.resize(r_n * c_n * size);
   for (uint64_t r = 0; r < r_n; ++r)
-    for (uint64_t col = 0; col < c_n; ++col) served_element(r * c_n + col, from, to, c.expected.data() + (col * r_n + r) * size);
+    for (uint64_t col = 0; col < c_n; ++col)
+      served_element(r * c_n + col, from, to, c.expected.data() + (col * r_n + r) * size);
 }
 
 // One file holding the source row-major, as flat runs cut at random points.
@@ -92,7 +93,8 @@ Case boxed_case(int64_t rows, int64_t cols, int64_t cut, DType from, DType to) {
   for (const auto& [lo, hi] : {std::pair{int64_t{0}, cut}, std::pair{cut, cols}}) {
     std::vector<std::byte> bytes;  // this rank's [rows, hi - lo] part, row-major
     for (int64_t r = 0; r < rows; ++r) {
-      const auto row = source_file_bytes(static_cast<uint64_t>(r * cols + lo), static_cast<uint64_t>(hi - lo), from);
+      const auto row =
+          source_file_bytes(static_cast<uint64_t>(r * cols + lo), static_cast<uint64_t>(hi - lo), from);
       bytes.insert(bytes.end(), row.begin(), row.end());
     }
     c.files.push_back(std::make_unique<SourceFile>(bytes));
@@ -116,7 +118,6 @@ struct CacheSize {
   ~CacheSize() { set_transposed_cache_bytes(kDefaultTransposedCacheBytes); }
 };
 
-
 void expect_range(const Case& c, uint64_t offset, uint64_t length) {
   std::vector<std::byte> got(length);
   read_tensor(c.transposed, offset, got);
@@ -136,7 +137,8 @@ void expect_random_ranges(const Case& c, std::mt19937& rng, int n) {
 
 TEST(TransposedReader, FlatSourcesOfManyShapesMatchBruteForce) {
   std::mt19937 rng(7);
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {64, 1}, {1, 300}, {200, 300}, {40000, 70}}) {
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {64, 1}, {1, 300}, {200, 300}, {40000, 70}}) {
     const Case c = flat_case(rows, cols, DType::F32, DType::F32, rng);
     expect_range(c, 0, c.expected.size());
     expect_random_ranges(c, rng, 60);
@@ -145,7 +147,7 @@ TEST(TransposedReader, FlatSourcesOfManyShapesMatchBruteForce) {
 
 TEST(TransposedReader, SourceFarAboveTheCacheReadFrontToBackAndAtRandom) {
   std::mt19937 rng(11);
-  const Case c = flat_case(3000, 5000, DType::F32, DType::F32, rng);  // 60 MB
+  const Case c = flat_case(3000, 5000, DType::F32, DType::F32, rng);                // 60 MB
   for (const uint64_t cache : {uint64_t{4} << 20, kDefaultTransposedCacheBytes}) {  // 15x the cache; 0.45x
     const CacheSize size(cache);
     for (uint64_t off = 0; off < c.expected.size(); off += 128 << 10)
@@ -174,7 +176,7 @@ TEST(TransposedReader, TensorParallelSourceFarAboveTheCacheIsReadInFewLargeReads
 // kernel asks: tiles of whole output columns, so each source byte is read once (tiles of whole output
 // rows would read every source row once per tile), and each reply comes straight from the tiles.
 TEST(TransposedReader, SourceThatFitsHalfTheCacheIsReadOnce) {
-  const CacheSize size(uint64_t{16} << 20);  // tiles of 2 MiB
+  const CacheSize size(uint64_t{16} << 20);                              // tiles of 2 MiB
   const Case c = boxed_case(4096, 1024, 400, DType::BF16, DType::BF16);  // 8.4 MB: 4 tiles of 1024 columns
   std::vector<std::byte> got(128 << 10);
   std::vector<DeferredRun> deferred;
@@ -215,7 +217,8 @@ TEST(TransposedReader, OneAndEightByteElementsMatchBruteForce) {
     c.expected.resize(bytes.size());
     for (uint64_t r = 0; r < static_cast<uint64_t>(rows); ++r)
       for (uint64_t col = 0; col < static_cast<uint64_t>(cols); ++col)
-        std::memcpy(c.expected.data() + (col * rows + r) * size, bytes.data() + (r * cols + col) * size, size);
+        std::memcpy(c.expected.data() + (col * rows + r) * size, bytes.data() + (r * cols + col) * size,
+                    size);
     expect_range(c, 0, c.expected.size());
     expect_random_ranges(c, rng, 40);
   }
@@ -271,7 +274,8 @@ TEST(TransposedReader, ConcurrentReadsShareTilesAndAgree) {
       std::mt19937 r(100 + t);
       for (int i = 0; i < 40; ++i) {
         const Case& c = (i + t) % 2 ? a : b;
-        const uint64_t offset = r() % c.expected.size(), length = 1 + r() % std::min<uint64_t>(1 << 20, c.expected.size() - offset);
+        const uint64_t offset = r() % c.expected.size(),
+                       length = 1 + r() % std::min<uint64_t>(1 << 20, c.expected.size() - offset);
         std::vector<std::byte> got(length);
         read_tensor(c.transposed, offset, got);
         if (std::memcmp(got.data(), c.expected.data() + offset, length) != 0) ++mismatches;

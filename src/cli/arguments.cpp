@@ -37,14 +37,22 @@ Arguments parse_arguments(std::span<const std::string> args, const std::set<std:
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const std::pair<std::string_view, std::optional<std::string>*> valued[] = {
-        {"--tag", &out.tag}, {"-t", &out.tag}, {"--strip-prefix", &out.strip_prefix}, {"--config", &out.config}, {"--cache", &out.cache}, {"--shard-size", &out.shard_size},
-        {"--endpoint", &out.s3.endpoint}, {"--region", &out.s3.region},
-        {"--output", &out.output}, {"-o", &out.output}};
+        {"--tag", &out.tag},
+        {"-t", &out.tag},
+        {"--strip-prefix", &out.strip_prefix},
+        {"--config", &out.config},
+        {"--cache", &out.cache},
+        {"--shard-size", &out.shard_size},
+        {"--endpoint", &out.s3.endpoint},
+        {"--region", &out.s3.region},
+        {"--output", &out.output},
+        {"-o", &out.output}};
     const auto named = std::find_if(std::begin(valued), std::end(valued), [&](const auto& v) {
       // options of one command only: elsewhere they are unknown options, not silently ignored
       if (v.second == &out.output && !known_flags.count("--output")) return false;
       if (v.second == &out.shard_size && !known_flags.count("--shard-size")) return false;
-      return a == v.first || (a.starts_with(v.first) && a.size() > v.first.size() && a[v.first.size()] == '=');
+      return a == v.first ||
+             (a.starts_with(v.first) && a.size() > v.first.size() && a[v.first.size()] == '=');
     });
     if (named != std::end(valued)) {
       if (a.size() > named->first.size()) {

@@ -1,7 +1,7 @@
 // Minimal parser for the inspect/export/index/cat command lines: positionals ("-" among them), boolean
-// flags, --tag T, --strip-prefix P, --config FILE, --cache DIR, -o/--output FILE and --shard-size SIZE (each only where it is among the known
-// flags: elsewhere an unknown option), and for
-// an s3:// SRC --endpoint URL, --region R, --s3-path-style, --s3-no-sign.
+// flags, --tag T, --strip-prefix P, --config FILE, --cache DIR, -o/--output FILE and --shard-size SIZE (each
+// only where it is among the known flags: elsewhere an unknown option), and for an s3:// SRC --endpoint URL,
+// --region R, --s3-path-style, --s3-no-sign.
 #pragma once
 
 #include <cstdint>
@@ -27,9 +27,9 @@ struct Arguments {
   std::vector<std::string> positional;
   std::set<std::string> flags;  // e.g. "--json"
   std::optional<std::string> tag;
-  std::optional<std::string> cache;  // --cache DIR (`ckptfs index`)
-  std::optional<std::string> output;  // -o FILE, --output FILE (`ckptfs cat`)
-  std::optional<std::string> shard_size;  // --shard-size SIZE (`ckptfs export`)
+  std::optional<std::string> cache;         // --cache DIR (`ckptfs index`)
+  std::optional<std::string> output;        // -o FILE, --output FILE (`ckptfs cat`)
+  std::optional<std::string> shard_size;    // --shard-size SIZE (`ckptfs export`)
   std::optional<std::string> strip_prefix;  // --strip-prefix P
   std::optional<std::string> config;        // --config FILE
   s3::Options s3;

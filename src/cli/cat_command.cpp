@@ -25,10 +25,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [--strip-prefix P] [--config FILE] [-o FILE|--output FILE]\n"
-                         "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
+constexpr const char* kUsage =
+    "ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [--strip-prefix P] [--config FILE] [-o FILE|--output "
+    "FILE]\n"
+    "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
-constexpr const char* kHelp = R"(usage: ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [--strip-prefix P] [--config FILE] [-o FILE|--output FILE]
+constexpr const char* kHelp =
+    R"(usage: ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [--strip-prefix P] [--config FILE] [-o FILE|--output FILE]
        (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])
 
 Writes one file of the tree `ckptfs SRC MNT` mounts to stdout, or to FILE, without FUSE: the bytes a read
@@ -60,7 +63,8 @@ std::string listing(const vfs::VirtualTree& tree, const vfs::Node& dir, std::str
   const auto names = vfs::closest_names(tree, dir, near, kNamesShown);
   if (names.empty()) return "nothing";
   std::string out = fmt::format("{}", fmt::join(names, ", "));
-  if (dir.children.size() > names.size()) out += fmt::format(" and {} more", dir.children.size() - names.size());
+  if (dir.children.size() > names.size())
+    out += fmt::format(" and {} more", dir.children.size() - names.size());
   return out;
 }
 
@@ -73,9 +77,10 @@ std::string where(const vfs::VirtualTree& tree, const vfs::Node& dir) {
 const vfs::Node& find_file(const vfs::VirtualTree& tree, const std::string& view, const std::string& source) {
   const vfs::PathLookup found = vfs::lookup_path(tree, view);
   if (found.node == nullptr)
-    throw UsageError(fmt::format("{}: no such file in the mount of {}; {} holds {} (every view: `ckptfs inspect "
-                                 "{}`)", view, source, where(tree, *found.deepest),
-                                 listing(tree, *found.deepest, found.missing), source));
+    throw UsageError(fmt::format(
+        "{}: no such file in the mount of {}; {} holds {} (every view: `ckptfs inspect "
+        "{}`)",
+        view, source, where(tree, *found.deepest), listing(tree, *found.deepest, found.missing), source));
   if (found.node->is_dir)
     throw UsageError(fmt::format("{}: is a directory in the mount of {}, holding {}; name one of its files",
                                  view.empty() ? "/" : view, source, listing(tree, *found.node, "")));
@@ -97,7 +102,8 @@ const vfs::Node& find_file(const vfs::VirtualTree& tree, const std::string& view
 }  // namespace
 
 int run_cat(std::span<const std::string> args) {
-  if (std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "-h" || a == "--help"; })) {
+  if (std::any_of(args.begin(), args.end(),
+                  [](const std::string& a) { return a == "-h" || a == "--help"; })) {
     std::fputs(kHelp, stdout);
     return 0;
   }
@@ -108,7 +114,8 @@ int run_cat(std::span<const std::string> args) {
     io::Runtime runtime;
     const fs::path source = open_source(a.positional[0], a.s3, runtime);
     if (output != "-" && !io::is_remote(source) && is_inside(output, source))
-      throw UsageError(fmt::format("{}: is inside the source directory; ckptfs never writes to the source", output));
+      throw UsageError(
+          fmt::format("{}: is inside the source directory; ckptfs never writes to the source", output));
     const Checkpoint checkpoint = open_checkpoint(source, a.open_options());
     const vfs::VirtualTree tree = vfs::build_tree(checkpoint);
     const vfs::Node& node = find_file(tree, view, a.positional[0]);

@@ -11,8 +11,8 @@
 #include "ckptfs/layout.hpp"
 #include "cli/arguments.hpp"
 #include "cli/commands.hpp"
-#include "cli/source_argument.hpp"
 #include "cli/progress.hpp"
+#include "cli/source_argument.hpp"
 #include "cli/view_output.hpp"
 
 namespace ckptfs::cli {
@@ -21,8 +21,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs export SRC OUT [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--universal] [--shard-size SIZE]\n"
-                         "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
+constexpr const char* kUsage =
+    "ckptfs export SRC OUT [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--universal] "
+    "[--shard-size SIZE]\n"
+    "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
 }  // namespace
 

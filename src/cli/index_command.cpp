@@ -12,8 +12,9 @@ namespace ckptfs::cli {
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs index SRC [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--cache DIR]\n"
-                         "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
+constexpr const char* kUsage =
+    "ckptfs index SRC [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--cache DIR]\n"
+    "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
 }  // namespace
 
@@ -23,7 +24,9 @@ int run_index(std::span<const std::string> args) {
     const OpenOptions options = complete_saves_only(a.open_options());  // what a mount of SRC loads
     const auto dir = a.cache ? std::optional<std::filesystem::path>(std::filesystem::absolute(*a.cache))
                              : index::default_cache_dir();
-    if (!dir) throw UsageError(fmt::format("no cache dir: set XDG_CACHE_HOME or HOME, or give --cache DIR\nusage: {}", kUsage));
+    if (!dir)
+      throw UsageError(
+          fmt::format("no cache dir: set XDG_CACHE_HOME or HOME, or give --cache DIR\nusage: {}", kUsage));
     io::Runtime runtime;
     const auto source = open_source(a.positional[0], a.s3, runtime);
     fmt::print("{}\n", index::write_index(source, options, *dir).string());

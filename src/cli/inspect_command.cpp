@@ -15,8 +15,9 @@ namespace ckptfs::cli {
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs inspect SRC [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--json] [--tensors]\n"
-                         "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
+constexpr const char* kUsage =
+    "ckptfs inspect SRC [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--json] [--tensors]\n"
+    "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
@@ -35,7 +36,10 @@ void print_text(const Checkpoint& cp, bool tensors) {
   fmt::print(" (latest: {})\n", cp.latest);
   for (const auto& l : cp.left_out) fmt::print("left out:   tag {}: {}\n", l.name, l.error);
   for (const auto& t : cp.in_progress)
-    fmt::print("in progress: tag {}: its save is not complete (a mount serves it once it is: docs/mount.md#live-runs)\n", t);
+    fmt::print(
+        "in progress: tag {}: its save is not complete (a mount serves it once it is: "
+        "docs/mount.md#live-runs)\n",
+        t);
   std::vector<std::vector<ViewFile>> views;
   for (const auto& tag : cp.tags) views.push_back(tag_views(tag));
   const auto refusals = gguf_refusals(cp, views);
@@ -57,7 +61,8 @@ void print_text(const Checkpoint& cp, bool tensors) {
     fmt::print("  views (mounted, or one streamed by `ckptfs cat SRC PATH`):\n");
     for (const auto& v : summarize_views(views[i], true)) {
       const std::string files = v.files == 1 ? "" : fmt::format(" in {} files", v.files);
-      fmt::print("    {:<37} {:>16} bytes{}, reads {} of the sources\n", v.path, v.bytes, files, *v.source_bytes);
+      fmt::print("    {:<37} {:>16} bytes{}, reads {} of the sources\n", v.path, v.bytes, files,
+                 *v.source_bytes);
     }
     for (const auto& note : tag.notes) fmt::print("  note: {}\n", note);
     if (const auto& why = refusals[i]) fmt::print("  note: no gguf/ (docs/formats/gguf.md): {}\n", *why);
@@ -73,7 +78,8 @@ int run_inspect(std::span<const std::string> args) {
     Arguments a = parse_arguments(args, {"--json", "--tensors", "--strict"}, 1, kUsage);
     // What a mount of SRC serves: the complete saves.
     io::Runtime runtime;
-    Checkpoint cp = open_checkpoint(open_source(a.positional[0], a.s3, runtime), complete_saves_only(a.open_options()));
+    Checkpoint cp =
+        open_checkpoint(open_source(a.positional[0], a.s3, runtime), complete_saves_only(a.open_options()));
     if (a.has("--json")) {
       fmt::print("{}\n", describe_checkpoint(cp, a.has("--tensors")).dump(2));
     } else {

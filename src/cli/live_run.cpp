@@ -5,7 +5,6 @@
 
 #include <set>
 
-
 namespace ckptfs::cli {
 
 namespace fs = std::filesystem;
@@ -61,9 +60,10 @@ void LiveRun::remember(const Checkpoint& checkpoint) {
 }
 
 nlohmann::json LiveRun::description() const {
-  const std::string how = watch_.polling_because().empty()
-                              ? "inotify"
-                              : fmt::format("a poll every {} s ({})", options_.refresh.count(), watch_.polling_because());
+  const std::string how =
+      watch_.polling_because().empty()
+          ? "inotify"
+          : fmt::format("a poll every {} s ({})", options_.refresh.count(), watch_.polling_because());
   nlohmann::json j = {{"following", true}, {"how", how}, {"refreshes", refreshes_}};
   j["last_changes"] = last_changes_;
   return j;
@@ -95,9 +95,11 @@ std::optional<Checkpoint> LiveRun::refresh(std::vector<std::string>& changes) {
   if (states_of(next.side_files) != side_files_) changes.push_back("side files changed");
   const auto left_out_before = left_out_names(current_);
   for (const auto& l : next.left_out)
-    if (!left_out_before.contains(l.name)) changes.push_back(fmt::format("tag {} left out: {}", l.name, l.error));
+    if (!left_out_before.contains(l.name))
+      changes.push_back(fmt::format("tag {} left out: {}", l.name, l.error));
   if (next.in_progress != current_.in_progress && !next.in_progress.empty())
-    changes.push_back(fmt::format("in progress (not served until complete): {}", fmt::join(next.in_progress, ", ")));
+    changes.push_back(
+        fmt::format("in progress (not served until complete): {}", fmt::join(next.in_progress, ", ")));
   if (changes.empty()) return std::nullopt;
   return next;
 }
@@ -121,7 +123,8 @@ void LiveRun::follow(const fuse::ReplaceTree& replace, const std::function<void(
       replace(std::make_shared<const vfs::VirtualTree>(vfs::build_tree(current_, tree)));
       for (const auto& change : changes) log(fmt::format("{}: {}", options_.source.string(), change));
       if (!options_.index_key.empty())
-        if (const std::string warning = index::save_index({current_, false, options_.index_file, "", options_.index_key});
+        if (const std::string warning =
+                index::save_index({current_, false, options_.index_file, "", options_.index_key});
             !warning.empty())
           log(warning);
       last_failure.clear();
@@ -129,7 +132,8 @@ void LiveRun::follow(const fuse::ReplaceTree& replace, const std::function<void(
       // A save caught half-way that the adapter could not tell from a finished one, a tracker naming a tag
       // being deleted: the last tree stays served, and the next change tries again.
       if (e.what() != last_failure)
-        log(fmt::format("{}: refresh failed, still serving the last complete state: {}", options_.source.string(), e.what()));
+        log(fmt::format("{}: refresh failed, still serving the last complete state: {}",
+                        options_.source.string(), e.what()));
       last_failure = e.what();
     }
   }

@@ -8,12 +8,11 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stop_token>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/fuse.hpp"

@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
     return cli::run_mount(argc - 1, argv + 1);
   }
   // Mount options may come first: `ckptfs --tag T SRC MNT`, `ckptfs -o ro SRC MNT`.
-  const bool mount_option = command == "-o" || command.starts_with("-o") || command == "-f" || command == "-d" ||
-                            command == "--tag";
+  const bool mount_option = command == "-o" || command.starts_with("-o") || command == "-f" ||
+                            command == "-d" || command == "--tag";
   if (!command.empty() && command[0] == '-' && !mount_option) {
     fmt::print(stderr, "ckptfs: unknown option '{}'\n{}", command, kUsage);
     return static_cast<int>(ExitCode::usage);

@@ -134,8 +134,8 @@ struct MountArguments {
   GgufOptions gguf;         // -o gguf_pre=
   std::optional<unsigned> transpose_cache_mb;
   std::optional<fs::path> index_cache = index::default_cache_dir();  // nullopt: off
-  bool snapshot = false;                 // -o static
-  std::chrono::seconds refresh{kDefaultRefresh};  // -o refresh=
+  bool snapshot = false;                                             // -o static
+  std::chrono::seconds refresh{kDefaultRefresh};                     // -o refresh=
 };
 
 // "key=OOO": an octal umask, at most 0777.
@@ -190,9 +190,10 @@ void add_mount_option(MountArguments& m, const std::string& option) {
     m.gguf.pre = option.substr(9);
   } else if (option.starts_with("gguf_name=")) {
     if (!views::gguf::valid_directory_name(option.substr(10)))
-      throw UsageError(fmt::format("-o {}: expected a directory name such as checkpoint-500 (ASCII letters, "
-                                   "digits, '.', '_', '-')",
-                                   option));
+      throw UsageError(
+          fmt::format("-o {}: expected a directory name such as checkpoint-500 (ASCII letters, "
+                      "digits, '.', '_', '-')",
+                      option));
     m.gguf.name = option.substr(10);
   } else if (option.starts_with("shard_size=")) {
     m.shards.max_shard_size = parse_shard_size_option("-o " + option, option.substr(11));
@@ -289,15 +290,19 @@ MountArguments parse(int argc, char** argv) {
   };
   // fsname = the source, as sshfs does: df and /proc/mounts show what is mounted, and `mount -a` can
   // tell that an fstab line is already mounted.
-  const std::string shown = s3::is_s3_url(m.source_text) ? m.source_text : fs::absolute(m.source_text).lexically_normal().string();
+  const std::string shown =
+      s3::is_s3_url(m.source_text) ? m.source_text : fs::absolute(m.source_text).lexically_normal().string();
   if (!has("fsname=")) m.serve.fuse_options.push_back("fsname=" + escape_option(shown));
   if (!has("subtype=")) m.serve.fuse_options.push_back("subtype=ckptfs");
   return m;
 }
 
-bool may_follow(const MountArguments& m) { return !m.snapshot && !m.open.tag; }
+bool may_follow(const MountArguments& m) {
+  return !m.snapshot && !m.open.tag;
+}
 
-// A save dir (its tags are dirs below SRC) is followed as the run saves, unless -o static or one tag is asked for.
+// A save dir (its tags are dirs below SRC) is followed as the run saves, unless -o static or one tag is asked
+// for.
 bool follows(const MountArguments& m, const Checkpoint& checkpoint) {
   return may_follow(m) && std::none_of(checkpoint.tags.begin(), checkpoint.tags.end(),
                                        [&](const Tag& t) { return t.dir == checkpoint.root; });
@@ -342,7 +347,8 @@ int run_mount(int argc, char** argv) {
       live.emplace(LiveRun::Options{m.source, m.open, tree_options, m.refresh, opened.index_file, opened.key},
                    opened.checkpoint);
       tree_options.live = live->description();
-      m.serve.follow = [&live](const fuse::ReplaceTree& replace, const std::function<void(const std::string&)>& log,
+      m.serve.follow = [&live](const fuse::ReplaceTree& replace,
+                               const std::function<void(const std::string&)>& log,
                                std::stop_token stop) { live->follow(replace, log, stop); };
     }
     auto tree = std::make_shared<const vfs::VirtualTree>(vfs::build_tree(opened.checkpoint, tree_options));

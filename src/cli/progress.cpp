@@ -8,7 +8,10 @@ namespace ckptfs::cli {
 using Clock = std::chrono::steady_clock;
 
 Progress::Progress(uint64_t total, bool wanted)
-    : total_(total), enabled_(wanted && ::isatty(STDERR_FILENO) == 1), start_(Clock::now()), last_draw_(start_) {}
+    : total_(total),
+      enabled_(wanted && ::isatty(STDERR_FILENO) == 1),
+      start_(Clock::now()),
+      last_draw_(start_) {}
 
 Progress::~Progress() {
   if (drawn_) fmt::print(stderr, "\n");

@@ -50,7 +50,8 @@ void stream_view(const views::VirtualFile& file, const std::string& view, int fd
     try {
       file.read(offset, std::span(buffer.data(), n));
     } catch (const Error& e) {
-      throw Error(e.code(), fmt::format("{}: read of bytes {}-{} of {} failed: {}", view, offset, offset + n, size, e.what()));
+      throw Error(e.code(), fmt::format("{}: read of bytes {}-{} of {} failed: {}", view, offset, offset + n,
+                                        size, e.what()));
     }
     return std::span<const std::byte>(buffer.data(), n);
   };
@@ -60,7 +61,8 @@ void stream_view(const views::VirtualFile& file, const std::string& view, int fd
     for (uint64_t offset = 0, index = 0; offset < size; ++index) {
       auto bytes = pending.get();
       const uint64_t next = offset + bytes.size();
-      if (next < size) pending = std::async(std::launch::async, read_chunk, next, std::ref(buffers[(index + 1) % 2]));
+      if (next < size)
+        pending = std::async(std::launch::async, read_chunk, next, std::ref(buffers[(index + 1) % 2]));
       write_all(fd, bytes, output);
       progress.advance(bytes.size());
       offset = next;
@@ -74,16 +76,17 @@ void stream_view(const views::VirtualFile& file, const std::string& view, int fd
 void check_sources_unchanged(const views::VirtualFile& file, const std::string& view) {
   for (const auto& source : file.sources())
     if (!source->unchanged())
-      throw SourceError(fmt::format("{}: {}: changed while it was read (replaced, or its size, mtime or ctime "
-                                    "differ): the bytes written may mix two versions",
-                                    view, source->path().string()));
+      throw SourceError(
+          fmt::format("{}: {}: changed while it was read (replaced, or its size, mtime or ctime "
+                      "differ): the bytes written may mix two versions",
+                      view, source->path().string()));
 }
 
 namespace {
 
 // stream_view into `fd` (named `name`), then `after` (if any); `fd` closed either way.
-void stream_and_close(const views::VirtualFile& file, const std::string& view, int fd, const std::string& name,
-                      Progress& progress, const std::function<void()>& after) {
+void stream_and_close(const views::VirtualFile& file, const std::string& view, int fd,
+                      const std::string& name, Progress& progress, const std::function<void()>& after) {
   try {
     stream_view(file, view, fd, name, progress);
     if (after) after();
@@ -96,11 +99,11 @@ void stream_and_close(const views::VirtualFile& file, const std::string& view, i
 
 }  // namespace
 
-void write_view(const views::VirtualFile& file, const std::string& view, const fs::path& path, Progress& progress,
-                const std::function<void()>& before_rename) {
+void write_view(const views::VirtualFile& file, const std::string& view, const fs::path& path,
+                Progress& progress, const std::function<void()>& before_rename) {
   std::error_code ec;
-  if (const auto status = fs::status(path, ec); !ec && fs::exists(status) && !fs::is_regular_file(status) &&
-                                                !fs::is_directory(status)) {
+  if (const auto status = fs::status(path, ec);
+      !ec && fs::exists(status) && !fs::is_regular_file(status) && !fs::is_directory(status)) {
     // a device or a FIFO (-o /dev/null): written in place; a rename onto it would replace the node itself
     const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) throw OutputError(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-
 #include "ckptfs/error.hpp"
 
 namespace ckptfs::formats {
@@ -34,7 +33,8 @@ Field args_of(const Field& obj) {
 int64_t layout_size(const Field& f) {
   const Value& v = f.value();
   if (v.kind == Kind::Int) return v.integer;
-  if (v.kind != Kind::Tuple && v.kind != Kind::List) f.fail(fmt::format("expected a mesh size, found {}", v.describe()));
+  if (v.kind != Kind::Tuple && v.kind != Kind::List)
+    f.fail(fmt::format("expected a mesh size, found {}", v.describe()));
   int64_t n = 1;
   for (size_t i = 0; i < v.items.size(); ++i) n *= layout_size(f.at(i));
   return n;
@@ -112,16 +112,19 @@ std::optional<DTensorShard> as_dtensor(const Field& field) {
   if (out.coordinate && out.coordinate->size() != out.mesh_shape.size())
     field.fail("mesh coordinate and mesh shape differ in length");
   if (out.local.shape.size() != out.global_shape.size())
-    field.fail(fmt::format("local tensor of {} dims for a {}-D DTensor", out.local.shape.size(), out.global_shape.size()));
+    field.fail(fmt::format("local tensor of {} dims for a {}-D DTensor", out.local.shape.size(),
+                           out.global_shape.size()));
   if (const Value& dtype = call.at(2).at(1).value(); dtype.kind == Kind::Global && dtype.module == "torch")
     if (dtype_from_torch_name(dtype.name) != out.local.dtype)
-      field.fail(fmt::format("DTensor of torch.{} holds a local tensor of {}", dtype.name, dtype_torch_name(out.local.dtype)));
+      field.fail(fmt::format("DTensor of torch.{} holds a local tensor of {}", dtype.name,
+                             dtype_torch_name(out.local.dtype)));
   return out;
 }
 
 std::string placement_string(const std::vector<Placement>& placements) {
   std::vector<std::string> out;
-  for (const auto& p : placements) out.push_back(p.replicate ? std::string("R") : fmt::format("S({})", p.dim));
+  for (const auto& p : placements)
+    out.push_back(p.replicate ? std::string("R") : fmt::format("S({})", p.dim));
   return fmt::format("{}", fmt::join(out, ","));
 }
 

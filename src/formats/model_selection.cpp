@@ -15,9 +15,9 @@ namespace {
 
 // Top-level keys holding training state rather than model weights (torchtitan keeps the model's
 // tensors at the top level beside these).
-const std::set<std::string, std::less<>> kNotModel = {"optimizer", "optim",       "optimizer_state", "lr_scheduler",
-                                                      "scheduler", "train_state", "dataloader",      "rng",
-                                                      "rng_state", "extra_state"};
+const std::set<std::string, std::less<>> kNotModel = {
+    "optimizer",  "optim", "optimizer_state", "lr_scheduler", "scheduler", "train_state",
+    "dataloader", "rng",   "rng_state",       "extra_state"};
 
 std::string joined(const std::vector<std::string>& path, size_t from) {
   std::string out;

@@ -53,7 +53,8 @@ std::vector<std::pair<std::string, CatalogPtr>> Tag::named_catalogs() const {
   std::vector<std::pair<std::string, CatalogPtr>> out;
   for (const auto& [folder, roles] : models)
     for (const auto& [role, c] : roles)
-      out.emplace_back(folder.empty() ? std::string(role_name(role)) : fmt::format("{}:{}", folder, role_name(role)), c);
+      out.emplace_back(
+          folder.empty() ? std::string(role_name(role)) : fmt::format("{}:{}", folder, role_name(role)), c);
   for (const auto& [state, c] : states) out.emplace_back(state, c);
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return out;
@@ -77,9 +78,10 @@ namespace {
 fs::path resolved(const fs::path& source) {
   std::error_code ec;
   fs::path p = io::canonical(source, ec);
-  if (ec) throw SourceError(fmt::format("{}: {}", source.string(), ec == std::errc::no_such_file_or_directory
-                                                                       ? "no such file or directory"
-                                                                       : ec.message()));
+  if (ec)
+    throw SourceError(
+        fmt::format("{}: {}", source.string(),
+                    ec == std::errc::no_such_file_or_directory ? "no such file or directory" : ec.message()));
   return p;
 }
 
@@ -96,8 +98,11 @@ Checkpoint open_resolved(const fs::path& source, const OpenOptions& options) {
   if (fsdp::is_fsdp_source(source)) return fsdp::open(source, options);
   if (dcp::is_dcp_source(source)) return dcp::open(source, options);
   if (dcp::is_hf_storage_dir(source)) return dcp::open_hf_storage(source, options);
-  throw SourceError(fmt::format(
-      "{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, a Megatron-LM save dir or iteration dir, a verl save dir, a folder of FSDP per-rank files, a PyTorch DCP dir or a dir of safetensors files)", source.string()));
+  throw SourceError(
+      fmt::format("{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, a Megatron-LM save dir "
+                  "or iteration dir, a verl save dir, a folder of FSDP per-rank files, a PyTorch DCP dir or "
+                  "a dir of safetensors files)",
+                  source.string()));
 }
 
 // -o config=FILE is served as config.json beside each tag's views that have none, where from_pretrained
@@ -108,7 +113,8 @@ void serve_model_config(Checkpoint& checkpoint, const OpenOptions& options) {
   if (std::any_of(checkpoint.side_files.begin(), checkpoint.side_files.end(), is_config)) return;
   for (auto& tag : checkpoint.tags)
     if (std::none_of(tag.side_files.begin(), tag.side_files.end(), is_config) &&
-        std::none_of(tag.extra_files.begin(), tag.extra_files.end(), [](const ExtraFile& f) { return f.path == "config.json"; }))
+        std::none_of(tag.extra_files.begin(), tag.extra_files.end(),
+                     [](const ExtraFile& f) { return f.path == "config.json"; }))
       tag.extra_files.push_back({.path = "config.json", .bytes = PassedThrough{*options.model_config}});
 }
 

@@ -20,7 +20,8 @@ inline constexpr size_t kParallelReads = 8;
 // read(item) for every item, on up to kParallelReads threads; the results in item order. When reads
 // throw, the exception of the first such item is rethrown (the one a serial loop would have met).
 template <typename Item, typename Read>
-auto read_all(const std::vector<Item>& items, Read read) -> std::vector<std::invoke_result_t<Read, const Item&>> {
+auto read_all(const std::vector<Item>& items, Read read)
+    -> std::vector<std::invoke_result_t<Read, const Item&>> {
   using Result = std::invoke_result_t<Read, const Item&>;
   std::vector<std::optional<Result>> results(items.size());
   std::vector<std::exception_ptr> errors(items.size());

@@ -1,6 +1,5 @@
 #include "formats/save_dir.hpp"
 
-
 #include "ckptfs/io_tree.hpp"
 #include "formats/natural_order.hpp"
 
@@ -18,7 +17,8 @@ std::vector<fs::path> sorted_subdirs(const fs::path& dir, const std::function<bo
   return out;
 }
 
-std::vector<fs::path> side_files(const fs::path& dir, const std::function<bool(const std::string& name)>& is_data) {
+std::vector<fs::path> side_files(const fs::path& dir,
+                                 const std::function<bool(const std::string& name)>& is_data) {
   std::vector<fs::path> out;
   for (const auto& entry : io::list_directory(dir))
     if (entry.is_file && !is_data(entry.path.filename().string())) out.push_back(entry.path);

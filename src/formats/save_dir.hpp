@@ -26,8 +26,8 @@
 namespace ckptfs::formats {
 
 // The subdirs of `dir` that `keep` accepts, in natural order of their names.
-std::vector<std::filesystem::path> sorted_subdirs(const std::filesystem::path& dir,
-                                                  const std::function<bool(const std::filesystem::path&)>& keep);
+std::vector<std::filesystem::path> sorted_subdirs(
+    const std::filesystem::path& dir, const std::function<bool(const std::filesystem::path&)>& keep);
 
 // The regular files of `dir` whose names `is_data` does not claim, sorted: served beside the views
 // (tokenizer files, configs, trainer_state.json).
@@ -59,9 +59,9 @@ struct SaveDir {
   std::string framework;
   std::filesystem::path root;
   std::vector<std::pair<std::string, Where>> tags;
-  std::optional<Tracked> tracked;                  // the root tag, when a tracker names one; else the last tag
-  std::vector<std::filesystem::path> side_files;   // of the root
-  std::string none_found;                          // "no DeepSpeed tag directory found": the error when no tag
+  std::optional<Tracked> tracked;                 // the root tag, when a tracker names one; else the last tag
+  std::vector<std::filesystem::path> side_files;  // of the root
+  std::string none_found;                         // "no DeepSpeed tag directory found": the error when no tag
   // The adapter's own mark of a complete save (HF Trainer's trainer_state.json, DeepSpeed's two trackers),
   // in place of the tracker's; null: a tag is complete once `tracked` has reached it (tracker_reached).
   std::function<bool(const std::string& name, const Where& where)> complete;

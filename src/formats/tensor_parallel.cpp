@@ -55,14 +55,16 @@ catalog::LogicalTensor merge_sub_params(const std::string& name, const std::vect
       torch::SourceTensor piece = catalog::narrow(ranks[r].tensor, layout.dim, held[r], w);
       std::vector<int64_t> offsets(shape.size(), 0);
       offsets[layout.dim] = at;
-      boxes.push_back({.offsets = offsets, .sizes = piece.shape, .source = std::move(piece), .inner = ranks[r].inner});
+      boxes.push_back(
+          {.offsets = offsets, .sizes = piece.shape, .source = std::move(piece), .inner = ranks[r].inner});
       held[r] += w;
       at += w;
     }
   return catalog::assembled_tensor(name, dtype, std::move(shape), std::move(boxes), std::move(origin));
 }
 
-[[noreturn]] void fail(const std::string& name, const std::vector<RankTensor>& ranks, const std::string& what) {
+[[noreturn]] void fail(const std::string& name, const std::vector<RankTensor>& ranks,
+                       const std::string& what) {
   throw FormatError(fmt::format("{}: tensor {}: {}", ranks.front().file.string(), name, what));
 }
 
@@ -70,8 +72,9 @@ void check_same_shape(const std::string& name, const std::vector<RankTensor>& ra
   const auto& shape = ranks.front().tensor.shape;
   for (const auto& r : ranks)
     if (r.tensor.shape != shape)
-      fail(name, ranks, fmt::format("shape [{}] on TP rank 0, [{}] in {}", fmt::join(shape, ", "),
-                                    fmt::join(r.tensor.shape, ", "), r.file.string()));
+      fail(name, ranks,
+           fmt::format("shape [{}] on TP rank 0, [{}] in {}", fmt::join(shape, ", "),
+                       fmt::join(r.tensor.shape, ", "), r.file.string()));
 }
 
 // The even split a Split other than Replicated stands for, over ranks of one shape.
@@ -89,7 +92,8 @@ SubParams even_split(const std::string& name, Split split, const std::vector<Ran
       fail(fmt::format("a gated (SwiGLU) fc1 with an odd row count {}", shape[0]));
     count = split == Split::GatedRows ? 2 : 1;
   }
-  const int64_t part = shape[out.dim] / static_cast<int64_t>(count);  // of one sub-parameter, held by one rank
+  const int64_t part =
+      shape[out.dim] / static_cast<int64_t>(count);  // of one sub-parameter, held by one rank
   out.sizes.assign(count, part * static_cast<int64_t>(ranks.size()));
   out.widths.assign(count, std::vector<int64_t>(ranks.size(), part));
   return out;
@@ -107,15 +111,18 @@ catalog::LogicalTensor merge_tensor_parallel(const std::string& name, const Tens
   check_same_shape(name, ranks);
   if (split == Split::Replicated) {
     if (auto r = notes ? differing_replica(name, ranks) : std::nullopt)
-      notes->push_back(fmt::format("{} is replicated over TP ranks but differs between {} and {}: TP rank 0's copy "
-                                  "is served",
-                                  what, ranks.front().file.string(), ranks[*r].file.string()));
+      notes->push_back(
+          fmt::format("{} is replicated over TP ranks but differs between {} and {}: TP rank 0's copy "
+                      "is served",
+                      what, ranks.front().file.string(), ranks[*r].file.string()));
     const auto& first = ranks.front().tensor;
-    return catalog::assembled_tensor(name, dtype, first.shape,
-                                     {{std::vector<int64_t>(first.shape.size(), 0), first.shape, first, ranks.front().inner}},
-                                     "TP rank 0");
+    return catalog::assembled_tensor(
+        name, dtype, first.shape,
+        {{std::vector<int64_t>(first.shape.size(), 0), first.shape, first, ranks.front().inner}},
+        "TP rank 0");
   }
-  const std::string origin = fmt::format("{} TP ranks{}", ranks.size(), split == Split::GatedRows ? ", gated" : "");
+  const std::string origin =
+      fmt::format("{} TP ranks{}", ranks.size(), split == Split::GatedRows ? ", gated" : "");
   return merge_sub_params(name, ranks, even_split(name, split, ranks), dtype, origin);
 }
 

@@ -24,8 +24,8 @@ class TensorRebinder {
     if (!v || !seen_.insert({v.get(), nullptr}).second) return;
     if (const auto* t = torch::as_tensor(v.get())) {
       tensor_index_[v.get()] = tensors_.tensors.size();
-      tensors_.tensors.push_back(
-          catalog::whole_tensor(fmt::format("{}[{}]", label_, tensors_.tensors.size()), *t, t->dtype, label_));
+      tensors_.tensors.push_back(catalog::whole_tensor(fmt::format("{}[{}]", label_, tensors_.tensors.size()),
+                                                       *t, t->dtype, label_));
       return;
     }
     for (const auto& item : v->items) collect(item);

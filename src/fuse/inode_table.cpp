@@ -66,7 +66,8 @@ Invalidations invalidations(const Generation& old, const std::unordered_map<Kern
     const auto before = old_dirs.find(g.kernel[ino]);
     if (!dir.is_dir || before == old_dirs.end()) continue;
     std::map<std::string_view, std::pair<KernelIno, KernelIno>> names;  // name -> (old, new)
-    for (const auto& [name, child] : old.tree->node(before->second)->children) names[name].first = old.kernel[child];
+    for (const auto& [name, child] : old.tree->node(before->second)->children)
+      names[name].first = old.kernel[child];
     for (const auto& [name, child] : dir.children) names[name].second = g.kernel[child];
     bool changed = false;
     for (const auto& [name, inos] : names) {
@@ -78,7 +79,6 @@ Invalidations invalidations(const Generation& old, const std::unordered_map<Kern
   }
   return out;
 }
-
 
 }  // namespace
 
@@ -167,7 +167,8 @@ void InodeTable::replace(std::shared_ptr<const vfs::VirtualTree> next,
     KernelIno kernel = ino == vfs::kRootIno ? vfs::kRootIno : 0;
     if (kernel == 0)
       if (const auto key = key_of(*g->tree, *g->tree->node(ino)))
-        if (auto it = old_inos.find(*key); it != old_inos.end() && !taken.contains(it->second)) kernel = it->second;
+        if (auto it = old_inos.find(*key); it != old_inos.end() && !taken.contains(it->second))
+          kernel = it->second;
     if (kernel == 0) {
       fresh.push_back(ino);
     } else {
@@ -199,7 +200,8 @@ void InodeTable::replace(std::shared_ptr<const vfs::VirtualTree> next,
     // What only the old tree had stays while the kernel holds it.
     for (vfs::Ino ino = 1; ino <= old->tree->node_count(); ++ino) {
       Slot& slot = slots_[old->kernel[ino] - 1];
-      if (slot.generation == old && slot.lookups.load(std::memory_order_relaxed) == 0) slot.generation.reset();
+      if (slot.generation == old && slot.lookups.load(std::memory_order_relaxed) == 0)
+        slot.generation.reset();
     }
     current_ = g;
     replacing_ = false;

@@ -25,7 +25,8 @@ struct Sources {
 std::shared_ptr<const vfs::VirtualTree> tree(const Sources& s, bool second_step) {
   vfs::TreeBuilder b;
   const io::FilePtr latest = second_step ? s.step2 : s.step1;
-  const vfs::Ino root_view = b.add_file("model.safetensors", memory_file(second_step ? "222" : "111", {latest}));
+  const vfs::Ino root_view =
+      b.add_file("model.safetensors", memory_file(second_step ? "222" : "111", {latest}));
   b.add_link(second_step ? "tags/step2/model.safetensors" : "tags/step1/model.safetensors", root_view);
   if (second_step) b.add_file("tags/step1/model.safetensors", memory_file("111", {s.step1}));
   b.add_file("ckptfs.json", memory_file(second_step ? "{\"root\": 2}" : "{\"root\": 1}"));
@@ -102,7 +103,8 @@ TEST(InodeTable, TheKernelDropsTheOldNamesBeforeTheNewTreeIsSeenAndAgainAfter) {
     EXPECT_FALSE(changed.entries.empty());
     calls.emplace_back(current_info(table), table.cacheable(table.current()));
   });
-  const std::vector<std::pair<std::string, bool>> expected = {{"{\"root\": 1}", false}, {"{\"root\": 2}", true}};
+  const std::vector<std::pair<std::string, bool>> expected = {{"{\"root\": 1}", false},
+                                                              {"{\"root\": 2}", true}};
   EXPECT_EQ(calls, expected);
   EXPECT_FALSE(table.cacheable(first));
 }

@@ -25,7 +25,9 @@ namespace {
 // A live mount replaces its tree and has the kernel drop what changed (InodeTable), but a lookup answered
 // from the old tree while the new one is swapped in can land after that: a second bounds how long its answer
 // stands.
-double cache_timeout(const Context& c) { return c.live ? 1.0 : 86400.0; }
+double cache_timeout(const Context& c) {
+  return c.live ? 1.0 : 86400.0;
+}
 
 const Context& context(fuse_req_t req) {
   return *static_cast<const Context*>(fuse_req_userdata(req));
@@ -76,7 +78,8 @@ void guarded(fuse_req_t req, fuse_ino_t ino, const char* op, Body&& body) noexce
 struct stat attributes(const Context& c, const vfs::Node& node, fuse_ino_t ino) {
   struct stat st {};
   st.st_ino = ino;
-  const mode_t permissions = c.access.umask ? (node.is_dir ? 0555 : 0444) & ~*c.access.umask : node.access.mode;
+  const mode_t permissions =
+      c.access.umask ? (node.is_dir ? 0555 : 0444) & ~*c.access.umask : node.access.mode;
   st.st_mode = (node.is_dir ? S_IFDIR : S_IFREG) | permissions;
   st.st_nlink = node.is_dir ? 2 + node.subdirs : node.links;
   st.st_uid = c.access.uid.value_or(node.access.uid);
@@ -120,7 +123,8 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     fuse_entry_param e{};  // ino 0: the kernel caches the miss for entry_timeout
     e.entry_timeout = c.inodes->cacheable(dir.generation) ? cache_timeout(c) : 0.0;
     if (const vfs::Node* node = dir.generation->tree->lookup(dir.node->ino, name))
-      e = entry(c, *node, c.inodes->looked_up(dir.generation, node->ino), c.inodes->cacheable(dir.generation));
+      e = entry(c, *node, c.inodes->looked_up(dir.generation, node->ino),
+                c.inodes->cacheable(dir.generation));
     // A reply the kernel did not take (the request was interrupted) hands it no reference.
     if (fuse_reply_entry(req, &e) != 0 && e.ino != 0) c.inodes->forget(e.ino, 1);
   });
@@ -139,7 +143,8 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 // readdir and readdirplus: offsets are entry indexes (0 ".", 1 "..", 2.. children), stable because a
 // tree never changes (a listing of a directory a live mount changed since its opendir is of the tree it
 // was started on: the directory handle holds it).
-void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi, bool plus) {
+void read_directory(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi,
+                    bool plus) {
   guarded(req, ino, "readdir", [&] {
     const Context& c = context(req);
     const auto* listed = reinterpret_cast<const Resolved*>(fi->fh);
@@ -240,8 +245,9 @@ constexpr uint64_t kRemoteReadsInFlight = uint64_t{16} << 20;
 PrefetchWindow prefetch_window(const Context& c, const vfs::Node& node) {
   if (!io::reads_objects(node.sources)) return {c.prefetch_bytes, c.prefetch_bytes / 4};
   const uint64_t wanted = std::max(2 * c.prefetch_bytes, 2 * io::kRemoteRequestBytes * node.sources.size());
-  const uint64_t room = c.remote_cache_bytes > 2 * kRemoteReadsInFlight ? c.remote_cache_bytes - kRemoteReadsInFlight
-                                                                        : c.remote_cache_bytes / 2;
+  const uint64_t room = c.remote_cache_bytes > 2 * kRemoteReadsInFlight
+                            ? c.remote_cache_bytes - kRemoteReadsInFlight
+                            : c.remote_cache_bytes / 2;
   uint64_t source_window = std::min(wanted, room / 3 * 2);
   source_window -= std::min(source_window / 4 * 3, io::kRemoteRequestBytes / 2 * node.sources.size());
   std::vector<catalog::Piece> runs;
@@ -287,7 +293,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // made at open (its size only known then): each read goes to the server.
     fi->keep_cache = !node->file->live();
     fi->direct_io = node->file->live();
-    fi->fh = reinterpret_cast<uint64_t>(c.open_files->open(ino, node->file, [&] { return prefetch_window(c, *node); }));
+    fi->fh = reinterpret_cast<uint64_t>(
+        c.open_files->open(ino, node->file, [&] { return prefetch_window(c, *node); }));
     fuse_reply_open(req, fi);
   });
 }

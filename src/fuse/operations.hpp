@@ -37,11 +37,11 @@ class FailureLog {
 };
 
 struct Context {
-  InodeTable* inodes = nullptr;  // the tree served, as the kernel's inode numbers name its nodes
-  AccessOverride access;  // -o uid=,gid=,umask=, in place of the nodes' own
-  bool live = false;       // the tree may be replaced (ServeOptions::follow)
-  bool use_syslog = false;  // daemonised: stderr is /dev/null
-  uint64_t prefetch_bytes = 0;  // how far ahead of a sequential reader source ranges are prefetched
+  InodeTable* inodes = nullptr;     // the tree served, as the kernel's inode numbers name its nodes
+  AccessOverride access;            // -o uid=,gid=,umask=, in place of the nodes' own
+  bool live = false;                // the tree may be replaced (ServeOptions::follow)
+  bool use_syslog = false;          // daemonised: stderr is /dev/null
+  uint64_t prefetch_bytes = 0;      // how far ahead of a sequential reader source ranges are prefetched
   uint64_t remote_cache_bytes = 0;  // the block cache's memory (io::Runtime::remote_options)
   OpenFiles* open_files = nullptr;  // the prefetch state of every open file
   std::chrono::milliseconds source_check_interval{0};  // ServeOptions::source_check_ms

@@ -14,8 +14,8 @@ uint64_t slack(uint64_t window) {
 
 }  // namespace
 
-std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, uint64_t length, uint64_t window,
-                                                             uint64_t step, uint64_t size) {
+std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, uint64_t length,
+                                                             uint64_t window, uint64_t step, uint64_t size) {
   const uint64_t end = offset + length;
   const std::lock_guard lock(mutex_);
   ++clock_;
@@ -23,8 +23,9 @@ std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, ui
     return offset + slack(window) >= s.read_to && offset <= s.read_to + slack(window);
   });
   if (continued == streams_.end()) {
-    auto oldest = std::min_element(streams_.begin(), streams_.end(),
-                                   [](const Stream& a, const Stream& b) { return a.last_used < b.last_used; });
+    auto oldest = std::min_element(streams_.begin(), streams_.end(), [](const Stream& a, const Stream& b) {
+      return a.last_used < b.last_used;
+    });
     *oldest = Stream{end, end, clock_};
     return std::nullopt;
   }

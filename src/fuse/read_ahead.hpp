@@ -38,7 +38,8 @@ class ReadAhead {
   };
   static constexpr size_t kStreams = 8;
   std::mutex mutex_;
-  std::array<Stream, kStreams> streams_{};  // one begins at offset 0: a reader from the start prefetches at once
+  std::array<Stream, kStreams>
+      streams_{};  // one begins at offset 0: a reader from the start prefetches at once
   uint64_t clock_ = 0;
 };
 
@@ -73,7 +74,8 @@ class OpenFiles {
  public:
   // The open state of inode `ino`, made from `file` and `window_of()` by its first open (the layout and the
   // window made outside the lock).
-  OpenFile* open(uint64_t ino, const views::VirtualFilePtr& file, const std::function<PrefetchWindow()>& window_of);
+  OpenFile* open(uint64_t ino, const views::VirtualFilePtr& file,
+                 const std::function<PrefetchWindow()>& window_of);
   void release(uint64_t ino);
 
   // The window `file` prefetches with now: a shared one divided among the files streaming, `file` counted.

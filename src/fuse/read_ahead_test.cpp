@@ -18,7 +18,8 @@ TEST(ReadAhead, SequentialReaderKeepsTheWindowFullAhead) {
   ReadAhead ra;
   EXPECT_EQ(read(ra, 0), Range({MiB / 2, kWindow}));  // from the start: at once
   // then in steps of a quarter of the window, once that much was read
-  for (uint64_t offset = MiB / 2; offset < 8 * MiB; offset += MiB / 2) EXPECT_EQ(read(ra, offset), std::nullopt) << offset;
+  for (uint64_t offset = MiB / 2; offset < 8 * MiB; offset += MiB / 2)
+    EXPECT_EQ(read(ra, offset), std::nullopt) << offset;
   EXPECT_EQ(read(ra, 8 * MiB), Range({kWindow + MiB / 2, 8 * MiB}));
   EXPECT_EQ(read(ra, 8 * MiB + MiB / 2), std::nullopt);
   // A request of the same reader that arrives late (the kernel sends several at once) adds nothing.
@@ -27,8 +28,8 @@ TEST(ReadAhead, SequentialReaderKeepsTheWindowFullAhead) {
 
 TEST(ReadAhead, RandomReadsPrefetchNothing) {
   ReadAhead ra;
-  for (uint64_t offset : {700 * MiB, 100 * MiB, 400 * MiB, 900 * MiB, 250 * MiB, 50 * MiB, 600 * MiB, 800 * MiB,
-                          300 * MiB, 500 * MiB, 150 * MiB})
+  for (uint64_t offset : {700 * MiB, 100 * MiB, 400 * MiB, 900 * MiB, 250 * MiB, 50 * MiB, 600 * MiB,
+                          800 * MiB, 300 * MiB, 500 * MiB, 150 * MiB})
     EXPECT_EQ(read(ra, offset, 4096), std::nullopt) << offset;
 }
 
@@ -95,8 +96,8 @@ TEST(OpenFiles, FilesStreamingFromObjectsDivideTheShare) {
   EXPECT_EQ(files.window_of(*fp32).window, 48 * MiB);
   EXPECT_EQ(files.window_of(*fp32).step, 24 * MiB);
   EXPECT_EQ(files.window_of(*local).window, kWindow);  // a local file's window is its own
-  files.set_streaming(*bf16, true);  // said twice, counted once
-  files.set_streaming(*fp32, false);  // prefetched to its end
+  files.set_streaming(*bf16, true);                    // said twice, counted once
+  files.set_streaming(*fp32, false);                   // prefetched to its end
   EXPECT_EQ(files.window_of(*bf16).window, 96 * MiB);
   files.set_streaming(*fp32, true);
   files.release(7);  // closed while streaming

@@ -3,17 +3,16 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <syslog.h>
-
-#include <csignal>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <thread>
 #include <sstream>
+#include <thread>
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/fuse.hpp"
@@ -189,7 +188,7 @@ void serve(std::shared_ptr<const vfs::VirtualTree> tree, const ServeOptions& opt
           [&](std::shared_ptr<const vfs::VirtualTree> next) {
             inodes.replace(std::move(next), [&](const Invalidations& changed) { invalidate(se, changed); });
           },
-                     [&](const std::string& line) { log_error(context, line); }, stop);
+          [&](const std::string& line) { log_error(context, line); }, stop);
     });
   std::unique_ptr<fuse_loop_config, LoopConfigDeleter> config(fuse_loop_cfg_create());
   fuse_loop_cfg_set_clone_fd(config.get(), 1);

@@ -1,7 +1,6 @@
 #include "fuse/spliced_reply.hpp"
 
 #include <fmt/format.h>
-
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -81,8 +80,8 @@ std::string reported(int sent, size_t bytes, const std::vector<HeldSource>& held
 // Calls memory(data, size) and file(bytes, size) for the parts of the reply in order: the caller's buffer
 // between the runs, and each run from where it is.
 template <class Memory, class File>
-void for_each_part(std::span<const std::byte> buffer, const std::vector<catalog::DeferredRun>& runs, Memory memory,
-                   File file) {
+void for_each_part(std::span<const std::byte> buffer, const std::vector<catalog::DeferredRun>& runs,
+                   Memory memory, File file) {
   const std::byte* at = buffer.data();
   for (const auto& run : runs) {
     if (run.dst != at) memory(at, static_cast<size_t>(run.dst - at));
@@ -91,7 +90,8 @@ void for_each_part(std::span<const std::byte> buffer, const std::vector<catalog:
                run.from);
     at = run.dst + run.length;
   }
-  if (at != buffer.data() + buffer.size()) memory(at, static_cast<size_t>(buffer.data() + buffer.size() - at));
+  if (at != buffer.data() + buffer.size())
+    memory(at, static_cast<size_t>(buffer.data() + buffer.size() - at));
 }
 
 // A reply whose runs are all in memory goes out in one writev of iovecs over them: libfuse would copy a
@@ -100,9 +100,12 @@ std::string reply_from_memory(fuse_req_t req, std::span<const std::byte> buffer,
                               const std::vector<catalog::DeferredRun>& runs) {
   thread_local std::vector<iovec> iov;
   iov.clear();
-  for_each_part(buffer, runs, [&](const std::byte* data, size_t size) {
-    iov.push_back({const_cast<std::byte*>(data), size});  // only read
-  }, [](const catalog::FileBytes&, size_t) {});
+  for_each_part(
+      buffer, runs,
+      [&](const std::byte* data, size_t size) {
+        iov.push_back({const_cast<std::byte*>(data), size});  // only read
+      },
+      [](const catalog::FileBytes&, size_t) {});
   return reported(fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size())), buffer.size(), {});
 }
 
@@ -110,7 +113,8 @@ std::string reply_from_memory(fuse_req_t req, std::span<const std::byte> buffer,
 
 std::string reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer,
                             const std::vector<catalog::DeferredRun>& runs) {
-  if (std::all_of(runs.begin(), runs.end(), [](const auto& r) { return std::holds_alternative<catalog::HeldBytes>(r.from); }))
+  if (std::all_of(runs.begin(), runs.end(),
+                  [](const auto& r) { return std::holds_alternative<catalog::HeldBytes>(r.from); }))
     return reply_from_memory(req, buffer, runs);
   fuse_bufvec* const bufv = &empty_bufvec(2 * runs.size() + 1);
   // Every run's descriptor stays open until the reply is sent; the vector is the thread's, reused.

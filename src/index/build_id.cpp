@@ -10,7 +10,9 @@ namespace ckptfs::index {
 
 namespace {
 
-constexpr size_t align4(size_t n) { return (n + 3) & ~size_t{3}; }
+constexpr size_t align4(size_t n) {
+  return (n + 3) & ~size_t{3};
+}
 
 // The NT_GNU_BUILD_ID note in the PT_NOTE segments of the main program (dl_iterate_phdr lists it first).
 int find_build_id(dl_phdr_info* info, size_t /*size*/, void* out) {

@@ -24,11 +24,12 @@ namespace {
 // What an index must have been written for: this ckptfs build, this source, these options (a live mount's
 // holds the complete saves only: OpenOptions::known).
 IndexKey index_key(const fs::path& source, const OpenOptions& options) {
-  return {build_id(), fmt::format("{}\n{}\n{}{}{}{}{}", version::version_line(), source.string(),
-                                  options.tag ? "tag " + *options.tag : "all tags", options.strict ? ", strict" : "",
-                                  options.known ? ", complete saves" : "",
-                                  options.strip_prefix ? ", strip prefix '" + *options.strip_prefix + "'" : "",
-                                  options.model_config ? ", config " + options.model_config->string() : "")};
+  return {build_id(),
+          fmt::format("{}\n{}\n{}{}{}{}{}", version::version_line(), source.string(),
+                      options.tag ? "tag " + *options.tag : "all tags", options.strict ? ", strict" : "",
+                      options.known ? ", complete saves" : "",
+                      options.strip_prefix ? ", strip prefix '" + *options.strip_prefix + "'" : "",
+                      options.model_config ? ", config " + options.model_config->string() : "")};
 }
 
 // FNV-1a of the key, not of the build id: a file name stable across runs, which a rebuilt ckptfs
@@ -39,10 +40,12 @@ fs::path index_file(const fs::path& cache_dir, const IndexKey& key) {
   return cache_dir / fmt::format("{:016x}.index", h);
 }
 
-constexpr std::string_view kNoBuildId = "this ckptfs has no build id (linked without -Wl,--build-id): no index cache";
+constexpr std::string_view kNoBuildId =
+    "this ckptfs has no build id (linked without -Wl,--build-id): no index cache";
 
 [[noreturn]] void cannot_write(const fs::path& path, int err) {
-  throw Error(ExitCode::output_failed, fmt::format("{}: cannot write the index: {}", path.string(), std::strerror(err)));
+  throw Error(ExitCode::output_failed,
+              fmt::format("{}: cannot write the index: {}", path.string(), std::strerror(err)));
 }
 
 fs::path canonical_source(const fs::path& source) {
@@ -51,7 +54,9 @@ fs::path canonical_source(const fs::path& source) {
   return ec ? fs::absolute(source).lexically_normal() : p;
 }
 
-std::span<const std::byte> as_bytes(std::string_view s) { return std::as_bytes(std::span(s.data(), s.size())); }
+std::span<const std::byte> as_bytes(std::string_view s) {
+  return std::as_bytes(std::span(s.data(), s.size()));
+}
 
 std::optional<std::string> read_whole(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -93,12 +98,15 @@ void write_atomically(const fs::path& path, const std::string& bytes) {
 }  // namespace
 
 std::optional<fs::path> default_cache_dir() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/') return fs::path(xdg) / "ckptfs";
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') return fs::path(home) / ".cache/ckptfs";
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/')
+    return fs::path(xdg) / "ckptfs";
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/')
+    return fs::path(home) / ".cache/ckptfs";
   return std::nullopt;
 }
 
-Opened open_indexed(const fs::path& source, const OpenOptions& options, const std::optional<fs::path>& cache_dir) {
+Opened open_indexed(const fs::path& source, const OpenOptions& options,
+                    const std::optional<fs::path>& cache_dir) {
   Opened out;
   if (!cache_dir) {
     out.checkpoint = open_checkpoint(source, options);
@@ -128,7 +136,8 @@ Opened open_indexed(const fs::path& source, const OpenOptions& options, const st
 std::string save_index(const Opened& opened) {
   if (opened.from_index || opened.key.empty()) return {};
   try {
-    write_atomically(opened.index_file, pack_index({build_id(), opened.key}, encode_checkpoint(opened.checkpoint)));
+    write_atomically(opened.index_file,
+                     pack_index({build_id(), opened.key}, encode_checkpoint(opened.checkpoint)));
     return {};
   } catch (const std::exception& e) {  // best effort: the mount works without it, the next one parses
     return fmt::format("index not written (the next mount parses again): {}", e.what());

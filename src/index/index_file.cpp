@@ -29,7 +29,8 @@ std::string compress_frame(std::string_view body) {
   prefs.frameInfo.contentSize = body.size();
   std::string frame(LZ4F_compressFrameBound(body.size(), &prefs), '\0');
   const size_t n = LZ4F_compressFrame(frame.data(), frame.size(), body.data(), body.size(), &prefs);
-  if (LZ4F_isError(n)) throw UnsupportedError(fmt::format("index: lz4 compression failed ({})", LZ4F_getErrorName(n)));
+  if (LZ4F_isError(n))
+    throw UnsupportedError(fmt::format("index: lz4 compression failed ({})", LZ4F_getErrorName(n)));
   frame.resize(n);
   return frame;
 }
@@ -37,21 +38,24 @@ std::string compress_frame(std::string_view body) {
 std::string decompress_frame(std::string_view frame) {
   LZ4F_dctx* raw = nullptr;
   if (LZ4F_isError(LZ4F_createDecompressionContext(&raw, LZ4F_VERSION))) throw std::bad_alloc();
-  const std::unique_ptr<LZ4F_dctx, decltype(&LZ4F_freeDecompressionContext)> ctx(raw, LZ4F_freeDecompressionContext);
+  const std::unique_ptr<LZ4F_dctx, decltype(&LZ4F_freeDecompressionContext)> ctx(
+      raw, LZ4F_freeDecompressionContext);
   std::string out;
   size_t at = 0;
   for (;;) {
     const size_t used = out.size();
     out.resize(used + kChunk);
     size_t produced = kChunk, consumed = frame.size() - at;
-    const size_t hint = LZ4F_decompress(ctx.get(), out.data() + used, &produced, frame.data() + at, &consumed, nullptr);
+    const size_t hint =
+        LZ4F_decompress(ctx.get(), out.data() + used, &produced, frame.data() + at, &consumed, nullptr);
     if (LZ4F_isError(hint)) damaged(hint);
     out.resize(used + produced);
     at += consumed;
     if (hint == 0) break;  // the frame ended and its content checksum matched
     if (produced == 0 && consumed == 0) throw FormatError("index: the lz4 frame is truncated");
     // LZ4 expands at most 255x: past that the frame is crafted, and decoding it would only fill memory.
-    if (out.size() / 255 > frame.size()) throw FormatError("index: the lz4 frame expands beyond lz4's own bound");
+    if (out.size() / 255 > frame.size())
+      throw FormatError("index: the lz4 frame expands beyond lz4's own bound");
   }
   if (at != frame.size()) throw FormatError("index: bytes after the lz4 frame");
   return out;

@@ -47,7 +47,8 @@ TEST(IndexFile, EveryFlippedByteIsFound) {
 
 TEST(IndexFile, TruncatedOrExtendedIsDamaged) {
   const std::string file = pack_index(kKey, sample_body(3000));
-  for (size_t n = 0; n < file.size(); ++n) EXPECT_THROW(unpack_index(file.substr(0, n), kKey), FormatError) << n;
+  for (size_t n = 0; n < file.size(); ++n)
+    EXPECT_THROW(unpack_index(file.substr(0, n), kKey), FormatError) << n;
   EXPECT_THROW(unpack_index(file + "x", kKey), FormatError);
 }
 
@@ -69,7 +70,8 @@ class Cache : public testing::Test {
     root_ = fs::path(testing::TempDir()) / "index-cache-test";
     fs::remove_all(root_);
     fs::create_directories(root_);
-    fs::copy(fs::path(CKPTFS_SOURCE_DIR) / "examples/deepspeed-zero3-bf16", root_ / "src", fs::copy_options::recursive);
+    fs::copy(fs::path(CKPTFS_SOURCE_DIR) / "examples/deepspeed-zero3-bf16", root_ / "src",
+             fs::copy_options::recursive);
   }
   void TearDown() override { fs::remove_all(root_); }
   fs::path root_;

@@ -32,14 +32,23 @@ std::string shared_filesystem(const fs::path& dir) {
   struct statfs st {};
   if (::statfs(dir.c_str(), &st) != 0) return {};
   switch (static_cast<unsigned long>(st.f_type)) {
-    case 0x6969: return "NFS";
-    case 0x0BD00BD0: return "Lustre";
-    case 0x47504653: return "GPFS";
-    case 0x00C36400: return "CephFS";
-    case 0xFF534D42: case 0xFE534D42: return "SMB";
-    case 0x65735546: return "FUSE";
-    case 0x01021997: return "9p";
-    default: return {};
+    case 0x6969:
+      return "NFS";
+    case 0x0BD00BD0:
+      return "Lustre";
+    case 0x47504653:
+      return "GPFS";
+    case 0x00C36400:
+      return "CephFS";
+    case 0xFF534D42:
+    case 0xFE534D42:
+      return "SMB";
+    case 0x65735546:
+      return "FUSE";
+    case 0x01021997:
+      return "9p";
+    default:
+      return {};
   }
 }
 
@@ -51,7 +60,8 @@ ChangeWatch::ChangeWatch(const fs::path& root, std::chrono::milliseconds interva
     return;
   }
   if (const std::string shared = shared_filesystem(root); !shared.empty()) {
-    polling_because_ = fmt::format("{} is on {}, whose other clients' writes send no inotify events", root.string(), shared);
+    polling_because_ =
+        fmt::format("{} is on {}, whose other clients' writes send no inotify events", root.string(), shared);
     return;
   }
   fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);

@@ -44,7 +44,8 @@ uint64_t decode_stream(const File& file, uint64_t offset, uint64_t length,
     file.read_exact(offset + consumed, std::span(in).first(n));
     ZSTD_inBuffer input{in.data(), n, 0};
     while (input.pos < input.size) {
-      if (last == 0) throw Err(fmt::format("{}: bytes after the end of its frame", where(file, offset, length)));
+      if (last == 0)
+        throw Err(fmt::format("{}: bytes after the end of its frame", where(file, offset, length)));
       ZSTD_outBuffer output{out.data(), out.size(), 0};
       last = ZSTD_decompressStream(stream.get(), &output, &input);
       if (ZSTD_isError(last))
@@ -59,7 +60,8 @@ uint64_t decode_stream(const File& file, uint64_t offset, uint64_t length,
     ZSTD_inBuffer input{nullptr, 0, 0};
     ZSTD_outBuffer output{out.data(), out.size(), 0};
     last = ZSTD_decompressStream(stream.get(), &output, &input);
-    if (ZSTD_isError(last)) throw Err(fmt::format("{}: {}", where(file, offset, length), ZSTD_getErrorName(last)));
+    if (ZSTD_isError(last))
+      throw Err(fmt::format("{}: {}", where(file, offset, length), ZSTD_getErrorName(last)));
     if (output.pos == 0)
       throw Err(fmt::format("{}: the frame is cut short (truncated)", where(file, offset, length)));
     if (!sink(std::span(out).first(output.pos), produced)) return produced + output.pos;
@@ -81,7 +83,8 @@ std::shared_ptr<const DecodedItem> DecodedItem::zstd(FilePtr backing, uint64_t o
   const auto header = backing->read(offset, std::min(length, kMaxFrameHeader));
   const unsigned long long declared = ZSTD_getFrameContentSize(header.data(), header.size());
   if (declared == ZSTD_CONTENTSIZE_ERROR)
-    throw FormatError(fmt::format("{}: not a zstd frame (its magic number is missing)", where(*backing, offset, length)));
+    throw FormatError(
+        fmt::format("{}: not a zstd frame (its magic number is missing)", where(*backing, offset, length)));
   if (declared != ZSTD_CONTENTSIZE_UNKNOWN)  // reads check it
     return std::make_shared<const DecodedItem>(std::move(backing), offset, length, declared);
   // No declared size (python-zstandard's stream_writer, which DCP's ZStandard uses, records none): one
@@ -113,11 +116,12 @@ void DecodedItem::read(uint64_t offset, std::span<std::byte> dst) const {
     Bytes bytes = cache.find(id_);
     if (!bytes) {
       auto whole = std::make_shared<std::vector<std::byte>>(size_);
-      const uint64_t got = decode_stream<SourceError>(*backing_, offset_, length_, [&](auto chunk, uint64_t at) {
-        if (at + chunk.size() > size_) return false;
-        std::memcpy(whole->data() + at, chunk.data(), chunk.size());
-        return true;
-      });
+      const uint64_t got =
+          decode_stream<SourceError>(*backing_, offset_, length_, [&](auto chunk, uint64_t at) {
+            if (at + chunk.size() > size_) return false;
+            std::memcpy(whole->data() + at, chunk.data(), chunk.size());
+            return true;
+          });
       if (got != size_) throw wrong_size(got);
       bytes = whole;
       cache.insert(id_, bytes);

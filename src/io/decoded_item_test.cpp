@@ -100,7 +100,8 @@ TEST_F(DecodedItemTest, BytesThatAreNotOneWholeFrameFailAtMountNamingTheFileAndR
     DecodedItem::zstd(not_zstd, 0, not_zstd->size());
     FAIL();
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("a.distcp: zstd item at bytes 0..20: not a zstd frame"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("a.distcp: zstd item at bytes 0..20: not a zstd frame"),
+              std::string::npos)
         << e.what();
   }
   const FilePtr cut = File::open(dir_.write("b.distcp", frame.substr(0, frame.size() - 3)));
@@ -121,17 +122,20 @@ TEST_F(DecodedItemTest, AFrameThatNoLongerDecodesFailsTheReadWithSourceError) {
   std::string flipped = frame;
   flipped[flipped.size() / 2] ^= 0x5A;
   const FilePtr backing = File::open(dir_.write("e.distcp", flipped));
-  const FilePtr f = File::decoded(std::make_shared<const DecodedItem>(backing, 0, flipped.size(), data.size()));
+  const FilePtr f =
+      File::decoded(std::make_shared<const DecodedItem>(backing, 0, flipped.size(), data.size()));
   for (int attempt = 0; attempt < 2; ++attempt) {
     try {
       f->read(0, 10);
       FAIL();
     } catch (const SourceError& e) {
-      EXPECT_NE(std::string(e.what()).find("e.distcp: zstd item at bytes 0.."), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("e.distcp: zstd item at bytes 0.."), std::string::npos)
+          << e.what();
     }
   }
   const FilePtr other = File::open(dir_.write("f.distcp", frame));
-  const FilePtr wrong = File::decoded(std::make_shared<const DecodedItem>(other, 0, frame.size(), data.size() + 1));
+  const FilePtr wrong =
+      File::decoded(std::make_shared<const DecodedItem>(other, 0, frame.size(), data.size() + 1));
   EXPECT_THROW(wrong->read(0, 10), SourceError);
 }
 

@@ -28,8 +28,13 @@ OpenFd::~OpenFd() {
 }
 
 FileIdentity identity_of(const struct stat& st) {
-  return {st.st_dev, st.st_ino, static_cast<uint64_t>(st.st_size), nanoseconds(st.st_mtim),
-          nanoseconds(st.st_ctim), {}, {}};
+  return {st.st_dev,
+          st.st_ino,
+          static_cast<uint64_t>(st.st_size),
+          nanoseconds(st.st_mtim),
+          nanoseconds(st.st_ctim),
+          {},
+          {}};
 }
 
 OpenedSource open_source(const std::filesystem::path& path) {
@@ -88,9 +93,10 @@ OpenFdPtr DescriptorCache::acquire(const File& file, DescriptorSlot& slot) {
   // Reopen without the lock held (opens on network filesystems take milliseconds).
   OpenedSource opened = open_source(file.path());
   if (opened.identity != file.identity())
-    throw SourceError(fmt::format("{}: changed since it was indexed (replaced, or its size, mtime or ctime "
-                                  "differ); remount to serve the new checkpoint",
-                                  file.path().string()));
+    throw SourceError(
+        fmt::format("{}: changed since it was indexed (replaced, or its size, mtime or ctime "
+                    "differ); remount to serve the new checkpoint",
+                    file.path().string()));
   return insert(slot, std::move(opened.fd));
 }
 

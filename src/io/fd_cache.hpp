@@ -36,8 +36,8 @@ OpenedSource open_source(const std::filesystem::path& path);
 // (and ThreadSanitizer reports it).
 struct DescriptorSlot {
   std::mutex mutex;
-  OpenFdPtr fd;                    // null: not open (evicted, or never opened)
-  std::atomic<bool> used{false};   // read since the eviction clock last passed it
+  OpenFdPtr fd;                                   // null: not open (evicted, or never opened)
+  std::atomic<bool> used{false};                  // read since the eviction clock last passed it
   std::list<DescriptorSlot*>::iterator position;  // in the ring while fd is set; under the cache's lock
 
   OpenFdPtr get() {

@@ -1,12 +1,11 @@
 // The bounded descriptor cache behind io::File: many files read through few descriptors, evicted ones
 // reopened and checked to be the file that was indexed.
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <dirent.h>
 
 #include <atomic>
 #include <chrono>
@@ -53,7 +52,9 @@ RuntimeOptions keeping_open(size_t max_open) {
 }
 
 struct CachedDir {
-  CachedDir(const TempDir& dir, size_t max_open) : runtime(keeping_open(max_open)) { runtime.add_source(dir.path()); }
+  CachedDir(const TempDir& dir, size_t max_open) : runtime(keeping_open(max_open)) {
+    runtime.add_source(dir.path());
+  }
   size_t open_count() { return runtime.caches().descriptors.open_count(); }
   Runtime runtime;
 };
@@ -62,7 +63,8 @@ TEST(FdCacheTest, ManyFilesReadThroughABoundedNumberOfDescriptors) {
   TempDir dir;
   CachedDir source(dir, 8);
   const size_t before = process_fds();
-  std::vector<FilePtr> files = open_numbered(dir, 200, [](int i) { return "content of file " + std::to_string(i); });
+  std::vector<FilePtr> files =
+      open_numbered(dir, 200, [](int i) { return "content of file " + std::to_string(i); });
   EXPECT_LE(source.open_count(), 8u);
   for (int round = 0; round < 3; ++round)
     for (int i = 0; i < 200; ++i) ASSERT_EQ(read_all(*files[i]), "content of file " + std::to_string(i));

@@ -31,7 +31,8 @@ File::~File() {
 std::shared_ptr<File> File::open(const std::filesystem::path& path) {
   if (remote_tree::is_s3_path(path)) {
     auto object = remote_tree::object(path);
-    if (!object) throw SourceError(fmt::format("{}: no such object in the listing taken at the mount", path.string()));
+    if (!object)
+      throw SourceError(fmt::format("{}: no such object in the listing taken at the mount", path.string()));
     FileIdentity identity;
     identity.size = object->info.size;
     identity.etag = object->info.etag;
@@ -50,7 +51,8 @@ std::shared_ptr<File> File::open(const std::filesystem::path& path) {
 
 const OnDisk& File::on_disk() const {
   const auto* disk = std::get_if<OnDisk>(&origin_);
-  if (disk == nullptr) throw std::logic_error(path_.string() + ": has no descriptor (a decoded item or an object)");
+  if (disk == nullptr)
+    throw std::logic_error(path_.string() + ": has no descriptor (a decoded item or an object)");
   return *disk;
 }
 
@@ -115,19 +117,25 @@ std::optional<Access> File::access() const {
                     origin_);
 }
 
-bool File::has_descriptor() const { return std::holds_alternative<OnDisk>(origin_); }
+bool File::has_descriptor() const {
+  return std::holds_alternative<OnDisk>(origin_);
+}
 
-OpenFdPtr File::descriptor() const { return caches_->descriptors.acquire(*this, *on_disk().slot); }
+OpenFdPtr File::descriptor() const {
+  return caches_->descriptors.acquire(*this, *on_disk().slot);
+}
 
 void File::check_descriptor(const OpenFd& fd) const {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0)
-    throw SourceError(fmt::format("{}: cannot stat its open descriptor: {}", path_.string(), std::strerror(errno)));
+    throw SourceError(
+        fmt::format("{}: cannot stat its open descriptor: {}", path_.string(), std::strerror(errno)));
   const FileIdentity now = identity_of(st);
   if (now != identity_)
-    throw SourceError(fmt::format("{}: changed since the mount ({} bytes, was {}; or its mtime or ctime differ); "
-                                  "remount to serve the new checkpoint",
-                                  path_.string(), now.size, identity_.size));
+    throw SourceError(
+        fmt::format("{}: changed since the mount ({} bytes, was {}; or its mtime or ctime differ); "
+                    "remount to serve the new checkpoint",
+                    path_.string(), now.size, identity_.size));
 }
 
 void File::prefetch(uint64_t offset, uint64_t length) const {
@@ -154,7 +162,9 @@ void File::prefetch_on_disk(const OnDisk& disk, uint64_t offset, uint64_t length
   }
 }
 
-uint64_t File::read_gap_bytes() const { return is_remote() ? kRemoteReadGap : 0; }
+uint64_t File::read_gap_bytes() const {
+  return is_remote() ? kRemoteReadGap : 0;
+}
 
 void File::expect(Expectation expectation) const {
   const auto check_now = [&] {
@@ -189,24 +199,30 @@ bool File::unchanged() const {
 }
 
 bool File::unchanged_within(std::chrono::nanoseconds interval) const {
-  return std::visit(Overloaded{
-                        [&](const OnDisk&) { return on_disk_unchanged_within(interval); },
-                        [&](const Decoded& decoded) { return decoded.item->backing()->unchanged_within(interval); },
-                        [](const Remote&) { return true; },
-                    },
-                    origin_);
+  return std::visit(
+      Overloaded{
+          [&](const OnDisk&) { return on_disk_unchanged_within(interval); },
+          [&](const Decoded& decoded) { return decoded.item->backing()->unchanged_within(interval); },
+          [](const Remote&) { return true; },
+      },
+      origin_);
 }
 
 bool File::on_disk_unchanged_within(std::chrono::nanoseconds interval) const {
   if (changed_.load(std::memory_order_relaxed)) return false;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch()).count();
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
   const int64_t checked = checked_at_ns_.load(std::memory_order_relaxed);
   if (checked != INT64_MIN && now - checked < interval.count()) return true;
   switch (on_disk_state()) {
-    case DiskState::same: break;
-    case DiskState::changed: changed_.store(true, std::memory_order_relaxed); return false;
-    case DiskState::unreadable: return false;  // not for good: a failed stat (ESTALE, EIO) may pass next time
+    case DiskState::same:
+      break;
+    case DiskState::changed:
+      changed_.store(true, std::memory_order_relaxed);
+      return false;
+    case DiskState::unreadable:
+      return false;  // not for good: a failed stat (ESTALE, EIO) may pass next time
   }
   checked_at_ns_.store(now, std::memory_order_relaxed);
   return true;
@@ -223,8 +239,8 @@ FileRange::FileRange(FilePtr file) : file_(std::move(file)), base_(0), length_(f
 FileRange::FileRange(FilePtr file, uint64_t base, uint64_t length)
     : file_(std::move(file)), base_(base), length_(length) {
   if (base > file_->size() || length > file_->size() - base)
-    throw SourceError(fmt::format("{}: bytes [{}, {}) lie outside the file ({} bytes)", file_->path().string(),
-                                  base, base + length, file_->size()));
+    throw SourceError(fmt::format("{}: bytes [{}, {}) lie outside the file ({} bytes)",
+                                  file_->path().string(), base, base + length, file_->size()));
 }
 
 std::vector<std::byte> FileRange::read(uint64_t offset, uint64_t length) const {

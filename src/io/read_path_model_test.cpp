@@ -46,7 +46,8 @@ class FakeStore : public s3::RangeReader {
     std::lock_guard lock(mutex_);
     ++gets_;
     const Object& o = objects_.at(id.key);
-    if (o.etag != id.etag) throw s3::ObjectChangedError("s3://bucket/" + id.key + ": HTTP 412", 412, "PreconditionFailed");
+    if (o.etag != id.etag)
+      throw s3::ObjectChangedError("s3://bucket/" + id.key + ": HTTP 412", 412, "PreconditionFailed");
     if (id.size != o.bytes.size() || offset > o.bytes.size() || dst.size() > o.bytes.size() - offset) {
       bad_gets_.push_back(id.key + " at " + std::to_string(offset) + "+" + std::to_string(dst.size()));
       throw s3::Error("s3://bucket/" + id.key + ": HTTP 416", 416, "InvalidRange");
@@ -101,10 +102,14 @@ Bytes random_bytes(std::mt19937_64& rng, uint64_t n) {
 // Sizes from a byte to a few blocks, weighted to the small reads a parse makes and the large ones of views.
 uint64_t random_length(std::mt19937_64& rng, uint64_t object_size) {
   switch (rng() % 4) {
-    case 0: return 1 + rng() % 64;
-    case 1: return 1 + rng() % (8 << 10);
-    case 2: return 1 + rng() % (100 << 10);
-    default: return 1 + rng() % std::max<uint64_t>(object_size, 1);
+    case 0:
+      return 1 + rng() % 64;
+    case 1:
+      return 1 + rng() % (8 << 10);
+    case 2:
+      return 1 + rng() % (100 << 10);
+    default:
+      return 1 + rng() % std::max<uint64_t>(object_size, 1);
   }
 }
 
@@ -120,8 +125,11 @@ RuntimeOptions small_cache() {
 class ReadPathModel {
  public:
   explicit ReadPathModel(uint64_t seed, bool prefetches = true)
-      : rng_(seed), prefetches_(prefetches), runtime_(small_cache()),
-        store_(std::make_shared<FakeStore>()), cache_(runtime_.remote_cache(store_)) {
+      : rng_(seed),
+        prefetches_(prefetches),
+        runtime_(small_cache()),
+        store_(std::make_shared<FakeStore>()),
+        cache_(runtime_.remote_cache(store_)) {
     for (int i = 0; i < 4; ++i) change(fmt_key(i));
   }
 
@@ -155,7 +163,8 @@ class ReadPathModel {
     const uint64_t size = h.model.bytes.size();
     if (size > 16 && rng_() % 4 == 0) {
       // A parse that placed bytes by what a header said: the pieces lie before the guarded range.
-      const uint64_t at = rng_() % (size - 8), guard_begin = at + 8, guard_end = std::min(size, guard_begin + 1 + rng_() % 4096);
+      const uint64_t at = rng_() % (size - 8), guard_begin = at + 8,
+                     guard_end = std::min(size, guard_begin + 1 + rng_() % 4096);
       const bool right = rng_() % 2 == 0;
       std::string piece(reinterpret_cast<const char*>(h.model.bytes.data() + at), 8);
       if (!right) piece[rng_() % 8] ^= 0x5a;
@@ -193,7 +202,8 @@ class ReadPathModel {
 
   std::string change(const std::string& key) {
     uint64_t size = rng_() % (768 << 10);
-    if (current_.contains(key) && rng_() % 3 == 0) size = current_.at(key).size();  // rewritten at the same size
+    if (current_.contains(key) && rng_() % 3 == 0)
+      size = current_.at(key).size();  // rewritten at the same size
     current_[key] = random_bytes(rng_, size);
     store_->put(key, current_[key]);
     return "replace " + key + " (" + std::to_string(size) + " bytes)";
@@ -209,7 +219,8 @@ class ReadPathModel {
     const std::string what = "read " + m.key + " " + m.info.etag + " " + std::to_string(offset) + "+" +
                              std::to_string(length) + " of " + std::to_string(m.bytes.size());
     const bool past_end = offset > m.bytes.size() || length > m.bytes.size() - offset;
-    const bool guarded = m.failing_guard && offset < m.failing_guard->second && offset + length > m.failing_guard->first;
+    const bool guarded =
+        m.failing_guard && offset < m.failing_guard->second && offset + length > m.failing_guard->first;
     const bool replaced = store_->info(m.key).etag != m.info.etag;
     Bytes got(length);
     const uint64_t gets_before = store_->gets();
@@ -261,7 +272,8 @@ bool run_model(uint64_t seed, int steps, bool prefetches) {
       return false;
     }
   }
-  EXPECT_TRUE(model.store().bad_gets().empty()) << "a GET outside its object's version: " << model.store().bad_gets().front();
+  EXPECT_TRUE(model.store().bad_gets().empty())
+      << "a GET outside its object's version: " << model.store().bad_gets().front();
   EXPECT_GT(model.reads_checked(), static_cast<uint64_t>(steps) / 2);
   EXPECT_GT(model.failures_allowed_seen(), 0u) << "no read ever met a replaced object";
   EXPECT_LE(model.cache().figures()["memory_bytes"].get<uint64_t>(), small_cache().remote.memory_bytes);

@@ -10,7 +10,9 @@
 
 namespace ckptfs::io {
 
-RemoteCache::~RemoteCache() { delete cache_; }
+RemoteCache::~RemoteCache() {
+  delete cache_;
+}
 
 s3::BlockCache& RemoteCache::get() const {
   std::lock_guard lock(mutex_);
@@ -29,30 +31,40 @@ nlohmann::json RemoteCache::figures() const {
     std::lock_guard lock(mutex_);
     cache = cache_;
   }
-  nlohmann::json out = {{"fetched", 0}, {"requests", 0}, {"retries", 0}, {"hits", 0}, {"misses", 0},
-                        {"disk_hits", 0}, {"memory_bytes", 0}, {"disk_bytes", 0}, {"objects", nlohmann::json::array()}};
+  nlohmann::json out = {{"fetched", 0},      {"requests", 0},   {"retries", 0},
+                        {"hits", 0},         {"misses", 0},     {"disk_hits", 0},
+                        {"memory_bytes", 0}, {"disk_bytes", 0}, {"objects", nlohmann::json::array()}};
   if (cache == nullptr) return out;
   const s3::BlockCacheStats s = cache->stats();
-  out.update({{"fetched", s.bytes_fetched}, {"requests", s.requests}, {"retries", s.retries}, {"hits", s.hits},
-              {"misses", s.misses}, {"disk_hits", s.disk_hits}, {"memory_bytes", s.memory_bytes},
+  out.update({{"fetched", s.bytes_fetched},
+              {"requests", s.requests},
+              {"retries", s.retries},
+              {"hits", s.hits},
+              {"misses", s.misses},
+              {"disk_hits", s.disk_hits},
+              {"memory_bytes", s.memory_bytes},
               {"disk_bytes", s.disk_bytes}});
   for (const auto& o : cache->object_stats())
-    out["objects"].push_back({{"key", o.key}, {"etag", o.etag}, {"fetched", o.bytes_fetched}, {"requests", o.requests}});
+    out["objects"].push_back(
+        {{"key", o.key}, {"etag", o.etag}, {"fetched", o.bytes_fetched}, {"requests", o.requests}});
   return out;
 }
 
 RemoteReader::RemoteReader(std::shared_ptr<const RemoteCache> cache, std::string bucket, s3::ObjectInfo info)
     : cache_(std::move(cache)), bucket_(std::move(bucket)), info_(std::move(info)) {}
 
-std::string RemoteReader::url() const { return fmt::format("s3://{}/{}", bucket_, info_.key); }
+std::string RemoteReader::url() const {
+  return fmt::format("s3://{}/{}", bucket_, info_.key);
+}
 
 bool RemoteReader::fetch(uint64_t offset, std::span<std::byte> dst, s3::BlockCache::ReadKind kind) const {
   try {
     return cache_->get().read(s3::object_id(bucket_, info_), offset, dst, kind);
   } catch (const s3::ObjectChangedError&) {
-    throw SourceError(fmt::format("{}: changed since the mount (the store no longer has ETag {}); remount to "
-                                  "serve the new checkpoint",
-                                  url(), info_.etag));
+    throw SourceError(
+        fmt::format("{}: changed since the mount (the store no longer has ETag {}); remount to "
+                    "serve the new checkpoint",
+                    url(), info_.etag));
   }
 }
 
@@ -76,7 +88,8 @@ void RemoteReader::read(uint64_t offset, std::span<std::byte> dst) const {
     from = &suffix_;
   } else {
     if (!block_.holds(offset, dst.size()))
-      block_ = fetch_block(offset, std::min(size, offset + std::max<uint64_t>(dst.size(), kReadAheadBlock)) - offset);
+      block_ = fetch_block(offset,
+                           std::min(size, offset + std::max<uint64_t>(dst.size(), kReadAheadBlock)) - offset);
     from = &block_;
   }
   std::memcpy(dst.data(), from->bytes.data() + (offset - from->offset), dst.size());

@@ -14,11 +14,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ckptfs/io.hpp"
 #include "ckptfs/s3.hpp"

@@ -46,8 +46,10 @@ struct Tree {
   void add(const std::string& relative, const s3::ObjectInfo& info) {
     if (const auto it = files.find(relative); it != files.end()) {
       if (it->second.size == info.size && it->second.etag == info.etag) return;
-      throw SourceError(fmt::format("s3://{}/{}: the store lists this key twice ({} bytes, ETag {}; then {} bytes, "
-                                    "ETag {})", root[0], info.key, it->second.size, it->second.etag, info.size, info.etag));
+      throw SourceError(
+          fmt::format("s3://{}/{}: the store lists this key twice ({} bytes, ETag {}; then {} bytes, "
+                      "ETag {})",
+                      root[0], info.key, it->second.size, it->second.etag, info.size, info.etag));
     }
     std::string dir;
     for (size_t at = 0;;) {
@@ -91,13 +93,17 @@ Found find(const std::filesystem::path& path) {
           (!best || t->root.size() > best->root.size()))
         best = t;
   }
-  if (!best) throw SourceError(fmt::format("{}: not below an object-store source opened by this process", path.string()));
+  if (!best)
+    throw SourceError(
+        fmt::format("{}: not below an object-store source opened by this process", path.string()));
   return {best, joined(parts, best->root.size())};
 }
 
 }  // namespace
 
-bool is_s3_path(const std::filesystem::path& path) { return path.native().starts_with(kScheme); }
+bool is_s3_path(const std::filesystem::path& path) {
+  return path.native().starts_with(kScheme);
+}
 
 Kind kind(const std::filesystem::path& path) {
   const Found f = find(path);
@@ -124,7 +130,8 @@ namespace {
 
 // The objects under `root` (bucket, then the prefix's parts) as the store lists them now. Throws SourceError
 // when there are none.
-std::shared_ptr<remote_tree::Tree> list_source(std::vector<std::string> root, std::shared_ptr<s3::Client> client,
+std::shared_ptr<remote_tree::Tree> list_source(std::vector<std::string> root,
+                                               std::shared_ptr<s3::Client> client,
                                                std::shared_ptr<const RemoteCache> cache) {
   auto tree = std::make_shared<remote_tree::Tree>();
   tree->client = std::move(client);
@@ -135,23 +142,27 @@ std::shared_ptr<remote_tree::Tree> list_source(std::vector<std::string> root, st
   // The prefix as a directory ("ckpt/"), and as one object when it names one (a plain torch.save file).
   for (const auto& info : tree->client->list(bucket, prefix.empty() ? "" : prefix + "/"))
     if (!info.key.ends_with('/'))  // a zero-byte "dir/" marker object is no file
-      tree->add(remote_tree::joined(remote_tree::components("s3://" + info.key), tree->root.size() - 1), info);
+      tree->add(remote_tree::joined(remote_tree::components("s3://" + info.key), tree->root.size() - 1),
+                info);
   if (tree->files.empty() && !prefix.empty())
     for (const auto& info : tree->client->list(bucket, prefix))
       if (info.key == prefix) tree->files[""] = info;
   if (tree->files.empty())
-    throw SourceError(fmt::format("s3://{}: no objects under this prefix", remote_tree::joined(tree->root, 0)));
+    throw SourceError(
+        fmt::format("s3://{}: no objects under this prefix", remote_tree::joined(tree->root, 0)));
   return tree;
 }
 
 }  // namespace
 
-std::filesystem::path open_remote_source(const s3::Url& url, std::shared_ptr<s3::Client> client, Runtime& runtime) {
+std::filesystem::path open_remote_source(const s3::Url& url, std::shared_ptr<s3::Client> client,
+                                         Runtime& runtime) {
   auto cache = runtime.remote_cache(s3::client_reader(client));
   auto tree = list_source(remote_tree::components(url.str()), client, cache);
   const std::filesystem::path source = fmt::format("s3://{}", remote_tree::joined(tree->root, 0));
   runtime.add_source(source);  // its decoded items
-  live_stats::add_section("fetched from " + source.string(), [cache = tree->cache] { return cache->figures(); });
+  live_stats::add_section("fetched from " + source.string(),
+                          [cache = tree->cache] { return cache->figures(); });
   std::lock_guard lock(remote_tree::registry().mutex);
   remote_tree::registry().trees.push_back(std::move(tree));
   return source;

@@ -24,7 +24,9 @@ std::string human_size(uint64_t bytes) {
 
 }  // namespace
 
-bool is_remote(const fs::path& path) { return remote_tree::is_s3_path(path); }
+bool is_remote(const fs::path& path) {
+  return remote_tree::is_s3_path(path);
+}
 
 fs::path canonical(const fs::path& path, std::error_code& ec) {
   ec.clear();
@@ -52,7 +54,8 @@ bool exists(const fs::path& path) {
 std::vector<DirectoryEntry> list_directory(const fs::path& dir) {
   std::vector<DirectoryEntry> out;
   if (is_remote(dir)) {
-    for (const auto& [name, is_dir] : remote_tree::children(dir)) out.push_back({dir / name, is_dir, !is_dir});
+    for (const auto& [name, is_dir] : remote_tree::children(dir))
+      out.push_back({dir / name, is_dir, !is_dir});
     return out;
   }
   std::error_code ec;
@@ -72,7 +75,8 @@ std::optional<std::string> read_small_file(const fs::path& path, uint64_t limit)
   } catch (const SourceError&) {
     return std::nullopt;
   }
-  if (file->size() > limit) throw FormatError(fmt::format("{}: larger than {}", path.string(), human_size(limit)));
+  if (file->size() > limit)
+    throw FormatError(fmt::format("{}: larger than {}", path.string(), human_size(limit)));
   const auto bytes = file->read(0, file->size());
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
@@ -88,7 +92,8 @@ std::optional<PathState> path_state(const fs::path& path) {
       }
       case remote_tree::Kind::directory: {
         std::string names;
-        for (const auto& [name, is_dir] : remote_tree::children(path)) names += name + (is_dir ? "/\n" : "\n");
+        for (const auto& [name, is_dir] : remote_tree::children(path))
+          names += name + (is_dir ? "/\n" : "\n");
         return PathState{true, 0, 0, 0, fmt::format("{:016x}", std::hash<std::string>{}(names))};
       }
     }
@@ -96,7 +101,8 @@ std::optional<PathState> path_state(const fs::path& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::nullopt;
   return PathState{S_ISDIR(st.st_mode), st.st_mtim.tv_sec * 1'000'000'000 + st.st_mtim.tv_nsec,
-                   static_cast<uint64_t>(st.st_ino), S_ISDIR(st.st_mode) ? 0 : static_cast<uint64_t>(st.st_size), ""};
+                   static_cast<uint64_t>(st.st_ino),
+                   S_ISDIR(st.st_mode) ? 0 : static_cast<uint64_t>(st.st_size), ""};
 }
 
 }  // namespace ckptfs::io

@@ -18,7 +18,8 @@ namespace fs = std::filesystem;
 // A tree of the test's own (ctest runs the tests of this file at once).
 fs::path make_tree() {
   const fs::path root =
-      fs::path(testing::TempDir()) / (std::string("io_tree_") + testing::UnitTest::GetInstance()->current_test_info()->name());
+      fs::path(testing::TempDir()) /
+      (std::string("io_tree_") + testing::UnitTest::GetInstance()->current_test_info()->name());
   fs::remove_all(root);
   fs::create_directories(root / "global_step1");
   std::ofstream(root / "latest") << "global_step1\n";
@@ -42,7 +43,8 @@ TEST(SourceTree, LocalPathsAnswerAsTheFileSystem) {
     EXPECT_NE(e.is_directory, e.is_file);
     names.emplace(e.path.filename().string(), e.is_directory);
   }
-  EXPECT_EQ(names, (std::set<std::pair<std::string, bool>>{{"latest", false}, {"global_step1", true}, {"linked", true}}));
+  EXPECT_EQ(names, (std::set<std::pair<std::string, bool>>{
+                       {"latest", false}, {"global_step1", true}, {"linked", true}}));
   EXPECT_TRUE(io::list_directory(root / "latest").empty());
   EXPECT_TRUE(io::list_directory(root / "missing").empty());
 }

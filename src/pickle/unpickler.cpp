@@ -192,7 +192,8 @@ class Unpickler {
   // Picklers number memo slots 0, 1, 2, ...: those live in a vector; an index far beyond the ones seen
   // (only a hand-made pickle does that) goes to a map, so it cannot make the vector huge.
   ValuePtr* memo_slot(uint64_t index, bool create) {
-    if (index < memo_dense_.size()) return memo_dense_[index] ? &memo_dense_[index] : create ? &memo_dense_[index] : nullptr;
+    if (index < memo_dense_.size())
+      return memo_dense_[index] ? &memo_dense_[index] : create ? &memo_dense_[index] : nullptr;
     if (create && index < memo_dense_.size() * 2 + 1024) {
       memo_dense_.resize(index + 1);
       return &memo_dense_[index];

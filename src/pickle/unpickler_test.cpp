@@ -300,10 +300,16 @@ TEST(PickleMemo, DroppedCyclesAreFreed) {
 
 TEST(PickleMemo, FarIndexesDoNotGrowTheMemoVector) {
   // LONG_BINPUT at 0xfffffff0, a slot re-stored, an index never stored next to a stored far one
-  auto v = load("K\x07r\xf0\xff\xff\xff" "0K\x08r\xf0\xff\xff\xff" "0j\xf0\xff\xff\xff."sv);
+  auto v = load(
+      "K\x07r\xf0\xff\xff\xff"
+      "0K\x08r\xf0\xff\xff\xff"
+      "0j\xf0\xff\xff\xff."sv);
   EXPECT_EQ(v->integer, 8);
   EXPECT_PICKLE_ERROR("K\x07r\xf0\xff\xff\xffj\xf1\xff\xff\xff."sv, "memo index 4294967281 was never stored");
-  v = load("K\x01q\x00" "0K\x02q\x00" "0h\x00."sv);  // slot 0 re-stored
+  v = load(
+      "K\x01q\x00"
+      "0K\x02q\x00"
+      "0h\x00."sv);  // slot 0 re-stored
   EXPECT_EQ(v->integer, 2);
 }
 

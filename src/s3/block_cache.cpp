@@ -6,7 +6,9 @@
 // Every fetched range is one extent: one GET (or one disk file) of at most block_bytes (a read's never
 // crossing a multiple of it), evicted as a whole. Extents of one object never overlap, so two readers of one
 // range share one GET.
-#include "ckptfs/s3_cache.hpp"
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -18,11 +20,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <fmt/format.h>
-
+#include "ckptfs/s3_cache.hpp"
 #include "s3/disk_cache.hpp"
 #include "s3/fetch_pool.hpp"
 
@@ -81,7 +79,7 @@ struct Extent {
   std::byte* data = nullptr;  // owned.get(), or the reader's buffer
   State state = State::queued;
   std::exception_ptr error;
-  int pins = 0;  // readers waiting on it or copying from it: never evicted meanwhile
+  int pins = 0;                  // readers waiting on it or copying from it: never evicted meanwhile
   std::condition_variable done;  // it became ready or failed: its readers wake, not every waiting reader
   bool prefetched_unread = false;
   bool in_lru = false;
@@ -189,7 +187,8 @@ struct BlockCache::Impl {
   bool evict_one(Mode mode) {
     const bool small_first = small_bytes > options.memory_bytes / kSmallShare;
     for (bool unread_too : {false, mode == Mode::read})
-      for (std::list<Extent*>* list : small_first ? std::array{&small_lru, &lru} : std::array{&lru, &small_lru})
+      for (std::list<Extent*>* list :
+           small_first ? std::array{&small_lru, &lru} : std::array{&lru, &small_lru})
         for (auto it = list->rbegin(); it != list->rend(); ++it) {
           Extent& e = **it;
           if (e.pins == 0 && (unread_too || !e.prefetched_unread)) {
@@ -201,8 +200,7 @@ struct BlockCache::Impl {
   }
 
   bool reserve(std::uint64_t bytes, Mode mode) {
-    if (mode == Mode::prefetch && prefetch_unread + bytes > options.prefetch_share_bytes())
-      return false;
+    if (mode == Mode::prefetch && prefetch_unread + bytes > options.prefetch_share_bytes()) return false;
     while (memory_used + bytes > options.memory_bytes)
       if (!evict_one(mode)) return false;
     memory_used += bytes;
@@ -254,10 +252,12 @@ struct BlockCache::Impl {
     std::vector<Gap> out;
     for (const auto& s : segments) {
       const std::uint64_t parts = (s.end - s.begin + options.block_bytes - 1) / options.block_bytes;
-      const std::uint64_t part = std::min(options.block_bytes, round_up((s.end - s.begin + parts - 1) / parts, kPage));
+      const std::uint64_t part =
+          std::min(options.block_bytes, round_up((s.end - s.begin + parts - 1) / parts, kPage));
       for (std::uint64_t at = s.begin; at < s.end;) {
-        const std::uint64_t stop = std::min(
-            s.end, mode == Mode::read ? round_down(at, options.block_bytes) + options.block_bytes : at + part);
+        const std::uint64_t stop =
+            std::min(s.end, mode == Mode::read ? round_down(at, options.block_bytes) + options.block_bytes
+                                               : at + part);
         out.push_back({at, stop, s.stored});
         at = stop;
       }

@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,8 +12,6 @@
 #include <mutex>
 #include <random>
 #include <thread>
-
-#include <unistd.h>
 
 #include "ckptfs/s3_cache.hpp"
 
@@ -273,7 +272,8 @@ TEST_F(BlockCacheTest, PrefetchedBytesAreReadWithoutAnotherGet) {
 
 TEST_F(BlockCacheTest, APrefetchIsCutIntoEqualGetsNotAtBlockMultiples) {
   BlockCache cache(store, small_options());
-  cache.prefetch(id, 40000, 100000);  // [36864, 143360) rounded out: two GETs, where cuts at 64 KiB made three
+  cache.prefetch(id, 40000,
+                 100000);  // [36864, 143360) rounded out: two GETs, where cuts at 64 KiB made three
   ASSERT_TRUE(eventually([&] { return store->bytes_got() == 106496u; }));
   const auto gets = store->gets();
   ASSERT_EQ(gets.size(), 2u);
@@ -287,7 +287,7 @@ TEST_F(BlockCacheTest, SmallExtentsOutliveAScanOfLargeOnes) {
   ObjectId big_id = store->put("big", "\"b\"", big);
   BlockCache cache(store, small_options());
   EXPECT_EQ(read(cache, id, 300000, 64), slice(bytes, 300000, 64));  // one 4 KiB extent
-  for (std::uint64_t at = 0; at < big.size(); at += 100000)  // ten times the memory in large extents
+  for (std::uint64_t at = 0; at < big.size(); at += 100000)          // ten times the memory in large extents
     ASSERT_EQ(read(cache, big_id, at, std::min<std::uint64_t>(100000, big.size() - at)),
               slice(big, at, std::min<std::uint64_t>(100000, big.size() - at)));
   const auto gets = store->gets().size();
@@ -326,8 +326,8 @@ TEST_F(BlockCacheTest, APrefetchHoldsAtMostThreeQuartersOfTheMemory) {
   ASSERT_TRUE(eventually([&] { return store->bytes_got() == 1536u << 10; }));
 }
 
-// A ZeRO-3 view read through a small cache (-o cache_mb=8) over 64 rank objects: a 4 MiB window (two thirds of the
-// prefetch share) hands each object 64 KiB ahead in steps of 16 KiB, the reader takes 16 KiB of each
+// A ZeRO-3 view read through a small cache (-o cache_mb=8) over 64 rank objects: a 4 MiB window (two thirds
+// of the prefetch share) hands each object 64 KiB ahead in steps of 16 KiB, the reader takes 16 KiB of each
 // object in turn. Each object holds an extent half read while the next ones arrive: were an extent to leave
 // the prefetch share at its first read, prefetches would evict the rest of it, fetched again later.
 TEST(BlockCacheManyObjects, ASmallCacheFetchesEachByteAboutOnce) {

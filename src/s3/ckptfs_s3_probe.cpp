@@ -14,19 +14,20 @@
 // "ms", "ok", "bytes" (hex) or "error"}. cached reads through an s3::BlockCache over the object (its size and
 // ETag from a HEAD, or pinned to etag=E) the commands of stdin, one a line, answering one JSON line each:
 // "read OFFSET LENGTH PATH [CHUNK [THREADS]]" (THREADS readers each read the range in CHUNK-byte reads; the
-// bytes go to PATH), "prefetch OFFSET LENGTH", "stats". The last stderr line is "requests=N retries=M". Credentials come from the environment as for ckptfs. Exit 0, 2 usage, 3 an
-// s3::Error (its message, then "code=CODE status=HTTP"), 10 ObjectChangedError.
+// bytes go to PATH), "prefetch OFFSET LENGTH", "stats". The last stderr line is "requests=N retries=M".
+// Credentials come from the environment as for ckptfs. Exit 0, 2 usage, 3 an s3::Error (its message, then
+// "code=CODE status=HTTP"), 10 ObjectChangedError.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "ckptfs/s3.hpp"
 #include "ckptfs/s3_cache.hpp"
@@ -45,7 +46,8 @@ void parallel_get(s3::Client& client, const s3::Url& url, std::uint64_t offset, 
   std::vector<std::thread> readers;
   std::vector<std::exception_ptr> failures(threads);
   for (int i = 0; i < threads; ++i) {
-    std::uint64_t begin = std::min<std::uint64_t>(i * part, out.size()), end = std::min(begin + part, out.size());
+    std::uint64_t begin = std::min<std::uint64_t>(i * part, out.size()),
+                  end = std::min(begin + part, out.size());
     readers.emplace_back([&, i, begin, end] {
       try {
         client.get_range(url.bucket, url.prefix, offset + begin, end - begin, etag, out.data() + begin);
@@ -124,13 +126,20 @@ void cached(s3::Client& client, const s3::Url& url, const std::vector<std::strin
   for (const std::string& setting : settings) {
     auto eq = setting.find('=');
     std::string name = setting.substr(0, eq), value = setting.substr(eq + 1);
-    if (name == "etag") object.etag = value;
-    else if (name == "memory_kb") options.memory_bytes = std::stoull(value) << 10;
-    else if (name == "block_kb") options.block_bytes = std::stoull(value) << 10;
-    else if (name == "connections") options.connections = std::stoul(value);
-    else if (name == "dir") options.dir = value;
-    else if (name == "dir_kb") options.dir_bytes = std::stoull(value) << 10;
-    else throw std::invalid_argument("unknown setting " + setting);
+    if (name == "etag")
+      object.etag = value;
+    else if (name == "memory_kb")
+      options.memory_bytes = std::stoull(value) << 10;
+    else if (name == "block_kb")
+      options.block_bytes = std::stoull(value) << 10;
+    else if (name == "connections")
+      options.connections = std::stoul(value);
+    else if (name == "dir")
+      options.dir = value;
+    else if (name == "dir_kb")
+      options.dir_bytes = std::stoull(value) << 10;
+    else
+      throw std::invalid_argument("unknown setting " + setting);
   }
   s3::BlockCache cache(std::shared_ptr<s3::Client>(&client, [](s3::Client*) {}), options);
   fmt::print("{}\n", nlohmann::json{{"etag", object.etag}, {"size", object.size}}.dump());
@@ -150,14 +159,22 @@ void cached(s3::Client& client, const s3::Url& url, const std::vector<std::strin
         answer = {{"ok", true}};
       } else if (command == "stats") {
         s3::BlockCacheStats s = cache.stats();
-        answer = {{"ok", true},       {"bytes_fetched", s.bytes_fetched}, {"requests", s.requests},
-                  {"retries", s.retries}, {"hits", s.hits}, {"misses", s.misses}, {"disk_hits", s.disk_hits},
-                  {"memory_bytes", s.memory_bytes}, {"disk_bytes", s.disk_bytes}};
+        answer = {{"ok", true},
+                  {"bytes_fetched", s.bytes_fetched},
+                  {"requests", s.requests},
+                  {"retries", s.retries},
+                  {"hits", s.hits},
+                  {"misses", s.misses},
+                  {"disk_hits", s.disk_hits},
+                  {"memory_bytes", s.memory_bytes},
+                  {"disk_bytes", s.disk_bytes}};
       } else {
         answer = {{"ok", false}, {"error", "unknown command " + command}};
       }
     } catch (const s3::Error& e) {
-      answer = {{"ok", false}, {"error", e.what()}, {"code", e.code()},
+      answer = {{"ok", false},
+                {"error", e.what()},
+                {"code", e.code()},
                 {"changed", dynamic_cast<const s3::ObjectChangedError*>(&e) != nullptr}};
     }
     fmt::print("{}\n", answer.dump());
@@ -176,7 +193,8 @@ int run(s3::Client& client, const std::vector<std::string>& args) {
   } else if (command == "get" && args.size() >= 4) {
     std::uint64_t offset = std::stoull(args[2]), length = std::stoull(args[3]);
     std::vector<std::byte> bytes(length);
-    parallel_get(client, url, offset, bytes, args.size() > 4 ? args[4] : "", args.size() > 5 ? std::stoi(args[5]) : 1);
+    parallel_get(client, url, offset, bytes, args.size() > 4 ? args[4] : "",
+                 args.size() > 5 ? std::stoi(args[5]) : 1);
     std::fwrite(bytes.data(), 1, bytes.size(), stdout);
   } else if (command == "cached") {
     cached(client, url, std::vector<std::string>(args.begin() + 2, args.end()));
@@ -195,13 +213,18 @@ int main(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--endpoint" && i + 1 < argc) options.endpoint = argv[++i];
-    else if (a == "--region" && i + 1 < argc) options.region = argv[++i];
-    else if (a == "--no-sign") options.no_sign = true;
-    else args.push_back(a);
+    if (a == "--endpoint" && i + 1 < argc)
+      options.endpoint = argv[++i];
+    else if (a == "--region" && i + 1 < argc)
+      options.region = argv[++i];
+    else if (a == "--no-sign")
+      options.no_sign = true;
+    else
+      args.push_back(a);
   }
   if (args.size() < 2) {
-    fmt::print(stderr, "usage: ckptfs_s3_probe [--endpoint URL] [--region R] [--no-sign] list|head|get URL ...\n");
+    fmt::print(stderr,
+               "usage: ckptfs_s3_probe [--endpoint URL] [--region R] [--no-sign] list|head|get URL ...\n");
     return 2;
   }
   int rc = 0;

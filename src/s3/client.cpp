@@ -1,4 +1,6 @@
 // Requests to the store: signing, retries, and the mapping of failures to errors that name the object.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <charconv>
@@ -6,8 +8,6 @@
 #include <cstring>
 #include <random>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "s3/handle_pool.hpp"
 #include "s3/request_url.hpp"
@@ -35,7 +35,8 @@ struct Exchange {
 
   ~Exchange() { curl_slist_free_all(headers); }
   void add_header(const std::string& h) { headers = curl_slist_append(headers, h.c_str()); }
-  long answered = 0;  // the HTTP status of the last attempt, once it is over (the handle goes back to the pool)
+  long answered =
+      0;  // the HTTP status of the last attempt, once it is over (the handle goes back to the pool)
 
   long live_status() const {  // inside callbacks, while the handle is ours
     long s = 0;
@@ -44,7 +45,9 @@ struct Exchange {
   }
 };
 
-bool success(long status) { return status == 200 || status == 206; }
+bool success(long status) {
+  return status == 200 || status == 206;
+}
 
 std::size_t on_body(char* data, std::size_t, std::size_t n, void* user) {
   auto& ex = *static_cast<Exchange*>(user);
@@ -73,15 +76,17 @@ std::string_view trimmed(std::string_view s) {
 
 bool header_is(std::string_view line, std::string_view name) {
   return line.size() > name.size() && line[name.size()] == ':' &&
-         std::equal(name.begin(), name.end(), line.begin(),
-                    [](char a, char b) { return std::tolower((unsigned char)a) == std::tolower((unsigned char)b); });
+         std::equal(name.begin(), name.end(), line.begin(), [](char a, char b) {
+           return std::tolower((unsigned char)a) == std::tolower((unsigned char)b);
+         });
 }
 
 std::size_t on_header(char* data, std::size_t, std::size_t n, void* user) {
   auto& ex = *static_cast<Exchange*>(user);
   std::string_view line(data, n);
   auto value = [&](std::string_view name) { return trimmed(line.substr(name.size() + 1)); };
-  if (line.starts_with("HTTP/")) {  // a new response (after a 100 Continue): forget the previous one's headers
+  if (line.starts_with(
+          "HTTP/")) {  // a new response (after a 100 Continue): forget the previous one's headers
     ex.etag.clear();
     ex.last_modified.clear();
     ex.content_length.reset();
@@ -207,7 +212,8 @@ struct Client::Impl {
       ex.add_header("x-amz-security-token: " + config.credentials.session_token);
   }
 
-  [[noreturn]] void fail(const std::string& what, const Exchange& ex, CURLcode rc, long status, int attempts) const {
+  [[noreturn]] void fail(const std::string& what, const Exchange& ex, CURLcode rc, long status,
+                         int attempts) const {
     std::string where = fmt::format("{} (endpoint {})", what, config.endpoint);
     if (!ex.aborted.empty()) throw Error(fmt::format("{}: {}", where, ex.aborted), ex.live_status(), "");
     if (rc != CURLE_OK)
@@ -221,9 +227,9 @@ struct Client::Impl {
                                      detail.empty() ? "" : ": " + detail);
     if (attempts > 1) answer += fmt::format(" (after {} attempts)", attempts);
     if (status == 412)
-      throw ObjectChangedError(fmt::format("{}: the object changed since it was opened ({} to If-Match)", where,
-                                           answer),
-                               status, code);
+      throw ObjectChangedError(
+          fmt::format("{}: the object changed since it was opened ({} to If-Match)", where, answer), status,
+          code);
     throw Error(fmt::format("{}: {}", where, answer), status, code);
   }
 
@@ -236,11 +242,17 @@ struct Client::Impl {
   }
 };
 
-Client::Client(Config config) : impl_(std::make_unique<Impl>()) { impl_->config = std::move(config); }
+Client::Client(Config config) : impl_(std::make_unique<Impl>()) {
+  impl_->config = std::move(config);
+}
 Client::~Client() = default;
 
-std::uint64_t Client::requests() const { return impl_->requests; }
-std::uint64_t Client::retries() const { return impl_->retries; }
+std::uint64_t Client::requests() const {
+  return impl_->requests;
+}
+std::uint64_t Client::retries() const {
+  return impl_->retries;
+}
 
 ObjectInfo Client::head(const std::string& bucket, const std::string& key) {
   Exchange ex;
@@ -292,7 +304,8 @@ std::vector<ObjectInfo> Client::list(const std::string& bucket, const std::strin
     ListPage page = list_page(bucket, prefix, token, max_keys);
     std::move(page.objects.begin(), page.objects.end(), std::back_inserter(all));
     if (page.truncated && page.next_continuation_token == token)
-      throw Error(fmt::format("{}: the listing repeats its continuation token", Url{bucket, prefix}.str()), 200, "");
+      throw Error(fmt::format("{}: the listing repeats its continuation token", Url{bucket, prefix}.str()),
+                  200, "");
     token = page.truncated ? page.next_continuation_token : "";
   } while (!token.empty());
   return all;

@@ -1,10 +1,10 @@
 // Where the store is and who we are to it: options, then the AWS environment variables and shared
 // credentials file that the AWS CLI and SDKs read.
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "ckptfs/s3.hpp"
 
@@ -27,7 +27,8 @@ std::optional<std::string> first_set(const Environment& env, std::initializer_li
 
 std::string normalized_endpoint(std::string endpoint) {
   if (!endpoint.starts_with("http://") && !endpoint.starts_with("https://"))
-    throw SourceError(fmt::format("endpoint {}: expected http://HOST[:PORT] or https://HOST[:PORT]", endpoint));
+    throw SourceError(
+        fmt::format("endpoint {}: expected http://HOST[:PORT] or https://HOST[:PORT]", endpoint));
   while (endpoint.ends_with('/')) endpoint.pop_back();
   return endpoint;
 }
@@ -71,9 +72,12 @@ std::optional<Credentials> parse_credentials_file(std::string_view text, std::st
     std::size_t eq = line.find('=');
     if (!in_profile || eq == line.npos) continue;
     std::string_view key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
-    if (key == "aws_access_key_id") found.access_key_id = value;
-    else if (key == "aws_secret_access_key") found.secret_access_key = value;
-    else if (key == "aws_session_token") found.session_token = value;
+    if (key == "aws_access_key_id")
+      found.access_key_id = value;
+    else if (key == "aws_secret_access_key")
+      found.secret_access_key = value;
+    else if (key == "aws_session_token")
+      found.session_token = value;
   }
   if (found.access_key_id.empty() || found.secret_access_key.empty()) return std::nullopt;
   return found;
@@ -81,10 +85,12 @@ std::optional<Credentials> parse_credentials_file(std::string_view text, std::st
 
 Config resolve_config(const Options& options, const Environment& env) {
   Config c;
-  c.region = options.region.value_or(first_set(env, {"AWS_REGION", "AWS_DEFAULT_REGION"}).value_or(
-      std::string(kDefaultRegion)));
-  std::optional<std::string> endpoint = options.endpoint ? options.endpoint : first_set(env, {"AWS_ENDPOINT_URL"});
-  c.endpoint = endpoint ? normalized_endpoint(*endpoint) : fmt::format("https://s3.{}.amazonaws.com", c.region);
+  c.region = options.region.value_or(
+      first_set(env, {"AWS_REGION", "AWS_DEFAULT_REGION"}).value_or(std::string(kDefaultRegion)));
+  std::optional<std::string> endpoint =
+      options.endpoint ? options.endpoint : first_set(env, {"AWS_ENDPOINT_URL"});
+  c.endpoint =
+      endpoint ? normalized_endpoint(*endpoint) : fmt::format("https://s3.{}.amazonaws.com", c.region);
   // Compatible stores (RGW, MinIO) seldom have wildcard DNS for virtual-hosted buckets.
   c.path_style = options.path_style || endpoint.has_value();
   c.no_sign = options.no_sign;
@@ -96,7 +102,8 @@ Config resolve_config(const Options& options, const Environment& env) {
     c.credentials = *from_file;
   } else {
     throw SourceError(
-        "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in ~/.aws/credentials "
+        "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in "
+        "~/.aws/credentials "
         "(AWS_PROFILE, AWS_SHARED_CREDENTIALS_FILE), or -o s3_no_sign for a public bucket");
   }
   return c;

@@ -1,11 +1,10 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
-
-#include <unistd.h>
 
 #include "ckptfs/s3.hpp"
 #include "s3/request_url.hpp"
@@ -52,8 +51,10 @@ TEST(S3Url, RejectsWhatIsNotOne) {
 }
 
 TEST(S3Config, OptionsWinOverEnvironment) {
-  auto env = env_of({{"AWS_ENDPOINT_URL", "http://env:1/"}, {"AWS_REGION", "eu-west-1"},
-                     {"AWS_ACCESS_KEY_ID", "AK"}, {"AWS_SECRET_ACCESS_KEY", "SK"}});
+  auto env = env_of({{"AWS_ENDPOINT_URL", "http://env:1/"},
+                     {"AWS_REGION", "eu-west-1"},
+                     {"AWS_ACCESS_KEY_ID", "AK"},
+                     {"AWS_SECRET_ACCESS_KEY", "SK"}});
   Options o;
   o.endpoint = "http://127.0.0.1:9125/";
   o.region = "ap-south-1";
@@ -70,8 +71,10 @@ TEST(S3Config, OptionsWinOverEnvironment) {
 }
 
 TEST(S3Config, AwsDefaults) {
-  auto env = env_of({{"AWS_DEFAULT_REGION", "us-west-2"}, {"AWS_ACCESS_KEY_ID", "AK"},
-                     {"AWS_SECRET_ACCESS_KEY", "SK"}, {"AWS_SESSION_TOKEN", "TOK"}});
+  auto env = env_of({{"AWS_DEFAULT_REGION", "us-west-2"},
+                     {"AWS_ACCESS_KEY_ID", "AK"},
+                     {"AWS_SECRET_ACCESS_KEY", "SK"},
+                     {"AWS_SESSION_TOKEN", "TOK"}});
   Config c = resolve_config({}, env);
   EXPECT_EQ(c.region, "us-west-2");
   EXPECT_EQ(c.endpoint, "https://s3.us-west-2.amazonaws.com");
@@ -139,12 +142,14 @@ TEST(S3RequestUrl, CanonicalPathAndSortedQuery) {
   Config path_style;
   path_style.endpoint = "http://127.0.0.1:9125";
   path_style.path_style = true;
-  EXPECT_EQ(request_url(path_style, "b1", "ckpt/a b+c=d~_.-/x"), "http://127.0.0.1:9125/b1/ckpt/a%20b%2Bc%3Dd~_.-/x");
+  EXPECT_EQ(request_url(path_style, "b1", "ckpt/a b+c=d~_.-/x"),
+            "http://127.0.0.1:9125/b1/ckpt/a%20b%2Bc%3Dd~_.-/x");
   EXPECT_EQ(request_url(path_style, "b1", "", {{"prefix", "ckpt/"}, {"max-keys", "2"}, {"list-type", "2"}}),
             "http://127.0.0.1:9125/b1?list-type=2&max-keys=2&prefix=ckpt%2F");
   Config virtual_hosted;
   virtual_hosted.endpoint = "https://s3.us-west-2.amazonaws.com";
-  EXPECT_EQ(request_url(virtual_hosted, "b1", "k/\xc3\xa9"), "https://b1.s3.us-west-2.amazonaws.com/k/%C3%A9");
+  EXPECT_EQ(request_url(virtual_hosted, "b1", "k/\xc3\xa9"),
+            "https://b1.s3.us-west-2.amazonaws.com/k/%C3%A9");
 }
 
 TEST(S3Retry, BackoffDoublesUpToItsCap) {

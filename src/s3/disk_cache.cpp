@@ -1,13 +1,12 @@
 #include "s3/disk_cache.hpp"
 
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <fmt/format.h>
 
 #include "ckptfs/error.hpp"
 

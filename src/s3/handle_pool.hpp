@@ -3,10 +3,10 @@
 // and gives it back.
 #pragma once
 
+#include <curl/curl.h>
+
 #include <mutex>
 #include <vector>
-
-#include <curl/curl.h>
 
 namespace ckptfs::s3 {
 

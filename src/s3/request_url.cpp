@@ -1,8 +1,8 @@
 #include "s3/request_url.hpp"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace ckptfs::s3 {
 
@@ -10,8 +10,8 @@ std::string uri_encode(std::string_view s, bool keep_slash) {
   std::string out;
   out.reserve(s.size());
   for (unsigned char c : s) {
-    bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-                      c == '.' || c == '_' || c == '~';
+    bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '.' || c == '_' || c == '~';
     if (unreserved || (keep_slash && c == '/'))
       out += char(c);
     else
@@ -20,7 +20,8 @@ std::string uri_encode(std::string_view s, bool keep_slash) {
   return out;
 }
 
-std::string request_url(const Config& config, std::string_view bucket, std::string_view key, QueryParams query) {
+std::string request_url(const Config& config, std::string_view bucket, std::string_view key,
+                        QueryParams query) {
   std::string url;
   if (config.path_style) {
     url = fmt::format("{}/{}", config.endpoint, bucket);

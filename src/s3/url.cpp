@@ -26,9 +26,13 @@ std::string Url::key(std::string_view name) const {
   return fmt::format("{}/{}", prefix, name);
 }
 
-std::string Url::str() const { return fmt::format("{}{}/{}", kScheme, bucket, prefix); }
+std::string Url::str() const {
+  return fmt::format("{}{}/{}", kScheme, bucket, prefix);
+}
 
-bool is_s3_url(std::string_view text) { return text.starts_with(kScheme); }
+bool is_s3_url(std::string_view text) {
+  return text.starts_with(kScheme);
+}
 
 Url parse_url(std::string_view text) {
   if (!is_s3_url(text)) throw SourceError(fmt::format("{}: not an s3://BUCKET/PREFIX address", text));

@@ -1,8 +1,8 @@
 #include "s3/xml.hpp"
 
-#include <charconv>
-
 #include <fmt/format.h>
+
+#include <charconv>
 
 namespace ckptfs::s3 {
 namespace {
@@ -51,11 +51,16 @@ std::string decode_text(std::string_view s) {
     std::size_t semi = s.find(';', i);
     if (semi == s.npos) throw XmlError("unterminated entity");
     std::string_view name = s.substr(i + 1, semi - i - 1);
-    if (name == "amp") out += '&';
-    else if (name == "lt") out += '<';
-    else if (name == "gt") out += '>';
-    else if (name == "quot") out += '"';
-    else if (name == "apos") out += '\'';
+    if (name == "amp")
+      out += '&';
+    else if (name == "lt")
+      out += '<';
+    else if (name == "gt")
+      out += '>';
+    else if (name == "quot")
+      out += '"';
+    else if (name == "apos")
+      out += '\'';
     else if (name.size() > 1 && name[0] == '#') {
       bool hex = name[1] == 'x' || name[1] == 'X';
       std::string_view digits = name.substr(hex ? 2 : 1);
@@ -109,7 +114,8 @@ ListPage parse_list_page(std::string_view xml) {
   }
   // (no <Contents> child has these: an XML-escaped key cannot fake one)
   std::string truncated = xml_text(xml, "IsTruncated").value_or("false");
-  if (truncated != "true" && truncated != "false") throw XmlError(fmt::format("<IsTruncated> '{}'", truncated));
+  if (truncated != "true" && truncated != "false")
+    throw XmlError(fmt::format("<IsTruncated> '{}'", truncated));
   page.truncated = truncated == "true";
   page.next_continuation_token = xml_text(xml, "NextContinuationToken").value_or("");
   if (page.truncated && page.next_continuation_token.empty())

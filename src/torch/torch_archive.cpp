@@ -12,9 +12,9 @@ TorchArchive TorchArchive::open(const io::FileRange& range) {
   archive.file_ = range.file();
   const bool whole_file = range.base() == 0 && range.size() == range.file()->size();
   // An archive nested in a bigger file (a DCP item) is named by its byte range in messages.
-  const std::string where =
-      whole_file ? range.path().string()
-                 : fmt::format("{} (bytes {}..{})", range.path().string(), range.base(), range.base() + range.size());
+  const std::string where = whole_file ? range.path().string()
+                                       : fmt::format("{} (bytes {}..{})", range.path().string(), range.base(),
+                                                     range.base() + range.size());
   try {
     archive.is_zip_ = is_zip_file(range);
     if (archive.is_zip_) {

@@ -79,7 +79,8 @@ TEST(TorchArchive, ArchiveNestedInAByteRange) {
     TorchArchive::open(io::FileRange(file, head.size(), first.size() - 30));
     FAIL() << "a truncated nested archive opened";
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find(fmt::format("(bytes {}..", head.size())), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fmt::format("(bytes {}..", head.size())), std::string::npos)
+        << e.what();
   }
 }
 

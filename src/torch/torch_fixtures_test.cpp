@@ -6,8 +6,8 @@
 
 #include <fstream>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "ckptfs/torch.hpp"
 
@@ -29,9 +29,9 @@ const Value* entry(const Value& v, const std::string& key) {
 
 // A Python type name the inventory writes for a leaf whose value it does not record.
 std::optional<Kind> python_type_kind(const std::string& name) {
-  static const std::map<std::string, Kind> kinds = {{"float", Kind::Float}, {"int", Kind::Int}, {"bool", Kind::Bool},
-                                                    {"NoneType", Kind::None}, {"list", Kind::List},
-                                                    {"tuple", Kind::Tuple}, {"dict", Kind::Dict}, {"bytes", Kind::Bytes}};
+  static const std::map<std::string, Kind> kinds = {
+      {"float", Kind::Float}, {"int", Kind::Int},     {"bool", Kind::Bool}, {"NoneType", Kind::None},
+      {"list", Kind::List},   {"tuple", Kind::Tuple}, {"dict", Kind::Dict}, {"bytes", Kind::Bytes}};
   auto it = kinds.find(name);
   return it == kinds.end() ? std::nullopt : std::optional(it->second);
 }
@@ -54,7 +54,8 @@ void compare(const Value& v, const nlohmann::json& want, const std::string& at,
           fmt::format("Tensor[{}][{}]", dtype_torch_name(t->dtype), fmt::join(t->shape, ", "));
       if (got != s) problems.push_back(fmt::format("{}: {} != {}", at, got, s));
     } else if (s.starts_with("torch.Size(")) {  // the repr of a shape
-      const pickle::Value* seq = v.kind == Kind::Object && v.args && !v.args->items.empty() ? v.args->items[0].get() : &v;
+      const pickle::Value* seq =
+          v.kind == Kind::Object && v.args && !v.args->items.empty() ? v.args->items[0].get() : &v;
       std::vector<int64_t> dims;
       for (const auto& item : seq->items) dims.push_back(item->integer);
       const std::string got = fmt::format("torch.Size([{}])", fmt::join(dims, ", "));
@@ -65,7 +66,8 @@ void compare(const Value& v, const nlohmann::json& want, const std::string& at,
       problems.push_back(fmt::format("{}: '{}' != '{}'", at, v.text, s));
     }
   } else if (want.is_boolean()) {
-    if (expect_kind(Kind::Bool, "bool") && v.boolean != want.get<bool>()) problems.push_back(at + ": bool differs");
+    if (expect_kind(Kind::Bool, "bool") && v.boolean != want.get<bool>())
+      problems.push_back(at + ": bool differs");
   } else if (want.is_number_integer()) {
     // DeepSpeed's ZeroStageEnum is an IntEnum: the inventory (JSON) has its int value, the pickle the
     // enum member, by name (Python >= 3.11) or by value.
@@ -73,7 +75,7 @@ void compare(const Value& v, const nlohmann::json& want, const std::string& at,
         {"disabled", 0}, {"optimizer_states", 1}, {"gradients", 2}, {"weights", 3}};
     if (v.kind == Kind::Object && v.name == "ZeroStageEnum") {
       const auto by_name = kZeroStages.find(v.member);
-      const int64_t got = by_name != kZeroStages.end() ? by_name->second
+      const int64_t got = by_name != kZeroStages.end()       ? by_name->second
                           : v.args && !v.args->items.empty() ? v.args->items[0]->integer
                                                              : -1;
       if (got != want.get<int64_t>()) problems.push_back(at + ": enum value differs");
@@ -81,7 +83,8 @@ void compare(const Value& v, const nlohmann::json& want, const std::string& at,
       problems.push_back(at + ": int differs");
     }
   } else if (want.is_number_float()) {
-    if (expect_kind(Kind::Float, "float") && v.real != want.get<double>()) problems.push_back(at + ": float differs");
+    if (expect_kind(Kind::Float, "float") && v.real != want.get<double>())
+      problems.push_back(at + ": float differs");
   } else if (want.is_null()) {
     expect_kind(Kind::None, "None");
   } else if (want.is_object()) {

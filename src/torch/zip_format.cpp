@@ -74,9 +74,9 @@ pickle::ValuePtr read_zip(const io::FileRange& file) {
   }
   const auto pickle_placed = index.torch_placement(file, *data_pkl);
   const bool torch_layout = pickle_placed && pickle_placed->span.offset == pickle_span.offset;
-  const std::vector<RecordSpan> spans =
-      file.file()->is_remote() && torch_layout ? place_as_torch_writes(file, index, records)
-                                               : index.locate_all(file, records);
+  const std::vector<RecordSpan> spans = file.file()->is_remote() && torch_layout
+                                            ? place_as_torch_writes(file, index, records)
+                                            : index.locate_all(file, records);
   builder.resolve([&](const std::string& key, const RootStorage& root_storage) {
     const size_t i = record_of.at(key);
     const ZipEntry* record = records[i];

@@ -231,13 +231,15 @@ RecordSpan ZipIndex::locate(const io::FileRange& file, const ZipEntry& e) const 
   const auto header = file.read(e.local_header_offset, kLocalSize);
   const uint64_t name_len = local_name_length(e, header);
   if (name_len > directory_offset_ - e.local_header_offset - kLocalSize)
-    throw FormatError(fmt::format("record '{}': its local header's name runs past the records (which end at {})",
-                                  e.name, directory_offset_));
+    throw FormatError(
+        fmt::format("record '{}': its local header's name runs past the records (which end at {})", e.name,
+                    directory_offset_));
   const auto local_name = file.read(e.local_header_offset + kLocalSize, name_len);
   return span_from_local_header(e, header, local_name);
 }
 
-std::vector<RecordSpan> ZipIndex::locate_all(const io::FileRange& file, const std::vector<const ZipEntry*>& entries) const {
+std::vector<RecordSpan> ZipIndex::locate_all(const io::FileRange& file,
+                                             const std::vector<const ZipEntry*>& entries) const {
   for (const ZipEntry* e : entries) check_stored(*e);
   std::vector<size_t> order(entries.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -287,7 +289,8 @@ std::optional<ZipIndex::TorchPlacement> ZipIndex::torch_placement(const io::File
   constexpr uint64_t kTorchAlignment = 64, kPaddingFieldHeader = 4;
   if (e.size >= kU32Max || e.local_header_offset >= kU32Max || e.name.size() > 0xffff) return std::nullopt;
   const uint64_t name_end = e.local_header_offset + kLocalSize + e.name.size();
-  const uint64_t data = (name_end + kPaddingFieldHeader + kTorchAlignment - 1) / kTorchAlignment * kTorchAlignment;
+  const uint64_t data =
+      (name_end + kPaddingFieldHeader + kTorchAlignment - 1) / kTorchAlignment * kTorchAlignment;
   if (data > directory_offset_ || e.size > directory_offset_ - data) return std::nullopt;
   const auto le = [](uint64_t v, size_t bytes) {
     std::string out(bytes, '\0');

@@ -46,7 +46,8 @@ class ZipIndex {
   // locate() for many records at once, in their order: headers closer than the file's read gap
   // (io::File::read_gap_bytes: an object store's request costs more than the bytes between) are read in
   // one request.
-  std::vector<RecordSpan> locate_all(const io::FileRange& file, const std::vector<const ZipEntry*>& entries) const;
+  std::vector<RecordSpan> locate_all(const io::FileRange& file,
+                                     const std::vector<const ZipEntry*>& entries) const;
   std::vector<std::byte> read(const io::FileRange& file, const ZipEntry& entry) const;
 
   // Where torch.save's writer (PyTorchStreamWriter) puts the record's data, without reading its local

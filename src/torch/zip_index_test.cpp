@@ -99,7 +99,8 @@ TEST(ZipIndex, DataPastTheRecords) {
 // Every record of real torch.save files (the bundled examples, written by Debian's torch) sits where
 // torch_placement says torch's writer puts it, and its header bytes hold what the placement expects.
 TEST(ZipIndex, TorchPlacementIsWhereTorchSaveWroteEachRecord) {
-  const std::filesystem::path dir = std::filesystem::path(CKPTFS_SOURCE_DIR) / "examples/deepspeed-zero3-bf16/global_step3";
+  const std::filesystem::path dir =
+      std::filesystem::path(CKPTFS_SOURCE_DIR) / "examples/deepspeed-zero3-bf16/global_step3";
   size_t placed = 0;
   for (const auto& rank_file : std::filesystem::directory_iterator(dir)) {
     SCOPED_TRACE(rank_file.path().string());

@@ -1,6 +1,5 @@
 // The mount layout of a checkpoint (docs/mount.md).
 #include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <set>
@@ -56,7 +55,8 @@ VirtualTree build_tree(const Checkpoint& checkpoint, const TreeOptions& options)
   }
 
   // Names at the root that ckptfs owns; a side file with one of them moves to source/<name>.
-  std::set<std::string, std::less<>> taken(ckptfs::views::kRootNames.begin(), ckptfs::views::kRootNames.end());
+  std::set<std::string, std::less<>> taken(ckptfs::views::kRootNames.begin(),
+                                           ckptfs::views::kRootNames.end());
   for (const auto& v : root_views) taken.insert(v.path.substr(0, v.path.find('/')));
   std::vector<std::pair<std::string, io::FilePtr>> side_files;
   bool any_renamed = false;
@@ -68,7 +68,8 @@ VirtualTree build_tree(const Checkpoint& checkpoint, const TreeOptions& options)
   if (any_renamed) taken.insert(std::string(kRenamedDir));
   nlohmann::json renamed = nlohmann::json::object();
   for (const auto& v : root_views)  // the root tag's own side files that yielded to its views (tag_views)
-    if (v.path.starts_with(kRenamedDir) && v.path.size() > kRenamedDir.size() && v.path[kRenamedDir.size()] == '/')
+    if (v.path.starts_with(kRenamedDir) && v.path.size() > kRenamedDir.size() &&
+        v.path[kRenamedDir.size()] == '/')
       renamed[v.path.substr(kRenamedDir.size() + 1)] = v.path;
   for (const auto& [name, file] : side_files) {
     std::string mount_path = name;
@@ -87,7 +88,8 @@ VirtualTree build_tree(const Checkpoint& checkpoint, const TreeOptions& options)
                     {"git_revision", revision.empty() ? nlohmann::json() : nlohmann::json(revision)}};
   builder.add_file(ckptfs::views::kInfoFile, views::make_bytes_file(info.dump(2) + "\n"));
   if (options.stats_file)
-    builder.add_file(ckptfs::views::kStatsFile, views::make_live_file([] { return live_stats::snapshot().dump(2) + "\n"; }));
+    builder.add_file(ckptfs::views::kStatsFile,
+                     views::make_live_file([] { return live_stats::snapshot().dump(2) + "\n"; }));
   return std::move(builder).build();
 }
 

@@ -38,8 +38,11 @@ struct Fixture {
         io::File::open(dir.write("shard.pt", std::string(reinterpret_cast<const char*>(values), 16)));
     for (const char* name : {"step1", "step2"}) {
       auto catalog = std::make_shared<catalog::Catalog>();
-      catalog->tensors.push_back(
-          {"w", DType::F32, {2}, catalog::FlatRuns{{{0, 2, shard, name[4] == '1' ? 0u : 8u, DType::F32}}}, ""});
+      catalog->tensors.push_back({"w",
+                                  DType::F32,
+                                  {2},
+                                  catalog::FlatRuns{{{0, 2, shard, name[4] == '1' ? 0u : 8u, DType::F32}}},
+                                  ""});
       Tag tag;
       tag.name = name;
       tag.dir = dir.path() / name;
@@ -88,13 +91,14 @@ TEST(VfsCheckpointTree, SideFilesPassThroughAndYieldToViews) {
                                             "source", "tags"}));
 }
 
-// A tag dir's own side files (a DCP or Hugging Face storage dir given as SRC) yield to the views the same way,
-// at the root and under tags/<tag>/ (a regular file called ckptfs.json or fp32 too).
+// A tag dir's own side files (a DCP or Hugging Face storage dir given as SRC) yield to the views the same
+// way, at the root and under tags/<tag>/ (a regular file called ckptfs.json or fp32 too).
 TEST(VfsCheckpointTree, TagSideFilesYieldToViews) {
   Fixture f;
   f.checkpoint.side_files.clear();
   f.checkpoint.tags[0].side_files = {f.dir.write("model.safetensors", "side"), f.dir.write("fp32", "a file"),
-                                     f.dir.write("ckptfs.json", "{}"), f.dir.write("config.json", "{\"a\": 1}")};
+                                     f.dir.write("ckptfs.json", "{}"),
+                                     f.dir.write("config.json", "{\"a\": 1}")};
   const VirtualTree tree = build_tree(f.checkpoint);
   for (const std::string dir : {"", "tags/step1/"}) {
     EXPECT_EQ(read(at(tree, dir + "source/model.safetensors")), "side") << dir;
@@ -104,9 +108,9 @@ TEST(VfsCheckpointTree, TagSideFilesYieldToViews) {
     EXPECT_NE(read(at(tree, dir + "model.safetensors")), "side") << dir;
   }
   const auto info = nlohmann::json::parse(read(at(tree, "ckptfs.json")));
-  EXPECT_EQ(info["renamed_side_files"],
-            nlohmann::json({{"model.safetensors", "source/model.safetensors"}, {"fp32", "source/fp32"},
-                            {"ckptfs.json", "source/ckptfs.json"}}));
+  EXPECT_EQ(info["renamed_side_files"], nlohmann::json({{"model.safetensors", "source/model.safetensors"},
+                                                        {"fp32", "source/fp32"},
+                                                        {"ckptfs.json", "source/ckptfs.json"}}));
 }
 
 TEST(VfsCheckpointTree, InfoFileDescribesTheMount) {

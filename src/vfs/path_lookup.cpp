@@ -30,14 +30,16 @@ PathLookup lookup_path(const VirtualTree& tree, std::string_view path) {
   std::vector<std::string_view> parts;
   for (size_t begin = 0; begin <= path.size();) {
     const size_t end = std::min(path.find('/', begin), path.size());
-    if (const auto part = path.substr(begin, end - begin); !part.empty() && part != ".") parts.push_back(part);
+    if (const auto part = path.substr(begin, end - begin); !part.empty() && part != ".")
+      parts.push_back(part);
     begin = end + 1;
   }
   const Node* at = tree.node(kRootIno);
   for (size_t i = 0; i < parts.size(); ++i) {
     const Node* next = parts[i] == ".." ? nullptr : tree.lookup(at->ino, parts[i]);
     // a name not there, or a file with more of the path after it
-    if (next == nullptr || (!next->is_dir && i + 1 < parts.size())) return {nullptr, at, std::string(parts[i])};
+    if (next == nullptr || (!next->is_dir && i + 1 < parts.size()))
+      return {nullptr, at, std::string(parts[i])};
     at = next;
   }
   return {at, nullptr, {}};
@@ -51,7 +53,8 @@ std::vector<std::string> closest_names(const VirtualTree& tree, const Node& dir,
     ranked.emplace_back(edit_distance(name, child), n != nullptr && n->is_dir ? child + "/" : child);
   }
   if (!name.empty())
-    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::string> out;
   for (size_t i = 0; i < ranked.size() && i < limit; ++i) out.push_back(std::move(ranked[i].second));
   return out;

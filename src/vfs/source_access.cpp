@@ -13,7 +13,9 @@ namespace {
 constexpr mode_t kReadBits = 0444;
 
 // r for every class that has r: a directory listable by a class is passable by it in the mount.
-mode_t with_search_bits(mode_t read_bits) { return read_bits | (read_bits & kReadBits) >> 2; }
+mode_t with_search_bits(mode_t read_bits) {
+  return read_bits | (read_bits & kReadBits) >> 2;
+}
 
 }  // namespace
 
@@ -25,14 +27,15 @@ SourceAccess::SourceAccess(const fs::path& src, io::Access unlisted) : unlisted_
 io::Access SourceAccess::stat_access(const fs::path& path) {
   if (auto it = stats_.find(path); it != stats_.end()) return it->second;
   io::Access access;
-  if (struct stat st {}; ::stat(path.c_str(), &st) == 0) access = {st.st_uid, st.st_gid, st.st_mode & 07777};
+  if (struct stat st{}; ::stat(path.c_str(), &st) == 0) access = {st.st_uid, st.st_gid, st.st_mode & 07777};
   return stats_.emplace(path, access).first->second;
 }
 
 mode_t SourceAccess::passable_bits(fs::path dir, const io::Access& access, mode_t bits) {
   for (;; dir = dir.parent_path()) {
     const io::Access above = stat_access(dir);
-    // The owner and group of `access` pass `dir` as its owner or group where they are the same, else as others.
+    // The owner and group of `access` pass `dir` as its owner or group where they are the same, else as
+    // others.
     if ((above.mode & (above.uid == access.uid ? 0100 : 0001)) == 0) bits &= ~mode_t{0400};
     if ((above.mode & (above.gid == access.gid ? 0010 : 0001)) == 0) bits &= ~mode_t{0040};
     if ((above.mode & 0001) == 0) bits &= ~mode_t{0004};

@@ -87,7 +87,8 @@ Ino TreeBuilder::add_child(Ino parent, std::string_view name, bool is_dir) {
 
 Ino TreeBuilder::add_parents(std::string_view path, const std::vector<std::string_view>& parts) {
   const size_t slash = path.rfind('/');
-  const std::string_view dir_path = slash == std::string_view::npos ? std::string_view() : path.substr(0, slash);
+  const std::string_view dir_path =
+      slash == std::string_view::npos ? std::string_view() : path.substr(0, slash);
   Ino dir = kRootIno;
   if (dir_path == last_dir_path_) {  // views add their files directory by directory
     dir = last_dir_;
@@ -116,7 +117,8 @@ Ino TreeBuilder::add_directories(std::string_view path, const std::vector<std::s
   return dir;
 }
 
-Ino TreeBuilder::add_file(std::string_view path, views::VirtualFilePtr file, std::optional<io::Access> access) {
+Ino TreeBuilder::add_file(std::string_view path, views::VirtualFilePtr file,
+                          std::optional<io::Access> access) {
   const auto parts = components(path);
   const Ino ino = add_child(add_parents(path, parts), parts.back(), false);
   Node& node = tree_.nodes_[ino - 1];

@@ -120,9 +120,9 @@ TEST(VfsTree, LinkIsASecondNameOfTheSameInode) {
   EXPECT_THROW(b.add_link("tags/step1/fp32/model.safetensors", file), std::invalid_argument);
   EXPECT_THROW(b.add_link("dir-link", kRootIno), std::invalid_argument);
   const VirtualTree tree = std::move(b).build();
-  const Node* tagged = tree.lookup(tree.lookup(tree.lookup(tree.lookup(kRootIno, "tags")->ino, "step1")->ino,
-                                               "fp32")->ino,
-                                   "model.safetensors");
+  const Node* tagged =
+      tree.lookup(tree.lookup(tree.lookup(tree.lookup(kRootIno, "tags")->ino, "step1")->ino, "fp32")->ino,
+                  "model.safetensors");
   ASSERT_NE(tagged, nullptr);
   EXPECT_EQ(tagged->ino, file);
   EXPECT_EQ(tagged->links, 2u);
@@ -131,14 +131,14 @@ TEST(VfsTree, LinkIsASecondNameOfTheSameInode) {
 
 TEST(VfsTree, LargeDirectoryIsSortedOnce) {
   TreeBuilder b;
-  for (int i = 9999; i >= 0; --i) b.add_file("zero/p" + std::to_string(i) + "/fp32.pt", testing::memory_file("x"));
+  for (int i = 9999; i >= 0; --i)
+    b.add_file("zero/p" + std::to_string(i) + "/fp32.pt", testing::memory_file("x"));
   const VirtualTree tree = std::move(b).build();
   const Node* zero = tree.lookup(kRootIno, "zero");
   ASSERT_EQ(zero->children.size(), 10000u);
   EXPECT_TRUE(std::is_sorted(zero->children.begin(), zero->children.end()));
   EXPECT_NE(tree.lookup(zero->ino, "p1234"), nullptr);
 }
-
 
 TEST(VfsTree, LookupPathTakesPathsAsUsersSpellThem) {
   const VirtualTree tree = sample_tree();
@@ -185,7 +185,8 @@ TEST(VfsTree, ClosestNamesComeFirstWithDirectoriesMarked) {
   ASSERT_NE(fp32, nullptr);
   EXPECT_EQ(closest_names(tree, *fp32, "pytorch_model.pt", 8),
             (std::vector<std::string>{"pytorch_model.bin", "model.safetensors"}));
-  EXPECT_EQ(closest_names(tree, *fp32, "model.safetensor", 1), (std::vector<std::string>{"model.safetensors"}));
+  EXPECT_EQ(closest_names(tree, *fp32, "model.safetensor", 1),
+            (std::vector<std::string>{"model.safetensors"}));
   const Node* root = tree.node(kRootIno);
   EXPECT_EQ(closest_names(tree, *root, "tag", 2), (std::vector<std::string>{"tags/", "fp32/"}));
   EXPECT_EQ(closest_names(tree, *root, "", 8),

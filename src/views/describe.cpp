@@ -1,8 +1,8 @@
 #include "ckptfs/describe.hpp"
 
-#include "ckptfs/layout.hpp"
-
 #include <algorithm>
+
+#include "ckptfs/layout.hpp"
 
 namespace ckptfs {
 
@@ -30,7 +30,8 @@ std::vector<std::optional<std::string>> gguf_refusals(const Checkpoint& cp,
   std::vector<std::optional<std::string>> out;
   for (size_t i = 0; i < cp.tags.size(); ++i) {
     // A tag that serves gguf/ has nothing to say; only one without asks the view why.
-    const bool served = std::ranges::any_of(views.at(i), [](const ViewFile& v) { return v.path.starts_with("gguf/"); });
+    const bool served =
+        std::ranges::any_of(views.at(i), [](const ViewFile& v) { return v.path.starts_with("gguf/"); });
     out.push_back(served ? std::nullopt : gguf_refusal(cp.tags[i], shards, gguf));
   }
   return out;
@@ -38,7 +39,8 @@ std::vector<std::optional<std::string>> gguf_refusals(const Checkpoint& cp,
 
 nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors,
                                    const std::vector<std::vector<ViewFile>>& views,
-                                   const std::vector<std::optional<std::string>>& gguf_refused, bool with_reads) {
+                                   const std::vector<std::optional<std::string>>& gguf_refused,
+                                   bool with_reads) {
   nlohmann::json j;
   j["source"] = cp.root.string();
   j["framework"] = cp.framework;

@@ -37,7 +37,9 @@ ExtentFile::ExtentFile(std::vector<Extent> extents) {
   extents_ = std::move(extents);
 }
 
-void ExtentFile::read(uint64_t offset, std::span<std::byte> dst) const { read_extents(offset, dst, nullptr); }
+void ExtentFile::read(uint64_t offset, std::span<std::byte> dst) const {
+  read_extents(offset, dst, nullptr);
+}
 
 void ExtentFile::read_deferring(uint64_t offset, std::span<std::byte> dst,
                                 std::vector<catalog::DeferredRun>& deferred) const {
@@ -97,7 +99,8 @@ void ExtentFile::prefetch(uint64_t offset, uint64_t length) const {
   // fetched once, ahead of the window (prefetch_window leaves room for them). At 64 ranks the fp32 view's
   // read took ~410 GETs instead of ~595, and 7% less time.
   for_each_source_range(runs, kJoinGap, [this](const io::File& file, uint64_t lo, uint64_t hi) {
-    if (const auto* needed = needed_of_object(file)) hi = round_up_within(*needed, hi, io::kRemoteRequestBytes);
+    if (const auto* needed = needed_of_object(file))
+      hi = round_up_within(*needed, hi, io::kRemoteRequestBytes);
     file.prefetch(lo, hi - lo);
   });
   runs.clear();  // holds no source file past the call
@@ -119,20 +122,23 @@ const std::vector<std::pair<uint64_t, uint64_t>>* ExtentFile::needed_of_object(c
 uint64_t round_up_within(std::span<const std::pair<uint64_t, uint64_t>> needed, uint64_t end, uint64_t unit) {
   if (end == 0) return end;
   // The first range ending at or past `end`: the one holding byte end - 1, if any holds it.
-  const auto it = std::lower_bound(needed.begin(), needed.end(), end,
-                                   [](const std::pair<uint64_t, uint64_t>& r, uint64_t e) { return r.second < e; });
+  const auto it =
+      std::lower_bound(needed.begin(), needed.end(), end,
+                       [](const std::pair<uint64_t, uint64_t>& r, uint64_t e) { return r.second < e; });
   if (it == needed.end() || it->first >= end) return end;
   return std::max(end, std::min(it->second, (end + unit - 1) / unit * unit));
 }
 
 void ExtentFile::append_source_runs(std::vector<catalog::Piece>& out) const {
-  for_each_tensor_bytes(extents_,
-                        [&](const TensorBytes& t) { catalog::append_runs(*t.tensor, 0, t.tensor->numel(), out); });
+  for_each_tensor_bytes(
+      extents_, [&](const TensorBytes& t) { catalog::append_runs(*t.tensor, 0, t.tensor->numel(), out); });
 }
 
 void for_each_source_range(std::vector<catalog::Piece>& runs, uint64_t join_gap,
                            const std::function<void(const io::File&, uint64_t, uint64_t)>& visit) {
-  const auto end_of = [](const catalog::Piece& p) { return p.src_offset + p.count * dtype_size(p.src_dtype); };
+  const auto end_of = [](const catalog::Piece& p) {
+    return p.src_offset + p.count * dtype_size(p.src_dtype);
+  };
   std::sort(runs.begin(), runs.end(), [](const catalog::Piece& a, const catalog::Piece& b) {
     return a.file != b.file ? a.file.get() < b.file.get() : a.src_offset < b.src_offset;
   });

@@ -32,8 +32,10 @@ class PassthroughFile final : public VirtualFile {
   void read(uint64_t offset, std::span<std::byte> dst) const override { file_->read_exact(offset, dst); }
   void read_deferring(uint64_t offset, std::span<std::byte> dst,
                       std::vector<catalog::DeferredRun>& deferred) const override {
-    if (dst.size() < catalog::kMinDeferredRun || !file_->has_descriptor()) return read(offset, dst);  // an object: no fd
-    if (offset > file_->size() || dst.size() > file_->size() - offset) return read(offset, dst);  // read says why
+    if (dst.size() < catalog::kMinDeferredRun || !file_->has_descriptor())
+      return read(offset, dst);  // an object: no fd
+    if (offset > file_->size() || dst.size() > file_->size() - offset)
+      return read(offset, dst);  // read says why
     deferred.push_back({catalog::FileBytes{file_.get(), offset}, dst.data(), dst.size()});
   }
   std::vector<io::FilePtr> sources() const override { return {file_}; }

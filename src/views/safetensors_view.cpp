@@ -28,7 +28,8 @@ VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog)
   return make_safetensors(std::move(catalog), all);
 }
 
-VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog, std::span<const size_t> subset) {
+VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog,
+                                std::span<const size_t> subset) {
   const auto& tensors = catalog->tensors;
   // The order safetensors' own writer (save_file, so zero_to_fp32 --safe_serialization and
   // save_pretrained) uses: its dtype enum descending (widest first, so every tensor is naturally aligned),
@@ -36,7 +37,8 @@ VirtualFilePtr make_safetensors(std::shared_ptr<const catalog::Catalog> catalog,
   // loaders, which take keys() in name order, read it front to back.
   std::vector<size_t> order(subset.begin(), subset.end());
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const int rank_a = dtype_safetensors_rank(tensors[a].dtype), rank_b = dtype_safetensors_rank(tensors[b].dtype);
+    const int rank_a = dtype_safetensors_rank(tensors[a].dtype),
+              rank_b = dtype_safetensors_rank(tensors[b].dtype);
     return rank_a != rank_b ? rank_a > rank_b : tensors[a].name < tensors[b].name;
   });
 

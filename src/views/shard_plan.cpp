@@ -20,7 +20,8 @@ namespace ckptfs::views {
 namespace {
 
 constexpr std::string_view kSizeSyntax =
-    "expected bytes (60000) or a number and a unit: KB, MB, GB, TB (decimal, as transformers' max_shard_size: "
+    "expected bytes (60000) or a number and a unit: KB, MB, GB, TB (decimal, as transformers' "
+    "max_shard_size: "
     "\"5GB\", \"1.5GB\") or KiB, MiB, GiB (binary, a whole number)";
 
 std::string_view trim(std::string_view s) {
@@ -80,7 +81,8 @@ std::optional<double> parse_decimal(std::string_view s) {
 std::optional<uint64_t> parse_size(std::string_view s) {
   if (all_digits(s)) return parse_bytes(s);
   // transformers' convert_file_size_to_int: int(size[:-3]) * 2**k
-  constexpr std::array<std::pair<std::string_view, unsigned>, 3> kBinary = {{{"KIB", 10}, {"MIB", 20}, {"GIB", 30}}};
+  constexpr std::array<std::pair<std::string_view, unsigned>, 3> kBinary = {
+      {{"KIB", 10}, {"MIB", 20}, {"GIB", 30}}};
   for (const auto& [unit, shift] : kBinary)
     if (ends_with_unit(s, unit)) {
       const auto n = parse_bytes(trim(s.substr(0, s.size() - unit.size())));
@@ -96,7 +98,7 @@ std::optional<uint64_t> parse_size(std::string_view s) {
       if (!value) return std::nullopt;
       const double bytes = *value * multiplier;
       if (!(bytes < 18446744073709551616.0)) return std::nullopt;  // 2^64
-      return static_cast<uint64_t>(bytes);  // truncated, as Python's int()
+      return static_cast<uint64_t>(bytes);                         // truncated, as Python's int()
     }
   return std::nullopt;
 }

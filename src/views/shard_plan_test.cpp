@@ -25,9 +25,9 @@ TEST(ShardSize, DecimalUnitsAsHuggingFaceHubParsesThem) {
   // the unit is upper-cased, the number stripped and read as a float, the product truncated
   EXPECT_EQ(parse_shard_size(" 5 gb "), 5'000'000'000u);
   EXPECT_EQ(parse_shard_size("1.5GB"), 1'500'000'000u);
-  EXPECT_EQ(parse_shard_size("0.1KB"), 100u);          // 0.1 * 1000 = 100.00000000000001
-  EXPECT_EQ(parse_shard_size("0.0015KB"), 1u);         // 1.5 bytes, truncated
-  EXPECT_EQ(parse_shard_size("1e-4KB"), 0u);           // 0.1 bytes
+  EXPECT_EQ(parse_shard_size("0.1KB"), 100u);   // 0.1 * 1000 = 100.00000000000001
+  EXPECT_EQ(parse_shard_size("0.0015KB"), 1u);  // 1.5 bytes, truncated
+  EXPECT_EQ(parse_shard_size("1e-4KB"), 0u);    // 0.1 bytes
   EXPECT_EQ(parse_shard_size(".5MB"), 500'000u);
   EXPECT_EQ(parse_shard_size("2.MB"), 2'000'000u);
   EXPECT_EQ(parse_shard_size("1e3MB"), 1'000'000'000u);
@@ -44,9 +44,27 @@ TEST(ShardSize, BinaryUnitsAndPlainBytes) {
 }
 
 TEST(ShardSize, NotASize) {
-  for (const char* bad : {"", " ", "GB", "5B", "5 G", "5XB", "-5GB", "+-5GB", "inf GB", "nanKB", "1_000KB",
-                          "0x10MB", "1.5GiB", "5e", "5eGB", "1e400GB", "1e8TB", "18446744073709551616",
-                          "17179869184GiB", "5 GB GB", "5PB"})
+  for (const char* bad : {"",
+                          " ",
+                          "GB",
+                          "5B",
+                          "5 G",
+                          "5XB",
+                          "-5GB",
+                          "+-5GB",
+                          "inf GB",
+                          "nanKB",
+                          "1_000KB",
+                          "0x10MB",
+                          "1.5GiB",
+                          "5e",
+                          "5eGB",
+                          "1e400GB",
+                          "1e8TB",
+                          "18446744073709551616",
+                          "17179869184GiB",
+                          "5 GB GB",
+                          "5PB"})
     EXPECT_THROW(parse_shard_size(bad), std::invalid_argument) << bad;
   try {
     parse_shard_size("5XB");
@@ -93,9 +111,13 @@ TEST(ShardPlan, InTheOrderOfTheModelsStateDict) {
   EXPECT_EQ(plan_shards(*sized({6, 6, 2, 6, 2, 2}).catalog(), std::vector<size_t>{5, 4, 3, 2, 1, 0}, 10),
             (Shards{{5, 4, 3}, {2, 1}, {0}}));
   // fp32 masters listed in the optimizer's order, split in the model's
-  const TestCatalog model({{"embed", DType::BF16, {4}}, {"layer.w", DType::BF16, {4}}, {"norm", DType::BF16, {4}}});
-  const TestCatalog fp32({{"norm", DType::F32, {4}}, {"extra", DType::F32, {1}}, {"embed", DType::F32, {4}},
-                          {"layer.w", DType::F32, {4}}, {"extra2", DType::F32, {1}}});
+  const TestCatalog model(
+      {{"embed", DType::BF16, {4}}, {"layer.w", DType::BF16, {4}}, {"norm", DType::BF16, {4}}});
+  const TestCatalog fp32({{"norm", DType::F32, {4}},
+                          {"extra", DType::F32, {1}},
+                          {"embed", DType::F32, {4}},
+                          {"layer.w", DType::F32, {4}},
+                          {"extra2", DType::F32, {1}}});
   EXPECT_EQ(state_dict_order(*fp32.catalog(), *model.catalog()), (std::vector<size_t>{2, 3, 0, 1, 4}));
 }
 
@@ -105,10 +127,10 @@ TEST(ShardPlan, FileNames) {
 }
 
 TEST(ShardedSafetensors, ShardsAndIndexAsSavePretrainedWritesThem) {
-  const TestCatalog tc({{"model.norm.weight", DType::F32, {4}},        // 16 bytes
-                        {"model.embed.weight", DType::BF16, {3, 4}},   // 24
-                        {"lm_head.weight", DType::BF16, {2, 4}},       // 16
-                        {"z\xc3\xa9", DType::F16, {2}}});              // 4, a non-ASCII name
+  const TestCatalog tc({{"model.norm.weight", DType::F32, {4}},       // 16 bytes
+                        {"model.embed.weight", DType::BF16, {3, 4}},  // 24
+                        {"lm_head.weight", DType::BF16, {2, 4}},      // 16
+                        {"z\xc3\xa9", DType::F16, {2}}});             // 4, a non-ASCII name
   const auto files = make_sharded_safetensors(tc.catalog(), *tc.catalog(), 30);
   ASSERT_EQ(files.size(), 4u);
   EXPECT_EQ(files[0].name, "model-00001-of-00003.safetensors");

@@ -100,8 +100,8 @@ std::optional<views::gguf::GgufViews> gguf_views(const Tag& tag, const ShardOpti
   if (!dir.has("config.json")) return std::nullopt;
   // the converter takes the tensors shard file by shard file, as the safetensors view serves them
   const auto order = views::state_dict_order(*catalog, *catalog);
-  return views::gguf::make_gguf_views(catalog, views::plan_shards(*catalog, order, shards.max_shard_size), dir,
-                                      {gguf.pre, gguf.name});
+  return views::gguf::make_gguf_views(catalog, views::plan_shards(*catalog, order, shards.max_shard_size),
+                                      dir, {gguf.pre, gguf.name});
 }
 
 void add_gguf(std::vector<ViewFile>& views, const Tag& tag, const ShardOptions& shards,
@@ -140,7 +140,8 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal, const Shard
                                                            return views::make_bytes_file(w.text);
                                                          },
                                                          [](const PassedThrough& p) -> views::VirtualFilePtr {
-                                                           return views::make_passthrough(io::File::open(p.source));
+                                                           return views::make_passthrough(
+                                                               io::File::open(p.source));
                                                          }},
                                               extra.bytes)});
     for (const auto& state : tag.state_files) {

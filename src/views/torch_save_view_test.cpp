@@ -203,7 +203,8 @@ TEST(TorchSave, Zip64RecordsPastFourGiB) {
   big.dtype = DType::F32;
   big.shape = {(int64_t{1} << 30) + 5};
   const auto& file_of_a = std::get<catalog::FlatRuns>(c->tensors[0].source).pieces[0].file;
-  std::get<catalog::FlatRuns>(big.source).pieces.push_back({.count = big.numel(), .file = file_of_a, .src_dtype = DType::F32});
+  std::get<catalog::FlatRuns>(big.source)
+      .pieces.push_back({.count = big.numel(), .file = file_of_a, .src_dtype = DType::F32});
   c->tensors.insert(c->tensors.begin() + 1, big);
   const auto file = make_torch_save(c, "archive");
   const auto& extents = dynamic_cast<const ExtentFile&>(*file).extents();

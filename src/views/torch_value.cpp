@@ -39,26 +39,38 @@ class ValuePickler {
   void save(const pickle::Value& v) {
     if (auto it = memo_.find(&v); it != memo_.end()) return w_.get(it->second);
     switch (v.kind) {
-      case Kind::None: return w_.none();
-      case Kind::Bool: return w_.boolean(v.boolean);
-      case Kind::Int: return w_.integer(v.integer);
-      case Kind::BigInt: return w_.big_integer(v.text);
-      case Kind::Float: return w_.real(v.real);
+      case Kind::None:
+        return w_.none();
+      case Kind::Bool:
+        return w_.boolean(v.boolean);
+      case Kind::Int:
+        return w_.integer(v.integer);
+      case Kind::BigInt:
+        return w_.big_integer(v.text);
+      case Kind::Float:
+        return w_.real(v.real);
       case Kind::String:
         w_.string(v.text);
         return remember(v);
-      case Kind::Bytes: return save_bytes(v);
-      case Kind::Tuple: return save_tuple(v);
+      case Kind::Bytes:
+        return save_bytes(v);
+      case Kind::Tuple:
+        return save_tuple(v);
       case Kind::List:
         w_.empty_list();
         remember(v);
         return appends(v.items);
-      case Kind::Dict: return save_dict(v);
+      case Kind::Dict:
+        return save_dict(v);
       case Kind::Set:
-      case Kind::FrozenSet: return save_set(v);
-      case Kind::Global: return w_.global(v.module, v.name);
-      case Kind::Object: return save_object(v);
-      case Kind::Native: return save_native(v);
+      case Kind::FrozenSet:
+        return save_set(v);
+      case Kind::Global:
+        return w_.global(v.module, v.name);
+      case Kind::Object:
+        return save_object(v);
+      case Kind::Native:
+        return save_native(v);
     }
   }
 
@@ -176,7 +188,8 @@ class ValuePickler {
   void save_native(const pickle::Value& v) {
     const auto* ref = dynamic_cast<const catalog::TensorValue*>(v.native.get());
     if (ref == nullptr) throw FormatError(fmt::format("torch.save view: cannot write a {}", v.describe()));
-    auto [it, inserted] = storage_keys_.try_emplace(&*ref->tensor, storages_.size());  // one storage per tensor
+    auto [it, inserted] =
+        storage_keys_.try_emplace(&*ref->tensor, storages_.size());  // one storage per tensor
     if (inserted) storages_.push_back(ref->tensor);
     write_tensor(*ref, it->second);
     remember(v);

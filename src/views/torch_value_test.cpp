@@ -1,10 +1,11 @@
 // The general torch.save value writer: every kind the unpickler produces is written back so that
 // unpickling gives the same tree (our unpickler here; torch.load in the end-to-end universal tests).
+#include "views/torch_value.hpp"
+
 #include <gtest/gtest.h>
 
 #include "ckptfs/catalog.hpp"
 #include "ckptfs/pickle.hpp"
-#include "views/torch_value.hpp"
 
 namespace ckptfs::views {
 namespace {
@@ -139,7 +140,8 @@ TEST(TorchValue, EveryKindRoundTrips) {
 
 TEST(TorchValue, ShapeOverrideWritesAFlatView) {
   const catalog::TensorRef tensor = lone_tensor();
-  const TorchPickle out = pickle_for_torch_save(*catalog::tensor_value(tensor, false, std::vector<int64_t>{6}));
+  const TorchPickle out =
+      pickle_for_torch_save(*catalog::tensor_value(tensor, false, std::vector<int64_t>{6}));
   pickle::UnpickleOptions options;
   options.persistent_load = [](const ValuePtr&) { return make_value(Kind::None); };
   const auto root = pickle::unpickle(std::as_bytes(std::span(out.data_pkl)), options);

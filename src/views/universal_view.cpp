@@ -1,8 +1,9 @@
 // universal/: a DeepSpeed universal checkpoint (docs/formats/universal.md) laid out from a tag's
-// UniversalPlan, in the zip layout of DeepSpeed's own files (torch 1.13's records). One directory per trainable parameter with a few small torch.save files each: tens of
-// thousands of files for a large model, so each file keeps only its indices and builds its zip layout
-// when opened (open_layout: the mount's reads go to that layout) or, read without an open (export), per
-// read (a few microseconds, nothing next to the tensor bytes it serves).
+// UniversalPlan, in the zip layout of DeepSpeed's own files (torch 1.13's records). One directory per
+// trainable parameter with a few small torch.save files each: tens of thousands of files for a large model,
+// so each file keeps only its indices and builds its zip layout when opened (open_layout: the mount's reads
+// go to that layout) or, read without an open (export), per read (a few microseconds, nothing next to the
+// tensor bytes it serves).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -38,10 +39,13 @@ class UniversalParamFile final : public VirtualFile {
       size_ = build()->size();
       return;
     }
-    std::string layout = fmt::format("{}|{}|{}", stem(), dtype_torch_name(t->dtype), fmt::join(t->shape, ","));
+    std::string layout =
+        fmt::format("{}|{}|{}", stem(), dtype_torch_name(t->dtype), fmt::join(t->shape, ","));
     const UniversalParam& p = plan_->params[param_];
     if (p.merge_keys)
-      for (const auto& [key, value] : *p.merge_keys) layout += fmt::format("|{}={}", key, value->is(pickle::Kind::Int) ? std::to_string(value->integer) : value->describe());
+      for (const auto& [key, value] : *p.merge_keys)
+        layout += fmt::format(
+            "|{}={}", key, value->is(pickle::Kind::Int) ? std::to_string(value->integer) : value->describe());
     auto [it, inserted] = sizes.try_emplace(layout, 0);
     if (inserted) it->second = build()->size();
     size_ = it->second;
@@ -93,9 +97,7 @@ class UniversalParamFile final : public VirtualFile {
     return dict;
   }
 
-  VirtualFilePtr build() const {
-    return make_torch_save_value(*value(), stem(), ZipRecords::torch_1_13);
-  }
+  VirtualFilePtr build() const { return make_torch_save_value(*value(), stem(), ZipRecords::torch_1_13); }
 
   std::shared_ptr<const UniversalPlan> plan_;
   size_t param_, what_;
@@ -106,8 +108,8 @@ class UniversalParamFile final : public VirtualFile {
 void require_directory_name(const std::string& name, const Tag& tag) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
       name.find('\0') != std::string::npos)
-    throw FormatError(fmt::format("{}: parameter name '{}' cannot be a directory of universal/",
-                                  tag.dir.string(), name));
+    throw FormatError(
+        fmt::format("{}: parameter name '{}' cannot be a directory of universal/", tag.dir.string(), name));
 }
 
 }  // namespace
@@ -119,7 +121,8 @@ std::vector<ViewFile> universal_views(const Tag& tag) {
   const std::string dir = fmt::format("universal/{}_universal", tag.name);
   out.push_back({"universal/latest_universal", make_bytes_file(tag.name + "_universal")});
   for (const auto& path : plan->model_state_files)
-    out.push_back({fmt::format("{}/{}", dir, path.filename().string()), make_passthrough(io::File::open(path))});
+    out.push_back(
+        {fmt::format("{}/{}", dir, path.filename().string()), make_passthrough(io::File::open(path))});
   out.push_back({dir + "/zero/optimizer_state.pt",
                  make_torch_save_value(*plan->optimizer_state, "optimizer_state", ZipRecords::torch_1_13)});
   std::unordered_map<std::string, uint64_t> sizes;

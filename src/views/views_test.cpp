@@ -23,7 +23,8 @@ catalog::LogicalTensor bytes_tensor(const SourceFile& src, uint64_t offset, uint
   t.name = "u8";
   t.dtype = DType::U8;
   t.shape = {static_cast<int64_t>(n)};
-  std::get<catalog::FlatRuns>(t.source).pieces.push_back({.count = n, .file = src.file(), .src_offset = offset, .src_dtype = DType::U8});
+  std::get<catalog::FlatRuns>(t.source).pieces.push_back(
+      {.count = n, .file = src.file(), .src_offset = offset, .src_dtype = DType::U8});
   return t;
 }
 

@@ -11,9 +11,9 @@
 namespace ckptfs::views {
 
 struct ZipRecord {
-  std::string name;                                // inside the top folder: "data.pkl", "data/0"
-  std::string bytes;                               // the content of a small record ...
-  catalog::TensorRef tensor{};                     // ... or of a tensor's bytes when set
+  std::string name;             // inside the top folder: "data.pkl", "data/0"
+  std::string bytes;            // the content of a small record ...
+  catalog::TensorRef tensor{};  // ... or of a tensor's bytes when set
 };
 
 inline constexpr uint64_t kZipAlignment = 64;  // torch's default .storage_alignment

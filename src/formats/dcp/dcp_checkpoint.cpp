@@ -62,8 +62,9 @@ bool is_step_being_saved(const fs::path& dir) {
   if (!is_step_name(dir.filename().string())) return false;
   const auto holds_data = [](const fs::path& d) {
     const auto entries = io::list_directory(d);
-    return std::any_of(entries.begin(), entries.end(),
-                       [](const io::DirectoryEntry& e) { return e.is_file && e.path.extension() == ".distcp"; });
+    return std::any_of(entries.begin(), entries.end(), [](const io::DirectoryEntry& e) {
+      return e.is_file && e.path.extension() == ".distcp";
+    });
   };
   if (holds_data(dir)) return true;
   for (const auto& d : subdirs(dir))
@@ -91,7 +92,8 @@ bool is_dcp_source(const fs::path& source) {
 // `source` is resolved (open_checkpoint): its filename is the dir's own name, never empty.
 Checkpoint open(const fs::path& source, const OpenOptions& options) {
   // step dirs sort naturally: the highest step is the last, served at the root
-  formats::SaveDir<TagDirs> save_dir("dcp", source, "no DCP checkpoint (.metadata or __<rank>.metadata) found");
+  formats::SaveDir<TagDirs> save_dir("dcp", source,
+                                     "no DCP checkpoint (.metadata or __<rank>.metadata) found");
   if (auto dirs = dcp_dirs_of(source); !dirs.empty()) {
     save_dir.tags.emplace_back(source.filename().string(), TagDirs{source, std::move(dirs)});
   } else {
@@ -111,13 +113,13 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
       return !t.saving && (!std::regex_match(name, kTrainerStep) || io::exists(t.dir / "trainer_state.json"));
     };
   }
-  return formats::open_save_dir(std::move(save_dir), options, [](io::FileSet& files, const std::string& name,
-                                                                 const TagDirs& t) {
-    if (t.dcp_dirs.empty()) return read_hf_storage_tag(files, t.dir, name);
-    Tag tag = read_tag(files, t.dir, name, t.dcp_dirs);
-    tag.side_files = side_files_of(t.dir);
-    return tag;
-  });
+  return formats::open_save_dir(std::move(save_dir), options,
+                                [](io::FileSet& files, const std::string& name, const TagDirs& t) {
+                                  if (t.dcp_dirs.empty()) return read_hf_storage_tag(files, t.dir, name);
+                                  Tag tag = read_tag(files, t.dir, name, t.dcp_dirs);
+                                  tag.side_files = side_files_of(t.dir);
+                                  return tag;
+                                });
 }
 
 }  // namespace ckptfs::dcp

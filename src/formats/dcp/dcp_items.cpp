@@ -3,13 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
 #include "ckptfs/error.hpp"
 #include "ckptfs/io_tree.hpp"
 #include "io/decoded_item.hpp"
-
-#include <nlohmann/json.hpp>
-
-#include <algorithm>
 
 namespace ckptfs::dcp {
 
@@ -22,7 +21,8 @@ namespace {
 bool starts_with_zip(const io::FileRange& range) {
   if (range.size() < 4) return false;
   const auto head = range.read(0, 4);
-  return head[0] == std::byte{'P'} && head[1] == std::byte{'K'} && head[2] == std::byte{3} && head[3] == std::byte{4};
+  return head[0] == std::byte{'P'} && head[1] == std::byte{'K'} && head[2] == std::byte{3} &&
+         head[3] == std::byte{4};
 }
 
 bool safetensors_header_at(const io::File& file, uint64_t offset) {
@@ -67,10 +67,10 @@ torch::TorchArchive ItemReader::archive(const Item& item, const ItemLocation& lo
 // usual torch.save archive, read through an io::DecodedItem.
 io::FileRange ItemReader::decoded(const Item& item, const ItemLocation& loc, const io::FilePtr& file) const {
   if (loc.transforms != std::vector<std::string>{std::string(kZstdTransform)})
-    throw UnsupportedError(fmt::format("{}: item {} is stored through transforms '{}', which ckptfs does not "
-                                       "read (it reads '{}')",
-                                       metadata_of(item).string(), item.fqn, fmt::join(loc.transforms, "', '"),
-                                       kZstdTransform));
+    throw UnsupportedError(
+        fmt::format("{}: item {} is stored through transforms '{}', which ckptfs does not "
+                    "read (it reads '{}')",
+                    metadata_of(item).string(), item.fqn, fmt::join(loc.transforms, "', '"), kZstdTransform));
   try {
     return io::FileRange(io::File::decoded(io::DecodedItem::zstd(file, loc.offset, loc.length)));
   } catch (const FormatError& e) {
@@ -84,7 +84,8 @@ torch::SourceTensor ItemReader::chunk_source(const Item& item, const Chunk& c) c
   const auto held = archive(item, c.location);
   const torch::SourceTensor* src = torch::as_tensor(held.root().get());
   if (src == nullptr)
-    fail(item, fmt::format("the chunk at {} holds a {}, not a tensor", c.location.relative_path, held.root()->describe()));
+    fail(item, fmt::format("the chunk at {} holds a {}, not a tensor", c.location.relative_path,
+                           held.root()->describe()));
   return *src;
 }
 
@@ -95,7 +96,8 @@ torch::SourceTensor ItemReader::blob_tensor(const Item& item, const Chunk& c, co
   auto [it, fresh] = blobs_.try_emplace({file.get(), c.location.offset});
   if (fresh) {
     try {
-      it->second = plain::read_safetensors_blob(io::FileRange(file, c.location.offset, file->size() - c.location.offset));
+      it->second = plain::read_safetensors_blob(
+          io::FileRange(file, c.location.offset, file->size() - c.location.offset));
     } catch (const FormatError& e) {
       blobs_.erase(it);
       fail(item, e.what());
@@ -104,15 +106,17 @@ torch::SourceTensor ItemReader::blob_tensor(const Item& item, const Chunk& c, co
   const plain::SafetensorsHeader& blob = it->second;
   const auto entry = std::find_if(blob.tensors.begin(), blob.tensors.end(),
                                   [&](const plain::SafetensorsEntry& e) { return e.name == item.fqn; });
-  const std::string where = fmt::format("the safetensors blob at byte {} of {}", c.location.offset, file->path().string());
+  const std::string where =
+      fmt::format("the safetensors blob at byte {} of {}", c.location.offset, file->path().string());
   if (entry == blob.tensors.end()) fail(item, fmt::format("{} has no tensor of that name", where));
   if (entry->tensor.shape != c.sizes)
-    fail(item, fmt::format("{} holds it as [{}], the chunk is [{}]", where, fmt::join(entry->tensor.shape, ", "),
-                           fmt::join(c.sizes, ", ")));
+    fail(item, fmt::format("{} holds it as [{}], the chunk is [{}]", where,
+                           fmt::join(entry->tensor.shape, ", "), fmt::join(c.sizes, ", ")));
   if (auto info = blob.metadata.find(kShardingInfoKey); info != blob.metadata.end()) {
     std::vector<int64_t> saved;
     try {
-      saved = nlohmann::json::parse(info->second).at(item.fqn).at("saved_offsets").get<std::vector<int64_t>>();
+      saved =
+          nlohmann::json::parse(info->second).at(item.fqn).at("saved_offsets").get<std::vector<int64_t>>();
     } catch (const nlohmann::json::exception& e) {
       fail(item, fmt::format("{}: {} has no saved_offsets for it: {}", where, kShardingInfoKey, e.what()));
     }

@@ -19,8 +19,7 @@ inline constexpr const char* kShardingInfoKey = "DCP_SHARDING_INFO";  // a safet
 
 class ItemReader {
  public:
-  ItemReader(io::FileSet& files, std::filesystem::path dir)
-      : ItemReader(files, dir, dir / ".metadata") {}
+  ItemReader(io::FileSet& files, std::filesystem::path dir) : ItemReader(files, dir, dir / ".metadata") {}
   // `metadata_path`: the dir's main metadata file (its .metadata, or __0.metadata of a rank-local save).
   ItemReader(io::FileSet& files, std::filesystem::path dir, std::filesystem::path metadata_path)
       : files_(files), dir_(std::move(dir)), metadata_path_(std::move(metadata_path)) {}
@@ -52,7 +51,8 @@ class ItemReader {
   io::FileSet& files_;
   std::filesystem::path dir_;
   std::filesystem::path metadata_path_;
-  mutable std::map<std::pair<const io::File*, uint64_t>, plain::SafetensorsHeader> blobs_;  // parsed once per file
+  mutable std::map<std::pair<const io::File*, uint64_t>, plain::SafetensorsHeader>
+      blobs_;  // parsed once per file
 };
 
 }  // namespace ckptfs::dcp

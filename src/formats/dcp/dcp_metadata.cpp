@@ -30,15 +30,16 @@ std::string string_of(const Field& f) {
 }
 
 ItemLocation location_of(const Field& info) {
-  if (!is_class(info.value(), "_StorageInfo")) info.fail(fmt::format("expected _StorageInfo, found {}", info.value().describe()));
+  if (!is_class(info.value(), "_StorageInfo"))
+    info.fail(fmt::format("expected _StorageInfo, found {}", info.value().describe()));
   ItemLocation loc;
   loc.relative_path = string_of(info["relative_path"]);
   loc.offset = static_cast<uint64_t>(info["offset"].as_int());
   loc.length = static_cast<uint64_t>(info["length"].as_int());
   if (auto t = info["transform_descriptors"]; t.present())
     for (size_t i = 0; i < t.size(); ++i) loc.transforms.push_back(t.at(i).as_string());
-  if (loc.relative_path.empty() || loc.relative_path.find('/') != std::string::npos || loc.relative_path == "." ||
-      loc.relative_path == "..")
+  if (loc.relative_path.empty() || loc.relative_path.find('/') != std::string::npos ||
+      loc.relative_path == "." || loc.relative_path == "..")
     info.fail(fmt::format("relative_path '{}' is not a file name in the checkpoint dir", loc.relative_path));
   return loc;
 }
@@ -53,7 +54,9 @@ DType dtype_of(const Field& properties) {
   if (dtype == nullptr || dtype->kind != Kind::Global || dtype->module != "torch")
     properties.fail("no torch dtype in TensorProperties");
   auto d = dtype_from_torch_name(dtype->name);
-  if (!d) throw UnsupportedError(fmt::format("{}: dtype torch.{} is not supported", properties.path(), dtype->name));
+  if (!d)
+    throw UnsupportedError(
+        fmt::format("{}: dtype torch.{} is not supported", properties.path(), dtype->name));
   return *d;
 }
 
@@ -68,7 +71,8 @@ std::map<StorageKey, ItemLocation> read_storage(const Field& storage) {
   for (const auto& [key, value] : storage.value().entries) {
     const Field k(key.get(), storage.file(), fmt::format("{}[{}].key", storage.path(), i));
     const Field v(value.get(), storage.file(), fmt::format("{}[{}]", storage.path(), i++));
-    if (!is_class(*key, "MetadataIndex")) k.fail(fmt::format("expected MetadataIndex, found {}", key->describe()));
+    if (!is_class(*key, "MetadataIndex"))
+      k.fail(fmt::format("expected MetadataIndex, found {}", key->describe()));
     std::optional<std::vector<int64_t>> offset;
     if (k["offset"].present()) offset = k["offset"].as_shape();
     out[{k["fqn"].as_string(), offset}] = location_of(v);
@@ -103,7 +107,8 @@ std::vector<pickle::ValuePtr> planner_path(const PlannerPaths& paths, const std:
 Metadata read_metadata(const fs::path& file) {
   // The size (fstat of the opened file) is checked before anything is read.
   const auto opened = io::File::open(file);
-  if (opened->size() > kMaxMetadataBytes) throw FormatError(fmt::format("{}: larger than 1 GiB", file.string()));
+  if (opened->size() > kMaxMetadataBytes)
+    throw FormatError(fmt::format("{}: larger than 1 GiB", file.string()));
   const std::vector<std::byte> bytes = opened->read(0, opened->size());
   pickle::ValuePtr root;
   try {
@@ -141,7 +146,8 @@ Metadata read_metadata(const fs::path& file) {
         chunk.sizes = chunks.at(c)["sizes"].as_shape();
         auto it = storage.find({fqn, chunk.offsets});
         if (it == storage.end())
-          chunks.at(c).fail(fmt::format("chunk at [{}] has no storage_data entry", fmt::join(chunk.offsets, ", ")));
+          chunks.at(c).fail(
+              fmt::format("chunk at [{}] has no storage_data entry", fmt::join(chunk.offsets, ", ")));
         chunk.location = it->second;
         item.chunks.push_back(std::move(chunk));
       }

@@ -29,8 +29,8 @@ struct Chunk {
 };
 
 struct Item {
-  std::string fqn;                      // the flattened key, as written (dots inside names stay)
-  std::vector<pickle::ValuePtr> path;   // planner_data: the nested keys (str) and list indexes (int)
+  std::string fqn;                     // the flattened key, as written (dots inside names stay)
+  std::vector<pickle::ValuePtr> path;  // planner_data: the nested keys (str) and list indexes (int)
   bool is_tensor = false;
   DType dtype = DType::F32;             // tensors
   std::vector<int64_t> size;            // tensors

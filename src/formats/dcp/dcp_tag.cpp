@@ -78,15 +78,18 @@ std::string storage_notes(const Metadata& md) {
     for (const auto& c : item.chunks) count(c.location);
   }
   std::string out;
-  if (compressed > 0) out += fmt::format("; {} of {} stored items zstd-compressed (ZStandard extension)", compressed, stored);
+  if (compressed > 0)
+    out += fmt::format("; {} of {} stored items zstd-compressed (ZStandard extension)", compressed, stored);
   if (md.files.size() > 1 || (md.files.size() == 1 && md.files.front().filename() != ".metadata"))
-    out += fmt::format("; rank-local metadata (use_collectives=False): {} __<rank>.metadata files merged", md.files.size());
+    out += fmt::format("; rank-local metadata (use_collectives=False): {} __<rank>.metadata files merged",
+                       md.files.size());
   return out;
 }
 
 }  // namespace
 
-Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, const std::vector<fs::path>& dcp_dirs) {
+Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name,
+             const std::vector<fs::path>& dcp_dirs) {
   Tag tag;
   tag.name = name;
   tag.dir = dir;
@@ -102,10 +105,11 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
     const Metadata md = read_dir_metadata(d);
     ItemReader reader(files, d, md.files.front());
     tag.format += storage_notes(md);
-    auto state = std::make_shared<Catalog>();   // every tensor item
+    auto state = std::make_shared<Catalog>();  // every tensor item
     for (const auto& item : md.items)
       if (item.is_tensor) state->tensors.push_back(reader.tensor(item));
-    if (reader.read_safetensors_blobs()) tag.format += "; tensors in safetensors blobs (serialization_format=SAFETENSORS)";
+    if (reader.read_safetensors_blobs())
+      tag.format += "; tensors in safetensors blobs (serialization_format=SAFETENSORS)";
     NestedState nested;
     size_t next_tensor = 0;
     for (const auto& item : md.items) {
@@ -113,7 +117,8 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name, c
       if (item.is_tensor) {
         value = catalog::tensor_value({state, next_tensor++});
       } else {
-        value = formats::with_logical_tensors(reader.archive(item, item.location).root(), std::make_shared<Catalog>(),
+        value = formats::with_logical_tensors(reader.archive(item, item.location).root(),
+                                              std::make_shared<Catalog>(),
                                               item.fqn);  // its tensors in a catalog of their own
       }
       try {

@@ -10,8 +10,8 @@
 #include <set>
 
 #include "ckptfs/error.hpp"
-#include "formats/json_file.hpp"
 #include "ckptfs/io_tree.hpp"
+#include "formats/json_file.hpp"
 #include "formats/model_selection.hpp"
 #include "formats/natural_order.hpp"
 #include "formats/parallel_reads.hpp"
@@ -55,7 +55,8 @@ struct ChunkedTensor {
 
 // DCP_SHARDING_INFO, '{"<fqn>": {"saved_offsets": [...]}, ...}' (a JSON text inside the string-valued
 // __metadata__), in the order the writer lists the tensors: the state dict's.
-std::vector<std::pair<std::string, std::vector<int64_t>>> sharding_info(const fs::path& file, const std::string& text) {
+std::vector<std::pair<std::string, std::vector<int64_t>>> sharding_info(const fs::path& file,
+                                                                        const std::string& text) {
   const auto fail = [&](const std::string& what) {
     throw FormatError(fmt::format("{}: __metadata__ {}: {}", file.string(), kShardingInfoKey, what));
   };
@@ -69,7 +70,8 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> sharding_info(const fs
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
   for (const auto& [fqn, entry] : info.items()) {
     const auto offsets = entry.is_object() ? entry.find("saved_offsets") : entry.end();
-    if (offsets == entry.end() || !offsets->is_array()) fail(fmt::format("{} has no saved_offsets list", fqn));
+    if (offsets == entry.end() || !offsets->is_array())
+      fail(fmt::format("{} has no saved_offsets list", fqn));
     std::vector<int64_t> o;
     for (const auto& v : *offsets) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxExtent)
@@ -106,15 +108,18 @@ PlacedFile read_placed_file(io::FileSet& files, const fs::path& path) {
   for (auto& [fqn, offsets] : sharding_info(path, it->second)) {
     listed.insert(fqn);
     if (!by_name.contains(fqn))
-      throw FormatError(fmt::format("{}: {} lists {}, which the file does not hold", path.string(), kShardingInfoKey, fqn));
+      throw FormatError(
+          fmt::format("{}: {} lists {}, which the file does not hold", path.string(), kShardingInfoKey, fqn));
     if (offsets.size() != by_name[fqn]->tensor.shape.size())
       throw FormatError(fmt::format("{}: {} gives {} {} offsets, the tensor has {} dimensions", path.string(),
-                                    kShardingInfoKey, fqn, offsets.size(), by_name[fqn]->tensor.shape.size()));
+                                    kShardingInfoKey, fqn, offsets.size(),
+                                    by_name[fqn]->tensor.shape.size()));
     out.tensors.emplace_back(*by_name[fqn], std::move(offsets));
   }
   for (const auto& e : header.tensors)
     if (!listed.contains(e.name))
-      throw FormatError(fmt::format("{}: tensor {} is missing from {}", path.string(), e.name, kShardingInfoKey));
+      throw FormatError(
+          fmt::format("{}: tensor {} is missing from {}", path.string(), e.name, kShardingInfoKey));
   return out;
 }
 
@@ -155,8 +160,8 @@ catalog::LogicalTensor assemble(const ChunkedTensor& t, const fs::path& dir) {
   uint64_t numel = 1;  // offsets come from JSON: the extent they make must stay addressable
   for (int64_t d : shape) {
     if (d != 0 && numel > (uint64_t{1} << 62) / static_cast<uint64_t>(d))
-      throw FormatError(fmt::format("{} ({}): {}: the chunks' extent [{}] is too large", dir.string(), file_names(t),
-                                    t.fqn, fmt::join(shape, ", ")));
+      throw FormatError(fmt::format("{} ({}): {}: the chunks' extent [{}] is too large", dir.string(),
+                                    file_names(t), t.fqn, fmt::join(shape, ", ")));
     numel *= static_cast<uint64_t>(d);
   }
   if (t.chunks.size() == 1 && shape == first.source.shape)
@@ -178,14 +183,19 @@ void check_index(const fs::path& index, const std::vector<ChunkedTensor>& tensor
   std::map<std::string, const ChunkedTensor*> by_fqn;
   for (const auto& t : tensors) by_fqn[t.fqn] = &t;
   for (const auto& [fqn, file] : j["weight_map"].items()) {
-    if (!file.is_string()) throw FormatError(fmt::format("{}: weight_map[{}] is not a file name", index.string(), fqn));
+    if (!file.is_string())
+      throw FormatError(fmt::format("{}: weight_map[{}] is not a file name", index.string(), fqn));
     const std::string name = file.get<std::string>();
     if (name.find('/') != std::string::npos || !io::is_file(index.parent_path() / name))
-      throw FormatError(fmt::format("{}: weight_map puts {} in {}, which is missing", index.string(), fqn, name));
+      throw FormatError(
+          fmt::format("{}: weight_map puts {} in {}, which is missing", index.string(), fqn, name));
     const auto it = by_fqn.find(fqn);
-    const bool held = it != by_fqn.end() && std::any_of(it->second->chunks.begin(), it->second->chunks.end(),
-                                                        [&](const Chunk& c) { return c.file.filename() == name; });
-    if (!held) throw FormatError(fmt::format("{}: weight_map puts {} in {}, which does not hold it", index.string(), fqn, name));
+    const bool held =
+        it != by_fqn.end() && std::any_of(it->second->chunks.begin(), it->second->chunks.end(),
+                                          [&](const Chunk& c) { return c.file.filename() == name; });
+    if (!held)
+      throw FormatError(
+          fmt::format("{}: weight_map puts {} in {}, which does not hold it", index.string(), fqn, name));
   }
 }
 
@@ -203,21 +213,24 @@ int rank_count(const fs::path& data_dir, const std::vector<fs::path>& data_files
   if (ranks.empty()) return 1;
   for (int r = 1; r <= *ranks.rbegin(); ++r)
     if (!ranks.contains(r))
-      throw FormatError(fmt::format("{}: shard-{:05d}-model-*.safetensors is missing (a rank's chunks), "
-                                    "shard-{:05d}-model-*.safetensors is there",
-                                    data_dir.string(), r, *ranks.rbegin()));
+      throw FormatError(
+          fmt::format("{}: shard-{:05d}-model-*.safetensors is missing (a rank's chunks), "
+                      "shard-{:05d}-model-*.safetensors is there",
+                      data_dir.string(), r, *ranks.rbegin()));
   return static_cast<int>(ranks.size());
 }
 
 // Which of the writer's layouts the dir holds, for `ckptfs inspect`.
-std::string layout_name(const fs::path& dir, const fs::path& data_dir, const std::vector<ChunkedTensor>& tensors) {
+std::string layout_name(const fs::path& dir, const fs::path& data_dir,
+                        const std::vector<ChunkedTensor>& tensors) {
   if (data_dir != dir) return "distributed shards in sharded/, not consolidated";
   const bool sharded = std::any_of(tensors.begin(), tensors.end(), [](const ChunkedTensor& t) {
     return t.chunks.size() > 1 || std::any_of(t.chunks[0].offsets.begin(), t.chunks[0].offsets.end(),
                                               [](int64_t o) { return o != 0; });
   });
   if (sharded) return "distributed shards (save_distributed=True)";
-  if (io::is_directory(dir / kShardedDir)) return "consolidated (consolidate_safetensors_files; sharded/ not read)";
+  if (io::is_directory(dir / kShardedDir))
+    return "consolidated (consolidate_safetensors_files; sharded/ not read)";
   return "full tensors (rank-0 save)";
 }
 
@@ -242,7 +255,8 @@ Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::stri
   const std::vector<ChunkedTensor> chunked = chunked_tensors(files, data_files);
   tag.name = name;
   tag.dir = dir;
-  tag.format = "PyTorch DCP Hugging Face storage (HuggingFaceStorageWriter): " + layout_name(dir, data_dir, chunked);
+  tag.format =
+      "PyTorch DCP Hugging Face storage (HuggingFaceStorageWriter): " + layout_name(dir, data_dir, chunked);
   tag.files = data_files;
   if (const fs::path index = dir / kIndexName; io::is_file(index)) {
     check_index(index, chunked);
@@ -250,7 +264,8 @@ Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::stri
   }
   auto model = std::make_shared<Catalog>();
   for (const auto& t : chunked) model->tensors.push_back(assemble(t, dir));
-  if (model->tensors.empty()) throw FormatError(fmt::format("{}: its safetensors files hold no tensor", data_dir.string()));
+  if (model->tensors.empty())
+    throw FormatError(fmt::format("{}: its safetensors files hold no tensor", data_dir.string()));
   for (const auto& t : model->tensors)
     if (dtype_is_floating(t.dtype)) {
       tag.topology.train_dtype = t.dtype;
@@ -261,7 +276,8 @@ Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::stri
     tag.notes.push_back("sharded/ is not read: the consolidated files beside it hold the same tensors");
   tag.add(ViewRole::fp32, formats::upcast_to_fp32(*model));
   tag.add(ViewRole::model, std::move(model));
-  // The dir's other files (the index, config.json, ...), beside the views (a name a view takes moves to source/).
+  // The dir's other files (the index, config.json, ...), beside the views (a name a view takes moves to
+  // source/).
   tag.side_files = formats::side_files(dir, [&](const std::string& file) {
     return std::find(data_files.begin(), data_files.end(), dir / file) != data_files.end();
   });
@@ -271,10 +287,10 @@ Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::stri
 Checkpoint open_hf_storage(const fs::path& dir, const OpenOptions& options) {
   formats::SaveDir<fs::path> save_dir("dcp", dir);
   save_dir.tags.emplace_back(dir.filename().string(), dir);
-  return formats::open_save_dir(std::move(save_dir), options, [](io::FileSet& files, const std::string& name,
-                                                                 const fs::path& tag_dir) {
-    return read_hf_storage_tag(files, tag_dir, name);
-  });
+  return formats::open_save_dir(std::move(save_dir), options,
+                                [](io::FileSet& files, const std::string& name, const fs::path& tag_dir) {
+                                  return read_hf_storage_tag(files, tag_dir, name);
+                                });
 }
 
 }  // namespace ckptfs::dcp

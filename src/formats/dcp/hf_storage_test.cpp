@@ -26,7 +26,9 @@ std::string safetensors(const std::vector<Chunk>& chunks, bool sharding_info = t
   nlohmann::ordered_json header, info = nlohmann::ordered_json::object();
   std::string data;
   for (const auto& c : chunks) {
-    header[c.fqn] = {{"dtype", "F32"}, {"shape", c.shape}, {"data_offsets", {data.size(), data.size() + 4 * c.values.size()}}};
+    header[c.fqn] = {{"dtype", "F32"},
+                     {"shape", c.shape},
+                     {"data_offsets", {data.size(), data.size() + 4 * c.values.size()}}};
     data.append(reinterpret_cast<const char*>(c.values.data()), 4 * c.values.size());
     info[c.fqn] = {{"saved_offsets", c.offsets}};
   }
@@ -86,7 +88,8 @@ TEST(HfStorage, ConsolidatedFilesWinOverSharded) {
   fs::create_directory(dir.path() / "sharded");
   dir.write("sharded/shard-00001-model-00001-of-00001.safetensors", "not read");
   dir.write("model-00001-of-00001.safetensors", safetensors({{"w", {3}, {7, 8, 9}, {0}}}, false));
-  dir.write("model.safetensors.index.json", R"({"metadata": {"total_size": 12}, "weight_map": {"w": "model-00001-of-00001.safetensors"}})");
+  dir.write("model.safetensors.index.json",
+            R"({"metadata": {"total_size": 12}, "weight_map": {"w": "model-00001-of-00001.safetensors"}})");
   const Checkpoint cp = open_hf_storage(dir.path(), {});
   EXPECT_EQ(read_all(model_tensor(cp, 0)), (std::vector<float>{7, 8, 9}));
   EXPECT_NE(cp.tags[0].format.find("consolidated"), std::string::npos);
@@ -108,15 +111,18 @@ TEST(HfStorage, ShardsAloneInShardedAreRead) {
 TEST(HfStorage, InconsistentShardsAreRefusedNamingTheFile) {
   {
     testing::TempDir dir;  // rank 2's rows of w overlap rank 1's
-    dir.write("shard-00001-model-00001-of-00001.safetensors", safetensors({{"w", {2, 2}, {1, 2, 3, 4}, {0, 0}}}));
-    dir.write("shard-00002-model-00001-of-00001.safetensors", safetensors({{"w", {2, 2}, {5, 6, 7, 8}, {1, 0}}}));
+    dir.write("shard-00001-model-00001-of-00001.safetensors",
+              safetensors({{"w", {2, 2}, {1, 2, 3, 4}, {0, 0}}}));
+    dir.write("shard-00002-model-00001-of-00001.safetensors",
+              safetensors({{"w", {2, 2}, {5, 6, 7, 8}, {1, 0}}}));
     const std::string e = open_error(dir.path());
     EXPECT_NE(e.find("overlap"), std::string::npos) << e;
     EXPECT_NE(e.find("shard-00002-model-00001-of-00001.safetensors"), std::string::npos) << e;
   }
   {
     testing::TempDir dir;  // rows 2-3 of w in no chunk
-    dir.write("shard-00001-model-00001-of-00001.safetensors", safetensors({{"w", {2, 2}, {1, 2, 3, 4}, {0, 0}}}));
+    dir.write("shard-00001-model-00001-of-00001.safetensors",
+              safetensors({{"w", {2, 2}, {1, 2, 3, 4}, {0, 0}}}));
     dir.write("shard-00002-model-00001-of-00001.safetensors", safetensors({{"w", {1, 2}, {5, 6}, {3, 0}}}));
     EXPECT_NE(open_error(dir.path()).find("in no chunk"), std::string::npos) << open_error(dir.path());
   }
@@ -127,13 +133,15 @@ TEST(HfStorage, InconsistentShardsAreRefusedNamingTheFile) {
   }
   {
     testing::TempDir dir;  // the sharding info gives one offset for a 2-D chunk
-    dir.write("shard-00001-model-00001-of-00001.safetensors", safetensors({{"w", {2, 2}, {1, 2, 3, 4}, {0}}}));
+    dir.write("shard-00001-model-00001-of-00001.safetensors",
+              safetensors({{"w", {2, 2}, {1, 2, 3, 4}, {0}}}));
     EXPECT_NE(open_error(dir.path()).find("shard-00001-model-00001-of-00001.safetensors: DCP_SHARDING_INFO"),
               std::string::npos);
   }
   {
     testing::TempDir dir;  // offsets far past any real tensor: refused before anything is sized from them
-    dir.write("shard-00001-model-00001-of-00001.safetensors", safetensors({{"w", {2, 2}, {1, 2, 3, 4}, {0, 0}}}));
+    dir.write("shard-00001-model-00001-of-00001.safetensors",
+              safetensors({{"w", {2, 2}, {1, 2, 3, 4}, {0, 0}}}));
     dir.write("shard-00002-model-00001-of-00001.safetensors",
               safetensors({{"w", {1, 2}, {5, 6}, {int64_t{1} << 40, int64_t{1} << 40}}}));
     EXPECT_NE(open_error(dir.path()).find("too large"), std::string::npos) << open_error(dir.path());
@@ -141,7 +149,9 @@ TEST(HfStorage, InconsistentShardsAreRefusedNamingTheFile) {
   {
     testing::TempDir dir;  // the index names a file that is not there
     dir.write("model-00001-of-00002.safetensors", safetensors({{"w", {3}, {7, 8, 9}, {0}}}, false));
-    dir.write("model.safetensors.index.json", R"({"weight_map": {"w": "model-00001-of-00002.safetensors", "v": "model-00002-of-00002.safetensors"}})");
+    dir.write(
+        "model.safetensors.index.json",
+        R"({"weight_map": {"w": "model-00001-of-00002.safetensors", "v": "model-00002-of-00002.safetensors"}})");
     const std::string e = open_error(dir.path());
     EXPECT_NE(e.find("model.safetensors.index.json"), std::string::npos) << e;
     EXPECT_NE(e.find("model-00002-of-00002.safetensors, which is missing"), std::string::npos) << e;

@@ -29,7 +29,8 @@ ValuePtr& NestedState::slot(const ValuePtr& container, const pickle::Value& key)
     while (items.size() <= static_cast<size_t>(key.integer)) items.push_back(pickle::make_value(Kind::None));
     return items[static_cast<size_t>(key.integer)];
   }
-  if (!container->is(Kind::Dict)) throw FormatError(fmt::format("key {} below a value that is not a container", key_text(key)));
+  if (!container->is(Kind::Dict))
+    throw FormatError(fmt::format("key {} below a value that is not a container", key_text(key)));
   auto& positions = index_[container.get()];
   auto [it, inserted] = positions.try_emplace(key_text(key), container->entries.size());
   if (inserted) {
@@ -46,7 +47,8 @@ void NestedState::set(const std::vector<ValuePtr>& path, ValuePtr value) {
   ValuePtr container = root_;
   for (size_t i = 0; i + 1 < path.size(); ++i) {
     ValuePtr& child = slot(container, *path[i]);
-    if (child->is(Kind::None)) child = pickle::make_value(path[i + 1]->is(Kind::Int) ? Kind::List : Kind::Dict);
+    if (child->is(Kind::None))
+      child = pickle::make_value(path[i + 1]->is(Kind::Int) ? Kind::List : Kind::Dict);
     container = child;
   }
   slot(container, *path.back()) = std::move(value);

@@ -22,13 +22,14 @@ namespace {
 const std::regex kRankMetadata(R"(__(\d+)\.metadata)");
 
 [[noreturn]] void disagree(const Item& first, const Item& later, const std::string& what) {
-  throw FormatError(fmt::format("{}: item {}: {}, which disagrees with {}", later.metadata_file.string(), later.fqn,
-                                what, first.metadata_file.string()));
+  throw FormatError(fmt::format("{}: item {}: {}, which disagrees with {}", later.metadata_file.string(),
+                                later.fqn, what, first.metadata_file.string()));
 }
 
 std::string shape_text(const Item& item) {
-  return item.is_tensor ? fmt::format("a {} tensor [{}]", dtype_torch_name(item.dtype), fmt::join(item.size, ", "))
-                        : std::string("a bytes item");
+  return item.is_tensor
+             ? fmt::format("a {} tensor [{}]", dtype_torch_name(item.dtype), fmt::join(item.size, ", "))
+             : std::string("a bytes item");
 }
 
 // Adds a later rank's view of an item the merge already holds: its chunks that are new.
@@ -41,8 +42,9 @@ void merge_into(Item& held, const Item& later) {
     if (same == held.chunks.end())
       held.chunks.push_back(c);
     else if (same->sizes != c.sizes)
-      disagree(held, later, fmt::format("chunk at [{}] has sizes [{}], not [{}]", fmt::join(c.offsets, ", "),
-                                        fmt::join(c.sizes, ", "), fmt::join(same->sizes, ", ")));
+      disagree(held, later,
+               fmt::format("chunk at [{}] has sizes [{}], not [{}]", fmt::join(c.offsets, ", "),
+                           fmt::join(c.sizes, ", "), fmt::join(same->sizes, ", ")));
   }
 }
 
@@ -69,7 +71,8 @@ std::vector<fs::path> metadata_files(const fs::path& dir) {
 
 Metadata read_dir_metadata(const fs::path& dir) {
   const auto files = metadata_files(dir);
-  if (files.empty()) throw SourceError(fmt::format("{}: no DCP metadata (.metadata or __<rank>.metadata)", dir.string()));
+  if (files.empty())
+    throw SourceError(fmt::format("{}: no DCP metadata (.metadata or __<rank>.metadata)", dir.string()));
   auto ranks = formats::read_all(files, [](const fs::path& f) { return read_metadata(f); });
   Metadata out = std::move(ranks.front());
   std::unordered_map<std::string, size_t> position;

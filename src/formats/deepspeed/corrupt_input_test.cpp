@@ -328,8 +328,8 @@ struct Outcomes {
 };
 
 // `n` mutations of the tag dir `source` (each restored before the next), opened and read in `work`.
-void corrupt_and_open(const fs::path& source, const std::string& label, uint32_t seed, int n, const fs::path& work,
-                      Outcomes& out) {
+void corrupt_and_open(const fs::path& source, const std::string& label, uint32_t seed, int n,
+                      const fs::path& work, Outcomes& out) {
   const fs::path tag_dir = work / label / "global_step3";
   Corrupter corrupter(source, tag_dir, seed);
   ASSERT_NO_THROW(read_views(open_checkpoint(tag_dir))) << label << " unmodified";
@@ -395,8 +395,8 @@ TEST(CorruptInput, RealCheckpointsFailCleanlyOrOpen) {
 TEST(CorruptInput, RealMoeCheckpointFailsCleanlyOrOpens) {
   const fs::path work = work_dir();
   Outcomes out;
-  corrupt_and_open(kFixtures019 / "moe_ep2_z2_bf16_ws2/checkpoint/global_step3", "moe_ep2_z2_bf16_ws2", 2000, 1500,
-                   work, out);
+  corrupt_and_open(kFixtures019 / "moe_ep2_z2_bf16_ws2/checkpoint/global_step3", "moe_ep2_z2_bf16_ws2", 2000,
+                   1500, work, out);
   fs::remove_all(work);
   expect_strong(out);
 }

@@ -12,12 +12,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<fs::path> tag_dirs(const fs::path& root) { return formats::sorted_subdirs(root, is_tag_dir); }
+std::vector<fs::path> tag_dirs(const fs::path& root) {
+  return formats::sorted_subdirs(root, is_tag_dir);
+}
 
 // The tag a `latest` (or, in a save dir of universal checkpoints only, `latest_universal`) file names.
 std::optional<formats::Tracked> tracked_tag(const fs::path& root) {
   for (const char* name : {"latest", "latest_universal"})
-    if (auto tag = formats::read_tracker(root / name); tag && !tag->empty()) return formats::Tracked{root / name, *tag, "tag"};
+    if (auto tag = formats::read_tracker(root / name); tag && !tag->empty())
+      return formats::Tracked{root / name, *tag, "tag"};
   return std::nullopt;
 }
 
@@ -39,8 +42,8 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     // one: a tag, or a universal dir, of its tracker's series after the one it names is being written.
     // Without the tracker (save_latest=False) a tag is taken as complete.
     dir.complete = [latest = formats::read_tracker(source / "latest"),
-                    latest_universal = formats::read_tracker(source / "latest_universal")](const std::string& name,
-                                                                                          const fs::path& tag_dir) {
+                    latest_universal = formats::read_tracker(source / "latest_universal")](
+                       const std::string& name, const fs::path& tag_dir) {
       const auto& tracker = is_universal_dir(tag_dir) ? latest_universal : latest;
       return !tracker || tracker->empty() || tracker_reached(*tracker, name);
     };
@@ -49,10 +52,10 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
     return name == "latest" || name == "latest_universal" ||
            (is_tag && (name.ends_with("_model_states.pt") || name.ends_with("optim_states.pt")));
   });
-  return formats::open_save_dir(std::move(dir), options, [](io::FileSet& files, const std::string& name,
-                                                            const fs::path& tag_dir) {
-    return read_tag(files, tag_dir, name);
-  });
+  return formats::open_save_dir(std::move(dir), options,
+                                [](io::FileSet& files, const std::string& name, const fs::path& tag_dir) {
+                                  return read_tag(files, tag_dir, name);
+                                });
 }
 
 }  // namespace ckptfs::deepspeed

@@ -63,7 +63,8 @@ void check_expert_keys(const std::vector<NamedTensor>& entries, const fs::path& 
   }
 }
 
-// The optimizer state of `groups` of one rank only, renumbered 0..n-1 (the layout assemble_flat_groups reads).
+// The optimizer state of `groups` of one rank only, renumbered 0..n-1 (the layout assemble_flat_groups
+// reads).
 OptimStates only_groups(const OptimStates& rank, const std::vector<size_t>& groups) {
   OptimStates out;
   out.path = rank.path;
@@ -90,12 +91,13 @@ std::vector<size_t> expert_data_parallel_ranks(int ep, int ep_size, int edp_size
 }
 
 // The layer an expert parameter name belongs to, by its prefix.
-const MoeLayer& layer_of(const std::vector<MoeLayer>& layers, const ExpertName& name, const fs::path& shapes_file,
-                         const std::string& param) {
+const MoeLayer& layer_of(const std::vector<MoeLayer>& layers, const ExpertName& name,
+                         const fs::path& shapes_file, const std::string& param) {
   for (const auto& l : layers)
     if (l.experts_prefix == name.prefix) return l;
-  throw FormatError(fmt::format("{}: param_shapes lists expert parameter {}, but no expert file holds its MoE module",
-                                shapes_file.string(), param));
+  throw FormatError(
+      fmt::format("{}: param_shapes lists expert parameter {}, but no expert file holds its MoE module",
+                  shapes_file.string(), param));
 }
 
 // Expert group `shapes` (local expert ids, as EP rank 0 saved them) as EP rank `ep` holds them: global ids.
@@ -110,9 +112,10 @@ std::vector<NamedShape> shapes_of_ep_rank(const std::vector<NamedShape>& shapes,
     const MoeLayer& layer = layer_of(layers, *name, shapes_file, s.name);
     const int experts = static_cast<int>(layer.experts.size());
     if (experts % ep_size != 0 || name->id >= experts / ep_size)
-      throw FormatError(fmt::format("{}: {} is local expert {} of MoE layer {}, which has {} experts over {} "
-                                    "expert-parallel ranks",
-                                    shapes_file.string(), s.name, name->id, layer.id, experts, ep_size));
+      throw FormatError(
+          fmt::format("{}: {} is local expert {} of MoE layer {}, which has {} experts over {} "
+                      "expert-parallel ranks",
+                      shapes_file.string(), s.name, name->id, layer.id, experts, ep_size));
     NamedShape global = s;
     global.name = fmt::format("{}{}{}", name->prefix, ep * (experts / ep_size) + name->id, name->rest);
     out.push_back(std::move(global));
@@ -121,7 +124,8 @@ std::vector<NamedShape> shapes_of_ep_rank(const std::vector<NamedShape>& shapes,
 }
 
 // Masters in the order of `module` (which holds every expert): the order the model's state_dict has.
-std::vector<LogicalTensor> in_module_order(std::vector<LogicalTensor> masters, const std::vector<NamedTensor>& module) {
+std::vector<LogicalTensor> in_module_order(std::vector<LogicalTensor> masters,
+                                           const std::vector<NamedTensor>& module) {
   std::unordered_map<std::string_view, size_t> position;
   for (size_t i = 0; i < module.size(); ++i) position.emplace(module[i].name, i);
   const auto rank = [&](const LogicalTensor& t) {
@@ -134,8 +138,8 @@ std::vector<LogicalTensor> in_module_order(std::vector<LogicalTensor> masters, c
 }
 
 // Every expert master must be an expert weight of the same shape.
-void check_against_expert_files(const std::vector<LogicalTensor>& masters, const std::vector<MoeLayer>& layers,
-                                const fs::path& shapes_file) {
+void check_against_expert_files(const std::vector<LogicalTensor>& masters,
+                                const std::vector<MoeLayer>& layers, const fs::path& shapes_file) {
   std::unordered_map<std::string_view, const NamedTensor*> weights;
   for (const auto& l : layers)
     for (const auto& expert : l.experts)
@@ -147,9 +151,10 @@ void check_against_expert_files(const std::vector<LogicalTensor>& masters, const
       throw FormatError(fmt::format("{}: param_shapes gives expert parameter {}, which no expert file holds",
                                     shapes_file.string(), m.name));
     if (it->second->tensor.shape != m.shape)
-      throw FormatError(fmt::format("{}: expert parameter {} has another shape in param_shapes than in its "
-                                    "expert file",
-                                    shapes_file.string(), m.name));
+      throw FormatError(
+          fmt::format("{}: expert parameter {} has another shape in param_shapes than in its "
+                      "expert file",
+                      shapes_file.string(), m.name));
   }
 }
 
@@ -163,7 +168,8 @@ std::optional<int> named_ep_size(const ExpertRankOptimizer& rank) {
     int ep = 0;
     auto [end, ec] = std::from_chars(text.data() + kName.size(), text.data() + text.size(), ep);
     if (ec != std::errc{} || end != text.data() + text.size() || ep < 1 || ep > (1 << 20))
-      throw FormatError(fmt::format("{}: expert group name '{}' is not ep_size_<N>", rank.path.string(), text));
+      throw FormatError(
+          fmt::format("{}: expert group name '{}' is not ep_size_<N>", rank.path.string(), text));
     out = std::max(out.value_or(1), ep);
   }
   return out;
@@ -190,8 +196,10 @@ SliceNames read_slice_names(io::FileSet& files, const fs::path& path) {
   SliceNames out;
   for (size_t g = 0; g < mappings.size(); ++g) {
     std::vector<std::pair<int64_t, std::string>> by_start;
-    for (const auto& [name, address] : mappings.at(g).items()) by_start.emplace_back(address["start"].as_int(), name);
-    std::stable_sort(by_start.begin(), by_start.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [name, address] : mappings.at(g).items())
+      by_start.emplace_back(address["start"].as_int(), name);
+    std::stable_sort(by_start.begin(), by_start.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
     auto& names = out.groups.emplace_back();
     for (auto& [start, name] : by_start) names.push_back(std::move(name));
   }
@@ -212,23 +220,27 @@ ModelStates with_shapes_from_slice_mappings(io::FileSet& files, const ModelState
   for (const auto& e : module) by_name.emplace(e.name, &e);
   // param_slice_mappings keep the params' original order, the flat buffers a round-robin one.
   if (names.front().round_robin)
-    throw UnsupportedError(fmt::format("{}: no param_shapes, and with round_robin_gradients the optimizer files' "
-                                       "param_slice_mappings do not give the flat order",
-                                       ms.path.string()));
+    throw UnsupportedError(
+        fmt::format("{}: no param_shapes, and with round_robin_gradients the optimizer files' "
+                    "param_slice_mappings do not give the flat order",
+                    ms.path.string()));
   ModelStates out = ms;
   out.data_before_expert_parallel = names.front().data_before_expert;
   out.param_shapes.emplace();
   const OptimStates& first = optim.front();
   const int world = static_cast<int>(optim.size());
   for (size_t g = 0; g < first.fp32_groups.size(); ++g) {
-    // The ranks whose partitions, in order, make up the group's flat buffer (EP rank 0's for an expert group).
+    // The ranks whose partitions, in order, make up the group's flat buffer (EP rank 0's for an expert
+    // group).
     std::vector<size_t> ranks;
     const bool expert = g < first.expert_groups.size() && first.expert_groups[g];
     if (expert) {
       const int64_t edp = first.partition_count[g];
       if (edp < 1 || world % edp != 0)
-        throw FormatError(fmt::format("{}: expert group {} is partitioned over {} ranks, which does not divide the {} "
-                                      "data-parallel ranks", first.path.string(), g, edp, world));
+        throw FormatError(
+            fmt::format("{}: expert group {} is partitioned over {} ranks, which does not divide the {} "
+                        "data-parallel ranks",
+                        first.path.string(), g, edp, world));
       ranks = expert_data_parallel_ranks(0, world / static_cast<int>(edp), static_cast<int>(edp),
                                          out.data_before_expert_parallel);
     } else {
@@ -242,8 +254,10 @@ ModelStates with_shapes_from_slice_mappings(io::FileSet& files, const ModelState
         if (!shapes.empty() && shapes.back().name == name) continue;  // a param spanning two partitions
         auto it = by_name.find(name);
         if (it == by_name.end())
-          throw FormatError(fmt::format("{}: param_slice_mappings names {}, which neither module nor an expert file "
-                                        "holds", optim[r].path.string(), name));
+          throw FormatError(
+              fmt::format("{}: param_slice_mappings names {}, which neither module nor an expert file "
+                          "holds",
+                          optim[r].path.string(), name));
         shapes.push_back({name, it->second->tensor.shape, it->second->tensor.numel()});
       }
     }
@@ -253,18 +267,20 @@ ModelStates with_shapes_from_slice_mappings(io::FileSet& files, const ModelState
 
 void require_supported_moe(const TagFiles& tf, bool universal_dir) {
   if (!tf.unsupported_expert_files.empty())
-    throw UnsupportedError(
-        fmt::format("{}: legacy (expert_<id>) or tensor-parallel Mixture-of-Experts files are not supported yet",
-                    tf.unsupported_expert_files.front().string()));
+    throw UnsupportedError(fmt::format(
+        "{}: legacy (expert_<id>) or tensor-parallel Mixture-of-Experts files are not supported yet",
+        tf.unsupported_expert_files.front().string()));
   if (tf.expert_states.empty()) {
     if (!tf.expert_optim_states.empty())
-      throw FormatError(fmt::format("{}: a Mixture-of-Experts optimizer file, but the tag has no "
-                                    "layer_<L>_expert_<E>_mp_rank_00_model_states.pt files",
-                                    tf.expert_optim_states.begin()->second.string()));
+      throw FormatError(
+          fmt::format("{}: a Mixture-of-Experts optimizer file, but the tag has no "
+                      "layer_<L>_expert_<E>_mp_rank_00_model_states.pt files",
+                      tf.expert_optim_states.begin()->second.string()));
     return;
   }
   const fs::path& first = tf.expert_states.begin()->second.begin()->second;
-  if (!tf.zero3_model_states.empty() || !tf.layer_states.empty() || tf.model_states.size() > 1 || universal_dir)
+  if (!tf.zero3_model_states.empty() || !tf.layer_states.empty() || tf.model_states.size() > 1 ||
+      universal_dir)
     throw UnsupportedError(fmt::format(
         "{}: Mixture-of-Experts checkpoints with ZeRO-3, pipeline or tensor parallelism, or as universal "
         "checkpoints, are not supported yet",
@@ -283,9 +299,9 @@ std::vector<MoeLayer> read_moe_layers(io::FileSet& files, const TagFiles& tf, co
     for (const auto& [expert, path] : experts) {
       const int expected = static_cast<int>(paths.size());
       if (expert != expected)
-        throw FormatError(fmt::format("{}: missing (the experts of MoE layer {} are numbered from 0; found {})",
-                                      (dir / expert_file_name(id, expected)).string(), id,
-                                      path.filename().string()));
+        throw FormatError(
+            fmt::format("{}: missing (the experts of MoE layer {} are numbered from 0; found {})",
+                        (dir / expert_file_name(id, expected)).string(), id, path.filename().string()));
       paths.push_back(path);
     }
     if (ms.num_experts.size() > layers.size()) {
@@ -317,7 +333,8 @@ int expert_count(const std::vector<MoeLayer>& layers) {
   return static_cast<int>(n);
 }
 
-std::vector<NamedTensor> splice_experts(const std::vector<NamedTensor>& module, const std::vector<MoeLayer>& layers) {
+std::vector<NamedTensor> splice_experts(const std::vector<NamedTensor>& module,
+                                        const std::vector<MoeLayer>& layers) {
   std::vector<NamedTensor> out = module;
   for (const auto& layer : layers) {
     // `<module>.deepspeed_moe.` holds the gate, then the experts; a MoE with a residual MLP has more after.
@@ -344,9 +361,9 @@ MoeMasters assemble_moe_masters(const ModelStates& ms, const std::vector<OptimSt
   const auto& groups = *ms.param_shapes;
   const OptimStates& first = optim.front();
   if (first.expert_groups.size() != groups.size())
-    throw FormatError(fmt::format("{}: base_optimizer_state lists {} param groups but {} lists {} in param_shapes",
-                                  first.path.string(), first.expert_groups.size(), ms.path.filename().string(),
-                                  groups.size()));
+    throw FormatError(fmt::format(
+        "{}: base_optimizer_state lists {} param groups but {} lists {} in param_shapes", first.path.string(),
+        first.expert_groups.size(), ms.path.filename().string(), groups.size()));
   const int world = static_cast<int>(optim.size());
   MoeMasters out;
   std::vector<size_t> dense;
@@ -358,12 +375,14 @@ MoeMasters assemble_moe_masters(const ModelStates& ms, const std::vector<OptimSt
     const int64_t edp = first.partition_count[g];
     for (const auto& r : optim)
       if (r.expert_groups.size() <= g || !r.expert_groups[g] || r.partition_count[g] != edp)
-        throw FormatError(fmt::format("{}: param group {} is not the expert group of {} partitions that {} holds",
-                                      r.path.string(), g, edp, first.path.filename().string()));
+        throw FormatError(
+            fmt::format("{}: param group {} is not the expert group of {} partitions that {} holds",
+                        r.path.string(), g, edp, first.path.filename().string()));
     if (world % edp != 0)
-      throw FormatError(fmt::format("{}: expert group {} is partitioned over {} ranks, which does not divide the "
-                                    "{} data-parallel ranks",
-                                    first.path.string(), g, edp, world));
+      throw FormatError(
+          fmt::format("{}: expert group {} is partitioned over {} ranks, which does not divide the "
+                      "{} data-parallel ranks",
+                      first.path.string(), g, edp, world));
     const int ep_size = world / static_cast<int>(edp);
     out.ep_size = std::max(out.ep_size, ep_size);
     for (int ep = 0; ep < ep_size; ++ep) {
@@ -371,7 +390,8 @@ MoeMasters assemble_moe_masters(const ModelStates& ms, const std::vector<OptimSt
       shapes.path = ms.path;
       shapes.param_shapes.emplace().push_back(shapes_of_ep_rank(groups[g], ep, ep_size, layers, ms.path));
       std::vector<OptimStates> ranks;
-      for (size_t r : expert_data_parallel_ranks(ep, ep_size, static_cast<int>(edp), ms.data_before_expert_parallel))
+      for (size_t r :
+           expert_data_parallel_ranks(ep, ep_size, static_cast<int>(edp), ms.data_before_expert_parallel))
         ranks.push_back(only_groups(optim[r], {g}));
       for (auto& t : assemble_flat_groups(shapes, ranks)) out.masters.push_back(std::move(t));
     }
@@ -412,23 +432,26 @@ int expert_parallel_size_without_zero(io::FileSet& files, const TagFiles& tf, co
                           .value_or(static_cast<int>(tf.expert_optim_states.rbegin()->first) + 1);
   for (int ep = 0; ep < ep_size; ++ep)
     if (!tf.expert_optim_states.count(ep))
-      throw FormatError(fmt::format("{}: missing (expert-parallel size {})", (dir / name_of(ep)).string(), ep_size));
+      throw FormatError(
+          fmt::format("{}: missing (expert-parallel size {})", (dir / name_of(ep)).string(), ep_size));
   if (static_cast<int>(tf.expert_optim_states.size()) != ep_size)
     throw FormatError(fmt::format("{}: does not belong (expert-parallel size {})",
                                   tf.expert_optim_states.rbegin()->second.string(), ep_size));
   for (const auto& l : layers)
     if (l.experts.size() % static_cast<size_t>(ep_size) != 0)
-      throw FormatError(fmt::format("{}: MoE layer {} has {} experts, which {} expert-parallel ranks cannot share",
-                                    dir.string(), l.id, l.experts.size(), ep_size));
+      throw FormatError(
+          fmt::format("{}: MoE layer {} has {} experts, which {} expert-parallel ranks cannot share",
+                      dir.string(), l.id, l.experts.size(), ep_size));
   return ep_size;
 }
 
-std::optional<MoeMasters> name_moe_unfused_masters(io::FileSet& files, const TagFiles& tf, const ModelStates& ms,
-                                                   const std::vector<MoeLayer>& layers,
+std::optional<MoeMasters> name_moe_unfused_masters(io::FileSet& files, const TagFiles& tf,
+                                                   const ModelStates& ms, const std::vector<MoeLayer>& layers,
                                                    const std::vector<NamedTensor>& module, int ep_size) {
   std::vector<fs::path> paths;
   for (int ep = 0; ep < ep_size; ++ep) paths.push_back(tf.expert_optim_states.at(ep));
-  const auto ranks = formats::read_all(paths, [&](const fs::path& p) { return read_expert_rank_optimizer(files, p); });
+  const auto ranks =
+      formats::read_all(paths, [&](const fs::path& p) { return read_expert_rank_optimizer(files, p); });
   const ExpertRankOptimizer& first = ranks.front();
   if (!first.unfused_fp32_groups) return std::nullopt;
   std::vector<size_t> dense, expert;
@@ -436,15 +459,17 @@ std::optional<MoeMasters> name_moe_unfused_masters(io::FileSet& files, const Tag
     (first.expert_groups[g] ? expert : dense).push_back(g);
     // Each EP rank's local experts are its share of every layer's experts only when all share one EP size.
     if (first.expert_groups[g] && first.group_names[g] != fmt::format("ep_size_{}", ep_size))
-      throw UnsupportedError(fmt::format("{}: expert param group {} is named '{}', another than ep_size_{}: MoE "
-                                         "layers of several expert-parallel sizes are not supported yet",
-                                         first.path.string(), g, first.group_names[g], ep_size));
+      throw UnsupportedError(
+          fmt::format("{}: expert param group {} is named '{}', another than ep_size_{}: MoE "
+                      "layers of several expert-parallel sizes are not supported yet",
+                      first.path.string(), g, first.group_names[g], ep_size));
   }
   for (const auto& r : ranks)
     if (!r.unfused_fp32_groups || r.expert_groups != first.expert_groups)
-      throw FormatError(fmt::format("{}: its FP16_UnfusedOptimizer param groups (fp32_groups, 'moe') are not those "
-                                    "of {}",
-                                    r.path.string(), first.path.filename().string()));
+      throw FormatError(
+          fmt::format("{}: its FP16_UnfusedOptimizer param groups (fp32_groups, 'moe') are not those "
+                      "of {}",
+                      r.path.string(), first.path.filename().string()));
   // Each rank's optimizer state named as a model-state file's: its groups matched by the ZeRO-0 matcher to
   // the params they come from, dense groups to the dense params (`ms`'s module) ...
   const auto as_model_states = [&](const ExpertRankOptimizer& r, std::vector<NamedTensor> params) {

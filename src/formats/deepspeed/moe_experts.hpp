@@ -1,7 +1,8 @@
 // Mixture-of-Experts tags (deepspeed.moe.layer.MoE with expert parallelism; docs/formats/deepspeed.md,
 // Mixture of Experts): every expert under its global name, spliced into `module`, which DeepSpeed saves
 // without experts, and the fp32 masters: ZeRO-1/2's, whose expert groups each expert-parallel rank
-// partitions over its own expert data-parallel group, or without ZeRO those of every EP rank's expp_rank file.
+// partitions over its own expert data-parallel group, or without ZeRO those of every EP rank's expp_rank
+// file.
 #pragma once
 
 #include <optional>
@@ -32,7 +33,8 @@ std::vector<MoeLayer> read_moe_layers(io::FileSet& files, const TagFiles& tf, co
 int expert_count(const std::vector<MoeLayer>& layers);
 
 // `module` with every layer's experts in global id order where the MoE module holds them (after its gate).
-std::vector<NamedTensor> splice_experts(const std::vector<NamedTensor>& module, const std::vector<MoeLayer>& layers);
+std::vector<NamedTensor> splice_experts(const std::vector<NamedTensor>& module,
+                                        const std::vector<MoeLayer>& layers);
 
 struct MoeMasters {
   std::vector<catalog::LogicalTensor> masters;  // in module order, experts under their global names
@@ -55,9 +57,9 @@ ModelStates with_shapes_from_slice_mappings(io::FileSet& files, const ModelState
 
 // ZeRO-2 lists frozen params as rank 0 holds them, so frozen experts of EP ranks > 0 only in their expert
 // files: those expert weights that are neither a master nor in `frozen`, in module order.
-std::vector<catalog::LogicalTensor> unlisted_frozen_experts(const std::vector<NamedTensor>& module,
-                                                            const std::vector<catalog::LogicalTensor>& masters,
-                                                            const std::vector<catalog::LogicalTensor>& frozen);
+std::vector<catalog::LogicalTensor> unlisted_frozen_experts(
+    const std::vector<NamedTensor>& module, const std::vector<catalog::LogicalTensor>& masters,
+    const std::vector<catalog::LogicalTensor>& frozen);
 
 // Without ZeRO: the EP size the expert groups of expp_rank_0_mp_rank_00_optim_states.pt are named for (else
 // the number of expp_rank files), every EP rank's file present.
@@ -68,8 +70,8 @@ int expert_parallel_size_without_zero(io::FileSet& files, const TagFiles& tf, co
 // dense groups from EP rank 0's file, each EP rank's expert groups under its experts' global names, named
 // by name_unfused_masters against the dense params of `ms` and that rank's experts in `module`; in module
 // order. nullopt when the files hold no fp32_groups (a torch or the fused FP16_Optimizer).
-std::optional<MoeMasters> name_moe_unfused_masters(io::FileSet& files, const TagFiles& tf, const ModelStates& ms,
-                                                   const std::vector<MoeLayer>& layers,
+std::optional<MoeMasters> name_moe_unfused_masters(io::FileSet& files, const TagFiles& tf,
+                                                   const ModelStates& ms, const std::vector<MoeLayer>& layers,
                                                    const std::vector<NamedTensor>& module, int ep_size);
 
 }  // namespace ckptfs::deepspeed

@@ -46,7 +46,8 @@ struct Layout {
       const uint64_t ep = data_before_expert ? r / edp : r % kEp, k = data_before_expert ? r % edp : r / kEp;
       experts[r] = {data.size(), k + 1 == edp ? total - k * slice : slice};
       for (uint64_t e = k * slice; e < (k + 1) * slice; ++e)
-        data.push_back(e < total ? static_cast<float>(1000 * (ep * kLocal + e / kExpert) + e % kExpert) : -7.0f);
+        data.push_back(e < total ? static_cast<float>(1000 * (ep * kLocal + e / kExpert) + e % kExpert)
+                                 : -7.0f);
     }
   }
 };
@@ -91,19 +92,22 @@ TEST_P(MoeMastersTest, ExpertGroupsComeFromEachEpRanksExpertDataParallelGroup) {
   EXPECT_EQ(m.ep_size, static_cast<int>(kEp));
   std::vector<std::string> got;
   for (const auto& t : m.masters) got.push_back(t.name);
-  EXPECT_EQ(got, (std::vector<std::string>{expert_param(0), expert_param(1), expert_param(2), expert_param(3), "d"}));
+  EXPECT_EQ(got, (std::vector<std::string>{expert_param(0), expert_param(1), expert_param(2), expert_param(3),
+                                           "d"}));
   for (const auto& t : m.masters) {
     const auto values = read_all(t);
     for (uint64_t j = 0; j < values.size(); ++j) {
-      const float want = t.name == "d" ? static_cast<float>(100 + j)
-                                       : static_cast<float>(1000 * (t.name[std::string(kPrefix).size()] - '0') + j);
+      const float want = t.name == "d"
+                             ? static_cast<float>(100 + j)
+                             : static_cast<float>(1000 * (t.name[std::string(kPrefix).size()] - '0') + j);
       EXPECT_EQ(values[j], want) << t.name << "[" << j << "]";
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(RankLayouts, MoeMastersTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "DataBeforeExpert" : "ExpertBeforeData"; });
+INSTANTIATE_TEST_SUITE_P(RankLayouts, MoeMastersTest, ::testing::Values(false, true), [](const auto& info) {
+  return info.param ? "DataBeforeExpert" : "ExpertBeforeData";
+});
 
 TEST(MoeExperts, SpliceGoesAfterTheGateAndBeforeAResidualMlp) {
   const auto file = testing::SourceFile::of(std::vector<float>(4, 0.0f));
@@ -114,8 +118,9 @@ TEST(MoeExperts, SpliceGoesAfterTheGateAndBeforeAResidualMlp) {
   const auto spliced = splice_experts({named("a", t), named("m.deepspeed_moe.gate.wg.weight", t),
                                        named("m.mlp.w", t), named("m.coefficient.weight", t), named("z", t)},
                                       {layer});
-  EXPECT_EQ(names(spliced), (std::vector<std::string>{"a", "m.deepspeed_moe.gate.wg.weight", expert_param(0),
-                                                      expert_param(1), "m.mlp.w", "m.coefficient.weight", "z"}));
+  EXPECT_EQ(names(spliced),
+            (std::vector<std::string>{"a", "m.deepspeed_moe.gate.wg.weight", expert_param(0), expert_param(1),
+                                      "m.mlp.w", "m.coefficient.weight", "z"}));
   // Without the gate the experts follow the MoE module's other weights; without either, they come last.
   EXPECT_EQ(names(splice_experts({named("m.mlp.w", t), named("z", t)}, {layer})),
             (std::vector<std::string>{"m.mlp.w", expert_param(0), expert_param(1), "z"}));

@@ -55,7 +55,8 @@ class Translator {
     if (d >= '1' && d <= '9') return refuse(error, "backreferences");
     if (std::string_view("pPCQE").find(d) != std::string_view::npos)
       return refuse(error, std::string("the RE2-only escape \\") + d);
-    if (d == 'x' && i_ + 2 < p_.size() && p_[i_ + 2] == '{') return refuse(error, "the RE2-only escape \\x{...}");
+    if (d == 'x' && i_ + 2 < p_.size() && p_[i_ + 2] == '{')
+      return refuse(error, "the RE2-only escape \\x{...}");
     // Python's \Z (end of string) is RE2's \z.
     out_ += '\\';
     out_ += (d == 'Z' && !class_open_) ? 'z' : d;
@@ -134,7 +135,8 @@ NamePattern NamePattern::compile(std::string_view python_pattern, std::string* e
 }
 
 bool NamePattern::matches(std::string_view name) const {
-  return re_->Match(re2::StringPiece(name.data(), name.size()), 0, name.size(), RE2::ANCHOR_START, nullptr, 0);
+  return re_->Match(re2::StringPiece(name.data(), name.size()), 0, name.size(), RE2::ANCHOR_START, nullptr,
+                    0);
 }
 
 }  // namespace ckptfs::deepspeed

@@ -41,12 +41,14 @@ TEST(NamePattern, MatchesLikePythonReMatch) {
       {R"((?:a|b)c)", "bc", true},
       {R"((?P<n>x)y)", "xy", true},
   };
-  for (const auto& c : cases) EXPECT_EQ(python_match(c.pattern, c.name), c.python) << c.pattern << " on " << c.name;
+  for (const auto& c : cases)
+    EXPECT_EQ(python_match(c.pattern, c.name), c.python) << c.pattern << " on " << c.name;
 }
 
 TEST(NamePattern, RefusesSyntaxOutsideTheSharedSubset) {
-  for (const char* pattern : {R"((?=a))", R"((a)\1)", R"((?x)a)", R"((?<=a)b)", R"((?#c)a)", R"((?P=n))",
-                              R"((?>a))", R"(\pL)", R"([[:alpha:]])", R"(a\)", R"((?U)a)", R"(\x{41})", "(a"}) {
+  for (const char* pattern :
+       {R"((?=a))", R"((a)\1)", R"((?x)a)", R"((?<=a)b)", R"((?#c)a)", R"((?P=n))", R"((?>a))", R"(\pL)",
+        R"([[:alpha:]])", R"(a\)", R"((?U)a)", R"(\x{41})", "(a"}) {
     std::string error;
     EXPECT_FALSE(NamePattern::compile(pattern, &error).ok()) << pattern;
     EXPECT_FALSE(error.empty()) << pattern;

@@ -57,7 +57,6 @@ DType fp32_view_dtype(DType d) {
   return (d == DType::F16 || d == DType::BF16) ? DType::F32 : d;
 }
 
-
 namespace {
 
 // fp32 masters are served in F32 whatever they are stored in; optimizer state keeps its stored dtype.
@@ -120,7 +119,8 @@ std::vector<LogicalTensor> lay_out_flat_groups(const ModelStates& shapes_file,
 
 // ZeRO-3: rank r holds ceil(numel / ranks) elements of every param of sub-group i, one after another.
 std::vector<LogicalTensor> lay_out_zero3_groups(const ModelStates& shapes_file,
-                                                const std::vector<OptimStates>& ranks, const std::string& key) {
+                                                const std::vector<OptimStates>& ranks,
+                                                const std::string& key) {
   const auto& groups = *shapes_file.param_shapes;
   const uint64_t n_ranks = ranks.size();
   std::vector<LogicalTensor> out;
@@ -150,7 +150,8 @@ std::vector<LogicalTensor> lay_out_zero3_groups(const ModelStates& shapes_file,
   return out;
 }
 
-std::vector<uint64_t> flat_group_slices(const ModelStates& shapes_file, const std::vector<OptimStates>& ranks) {
+std::vector<uint64_t> flat_group_slices(const ModelStates& shapes_file,
+                                        const std::vector<OptimStates>& ranks) {
   const auto& groups = *shapes_file.param_shapes;
   const OptimStates& first = ranks.front();
   if (groups.size() != first.fp32_groups.size())
@@ -194,7 +195,8 @@ std::vector<LogicalTensor> assemble_flat_groups(const ModelStates& shapes_file,
 }
 
 std::vector<LogicalTensor> assemble_flat_state(const ModelStates& shapes_file,
-                                               const std::vector<OptimStates>& ranks, const std::string& key) {
+                                               const std::vector<OptimStates>& ranks,
+                                               const std::string& key) {
   return lay_out_flat_groups(shapes_file, ranks, flat_group_slices(shapes_file, ranks), key);
 }
 
@@ -210,7 +212,8 @@ std::vector<LogicalTensor> assemble_zero3_groups(const ModelStates& shapes_file,
 }
 
 std::vector<LogicalTensor> assemble_zero3_state(const ModelStates& shapes_file,
-                                                const std::vector<OptimStates>& ranks, const std::string& key) {
+                                                const std::vector<OptimStates>& ranks,
+                                                const std::string& key) {
   return lay_out_zero3_groups(shapes_file, ranks, key);
 }
 

@@ -1,6 +1,6 @@
-// Assembles fp32 master weights from DeepSpeed's partitioned optimizer state (docs/formats/deepspeed.md: partition math):
-// flat groups split evenly across ranks (ZeRO-1/2, BF16_Optimizer) and per-parameter partitions
-// (ZeRO-3). The result describes where each element lives; no tensor data is read.
+// Assembles fp32 master weights from DeepSpeed's partitioned optimizer state (docs/formats/deepspeed.md:
+// partition math): flat groups split evenly across ranks (ZeRO-1/2, BF16_Optimizer) and per-parameter
+// partitions (ZeRO-3). The result describes where each element lives; no tensor data is read.
 #pragma once
 
 #include <string>

@@ -38,7 +38,8 @@ void require_contiguous(const std::map<int, fs::path>& ranks, const fs::path& di
 
 // The world size the files agree on: the value that matches the number of files if any file says so,
 // else rank 0's. A file that disagrees names itself; a shortfall names the first missing file.
-// MoE expert groups are partitioned over the expert data-parallel group instead (moe_experts.cpp checks them).
+// MoE expert groups are partitioned over the expert data-parallel group instead (moe_experts.cpp checks
+// them).
 void check_world_size(const std::vector<OptimStates>& ranks, const fs::path& dir,
                       const std::function<std::string(int)>& name_of) {
   const int64_t n_files = static_cast<int64_t>(ranks.size());
@@ -83,7 +84,8 @@ std::vector<OptimStates> read_optim_ranks(io::FileSet& files, const TagFiles& tf
   require_contiguous(it->second, dir, name_of);
   std::vector<fs::path> paths;
   for (const auto& [dp, path] : it->second) paths.push_back(path);
-  std::vector<OptimStates> out = formats::read_all(paths, [&](const fs::path& p) { return read_optim_states(files, p); });
+  std::vector<OptimStates> out =
+      formats::read_all(paths, [&](const fs::path& p) { return read_optim_states(files, p); });
   check_world_size(out, dir, name_of);
   return out;
 }

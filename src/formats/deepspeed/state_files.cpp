@@ -123,8 +123,8 @@ ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& p
       stage.present() && stage.value().is(pickle::Kind::Int))
     ms.config_zero_stage = stage.as_int();
   for (const auto& [key, dtype] : {std::pair{"bf16", DType::BF16}, std::pair{"fp16", DType::F16}})
-    if (auto on = root["ds_config"][key]["enabled"]; on.present() && on.value().is(pickle::Kind::Bool) &&
-                                                     on.value().boolean)
+    if (auto on = root["ds_config"][key]["enabled"];
+        on.present() && on.value().is(pickle::Kind::Bool) && on.value().boolean)
       ms.config_dtype = dtype;
   if (auto dp = root["dp_world_size"]; dp.present() && dp.value().is(pickle::Kind::Int))
     ms.dp_world_size = dp.as_int();
@@ -137,7 +137,8 @@ ModelStates read_model_states(io::FileSet& files, const std::filesystem::path& p
     ms.fused_fp32_groups_flat.emplace();
     for (size_t g = 0; g < groups.size(); ++g) ms.fused_fp32_groups_flat->push_back(groups.at(g).as_tensor());
   }
-  if (auto groups = root["optimizer"]["fp32_groups"]; groups.present()) ms.unfused_fp32_groups = read_fp32_groups(groups);
+  if (auto groups = root["optimizer"]["fp32_groups"]; groups.present())
+    ms.unfused_fp32_groups = read_fp32_groups(groups);
   if (auto experts = root["num_experts"]; experts.is_list())
     for (size_t i = 0; i < experts.size(); ++i) ms.num_experts.push_back(experts.at(i).as_int());
   if (auto d_e = root["ds_config"]["use_data_before_expert_parallel_"];
@@ -197,7 +198,8 @@ ExpertRankOptimizer read_expert_rank_optimizer(io::FileSet& files, const std::fi
   out.expert_groups = expert_flags(groups);
   for (size_t g = 0; g < groups.size(); ++g) {
     const Field name = groups.at(g)["name"];
-    out.group_names.push_back(name.present() && name.value().is(pickle::Kind::String) ? name.value().text : "");
+    out.group_names.push_back(name.present() && name.value().is(pickle::Kind::String) ? name.value().text
+                                                                                      : "");
   }
   if (auto fp32 = optimizer["fp32_groups"]; fp32.present()) {
     out.unfused_fp32_groups = read_fp32_groups(fp32);

@@ -1,5 +1,5 @@
-// What ckptfs needs from DeepSpeed's model-state and optimizer-state files (docs/formats/deepspeed.md: model and optimizer states),
-// extracted from their pickles without reading tensor data.
+// What ckptfs needs from DeepSpeed's model-state and optimizer-state files (docs/formats/deepspeed.md: model
+// and optimizer states), extracted from their pickles without reading tensor data.
 #pragma once
 
 #include <cstdint>

@@ -60,7 +60,8 @@ std::vector<fs::path> TagFiles::all() const {
 
 TagFiles list_tag_files(const fs::path& dir) {
   TagFiles files;
-  if (!io::is_directory(dir)) throw SourceError(fmt::format("{}: cannot list: not a directory", dir.string()));
+  if (!io::is_directory(dir))
+    throw SourceError(fmt::format("{}: cannot list: not a directory", dir.string()));
   for (const auto& entry : io::list_directory(dir)) {
     if (!entry.is_file) continue;
     const std::string name = entry.path.filename().string();

@@ -17,7 +17,7 @@ struct TagFiles {
   std::map<int, std::map<int, std::filesystem::path>> expert_states;
   std::map<int, std::filesystem::path> expert_optim_states;
   std::vector<std::filesystem::path> unsupported_expert_files;  // legacy expert_E_* or mp rank > 0
-  bool bf16_prefix = false;  // optimizer files are bf16_zero_pp_rank_*
+  bool bf16_prefix = false;                                     // optimizer files are bf16_zero_pp_rank_*
 
   bool empty() const { return model_states.empty() && zero3_model_states.empty(); }
   std::vector<std::filesystem::path> all() const;

@@ -49,9 +49,11 @@ std::vector<int64_t> int_list(const formats::Field& f) {
 
 // The layout ds_to_universal reconstructs: version 0.4 records the sizes (a tuple at partition_dim) and
 // every rank's widths; older versions a count of equal sub-parameters (or their sizes), split evenly.
-formats::SubParams sub_layout(const UniversalInfo& info, const UniversalInfo::SubParams& sp, const std::string& pattern,
-                     const std::string& name, const std::vector<formats::RankTensor>& ranks) {
-  const formats::Field entry(sp.entry.get(), &info.file, "universal_checkpoint_info.parameter_with_sub_params");
+formats::SubParams sub_layout(const UniversalInfo& info, const UniversalInfo::SubParams& sp,
+                              const std::string& pattern, const std::string& name,
+                              const std::vector<formats::RankTensor>& ranks) {
+  const formats::Field entry(sp.entry.get(), &info.file,
+                             "universal_checkpoint_info.parameter_with_sub_params");
   const auto fail = [&](const std::string& what) -> void {
     throw FormatError(fmt::format("{}: parameter {}: {}", info.file.string(), name, what));
   };
@@ -65,7 +67,8 @@ formats::SubParams sub_layout(const UniversalInfo& info, const UniversalInfo::Su
   if (info.version >= 0.4) {
     out.sizes = int_list(spec);
     auto it = info.shard_widths.find(pattern);
-    if (it == info.shard_widths.end()) fail("universal checkpoint version 0.4 without sub_param_shard_widths for it");
+    if (it == info.shard_widths.end())
+      fail("universal checkpoint version 0.4 without sub_param_shard_widths for it");
     out.widths = it->second;
   } else {
     if (spec.is_list()) {
@@ -75,11 +78,13 @@ formats::SubParams sub_layout(const UniversalInfo& info, const UniversalInfo::Su
       int64_t full = 0;
       for (const auto& r : ranks) full += r.tensor.shape[out.dim];
       // More sub-parameters than elements cannot be (and would ask for that many sizes).
-      if (count <= 0 || count > full || full % count != 0) fail(fmt::format("{} sub-parameters do not divide {}", count, full));
+      if (count <= 0 || count > full || full % count != 0)
+        fail(fmt::format("{} sub-parameters do not divide {}", count, full));
       out.sizes.assign(static_cast<size_t>(count), full / count);
     }
     for (int64_t size : out.sizes) {
-      if (size % static_cast<int64_t>(tp) != 0) fail(fmt::format("a sub-parameter of {} does not split evenly over TP {}", size, tp));
+      if (size % static_cast<int64_t>(tp) != 0)
+        fail(fmt::format("a sub-parameter of {} does not split evenly over TP {}", size, tp));
       out.widths.emplace_back(tp, size / static_cast<int64_t>(tp));
     }
   }
@@ -89,7 +94,8 @@ formats::SubParams sub_layout(const UniversalInfo& info, const UniversalInfo::Su
   int64_t extent = 0;
   for (const auto& r : ranks) extent += r.tensor.shape[out.dim];
   const auto check_extent = [&](int64_t n, const char* what) {
-    if (n < 0 || n > extent) fail(fmt::format("a {} of {} (the tensor has {} along dim {})", what, n, extent, out.dim));
+    if (n < 0 || n > extent)
+      fail(fmt::format("a {} of {} (the tensor has {} along dim {})", what, n, extent, out.dim));
   };
   for (size_t s = 0; s < out.sizes.size(); ++s) {
     check_extent(out.sizes[s], "sub-parameter size");
@@ -99,7 +105,8 @@ formats::SubParams sub_layout(const UniversalInfo& info, const UniversalInfo::Su
       check_extent(w, "shard width");
       sum += w;
     }
-    if (sum != out.sizes[s]) fail(fmt::format("shard widths sum to {}, the sub-parameter has {}", sum, out.sizes[s]));
+    if (sum != out.sizes[s])
+      fail(fmt::format("shard widths sum to {}, the sub-parameter has {}", sum, out.sizes[s]));
   }
   for (size_t r = 0; r < tp; ++r) {
     int64_t held = 0;
@@ -118,7 +125,8 @@ pickle::ValuePtr subparam_shape_value(const std::shared_ptr<const pickle::Value>
     auto k = pickle::make_value(pickle::Kind::String);
     k->text = key;
     const pickle::Value* v = entry->find(key);
-    state->entries.emplace_back(k, v ? std::make_shared<pickle::Value>(*v) : pickle::make_value(pickle::Kind::None));
+    state->entries.emplace_back(
+        k, v ? std::make_shared<pickle::Value>(*v) : pickle::make_value(pickle::Kind::None));
   }
   auto obj = pickle::make_value(pickle::Kind::Object);
   obj->module = "deepspeed.checkpoint.universal_checkpoint";
@@ -142,7 +150,9 @@ class Merger {
   void merge_catalogs(Tag& out) {
     for (const auto& [folder, roles] : ranks_.front().tag.models)
       for (const auto& [role, first] : roles) {
-        const auto of_rank = [&, role = role, folder = folder](size_t r) { return ranks_[r].tag.catalog(role, folder); };
+        const auto of_rank = [&, role = role, folder = folder](size_t r) {
+          return ranks_[r].tag.catalog(role, folder);
+        };
         out.models[folder][role] = merge_catalog(std::string(role_name(role)), of_rank, out);
       }
     for (const auto& [state, first] : ranks_.front().tag.states) {
@@ -152,7 +162,8 @@ class Merger {
   }
 
   // The catalog `role` of every rank (of_rank(r)) merged name by name.
-  CatalogPtr merge_catalog(const std::string& role, const std::function<CatalogPtr(size_t)>& of_rank, Tag& out) {
+  CatalogPtr merge_catalog(const std::string& role, const std::function<CatalogPtr(size_t)>& of_rank,
+                           Tag& out) {
     const CatalogPtr first = of_rank(0);
     auto merged = std::make_shared<Catalog>();
     std::vector<std::unordered_map<std::string, size_t>> index(ranks_.size());
@@ -173,9 +184,10 @@ class Merger {
       std::string pattern;
       const auto* sp = info_.sub_params_of(t.name, &pattern);
       const formats::TensorParallelRule rule =
-          sp ? formats::TensorParallelRule(sub_layout(info_, *sp, pattern, t.name, slices)) : split_of(t.name);
-      merged->tensors.push_back(
-          formats::merge_tensor_parallel(t.name, rule, slices, t.dtype, &out.notes, fmt::format("{} {}", role, t.name)));
+          sp ? formats::TensorParallelRule(sub_layout(info_, *sp, pattern, t.name, slices))
+             : split_of(t.name);
+      merged->tensors.push_back(formats::merge_tensor_parallel(t.name, rule, slices, t.dtype, &out.notes,
+                                                               fmt::format("{} {}", role, t.name)));
     }
     return merged;
   }
@@ -202,7 +214,8 @@ class Merger {
       for (size_t i = 0; i < c->tensors.size(); ++i) index.emplace(c->tensors[i].name, i);
       return index;
     };
-    const auto find = [](const CatalogPtr& c, const auto& index, const std::string& name) -> catalog::TensorRef {
+    const auto find = [](const CatalogPtr& c, const auto& index,
+                         const std::string& name) -> catalog::TensorRef {
       auto it = index.find(name);
       return it == index.end() ? catalog::TensorRef{} : catalog::TensorRef{c, it->second};
     };
@@ -214,23 +227,26 @@ class Merger {
       std::string pattern;
       if (const auto* sp = info_.sub_params_of(p.name, &pattern)) {
         if (info_.version < 0.4) {
-          out.notes.push_back(fmt::format("no universal/: {} fuses sub-parameters and the checkpoint's universal "
-                                          "info is version {} (ckptfs writes their files for 0.4)",
-                                          p.name, info_.version));
+          out.notes.push_back(
+              fmt::format("no universal/: {} fuses sub-parameters and the checkpoint's universal "
+                          "info is version {} (ckptfs writes their files for 0.4)",
+                          p.name, info_.version));
           return nullptr;
         }
         keys.emplace_back("sub_param_shape", subparam_shape_value(sp->entry));
       } else {
         const Split split = split_of(p.name);
-        if (split != Split::Replicated) keys.emplace_back("cat_dim", int_value(split == Split::Columns ? 1 : 0));
+        if (split != Split::Replicated)
+          keys.emplace_back("cat_dim", int_value(split == Split::Columns ? 1 : 0));
         if (split == Split::GatedRows) keys.emplace_back("param_n_sub_params", int_value(2));
       }
       const bool vocab = info_.vocabulary.matches(p.name);
       if (vocab) {
         if (!info_.original_vocab_size)
-          throw FormatError(fmt::format("{}: universal_checkpoint_info names vocabulary parameters but has no "
-                                        "original_vocab_size",
-                                        info_.file.string()));
+          throw FormatError(
+              fmt::format("{}: universal_checkpoint_info names vocabulary parameters but has no "
+                          "original_vocab_size",
+                          info_.file.string()));
         auto yes = pickle::make_value(pickle::Kind::Bool);
         yes->boolean = true;
         keys.emplace_back("vocab_tensor", std::move(yes));
@@ -243,8 +259,8 @@ class Merger {
         catalog::append_slice(boxes, *merged, 0, 0, rows, 0);
         std::vector<int64_t> shape = merged->shape;
         shape[0] = rows;
-        trimmed->tensors.push_back(
-            catalog::assembled_tensor(merged->name, merged->dtype, std::move(shape), std::move(boxes), "vocabulary rows"));
+        trimmed->tensors.push_back(catalog::assembled_tensor(merged->name, merged->dtype, std::move(shape),
+                                                             std::move(boxes), "vocabulary rows"));
         return {trimmed, trimmed->tensors.size() - 1};
       };
       p.fp32 = pick(find(fp32, fp32_index, p.name));
@@ -271,7 +287,8 @@ class Merger {
 
 }  // namespace
 
-const UniversalInfo::SubParams* UniversalInfo::sub_params_of(const std::string& name, std::string* pattern) const {
+const UniversalInfo::SubParams* UniversalInfo::sub_params_of(const std::string& name,
+                                                             std::string* pattern) const {
   for (const auto& sp : sub_params)
     if (const NamePattern* hit = sp.patterns.first_match(name)) {
       *pattern = hit->text();
@@ -289,9 +306,10 @@ const NamePattern* UniversalInfo::Patterns::first_match(const std::string& name)
 Split UniversalInfo::split_of(const std::string& name) const {
   if (replicated.matches(name)) return Split::Replicated;
   if (average.matches(name))
-    throw UnsupportedError(fmt::format("{}: parameter {} is averaged over TP ranks (parameter_to_average_patterns), "
-                                       "which ckptfs cannot serve without computing it",
-                                       file.string(), name));
+    throw UnsupportedError(
+        fmt::format("{}: parameter {} is averaged over TP ranks (parameter_to_average_patterns), "
+                    "which ckptfs cannot serve without computing it",
+                    file.string(), name));
   if (two_sub_params.matches(name)) return Split::GatedRows;
   if (row_parallel.matches(name)) return Split::Columns;
   return Split::Rows;
@@ -304,9 +322,10 @@ UniversalInfo read_universal_info(io::FileSet& files, const fs::path& model_stat
 UniversalInfo read_universal_info(const pickle::ValuePtr& root, const fs::path& model_states) {
   const formats::Field info = formats::Field(root.get(), &model_states, "")["universal_checkpoint_info"];
   if (!info.is_dict())
-    throw UnsupportedError(fmt::format("{}: a tensor-parallel checkpoint without universal_checkpoint_info: nothing "
-                                       "says how each parameter is split over the TP ranks",
-                                       model_states.string()));
+    throw UnsupportedError(
+        fmt::format("{}: a tensor-parallel checkpoint without universal_checkpoint_info: nothing "
+                    "says how each parameter is split over the TP ranks",
+                    model_states.string()));
   UniversalInfo out;
   out.file = model_states;
   out.replicated = read_patterns(info["tp_replicated_parameter_patterns"]);

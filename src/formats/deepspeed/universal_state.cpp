@@ -66,7 +66,8 @@ std::optional<OptimizerState> read_optimizer_state(const ModelStates& shapes_fil
   const OptimStates& rank0 = ranks.front();
   auto first = rank0.group_state.find(0);
   if (first == rank0.group_state.end()) {
-    why_not = fmt::format("{}: no per-parameter optimizer state (an elastic checkpoint?)", rank0.path.string());
+    why_not =
+        fmt::format("{}: no per-parameter optimizer state (an elastic checkpoint?)", rank0.path.string());
     return std::nullopt;
   }
   OptimizerState out;
@@ -93,7 +94,8 @@ std::optional<OptimizerState> read_optimizer_state(const ModelStates& shapes_fil
     raw[g] = raw_group_step(rank0, static_cast<int64_t>(g));
     if (const auto* t = raw[g] ? torch::as_tensor(raw[g].get()) : nullptr) {
       tensor_index[g] = static_cast<int64_t>(steps->tensors.size());
-      steps->tensors.push_back(whole_tensor(fmt::format("step of group {}", g), *t, t->dtype, "optimizer step"));
+      steps->tensors.push_back(
+          whole_tensor(fmt::format("step of group {}", g), *t, t->dtype, "optimizer step"));
     } else if (raw[g] && !raw[g]->is(Kind::Int) && !raw[g]->is(Kind::Float)) {
       raw[g] = nullptr;
     }

@@ -15,9 +15,9 @@ namespace ckptfs::deepspeed {
 
 // Optimizer state of the trainable parameters, aligned with the fp32 masters they were assembled with.
 struct OptimizerState {
-  std::vector<std::string> keys;                    // per-parameter state besides fp32: exp_avg, exp_avg_sq
+  std::vector<std::string> keys;  // per-parameter state besides fp32: exp_avg, exp_avg_sq
   std::vector<std::vector<catalog::LogicalTensor>> tensors;  // [param][key]
-  std::vector<pickle::ValuePtr> steps;              // [param]: its group's step; null when none
+  std::vector<pickle::ValuePtr> steps;                       // [param]: its group's step; null when none
 };
 
 // The per-parameter state of one MP rank's optimizer files, for the masters `assemble_flat_groups` /

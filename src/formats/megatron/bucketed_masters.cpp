@@ -81,7 +81,8 @@ struct DomainBuffer {
     return coalesced ? layout.total == numel_unpadded : layout.bucket_sizes == bucket_sizes;
   }
   std::string describe() const {
-    return coalesced ? fmt::format("{} elements", numel_unpadded) : fmt::format("buckets of [{}] elements", fmt::join(bucket_sizes, ", "));
+    return coalesced ? fmt::format("{} elements", numel_unpadded)
+                     : fmt::format("buckets of [{}] elements", fmt::join(bucket_sizes, ", "));
   }
   // The parameter at `offset` of `layout` (which fits), shaped `shape`.
   formats::RankTensor view(const BufferLayout& layout, int64_t offset, const std::vector<int64_t>& shape,
@@ -104,7 +105,8 @@ std::vector<std::vector<int64_t>> read_bucket_sizes(const formats::Field& list) 
   std::vector<std::vector<int64_t>> out;
   for (size_t g = 0; g < list.size(); ++g) {
     const formats::Field per_dtype = list.at(g);
-    if (!per_dtype.is_dict() || per_dtype.size() != 1) per_dtype.fail("expected the bucket sizes of one dtype");
+    if (!per_dtype.is_dict() || per_dtype.size() != 1)
+      per_dtype.fail("expected the bucket sizes of one dtype");
     const formats::Field sizes(per_dtype.value().entries.front().second.get(), per_dtype.file(),
                                fmt::format("{}[{}]", list.path(), g));
     auto& row = out.emplace_back();
@@ -116,7 +118,8 @@ std::vector<std::vector<int64_t>> read_bucket_sizes(const formats::Field& list) 
 // dp_zero_gather_scatter's param_state: torch.save([the coalesced dict distrib_optim.pt holds]).
 Domain read_param_state(const formats::Field& state) {
   if (state.is_list())
-    throw UnsupportedError("the distributed optimizer's state of a chained optimizer (MoE) is not mapped yet");
+    throw UnsupportedError(
+        "the distributed optimizer's state of a chained optimizer (MoE) is not mapped yet");
   if (!state.is_dict() || !state["buckets_coalesced"].present())
     state.fail("expected the distributed optimizer's coalesced dict of buffers (megatron-core 0.7+)");
   size_t chunks = 0;  // the buffers are keyed 0, 1, ... (one per model chunk)
@@ -127,8 +130,10 @@ Domain read_param_state(const formats::Field& state) {
     const torch::SourceTensor& flat = world["param"].as_tensor();
     DomainBuffer buffer;
     buffer.numel_unpadded = world["numel_unpadded"].as_int();
-    if (flat.shape.size() != 1 || !flat.is_contiguous() || flat.dtype != DType::F32 || flat.shape[0] != buffer.numel_unpadded)
-      world["param"].fail(fmt::format("expected a flat float32 tensor of numel_unpadded = {} elements", buffer.numel_unpadded));
+    if (flat.shape.size() != 1 || !flat.is_contiguous() || flat.dtype != DType::F32 ||
+        flat.shape[0] != buffer.numel_unpadded)
+      world["param"].fail(fmt::format("expected a flat float32 tensor of numel_unpadded = {} elements",
+                                      buffer.numel_unpadded));
     buffer.coalesced = flat;
     out.push_back(std::move(buffer));
   }
@@ -136,9 +141,10 @@ Domain read_param_state(const formats::Field& state) {
 }
 
 std::map<int64_t, Domain> read_domains(const dcp::Metadata& md, const dcp::ItemReader& reader) {
-  std::map<int64_t, std::map<int64_t, std::map<int64_t, std::shared_ptr<const LogicalTensor>>>> buckets;  // [i][g][b]
+  std::map<int64_t, std::map<int64_t, std::map<int64_t, std::shared_ptr<const LogicalTensor>>>>
+      buckets;                                                 // [i][g][b]
   std::map<int64_t, std::vector<std::vector<int64_t>>> sizes;  // [i][g][b]
-  std::map<int64_t, Domain> gathered;                           // dp_zero_gather_scatter
+  std::map<int64_t, Domain> gathered;                          // dp_zero_gather_scatter
   const std::string file = reader.metadata_path().string();
   for (const auto& item : md.items) {
     const auto key = domain_key(item.fqn);
@@ -147,8 +153,10 @@ std::map<int64_t, Domain> read_domains(const dcp::Metadata& md, const dcp::ItemR
     if (!item.is_tensor && (rest == "param_state" || rest == "per_bucket_numel_unpadded")) {
       const auto archive = reader.archive(item, item.location);
       const formats::Field value = formats::root_field(archive).at(0);  // a ShardedObject: torch.save([obj])
-      if (rest == "param_state") gathered[domain] = read_param_state(value);
-      else sizes[domain] = read_bucket_sizes(value);
+      if (rest == "param_state")
+        gathered[domain] = read_param_state(value);
+      else
+        sizes[domain] = read_bucket_sizes(value);
       continue;
     }
     const auto bucket = bucket_key(rest);
@@ -159,29 +167,32 @@ std::map<int64_t, Domain> read_domains(const dcp::Metadata& md, const dcp::ItemR
     buckets[domain][bucket->gbuf][bucket->bucket] = std::move(tensor);
   }
   if (!gathered.empty()) {
-    if (!buckets.empty()) throw FormatError(fmt::format("{}: the distributed optimizer's state is saved in two layouts", file));
+    if (!buckets.empty())
+      throw FormatError(fmt::format("{}: the distributed optimizer's state is saved in two layouts", file));
     return gathered;
   }
   std::map<int64_t, Domain> out;
   for (const auto& [i, recorded] : sizes) {
     Domain& domain = out[i];
     const auto& saved = buckets[i];
-    if (saved.size() != recorded.size() || (!saved.empty() && saved.rbegin()->first != static_cast<int64_t>(saved.size()) - 1))
-      throw FormatError(fmt::format("{}: dp_group_idx_{} holds bucket tensors of {} buffers, {} recorded", file, i,
-                                    saved.size(), recorded.size()));
+    if (saved.size() != recorded.size() ||
+        (!saved.empty() && saved.rbegin()->first != static_cast<int64_t>(saved.size()) - 1))
+      throw FormatError(fmt::format("{}: dp_group_idx_{} holds bucket tensors of {} buffers, {} recorded",
+                                    file, i, saved.size(), recorded.size()));
     for (const auto& [g, tensors] : saved) {
       DomainBuffer& buffer = domain.emplace_back();
       buffer.bucket_sizes = recorded[g];
       for (const auto& [b, t] : tensors) {
-        if (b != static_cast<int64_t>(buffer.buckets.size()) || b >= static_cast<int64_t>(recorded[g].size()) ||
-            t->shape[0] != recorded[g][b])
-          throw FormatError(fmt::format("{}: {} does not match per_bucket_numel_unpadded [{}] of dp_group_idx_{}", file,
-                                        t->name, fmt::join(recorded[g], ", "), i));
+        if (b != static_cast<int64_t>(buffer.buckets.size()) ||
+            b >= static_cast<int64_t>(recorded[g].size()) || t->shape[0] != recorded[g][b])
+          throw FormatError(
+              fmt::format("{}: {} does not match per_bucket_numel_unpadded [{}] of dp_group_idx_{}", file,
+                          t->name, fmt::join(recorded[g], ", "), i));
         buffer.buckets.push_back(t);
       }
       if (buffer.buckets.size() != recorded[g].size())
-        throw FormatError(fmt::format("{}: dp_group_idx_{} gbuf_idx_{}: {} bucket tensors, {} recorded sizes", file, i, g,
-                                      buffer.buckets.size(), recorded[g].size()));
+        throw FormatError(fmt::format("{}: dp_group_idx_{} gbuf_idx_{}: {} bucket tensors, {} recorded sizes",
+                                      file, i, g, buffer.buckets.size(), recorded[g].size()));
     }
   }
   if (out.size() != buckets.size())
@@ -227,7 +238,8 @@ std::vector<int64_t> local_shape(const LogicalTensor& t, Split split, int tp, co
   if (split == Split::Replicated) return shape;
   const size_t dim = split == Split::Columns ? 1 : 0;
   if (shape.size() <= dim || shape[dim] % tp != 0)
-    throw FormatError(fmt::format("{}: {} [{}] does not split over TP {}", file, t.name, fmt::join(t.shape, ", "), tp));
+    throw FormatError(
+        fmt::format("{}: {} [{}] does not split over TP {}", file, t.name, fmt::join(t.shape, ", "), tp));
   shape[dim] /= tp;
   return shape;
 }
@@ -237,7 +249,8 @@ class DomainLayout {
   DomainLayout(const ModelParts& parts, const ModelArgs& args, int vp, std::string file)
       : parts_(parts), args_(args), vp_(vp), file_(std::move(file)) {}
 
-  // The parameters of chunk `v` on stage `p` holding layers [first, first + count), in named_parameters order.
+  // The parameters of chunk `v` on stage `p` holding layers [first, first + count), in named_parameters
+  // order.
   std::vector<DomainParam> chunk_params(int p, int v, int64_t first, int64_t count) const {
     std::vector<DomainParam> out;
     const bool tied_over_stages = args_.tied_embeddings && args_.pp > 1;
@@ -296,24 +309,28 @@ bool has_bucketed_masters(const dcp::Metadata& md) {
 }
 
 std::shared_ptr<catalog::Catalog> masters_from_buckets(const dcp::Metadata& md, const dcp::ItemReader& reader,
-                                                      const catalog::Catalog& model, const ModelArgs& args) {
+                                                       const catalog::Catalog& model, const ModelArgs& args) {
   const std::string file = reader.metadata_path().string();
   if (args.num_experts > 0)
-    throw UnsupportedError("the distributed optimizer's state of a MoE model (a chained optimizer) is not mapped yet");
+    throw UnsupportedError(
+        "the distributed optimizer's state of a MoE model (a chained optimizer) is not mapped yet");
   // The buffers pack the parameters in reverse named_parameters order. With DP > 1 .metadata's key order is
   // not the model's (the replicas share the writing), so only a model in the known module order will do.
   if (args.dp > 1 && !module_order_known(model.tensors))
-    throw UnsupportedError("the model has modules whose parameter order ckptfs does not know, and .metadata's order "
-                           "is not the model's at data parallel > 1");
+    throw UnsupportedError(
+        "the model has modules whose parameter order ckptfs does not know, and .metadata's order "
+        "is not the model's at data parallel > 1");
   const auto domains = read_domains(md, reader);
   const int64_t world = int64_t{args.tp} * args.pp;
   if (static_cast<int64_t>(domains.size()) != world || domains.rbegin()->first != world - 1)
-    throw FormatError(fmt::format("{}: the distributed optimizer saved {} model-parallel domains, TP {} x PP {} expected",
-                                  file, domains.size(), args.tp, args.pp));
+    throw FormatError(
+        fmt::format("{}: the distributed optimizer saved {} model-parallel domains, TP {} x PP {} expected",
+                    file, domains.size(), args.tp, args.pp));
   const int vp = static_cast<int>(domains.begin()->second.size());
   for (const auto& [i, d] : domains)
     if (static_cast<int>(d.size()) != vp)
-      throw FormatError(fmt::format("{}: dp_group_idx_{} saved {} buffers, dp_group_idx_0 {}", file, i, d.size(), vp));
+      throw FormatError(
+          fmt::format("{}: dp_group_idx_{} saved {} buffers, dp_group_idx_0 {}", file, i, d.size(), vp));
 
   // Layers per chunk, in VP-major order: the count whose buffer layout fits what TP rank 0 of the stage
   // saved (dp_group_idx = pp x TP + tp, the rank in the model-parallel group); the other TP ranks must fit
@@ -333,33 +350,36 @@ std::shared_ptr<catalog::Catalog> masters_from_buckets(const dcp::Metadata& md, 
         if (found) next_layer += count;
       }
       if (!found)
-        throw FormatError(fmt::format("{}: the distributed optimizer's buffer of stage {} chunk {} ({}) fits no count of "
-                                      "the model's layers",
-                                      file, p, v, saved.describe()));
+        throw FormatError(
+            fmt::format("{}: the distributed optimizer's buffer of stage {} chunk {} ({}) fits no count of "
+                        "the model's layers",
+                        file, p, v, saved.describe()));
       for (int tp = 0; tp < args.tp; ++tp) {
         const int64_t i = int64_t{p} * args.tp + tp;
         const DomainBuffer& buffer = domains.at(i)[static_cast<size_t>(v)];
         if (!buffer.fits(*found))
-          throw FormatError(fmt::format("{}: dp_group_idx_{} chunk {} saved {}, TP rank 0 {}", file, i, v, buffer.describe(),
-                                        saved.describe()));
+          throw FormatError(fmt::format("{}: dp_group_idx_{} chunk {} saved {}, TP rank 0 {}", file, i, v,
+                                        buffer.describe(), saved.describe()));
         for (size_t k = 0; k < params.size(); ++k) {
           if (params[k].merged == nullptr) continue;
           auto& slot = ranks[params[k].merged->name];
           if (slot.empty()) slot.resize(static_cast<size_t>(args.tp));
-          slot[static_cast<size_t>(tp)] = buffer.view(*found, found->offsets[k], params[k].slot.shape, reader.metadata_path());
+          slot[static_cast<size_t>(tp)] =
+              buffer.view(*found, found->offsets[k], params[k].slot.shape, reader.metadata_path());
         }
       }
     }
   if (next_layer != args.num_layers)
-    throw FormatError(fmt::format("{}: the distributed optimizer's buckets hold {} layers, num_layers is {}", file,
-                                  next_layer, args.num_layers));
+    throw FormatError(fmt::format("{}: the distributed optimizer's buckets hold {} layers, num_layers is {}",
+                                  file, next_layer, args.num_layers));
 
   auto out = std::make_shared<catalog::Catalog>();
   for (const auto& t : model.tensors) {
     const auto it = ranks.find(t.name);
-    if (it == ranks.end()) throw FormatError(fmt::format("{}: no fp32 master of {} in the optimizer's buckets", file, t.name));
-    out->tensors.push_back(
-        formats::merge_tensor_parallel(t.name, split_of(t.name, args), it->second, DType::F32, nullptr, t.name));
+    if (it == ranks.end())
+      throw FormatError(fmt::format("{}: no fp32 master of {} in the optimizer's buckets", file, t.name));
+    out->tensors.push_back(formats::merge_tensor_parallel(t.name, split_of(t.name, args), it->second,
+                                                          DType::F32, nullptr, t.name));
   }
   return out;
 }

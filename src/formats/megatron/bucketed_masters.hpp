@@ -2,8 +2,9 @@
 // model-parallel domain (dp_group_idx = pp x TP + tp), not in the model's geometry
 // (docs/formats/megatron.md, "fp32 master weights"):
 // - dp_reshardable (megatron-core's default since 0.15): per model chunk (gbuf_idx) and gradient bucket one
-//   1-D tensor `optimizer.distributed.dp_group_idx_{i}.gbuf_idx_{g}.dtype_{(param, grad)}.bucket_idx_{b}.param`,
-//   with the sizes recorded in the ShardedObject `...dp_group_idx_{i}.per_bucket_numel_unpadded`;
+//   1-D tensor `optimizer.distributed.dp_group_idx_{i}.gbuf_idx_{g}.dtype_{(param,
+//   grad)}.bucket_idx_{b}.param`, with the sizes recorded in the ShardedObject
+//   `...dp_group_idx_{i}.per_bucket_numel_unpadded`;
 // - dp_zero_gather_scatter (core 0.7-0.14): the ShardedObject `...dp_group_idx_{i}.param_state`, the same
 //   coalesced dict distrib_optim.pt holds.
 // Either way the parameters sit where the buffer layout puts them, and nothing in the checkpoint names
@@ -26,6 +27,6 @@ bool has_bucketed_masters(const dcp::Metadata& md);
 // in float32. Throws FormatError naming the metadata file when the saved buffers fit no layer split or
 // contradict each other, UnsupportedError for MoE's chained optimizers.
 std::shared_ptr<catalog::Catalog> masters_from_buckets(const dcp::Metadata& md, const dcp::ItemReader& reader,
-                                                      const catalog::Catalog& model, const ModelArgs& args);
+                                                       const catalog::Catalog& model, const ModelArgs& args);
 
 }  // namespace ckptfs::megatron

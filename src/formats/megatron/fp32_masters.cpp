@@ -14,7 +14,9 @@ namespace {
 
 using formats::Field;
 
-bool no_weight_decay(const ParamSlot& p) { return p.shape.size() <= 1 || p.name.ends_with(".bias"); }
+bool no_weight_decay(const ParamSlot& p) {
+  return p.shape.size() <= 1 || p.name.ends_with(".bias");
+}
 
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -37,7 +39,8 @@ std::vector<std::vector<std::vector<size_t>>> candidate_groupings(const std::vec
   return out;
 }
 
-bool matches(const Field& groups, const std::vector<std::vector<size_t>>& grouping, const std::vector<ParamSlot>& params) {
+bool matches(const Field& groups, const std::vector<std::vector<size_t>>& grouping,
+             const std::vector<ParamSlot>& params) {
   if (groups.size() != grouping.size()) return false;
   for (size_t g = 0; g < grouping.size(); ++g) {
     const Field group = groups.at(g);
@@ -52,7 +55,8 @@ bool matches(const Field& groups, const std::vector<std::vector<size_t>>& groupi
 
 }  // namespace
 
-torch::SourceTensor flat_view(const torch::SourceTensor& flat, int64_t offset, const std::vector<int64_t>& shape) {
+torch::SourceTensor flat_view(const torch::SourceTensor& flat, int64_t offset,
+                              const std::vector<int64_t>& shape) {
   torch::SourceTensor out = flat;
   out.shape = shape;
   out.strides.assign(shape.size(), 1);
@@ -63,7 +67,9 @@ torch::SourceTensor flat_view(const torch::SourceTensor& flat, int64_t offset, c
 
 BufferLayout buffer_layout(const std::vector<const ParamSlot*>& params, int64_t alignment,
                            std::optional<int64_t> bucket_size) {
-  const auto align_up = [&](int64_t n) { return alignment <= 1 ? n : (n + alignment - 1) / alignment * alignment; };
+  const auto align_up = [&](int64_t n) {
+    return alignment <= 1 ? n : (n + alignment - 1) / alignment * alignment;
+  };
   BufferLayout out;
   out.offsets.resize(params.size());
   int64_t base = 0, cur = 0;
@@ -87,7 +93,8 @@ BufferLayout buffer_layout(const std::vector<const ParamSlot*>& params, int64_t 
 
 namespace {
 
-std::vector<torch::SourceTensor> masters_from_fp16_params(const Field& optimizer, const std::vector<ParamSlot>& params) {
+std::vector<torch::SourceTensor> masters_from_fp16_params(const Field& optimizer,
+                                                          const std::vector<ParamSlot>& params) {
   if (params.empty()) return {};
   const Field groups = optimizer["fp32_from_fp16_params"];
   if (!groups.is_list()) groups.fail("expected the list of fp32 master groups");
@@ -99,13 +106,16 @@ std::vector<torch::SourceTensor> masters_from_fp16_params(const Field& optimizer
     return out;
   }
   std::vector<size_t> sizes;
-  for (size_t g = 0; g < groups.size(); ++g) sizes.push_back(groups.at(g).is_list() ? groups.at(g).size() : 0);
-  groups.fail(fmt::format("{} groups of [{}] tensors do not match the model's {} parameters in order "
-                          "(weights, then 1-D tensors and biases)",
-                          sizes.size(), fmt::join(sizes, ", "), params.size()));
+  for (size_t g = 0; g < groups.size(); ++g)
+    sizes.push_back(groups.at(g).is_list() ? groups.at(g).size() : 0);
+  groups.fail(
+      fmt::format("{} groups of [{}] tensors do not match the model's {} parameters in order "
+                  "(weights, then 1-D tensors and biases)",
+                  sizes.size(), fmt::join(sizes, ", "), params.size()));
 }
 
-using StateMasters = std::function<std::vector<torch::SourceTensor>(const Field& state, const std::vector<ParamSlot>&)>;
+using StateMasters =
+    std::function<std::vector<torch::SourceTensor>(const Field& state, const std::vector<ParamSlot>&)>;
 
 // The masters of a ChainedOptimizer's state list (MoE: the dense parameters' optimizer, then the routed
 // experts'), each entry read by `read` over its own parameters. An entry may be None where another rank
@@ -136,7 +146,8 @@ std::vector<torch::SourceTensor> chained_masters(const Field& list, const std::v
 
 }  // namespace
 
-std::vector<torch::SourceTensor> masters_from_optimizer(const Field& optimizer, const std::vector<ParamSlot>& params) {
+std::vector<torch::SourceTensor> masters_from_optimizer(const Field& optimizer,
+                                                        const std::vector<ParamSlot>& params) {
   if (!optimizer.is_list()) return masters_from_fp16_params(optimizer, params);
   return chained_masters(optimizer, params, false, masters_from_fp16_params);
 }
@@ -165,7 +176,8 @@ struct SavedBuffer {
     return true;
   }
   // Where the buffer keeps the parameter at `offset` of the layout.
-  torch::SourceTensor view(const BufferLayout& layout, int64_t offset, const std::vector<int64_t>& shape) const {
+  torch::SourceTensor view(const BufferLayout& layout, int64_t offset,
+                           const std::vector<int64_t>& shape) const {
     if (!per_bucket) return flat_view(tensors[0], offset, shape);
     size_t b = 0;
     for (int64_t start = 0;; start += layout.bucket_sizes[b++])
@@ -191,15 +203,16 @@ namespace {
 std::vector<int64_t> recorded_bucket_sizes(const Field& sizes, size_t c) {
   const Field per_dtype = sizes.at(c);
   if (!per_dtype.is_dict() || per_dtype.size() != 1) per_dtype.fail("expected one dtype's bucket sizes");
-  const Field list(per_dtype.value().entries.front().second.get(), per_dtype.file(), per_dtype.path() + "[dtype]");
+  const Field list(per_dtype.value().entries.front().second.get(), per_dtype.file(),
+                   per_dtype.path() + "[dtype]");
   std::vector<int64_t> out;
   for (size_t b = 0; b < list.size(); ++b) out.push_back(list.at(b).as_int());
   return out;
 }
 
 // The masters of `params` in one distributed optimizer's state (a dict of buffers, `root`).
-std::vector<torch::SourceTensor> masters_from_buffers(const Field& root, const std::vector<ParamSlot>& params, int dp,
-                                                      std::optional<int64_t> bucket_size) {
+std::vector<torch::SourceTensor> masters_from_buffers(const Field& root, const std::vector<ParamSlot>& params,
+                                                      int dp, std::optional<int64_t> bucket_size) {
   if (!root.is_dict()) root.fail("expected the distributed optimizer's dict of buffers");
   // Three layouts by era (docs/formats/megatron.md): coalesced (core 0.7+: numel_unpadded, 64-element
   // aligned starts since 0.8), a list of bucket tensors (core 0.4-0.6), one padded buffer (2023-05).
@@ -222,10 +235,12 @@ std::vector<torch::SourceTensor> masters_from_buffers(const Field& root, const s
       saved.tensors.push_back(flat);
     }
     if (coalesced) saved.unpadded = {world["numel_unpadded"].as_int()};
-    if (const Field sizes = root["per_bucket_numel_unpadded"]; bucket_lists && sizes.is_list())  // core 0.5-0.6
+    if (const Field sizes = root["per_bucket_numel_unpadded"];
+        bucket_lists && sizes.is_list())  // core 0.5-0.6
       saved.unpadded = recorded_bucket_sizes(sizes, c);
     if (!saved.unpadded.empty() && saved.unpadded.size() != saved.tensors.size())
-      param.fail(fmt::format("{} bucket tensors, {} recorded sizes", saved.tensors.size(), saved.unpadded.size()));
+      param.fail(
+          fmt::format("{} bucket tensors, {} recorded sizes", saved.tensors.size(), saved.unpadded.size()));
     std::vector<const ParamSlot*> chunk;
     std::vector<size_t> index;
     for (size_t i = 0; i < params.size(); ++i)
@@ -243,16 +258,18 @@ std::vector<torch::SourceTensor> masters_from_buffers(const Field& root, const s
         if (found) break;
         const BufferLayout layout = buffer_layout(chunk, alignment, bucketing);
         if (!saved.fits(layout, dp)) continue;
-        for (size_t k = 0; k < chunk.size(); ++k) out[index[k]] = saved.view(layout, layout.offsets[k], chunk[k]->shape);
+        for (size_t k = 0; k < chunk.size(); ++k)
+          out[index[k]] = saved.view(layout, layout.offsets[k], chunk[k]->shape);
         found = true;
       }
     if (!found) {
       std::vector<int64_t> lengths;
       for (const auto& t : saved.tensors) lengths.push_back(t.shape[0]);
-      param.fail(fmt::format("its [{}] elements do not hold the {} parameters of model chunk {} under any known buffer "
-                             "layout{}",
-                             fmt::join(lengths, ", "), chunk.size(), c,
-                             saved.unpadded.empty() ? "" : fmt::format(" (unpadded [{}])", fmt::join(saved.unpadded, ", "))));
+      param.fail(fmt::format(
+          "its [{}] elements do not hold the {} parameters of model chunk {} under any known buffer "
+          "layout{}",
+          fmt::join(lengths, ", "), chunk.size(), c,
+          saved.unpadded.empty() ? "" : fmt::format(" (unpadded [{}])", fmt::join(saved.unpadded, ", "))));
     }
   }
   return out;
@@ -266,9 +283,10 @@ std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchAr
   const Field root = formats::root_field(archive);
   if (!root.is_list()) return masters_from_buffers(root, params, dp, bucket_size);
   // EP ranks > 0 are not the dense optimizer's DP rank 0: their file holds None for it (EP rank 0's has it).
-  return chained_masters(root, params, ep_rank > 0, [&](const Field& state, const std::vector<ParamSlot>& part) {
-    return masters_from_buffers(state, part, dp, bucket_size);
-  });
+  return chained_masters(root, params, ep_rank > 0,
+                         [&](const Field& state, const std::vector<ParamSlot>& part) {
+                           return masters_from_buffers(state, part, dp, bucket_size);
+                         });
 }
 
 }  // namespace ckptfs::megatron

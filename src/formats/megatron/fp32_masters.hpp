@@ -36,7 +36,8 @@ BufferLayout buffer_layout(const std::vector<const ParamSlot*>& params, int64_t 
                            std::optional<int64_t> bucket_size);
 
 // Elements [offset, offset + numel(shape)) of the flat contiguous tensor `flat`, shaped `shape`.
-torch::SourceTensor flat_view(const torch::SourceTensor& flat, int64_t offset, const std::vector<int64_t>& shape);
+torch::SourceTensor flat_view(const torch::SourceTensor& flat, int64_t offset,
+                              const std::vector<int64_t>& shape);
 
 // Buffer `c`'s one entry (keyed by the grad dtype, or a dtype pair: {'param', 'exp_avg', ...}) in a
 // distributed optimizer's dict of buffers (distrib_optim.pt and its torch_dist counterparts). Throws
@@ -53,12 +54,11 @@ std::vector<torch::SourceTensor> masters_from_optimizer(const formats::Field& op
 
 // Masters from a distrib_optim.pt archive, aligned with `params`: the coalesced layout megatron-core
 // writes since 0.7 (per buffer one flat fp32 tensor of numel_unpadded elements), the bucket lists of
-// core 0.4-0.6 (a tensor per bucket) and the single padded buffer of 2023 (`dp`: the data-parallel size it is padded for;
-// `bucket_size`: DDP's bucket size when gradient reduction was overlapped, else nullopt). Under MoE the file
-// is a list [dense, experts]; in the file of an EP rank > 0 (`ep_rank`) the dense entry is None and its
-// masters stay empty (the merged model takes dense weights from EP rank 0).
-// Throws FormatError naming the file when the sizes do not add up under any known layout or a chunk has
-// several buffers (grad dtypes).
+// core 0.4-0.6 (a tensor per bucket) and the single padded buffer of 2023 (`dp`: the data-parallel size it is
+// padded for; `bucket_size`: DDP's bucket size when gradient reduction was overlapped, else nullopt). Under
+// MoE the file is a list [dense, experts]; in the file of an EP rank > 0 (`ep_rank`) the dense entry is None
+// and its masters stay empty (the merged model takes dense weights from EP rank 0). Throws FormatError naming
+// the file when the sizes do not add up under any known layout or a chunk has several buffers (grad dtypes).
 std::vector<torch::SourceTensor> masters_from_distrib_optim(const torch::TorchArchive& archive,
                                                             const std::vector<ParamSlot>& params, int dp,
                                                             std::optional<int64_t> bucket_size, int ep_rank);

@@ -20,7 +20,9 @@ struct Iteration {
 bool is_legacy_iteration(const std::filesystem::path& dir);      // holds mp_rank_* dirs
 bool is_torch_dist_iteration(const std::filesystem::path& dir);  // holds metadata.json and .metadata
 
-Iteration read_legacy_iteration(io::FileSet& files, const std::filesystem::path& dir, const std::string& name);
-Iteration read_torch_dist_iteration(io::FileSet& files, const std::filesystem::path& dir, const std::string& name);
+Iteration read_legacy_iteration(io::FileSet& files, const std::filesystem::path& dir,
+                                const std::string& name);
+Iteration read_torch_dist_iteration(io::FileSet& files, const std::filesystem::path& dir,
+                                    const std::string& name);
 
 }  // namespace ckptfs::megatron

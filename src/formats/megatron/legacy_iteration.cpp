@@ -70,8 +70,10 @@ struct RankFile {
 // The merged fp32 masters of every rank file (fp32_from_fp16_params or distrib_optim.pt); null, with a
 // note on `tag`, when the files hold none or keep them in a layout ckptfs does not map yet (the model
 // views are served all the same).
-std::shared_ptr<catalog::Catalog> read_masters(io::FileSet& files, const ModelArgs& args, const ChunkedModel& model,
-                                               const std::vector<std::vector<std::vector<RankFile>>>& ranks, Tag& tag) {
+std::shared_ptr<catalog::Catalog> read_masters(io::FileSet& files, const ModelArgs& args,
+                                               const ChunkedModel& model,
+                                               const std::vector<std::vector<std::vector<RankFile>>>& ranks,
+                                               Tag& tag) {
   ChunkedModel::Masters masters(args.pp, std::vector<std::vector<std::vector<torch::SourceTensor>>>(args.ep));
   std::string missing;
   // Every rank's distrib_optim.pt up to the first one missing, opened in parallel; what the masters point
@@ -82,8 +84,7 @@ std::shared_ptr<catalog::Catalog> read_masters(io::FileSet& files, const ModelAr
       for (const auto& ep : pp)
         for (const auto& f : ep) {
           const fs::path optim = f.archive.file()->path().parent_path() / "distrib_optim.pt";
-          if (missing.empty() && !io::is_file(optim))
-            missing = fmt::format("{} is missing", optim.string());
+          if (missing.empty() && !io::is_file(optim)) missing = fmt::format("{} is missing", optim.string());
           if (missing.empty()) optim_paths.push_back(optim);
         }
   try {
@@ -138,18 +139,21 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
   };
   auto first = open(dirs.front().dir);
   const ModelArgs args = read_model_args(formats::root_field(first)["args"]);
-  // Megatron-LM names a legacy rank file by TP, PP and EP rank only: the expert-TP ranks of one expert that share
-  // a TP rank write the same file, and the last one's part of every expert is all it keeps
+  // Megatron-LM names a legacy rank file by TP, PP and EP rank only: the expert-TP ranks of one expert that
+  // share a TP rank write the same file, and the last one's part of every expert is all it keeps
   if (args.num_experts > 0 && args.etp > 1 && args.etp != args.tp)
-    throw FormatError(fmt::format(
-        "{}: saved with expert tensor parallelism {} under TP {} in the legacy format, which loses part of every "
-        "expert: the expert-TP ranks that share a TP rank write the same mp_rank_* file, so it holds one of their "
-        "{} slices of each expert; save with --ckpt-format "
-        "torch_dist, or with expert_tensor_parallel_size equal to tensor_model_parallel_size",
-        dir.string(), args.etp, args.tp, args.etp));
+    throw FormatError(
+        fmt::format("{}: saved with expert tensor parallelism {} under TP {} in the legacy format, which "
+                    "loses part of every "
+                    "expert: the expert-TP ranks that share a TP rank write the same mp_rank_* file, so it "
+                    "holds one of their "
+                    "{} slices of each expert; save with --ckpt-format "
+                    "torch_dist, or with expert_tensor_parallel_size equal to tensor_model_parallel_size",
+                    dir.string(), args.etp, args.tp, args.etp));
   if (args.num_experts > 0 && (args.etp != args.tp || args.num_experts % args.ep != 0))
-    throw UnsupportedError(fmt::format("{}: experts with expert TP {} under TP {} ({} experts over EP {}) are not merged yet",
-                                       dir.string(), args.etp, args.tp, args.num_experts, args.ep));
+    throw UnsupportedError(
+        fmt::format("{}: experts with expert TP {} under TP {} ({} experts over EP {}) are not merged yet",
+                    dir.string(), args.etp, args.tp, args.num_experts, args.ep));
   // The dir name's numbers after the TP rank: the PP rank when PP > 1, then the EP rank when EP > 1.
   const size_t suffixes = 1 + (args.pp > 1 ? 1 : 0) + (args.ep > 1 ? 1 : 0);
   std::map<std::tuple<int, int, int>, fs::path> by_rank;  // (pp, ep, tp) -> dir
@@ -157,8 +161,9 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
     const int pp = args.pp > 1 ? r.numbers[1] : 0;
     const int ep = args.ep > 1 ? r.numbers.back() : 0;
     if (r.numbers.size() != suffixes || r.numbers[0] >= args.tp || pp >= args.pp || ep >= args.ep)
-      throw FormatError(fmt::format("{}: does not fit the saved args (TP {}, PP {}, EP {}; {})", r.dir.string(), args.tp,
-                                    args.pp, args.ep, first.file()->path().string()));
+      throw FormatError(fmt::format("{}: does not fit the saved args (TP {}, PP {}, EP {}; {})",
+                                    r.dir.string(), args.tp, args.pp, args.ep,
+                                    first.file()->path().string()));
     by_rank[{pp, ep, r.numbers[0]}] = r.dir;
   }
   const auto dir_name = [&](int pp, int ep, int tp) {
@@ -237,7 +242,8 @@ Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const s
   } else if (auto fp32 = read_masters(files, args, model, ranks, it.tag)) {
     it.tag.add(ViewRole::fp32, std::move(fp32));
   }
-  it.tag.topology.optimizer = args.distributed_optimizer ? "Megatron DistributedOptimizer" : "Megatron mixed-precision optimizer";
+  it.tag.topology.optimizer =
+      args.distributed_optimizer ? "Megatron DistributedOptimizer" : "Megatron mixed-precision optimizer";
   return it;
 }
 

@@ -6,8 +6,8 @@
 #include <set>
 
 #include "ckptfs/error.hpp"
-#include "formats/megatron/state_names.hpp"
 #include "formats/megatron/split_rules.hpp"
+#include "formats/megatron/state_names.hpp"
 
 namespace ckptfs::megatron {
 
@@ -18,7 +18,9 @@ bool is_tensor_entry(const std::pair<std::string, formats::Field>& entry) {
 }
 
 // Persistent buffers in a model state dict: served, but no optimizer holds them.
-bool is_buffer(std::string_view name) { return name.ends_with("router.expert_bias"); }
+bool is_buffer(std::string_view name) {
+  return name.ends_with("router.expert_bias");
+}
 
 bool ends_with_module(std::string_view name, std::string_view suffix) {
   return name == suffix || (name.ends_with(suffix) && name[name.size() - suffix.size() - 1] == '.');
@@ -55,7 +57,8 @@ void ChunkedModel::add_chunk(ModelChunk chunk) {
   const auto flush_run = [&] {
     for (int ep = 0; ep < ep_ranks; ++ep)
       for (const auto& local : run)
-        served_.push_back({index, ep, local, shift_expert(shift_layer(local, offset), ep * experts_per_rank)});
+        served_.push_back(
+            {index, ep, local, shift_expert(shift_layer(local, offset), ep * experts_per_rank)});
     run.clear();
   };
   for (const auto& entry : base) {
@@ -76,7 +79,8 @@ bool ChunkedModel::is_tied_copy(const ModelChunk& chunk, const std::string& name
   // word_embeddings_for_head); a TP=1 PP=1 model has only the first stage's.
   const bool first_chunk = chunk.pp == 0 && chunk.vp == 0;
   return args_.tied_embeddings && !first_chunk &&
-         (ends_with_module(name, "output_layer.weight") || ends_with_module(name, "word_embeddings_for_head.weight"));
+         (ends_with_module(name, "output_layer.weight") ||
+          ends_with_module(name, "word_embeddings_for_head.weight"));
 }
 
 std::shared_ptr<catalog::Catalog> ChunkedModel::merge_model() {
@@ -115,8 +119,9 @@ void check_against_args(const catalog::Catalog& model, const ModelArgs& args, co
   for (const auto& t : model.tensors) {
     const auto expect = [&](int64_t rows, const char* what) {
       if (t.shape.empty() || t.shape[0] != rows)
-        throw FormatError(fmt::format("{}: tensor {} has {} rows merged over TP {}, the saved args give {} ({})", where,
-                                      t.name, t.shape.empty() ? 0 : t.shape[0], args.tp, rows, what));
+        throw FormatError(
+            fmt::format("{}: tensor {} has {} rows merged over TP {}, the saved args give {} ({})", where,
+                        t.name, t.shape.empty() ? 0 : t.shape[0], args.tp, rows, what));
     };
     if (ends_with_module(t.name, "word_embeddings.weight") || ends_with_module(t.name, "output_layer.weight"))
       expect(args.padded_vocab, "padded_vocab_size");
@@ -137,9 +142,11 @@ std::vector<ParamSlot> ChunkedModel::params_of(int pp, int ep, int tp) const {
     for (const auto& entry : *chunk.ranks[ep][tp]) {
       if (!is_tensor_entry(entry) || is_buffer(entry.first)) continue;
       const std::string& name = entry.first;
-      const bool shared = tied_across_stages && ((pp == 0 && ends_with_module(name, "word_embeddings.weight")) ||
-                                                 (pp == args_.pp - 1 && (ends_with_module(name, "output_layer.weight") ||
-                                                                         ends_with_module(name, "word_embeddings_for_head.weight"))));
+      const bool shared =
+          tied_across_stages &&
+          ((pp == 0 && ends_with_module(name, "word_embeddings.weight")) ||
+           (pp == args_.pp - 1 && (ends_with_module(name, "output_layer.weight") ||
+                                   ends_with_module(name, "word_embeddings_for_head.weight"))));
       out.push_back({chunk.vp, name, torch::as_tensor(entry.second.value())->shape, shared, is_expert(name)});
     }
   }
@@ -161,9 +168,10 @@ std::shared_ptr<catalog::Catalog> ChunkedModel::merge_masters(const Masters& mas
     const ModelChunk& chunk = chunks_[s.chunk];
     std::vector<RankTensor> ranks = rank_tensors(s);  // a buffer's own (float32) copy
     if (!is_buffer(s.local_name))
-      for (int tp = 0; tp < args_.tp; ++tp) ranks[tp].tensor = *lookup.at({chunk.pp, s.ep, tp, chunk.vp, s.local_name});
-    out->tensors.push_back(
-        formats::merge_tensor_parallel(s.name, split_of(s.local_name, args_), ranks, DType::F32, nullptr, s.name));
+      for (int tp = 0; tp < args_.tp; ++tp)
+        ranks[tp].tensor = *lookup.at({chunk.pp, s.ep, tp, chunk.vp, s.local_name});
+    out->tensors.push_back(formats::merge_tensor_parallel(s.name, split_of(s.local_name, args_), ranks,
+                                                          DType::F32, nullptr, s.name));
   }
   return out;
 }

@@ -15,12 +15,34 @@ namespace {
 // shared_experts), MLP and SharedExpertMLP (linear_fc1, linear_fc2, gate_weight), TE's LayerNormLinear
 // (layer_norm_weight, layer_norm_bias, weight, bias), norms (weight, bias), TopKRouter (weight, expert_bias),
 // LanguageModelEmbedding (word_embeddings, position_embeddings, tokentype_embeddings).
-constexpr std::array<std::string_view, 28> kNames = {
-    "input_layernorm", "self_attention", "pre_cross_attn_layernorm", "cross_attention", "pre_mlp_layernorm", "mlp",
-    "core_attention", "linear_proj", "linear_qkv", "linear_q", "linear_kv", "q_layernorm", "k_layernorm", "router",
-    "experts", "shared_experts", "local_experts", "linear_fc1", "linear_fc2", "gate_weight", "layer_norm_weight",
-    "layer_norm_bias", "weight", "bias", "expert_bias", "word_embeddings", "position_embeddings",
-    "tokentype_embeddings"};
+constexpr std::array<std::string_view, 28> kNames = {"input_layernorm",
+                                                     "self_attention",
+                                                     "pre_cross_attn_layernorm",
+                                                     "cross_attention",
+                                                     "pre_mlp_layernorm",
+                                                     "mlp",
+                                                     "core_attention",
+                                                     "linear_proj",
+                                                     "linear_qkv",
+                                                     "linear_q",
+                                                     "linear_kv",
+                                                     "q_layernorm",
+                                                     "k_layernorm",
+                                                     "router",
+                                                     "experts",
+                                                     "shared_experts",
+                                                     "local_experts",
+                                                     "linear_fc1",
+                                                     "linear_fc2",
+                                                     "gate_weight",
+                                                     "layer_norm_weight",
+                                                     "layer_norm_bias",
+                                                     "weight",
+                                                     "bias",
+                                                     "expert_bias",
+                                                     "word_embeddings",
+                                                     "position_embeddings",
+                                                     "tokentype_embeddings"};
 
 std::optional<int64_t> number(std::string_view s) {
   int64_t n = 0;
@@ -41,7 +63,8 @@ bool append_components(std::string_view path, std::vector<int64_t>& key) {
       continue;
     }
     size_t digits = part.size();
-    auto it = std::find(kNames.begin(), kNames.end(), part);  // linear_fc1 is a name, weight3 a name and a number
+    auto it =
+        std::find(kNames.begin(), kNames.end(), part);  // linear_fc1 is a name, weight3 a name and a number
     if (it == kNames.end()) {
       while (digits > 0 && part[digits - 1] >= '0' && part[digits - 1] <= '9') --digits;
       it = std::find(kNames.begin(), kNames.end(), part.substr(0, digits));

@@ -16,7 +16,8 @@
 
 namespace ckptfs::megatron {
 
-// A sort key of `name`'s place in the model's parameter order, or nullopt for a module this table does not know.
+// A sort key of `name`'s place in the model's parameter order, or nullopt for a module this table does not
+// know.
 std::optional<std::vector<int64_t>> module_order_key(std::string_view name);
 
 // Whether every tensor's place is known.

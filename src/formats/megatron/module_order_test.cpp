@@ -20,8 +20,8 @@ std::vector<std::string> sorted_names(std::vector<std::string> names) {
   return out;
 }
 
-// The order of a local-spec GPTModel's named_parameters(), as the real megatron-core 0.18.2 torch_dist fixture's
-// .metadata lists it at DP 1, given shuffled as a DP 2 save's .metadata can list it.
+// The order of a local-spec GPTModel's named_parameters(), as the real megatron-core 0.18.2 torch_dist
+// fixture's .metadata lists it at DP 1, given shuffled as a DP 2 save's .metadata can list it.
 TEST(ModuleOrder, RestoresNamedParametersOrder) {
   const std::vector<std::string> model = {
       "embedding.word_embeddings.weight",
@@ -35,8 +35,8 @@ TEST(ModuleOrder, RestoresNamedParametersOrder) {
       "decoder.final_layernorm.weight",
       "output_layer.weight",
   };
-  EXPECT_EQ(sorted_names({model[6], model[9], model[3], model[7], model[0], model[8], model[2], model[5], model[1],
-                          model[4]}),
+  EXPECT_EQ(sorted_names({model[6], model[9], model[3], model[7], model[0], model[8], model[2], model[5],
+                          model[1], model[4]}),
             model);
 }
 

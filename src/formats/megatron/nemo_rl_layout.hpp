@@ -2,8 +2,8 @@
 // models/policy/workers/megatron_policy_worker.py, algorithms/grpo.py):
 //
 //   <checkpoint_dir>/step_N/training_info.json, config.yaml   NeMo-RL's own state and the run's config
-//   <checkpoint_dir>/step_N/policy/weights/                     a Megatron-Bridge save dir (iter_0000000/ ...)
-//   <checkpoint_dir>/step_N/policy/tokenizer/                   the HF tokenizer (save_pretrained)
+//   <checkpoint_dir>/step_N/policy/weights/                     a Megatron-Bridge save dir (iter_0000000/
+//   ...) <checkpoint_dir>/step_N/policy/tokenizer/                   the HF tokenizer (save_pretrained)
 //
 // A step is written as tmp_step_N/ and renamed to step_N/ once complete, so a step_N/ dir is always whole.
 #pragma once
@@ -21,7 +21,7 @@ std::filesystem::path nemo_rl_tokenizer(const std::filesystem::path& step);
 
 // The step_N dirs of a NeMo-RL checkpoint dir whose policy/weights/ `is_weights` accepts, in natural order
 // (tmp_step_N and old_step_N, mid-save, are not steps).
-std::vector<std::filesystem::path> nemo_rl_steps(const std::filesystem::path& dir,
-                                                 const std::function<bool(const std::filesystem::path&)>& is_weights);
+std::vector<std::filesystem::path> nemo_rl_steps(
+    const std::filesystem::path& dir, const std::function<bool(const std::filesystem::path&)>& is_weights);
 
 }  // namespace ckptfs::megatron

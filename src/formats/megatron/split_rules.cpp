@@ -30,9 +30,10 @@ Split split_of(std::string_view name, const ModelArgs& args) {
   if (module == "word_embeddings" || module == "output_layer" || module == "word_embeddings_for_head" ||
       module == "linear_qkv" || module == "query_key_value")
     return Split::Rows;
-  if (module == "linear_fc1" || module == "dense_h_to_4h") return args.swiglu ? Split::GatedRows : Split::Rows;
-  if (leaf == "weight" && (module == "linear_proj" || module == "linear_fc2" || module == "dense" ||
-                           module == "dense_4h_to_h"))
+  if (module == "linear_fc1" || module == "dense_h_to_4h")
+    return args.swiglu ? Split::GatedRows : Split::Rows;
+  if (leaf == "weight" &&
+      (module == "linear_proj" || module == "linear_fc2" || module == "dense" || module == "dense_4h_to_h"))
     return Split::Columns;
   return Split::Replicated;
 }

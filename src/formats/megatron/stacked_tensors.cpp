@@ -16,7 +16,8 @@ catalog::LogicalTensor stacked_entry(const catalog::LogicalTensor& stacked, int6
     b.source.strides.erase(b.source.strides.begin());
   }
   std::vector<int64_t> shape(stacked.shape.begin() + 1, stacked.shape.end());
-  return catalog::assembled_tensor(std::move(name), stacked.dtype, std::move(shape), std::move(boxes), stacked.origin);
+  return catalog::assembled_tensor(std::move(name), stacked.dtype, std::move(shape), std::move(boxes),
+                                   stacked.origin);
 }
 
 std::optional<catalog::LogicalTensor> unflatten_fragments(const catalog::LogicalTensor& stored,

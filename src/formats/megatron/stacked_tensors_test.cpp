@@ -12,14 +12,17 @@ namespace {
 
 using testing::SourceFile;
 
-// fully_sharded_model_space's reformulated master of a [4, 6] tensor split into 2 x 3 fragments of [2, 2]: stored
-// [2, 3, 4], each fragment's row its local shard flattened, cut into two DCP chunks at `cut` (two DP ranks' ranges).
+// fully_sharded_model_space's reformulated master of a [4, 6] tensor split into 2 x 3 fragments of [2, 2]:
+// stored [2, 3, 4], each fragment's row its local shard flattened, cut into two DCP chunks at `cut` (two DP
+// ranks' ranges).
 struct Flattened {
   std::vector<std::unique_ptr<SourceFile>> files;
   catalog::LogicalTensor stored;
 };
 
-float model_value(int64_t i, int64_t j) { return static_cast<float>(i * 6 + j) + 0.25f; }
+float model_value(int64_t i, int64_t j) {
+  return static_cast<float>(i * 6 + j) + 0.25f;
+}
 
 Flattened flattened(int64_t cut) {
   Flattened out;
@@ -39,7 +42,8 @@ Flattened flattened(int64_t cut) {
         b.source.strides = {hi - lo, hi - lo, 1};
         boxes.push_back(std::move(b));
       }
-  out.stored = catalog::assembled_tensor("optimizer.state.fp32_param.w", DType::F32, {2, 3, 4}, std::move(boxes), "");
+  out.stored =
+      catalog::assembled_tensor("optimizer.state.fp32_param.w", DType::F32, {2, 3, 4}, std::move(boxes), "");
   return out;
 }
 
@@ -52,7 +56,8 @@ TEST(UnflattenFragments, PutsEachFragmentBackInPlace) {
     std::vector<float> got(24);
     catalog::read_tensor(*model, 0, std::as_writable_bytes(std::span(got)));
     for (int64_t i = 0; i < 4; ++i)
-      for (int64_t j = 0; j < 6; ++j) EXPECT_EQ(got[i * 6 + j], model_value(i, j)) << i << "," << j << " cut " << cut;
+      for (int64_t j = 0; j < 6; ++j)
+        EXPECT_EQ(got[i * 6 + j], model_value(i, j)) << i << "," << j << " cut " << cut;
     // the layers of a stacked master come from the unflattened tensor, as the model's do
     const auto row = stacked_entry(*model, 3, "w3");
     std::vector<float> third(6);

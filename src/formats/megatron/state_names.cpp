@@ -61,7 +61,9 @@ bool is_extra_state(std::string_view name) {
   return name.substr(dot == std::string_view::npos ? 0 : dot + 1).starts_with("_extra_state");
 }
 
-bool is_expert(std::string_view name) { return name.find(".experts.") != std::string_view::npos; }
+bool is_expert(std::string_view name) {
+  return name.find(".experts.") != std::string_view::npos;
+}
 
 std::string shift_expert(std::string_view name, int64_t offset) {
   constexpr std::string_view kLocal = ".local_experts.";
@@ -75,7 +77,8 @@ std::string shift_expert(std::string_view name, int64_t offset) {
   int64_t index = 0;
   const auto [end, ec] = std::from_chars(name.data() + digits, name.data() + name.size(), index);
   if (ec != std::errc() || end == name.data() + digits) return std::string(name);
-  return std::string(name.substr(0, digits)) + std::to_string(index + offset) + std::string(name.substr(end - name.data()));
+  return std::string(name.substr(0, digits)) + std::to_string(index + offset) +
+         std::string(name.substr(end - name.data()));
 }
 
 std::string expert_name(std::string_view layer_name, int64_t expert, bool grouped_gemm) {

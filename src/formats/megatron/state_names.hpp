@@ -22,7 +22,7 @@ std::vector<std::pair<std::string, formats::Field>> flatten_state(const formats:
 struct LayerName {
   std::string prefix;  // up to and including "layers."
   int64_t index = 0;
-  std::string rest;    // from the '.' after the number
+  std::string rest;  // from the '.' after the number
 };
 std::optional<LayerName> parse_layer_name(std::string_view name);
 
@@ -46,6 +46,7 @@ std::string shift_expert(std::string_view name, int64_t offset);
 // The name Megatron gives expert `expert` of a stacked torch_dist expert key's layer: SequentialMLP
 // (mlp.experts.local_experts.{e}.linear_fc1.weight) or, with grouped GEMM, TEGroupedMLP
 // (mlp.experts.linear_fc1.weight{e}). `layer_name` is "decoder.layers.{l}.mlp.experts.experts.<rest>".
-std::string expert_name(std::string_view layer_name, int64_t expert, bool grouped_gemm);  // TransformerEngine / Megatron _extra_state entries
+std::string expert_name(std::string_view layer_name, int64_t expert,
+                        bool grouped_gemm);  // TransformerEngine / Megatron _extra_state entries
 
 }  // namespace ckptfs::megatron

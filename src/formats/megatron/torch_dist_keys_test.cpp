@@ -27,7 +27,8 @@ TEST(TorchDistKeys, MastersInModelSpace) {
   EXPECT_EQ(master_name("optimizer.state.fp32_param.output_layer.weight"), "output_layer.weight");
   EXPECT_EQ(master_name("optimizer.state.param.output_layer.weight"), "output_layer.weight");
   // a ChainedOptimizer's sub-optimizer in saves before chained_optim_avoid_prefix
-  EXPECT_EQ(master_name("chained_1.optimizer.state.fp32_param.decoder.layers.mlp.experts.experts.linear_fc2.weight"),
+  EXPECT_EQ(master_name(
+                "chained_1.optimizer.state.fp32_param.decoder.layers.mlp.experts.experts.linear_fc2.weight"),
             "decoder.layers.mlp.experts.experts.linear_fc2.weight");
 }
 
@@ -35,12 +36,15 @@ TEST(TorchDistKeys, MastersInModelSpace) {
 // ChainedOptimizer, were taken for model weights.
 TEST(TorchDistKeys, ChainedOptimizerStateIsNeverModel) {
   for (std::string_view fqn :
-       {"chained_0.optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.bfloat16, torch.float32).bucket_idx_0.param",
-        "chained_1.optimizer.distributed.dp_group_idx_1.gbuf_idx_0.dtype_(torch.bfloat16, torch.float32).bucket_idx_0.exp_avg",
+       {"chained_0.optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.bfloat16, "
+        "torch.float32).bucket_idx_0.param",
+        "chained_1.optimizer.distributed.dp_group_idx_1.gbuf_idx_0.dtype_(torch.bfloat16, "
+        "torch.float32).bucket_idx_0.exp_avg",
         "chained_12.optimizer.distributed.dp_group_idx_0.per_bucket_numel_unpadded/shard_0_1"})
     EXPECT_TRUE(std::holds_alternative<BucketedOptimizerKey>(classify_torch_dist_key(fqn))) << fqn;
-  for (std::string_view fqn : {"chained_0.optimizer.state.exp_avg.output_layer.weight", "chained_0.anything.else",
-                               "optimizer.state.exp_avg_sq.output_layer.weight", "optimizer.param_groups"})
+  for (std::string_view fqn :
+       {"chained_0.optimizer.state.exp_avg.output_layer.weight", "chained_0.anything.else",
+        "optimizer.state.exp_avg_sq.output_layer.weight", "optimizer.param_groups"})
     EXPECT_TRUE(std::holds_alternative<OtherOptimizerKey>(classify_torch_dist_key(fqn))) << fqn;
   EXPECT_TRUE(std::holds_alternative<BucketedOptimizerKey>(
       classify_torch_dist_key("optimizer.distributed.dp_group_idx_0.gbuf_idx_0.dtype_(torch.bfloat16, "
@@ -48,8 +52,9 @@ TEST(TorchDistKeys, ChainedOptimizerStateIsNeverModel) {
 }
 
 TEST(TorchDistKeys, RunState) {
-  for (std::string_view fqn : {"rng_state/shard_0.0_1.1", "rerun_state_machine_state/shard_0_2", "common_state/shard_0_1",
-                               "decoder.layers.self_attention.linear_qkv._extra_state/shard_0_2"})
+  for (std::string_view fqn :
+       {"rng_state/shard_0.0_1.1", "rerun_state_machine_state/shard_0_2", "common_state/shard_0_1",
+        "decoder.layers.self_attention.linear_qkv._extra_state/shard_0_2"})
     EXPECT_TRUE(std::holds_alternative<RunStateKey>(classify_torch_dist_key(fqn))) << fqn;
 }
 

@@ -39,8 +39,10 @@ void walk(const pickle::Value& v, std::vector<std::string>& path, std::vector<Fo
   };
   if (v.is(pickle::Kind::Dict)) {
     for (const auto& [k, child] : v.entries) {
-      if (k->is(pickle::Kind::String)) visit(k->text, *child);
-      else if (k->is(pickle::Kind::Int)) visit(std::to_string(k->integer), *child);
+      if (k->is(pickle::Kind::String))
+        visit(k->text, *child);
+      else if (k->is(pickle::Kind::Int))
+        visit(std::to_string(k->integer), *child);
     }
   } else if (v.is(pickle::Kind::List) || v.is(pickle::Kind::Tuple)) {
     for (size_t i = 0; i < v.items.size(); ++i) visit(std::to_string(i), *v.items[i]);
@@ -97,7 +99,8 @@ bool is_plain_source(const fs::path& source) {
 }
 
 Checkpoint open(const fs::path& source, const OpenOptions& options) {
-  formats::SaveDir<fs::path> file(source.extension() == ".safetensors" ? "safetensors" : "torch.save", source);
+  formats::SaveDir<fs::path> file(source.extension() == ".safetensors" ? "safetensors" : "torch.save",
+                                  source);
   file.tags.emplace_back(source.filename().string(), source);
   return formats::open_save_dir(std::move(file), options, read_file_tag);
 }

@@ -14,9 +14,9 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference reader's limit
 
 std::optional<DType> dtype_of(std::string_view name) {
-  for (DType d : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::F8_E5M2, DType::F8_E4M3FN, DType::F8_E5M2FNUZ,
-                  DType::F8_E4M3FNUZ, DType::I64,
-                  DType::I32, DType::I16, DType::I8, DType::U8, DType::U16, DType::U32, DType::U64, DType::Bool})
+  for (DType d : {DType::F64, DType::F32, DType::F16, DType::BF16, DType::F8_E5M2, DType::F8_E4M3FN,
+                  DType::F8_E5M2FNUZ, DType::F8_E4M3FNUZ, DType::I64, DType::I32, DType::I16, DType::I8,
+                  DType::U8, DType::U16, DType::U32, DType::U64, DType::Bool})
     if (dtype_safetensors_name(d) == name) return d;
   return std::nullopt;
 }
@@ -35,7 +35,8 @@ SafetensorsHeader read_safetensors_blob(const io::FileRange& range) {
   const io::FilePtr& file = range.file();
   const auto fail = [&](const std::string& what) {
     throw FormatError(fmt::format("{}: not a valid safetensors {}: {}", file->path().string(),
-                                  range.base() == 0 ? "file" : fmt::format("blob at byte {}", range.base()), what));
+                                  range.base() == 0 ? "file" : fmt::format("blob at byte {}", range.base()),
+                                  what));
   };
   if (range.size() < 8) fail("shorter than the 8-byte header length");
   const auto len_bytes = range.read(0, 8);
@@ -75,7 +76,8 @@ SafetensorsHeader read_safetensors_blob(const io::FileRange& range) {
         fail(fmt::format("tensor {} has data_offsets outside the data section", name));
       uint64_t numel = 1;
       for (int64_t d : e.tensor.shape) {
-        if (d < 0 || (d != 0 && numel > (UINT64_MAX >> 4) / static_cast<uint64_t>(d))) fail(fmt::format("tensor {} has a bad shape", name));
+        if (d < 0 || (d != 0 && numel > (UINT64_MAX >> 4) / static_cast<uint64_t>(d)))
+          fail(fmt::format("tensor {} has a bad shape", name));
         numel *= static_cast<uint64_t>(d);
       }
       if (numel * dtype_size(*dtype) != offsets[1] - offsets[0])
@@ -83,13 +85,15 @@ SafetensorsHeader read_safetensors_blob(const io::FileRange& range) {
       e.tensor.strides.assign(e.tensor.shape.size(), 1);
       for (size_t d = e.tensor.shape.size(); d-- > 1;)
         e.tensor.strides[d - 1] = e.tensor.strides[d] * std::max<int64_t>(e.tensor.shape[d], 1);
-      e.tensor.storage = {.file = file, .offset = range.base() + data_start + offsets[0], .nbytes = offsets[1] - offsets[0]};
+      e.tensor.storage = {
+          .file = file, .offset = range.base() + data_start + offsets[0], .nbytes = offsets[1] - offsets[0]};
       found.emplace_back(offsets[0], std::move(e));
     }
   } catch (const nlohmann::json::exception& e) {
     fail(fmt::format("header entry: {}", e.what()));
   }
-  std::stable_sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [offset, e] : found) out.tensors.push_back(std::move(e));
   return out;
 }

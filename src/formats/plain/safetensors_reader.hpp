@@ -17,7 +17,7 @@ struct SafetensorsEntry {
 };
 
 struct SafetensorsHeader {
-  std::vector<SafetensorsEntry> tensors;       // in file order (by data offset)
+  std::vector<SafetensorsEntry> tensors;        // in file order (by data offset)
   std::map<std::string, std::string> metadata;  // __metadata__ (string values, as the format requires)
 };
 

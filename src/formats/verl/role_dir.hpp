@@ -22,7 +22,7 @@ struct RoleDir {
   std::vector<std::string> mesh_dim_names;
   // The merged parameters in their saved dtype, in rank 0's state-dict order.
   std::shared_ptr<catalog::Catalog> parameters;
-  std::string optimizer;  // what optim_world_size_*.pt hold, for inspect
+  std::string optimizer;                        // what optim_world_size_*.pt hold, for inspect
   std::vector<std::filesystem::path> files;     // every checkpoint file read or checked
   std::vector<std::filesystem::path> hf_files;  // huggingface/'s config, generation config, tokenizer
   std::vector<std::string> notes;

@@ -24,8 +24,9 @@ const std::array<std::string, 256>& byte_symbols() {
     for (unsigned b = 0; b < 256; ++b) {
       const bool printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
       const char32_t c = printable ? b : next++;
-      out[b] = c < 0x80 ? std::string(1, static_cast<char>(c))
-                        : std::string{static_cast<char>(0xc0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3f))};
+      out[b] = c < 0x80
+                   ? std::string(1, static_cast<char>(c))
+                   : std::string{static_cast<char>(0xc0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3f))};
     }
     return out;
   }();
@@ -38,8 +39,8 @@ std::vector<std::string> symbols_of(const std::string& word) {
   return out;
 }
 
-// The runs of symbols of the words, asked about once per merge: a bitmap over a cheap key (length, first and last
-// byte) answers most merges, which cannot apply, before the set is hashed into.
+// The runs of symbols of the words, asked about once per merge: a bitmap over a cheap key (length, first and
+// last byte) answers most merges, which cannot apply, before the set is hashed into.
 class Runs {
  public:
   explicit Runs(const std::vector<std::string>& words) {
@@ -64,7 +65,8 @@ class Runs {
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   static size_t key(std::string_view s) {
-    return (s.size() * 65599 + static_cast<unsigned char>(s.front()) * 257 + static_cast<unsigned char>(s.back())) &
+    return (s.size() * 65599 + static_cast<unsigned char>(s.front()) * 257 +
+            static_cast<unsigned char>(s.back())) &
            0xffff;
   }
 
@@ -119,7 +121,8 @@ void BpeEncoder::encode(const std::string& word, std::vector<int64_t>& ids) cons
   while (symbols.size() > 1) {  // merge the adjacent pair of lowest rank, leftmost first
     size_t best = 0, best_rank = SIZE_MAX;
     for (size_t i = 0; i + 1 < symbols.size(); ++i)
-      if (const auto it = ranks_.find(symbols[i] + " " + symbols[i + 1]); it != ranks_.end() && it->second < best_rank)
+      if (const auto it = ranks_.find(symbols[i] + " " + symbols[i + 1]);
+          it != ranks_.end() && it->second < best_rank)
         best = i, best_rank = it->second;
     if (best_rank == SIZE_MAX) break;
     symbols[best] += symbols[best + 1];

@@ -1,6 +1,6 @@
-// Byte-level BPE (tokenizers' BPE model behind a ByteLevel pre-tokenizer) for a fixed set of words: the converter's
-// check text, pre-tokenized. Only the merges that can apply inside these words are ranked, so that a vocabulary of
-// 150k merges costs one pass over them and no map of its own.
+// Byte-level BPE (tokenizers' BPE model behind a ByteLevel pre-tokenizer) for a fixed set of words: the
+// converter's check text, pre-tokenized. Only the merges that can apply inside these words are ranked, so
+// that a vocabulary of 150k merges costs one pass over them and no map of its own.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -16,7 +16,8 @@ class BpeEncoder {
   // Throws Refusal for merges in an unknown format.
   BpeEncoder(const nlohmann::json& model, bool ignore_merges, const std::vector<std::string>& words);
 
-  // Appends the ids of one word (a pre-token, as bytes). Throws Refusal where a symbol is not in the vocabulary.
+  // Appends the ids of one word (a pre-token, as bytes). Throws Refusal where a symbol is not in the
+  // vocabulary.
   void encode(const std::string& word, std::vector<int64_t>& ids) const;
 
  private:

@@ -16,13 +16,15 @@ namespace ckptfs::views::gguf {
 namespace {
 
 TEST(GgufFile, Q8DataReadAcrossStepsAndUnalignedEndsAtTheTensorEnd) {
-  constexpr uint64_t kBlocks = 6149;  // 196,768 elements: several 64 Ki-element steps, not a whole number of them
+  constexpr uint64_t kBlocks =
+      6149;  // 196,768 elements: several 64 Ki-element steps, not a whole number of them
   std::vector<float> values(kBlocks * kQ8Block);
   for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(static_cast<float>(i) * 0.37f) * 3.0f;
   std::vector<uint8_t> expected(kBlocks * kQ8BlockBytes);
   for (uint64_t b = 0; b < kBlocks; ++b)
-    quantize_q8_0_block(std::span<const float, kQ8Block>(values.data() + b * kQ8Block, kQ8Block),
-                        std::span<uint8_t, kQ8BlockBytes>(expected.data() + b * kQ8BlockBytes, kQ8BlockBytes));
+    quantize_q8_0_block(
+        std::span<const float, kQ8Block>(values.data() + b * kQ8Block, kQ8Block),
+        std::span<uint8_t, kQ8BlockBytes>(expected.data() + b * kQ8BlockBytes, kQ8BlockBytes));
   const GgufTensor t{"t.weight", {kQ8Block, kBlocks}, GgmlType::q8_0, ComputedF32{values}};
   const auto file = make_gguf_file("", std::make_shared<const std::string>(), 0, {t});
   const uint64_t padded = (expected.size() + kAlignment - 1) / kAlignment * kAlignment;

@@ -85,21 +85,22 @@ struct ExpertStacking {
   std::string_view block;     // model.layers.{l}.{block}{e}.{projection}.weight
   std::array<std::pair<std::string_view, std::string_view>, 3> projections;  // HF name, GGUF name
 };
-constexpr ExpertStacking kQwenExperts{"experts",
-                                      "mlp.experts.",
-                                      {{{"down_proj", "ffn_down_exps"},
-                                        {"gate_proj", "ffn_gate_exps"},
-                                        {"up_proj", "ffn_up_exps"}}}};
-constexpr ExpertStacking kMixtralExperts{"block_sparse_moe.experts",
-                                         "block_sparse_moe.experts.",
-                                         {{{"w1", "ffn_gate_exps"}, {"w2", "ffn_down_exps"}, {"w3", "ffn_up_exps"}}}};
+constexpr ExpertStacking kQwenExperts{
+    "experts",
+    "mlp.experts.",
+    {{{"down_proj", "ffn_down_exps"}, {"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}}}};
+constexpr ExpertStacking kMixtralExperts{
+    "block_sparse_moe.experts",
+    "block_sparse_moe.experts.",
+    {{{"w1", "ffn_gate_exps"}, {"w2", "ffn_down_exps"}, {"w3", "ffn_up_exps"}}}};
 
 // The converter's block id: the name's first all-digit dot-separated part.
 std::optional<uint64_t> block_id(std::string_view name) {
   for (size_t start = 0; start <= name.size();) {
     const size_t end = std::min(name.find('.', start), name.size());
     const std::string_view part = name.substr(start, end - start);
-    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+    if (!part.empty() &&
+        std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
       return part.size() <= 9 ? std::optional<uint64_t>(std::stoull(std::string(part))) : std::nullopt;
     start = end + 1;
   }
@@ -111,7 +112,9 @@ class ExpertCollector {
  public:
   ExpertCollector(const ExpertStacking& stacking, const LlamaConfig& c) : stacking_(stacking), c_(c) {}
 
-  bool collects(std::string_view name) const { return name.find(stacking_.collects) != std::string_view::npos; }
+  bool collects(std::string_view name) const {
+    return name.find(stacking_.collects) != std::string_view::npos;
+  }
 
   // Takes the expert tensor `i` of `hf`; the stacked tensors when it completes its layer.
   std::vector<GgufTensor> take(const std::shared_ptr<const catalog::Catalog>& hf, size_t i, GgmlType type) {
@@ -135,7 +138,8 @@ class ExpertCollector {
         experts.push_back({hf, it->second});
         layer.erase(it);
       }
-      out.push_back(stacked_experts(fmt::format("blk.{}.{}.weight", *bid, gguf_name), std::move(experts), type));
+      out.push_back(
+          stacked_experts(fmt::format("blk.{}.{}.weight", *bid, gguf_name), std::move(experts), type));
     }
     return out;
   }
@@ -144,9 +148,10 @@ class ExpertCollector {
   void check_all_stacked() const {
     for (const auto& [bid, layer] : layers_)
       if (!layer.empty())
-        throw Refusal(fmt::format("tensor {}: an expert the converter does not stack (Unprocessed experts: "
-                                  "{} experts a layer)",
-                                  layer.begin()->first, c_.experts));
+        throw Refusal(
+            fmt::format("tensor {}: an expert the converter does not stack (Unprocessed experts: "
+                        "{} experts a layer)",
+                        layer.begin()->first, c_.experts));
   }
 
  private:
@@ -217,7 +222,8 @@ LlamaConfig read_llama_config(const json& config, Family family) {
   const bool has_head_dim = config.contains("head_dim") && !config["head_dim"].is_null();
   c.head_dim_key = llama || family == Family::qwen3 || has_head_dim;
   c.head_dim = size_field(config, "head_dim", family == Family::qwen3 ? 128 : c.hidden / c.heads);
-  c.vocab_size = llama_class(family) ? size_field(config, "vocab_size", 32000) : size_field(config, "vocab_size");
+  c.vocab_size =
+      llama_class(family) ? size_field(config, "vocab_size", 32000) : size_field(config, "vocab_size");
   if ((family == Family::qwen2 || family == Family::qwen3) &&
       (config.contains("classifier_pooling") || config.contains("classifier_activation")))
     throw Refusal("config.json: classifier keys not followed by ckptfs yet");
@@ -230,14 +236,15 @@ LlamaConfig read_llama_config(const json& config, Family family) {
   if (c.head_dim % 2 != 0 || c.heads % c.kv_heads != 0)
     throw Refusal("config.json: head sizes the converter cannot permute");
   // keys the converter writes as expert groups or a gating function (conversion/base.py)
-  for (const char* key : {"n_routed_experts", "num_experts_per_token", "top_k_experts", "n_group", "topk_group",
-                          "score_function", "scoring_func", "score_func", "moe_router_activation",
-                          "moe_router_activation_func", "expert_selection_fn", "router_score_func",
-                          "prefix_dense_intermediate_size", "dense_intermediate_size"})
+  for (const char* key : {"n_routed_experts", "num_experts_per_token", "top_k_experts", "n_group",
+                          "topk_group", "score_function", "scoring_func", "score_func",
+                          "moe_router_activation", "moe_router_activation_func", "expert_selection_fn",
+                          "router_score_func", "prefix_dense_intermediate_size", "dense_intermediate_size"})
     if (config.contains(key)) throw Refusal(fmt::format("config.json: {} not followed by ckptfs yet", key));
   if (moe) {
     // Qwen3MoeConfig reads num_experts as num_local_experts
-    c.experts = size_field(config, config.contains("num_local_experts") ? "num_local_experts" : "num_experts");
+    c.experts =
+        size_field(config, config.contains("num_local_experts") ? "num_local_experts" : "num_experts");
     c.experts_used = size_field(config, "num_experts_per_tok");
     if (family == Family::qwen3_moe) c.expert_intermediate = size_field(config, "moe_intermediate_size", 768);
   } else if (config.contains("num_local_experts") || config.contains("num_experts") ||

@@ -1,7 +1,8 @@
-// LlamaForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM (one module
-// layout) as llama.cpp's converter writes them (conversion/llama.py and qwen.py over conversion/base.py): the
-// architecture's keys and the tensors, renamed; the Llama class's (Llama, Mixtral) Q/K rows permuted and its
-// rope_freqs for llama3 rope scaling; a MoE layer's experts stacked into one 3-D tensor per projection.
+// LlamaForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM (one
+// module layout) as llama.cpp's converter writes them (conversion/llama.py and qwen.py over
+// conversion/base.py): the architecture's keys and the tensors, renamed; the Llama class's (Llama, Mixtral)
+// Q/K rows permuted and its rope_freqs for llama3 rope scaling; a MoE layer's experts stacked into one 3-D
+// tensor per projection.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -105,8 +105,8 @@ ModelNaming id_components(std::string_view id, uint64_t total_params) {
       std::replace(part.begin(), part.end(), '_', '.');
       if (is_digit(part.back()))  // bloom-7b1 -> 7.1b
         part = part.substr(0, part.size() - 2) + "." + part.back() + part[part.size() - 2];
-      if (part.size() > 1 && is_digit(part[part.size() - 2]) && std::string_view("kmbt").find(part.back()) !=
-                                                                       std::string_view::npos)
+      if (part.size() > 1 && is_digit(part[part.size() - 2]) &&
+          std::string_view("kmbt").find(part.back()) != std::string_view::npos)
         part.back() = static_cast<char>(std::toupper(part.back()));
       if (total_params != 0)
         if (const auto label = label_parameters(part)) {
@@ -170,7 +170,8 @@ std::string rounded_notation(uint64_t count) {
     scaled = n * 1e-9, suffix = 'B';
   else if (n > 1e6)
     scaled = n * 1e-6, suffix = 'M';
-  const std::string digits = fmt::format("{}", static_cast<uint64_t>(std::nearbyint(scaled)));  // half to even
+  const std::string digits =
+      fmt::format("{}", static_cast<uint64_t>(std::nearbyint(scaled)));  // half to even
   const size_t significant = digits == "0" ? 0 : digits.size();
   const int fix = std::max(2 - static_cast<int>(significant), 0);
   return fmt::format("{:.{}f}{}", scaled, fix, suffix);
@@ -189,9 +190,9 @@ ModelNaming name_model(std::string_view directory, const ParameterCount& count) 
   ModelNaming n = id_components(directory, count.total);
   n.name = id_to_title(directory);
   if (!n.size_label && count.total > 0)  // utility.py's size_label
-    n.size_label = count.expert_count > 0
-                       ? fmt::format("{}x{}", count.expert_count, rounded_notation(count.shared + count.expert))
-                       : rounded_notation(count.total);
+    n.size_label = count.expert_count > 0 ? fmt::format("{}x{}", count.expert_count,
+                                                        rounded_notation(count.shared + count.expert))
+                                          : rounded_notation(count.total);
   return n;
 }
 

@@ -22,8 +22,10 @@ TEST(GgufNaming, FollowsGgufPysHeuristics) {
   const Expected cases[] = {
       {"hf", 17'000'000, "Hf", none, none, none, "17M"},
       {"checkpoint-500", 17'000'000, "Checkpoint 500", "checkpoint", none, "500", "17M"},
-      {"Llama-3-8B-Instruct-v0.2", 17'000'000, "Llama 3 8B Instruct v0.2", "Llama-3", "8b-Instruct", "v0.2", "17M"},
-      {"Llama-3-8B-Instruct-v0.2", 7'000'000'000, "Llama 3 8B Instruct v0.2", "Llama-3", "Instruct", "v0.2", "8B"},
+      {"Llama-3-8B-Instruct-v0.2", 17'000'000, "Llama 3 8B Instruct v0.2", "Llama-3", "8b-Instruct", "v0.2",
+       "17M"},
+      {"Llama-3-8B-Instruct-v0.2", 7'000'000'000, "Llama 3 8B Instruct v0.2", "Llama-3", "Instruct", "v0.2",
+       "8B"},
       {"ckpt_v2", 17'000'000, "Ckpt_V2", none, none, none, "17M"},
       {"global_step1000", 17'000'000, "Global_Step1000", none, none, none, "17M"},
       {"llama3rope", 17'000'000, "Llama3Rope", none, none, none, "17M"},
@@ -35,7 +37,8 @@ TEST(GgufNaming, FollowsGgufPysHeuristics) {
       {"v2-iter3", 17'000'000, "v2 Iter3", none, none, "v2-iter3", "17M"},
       {"my_model-7B-chat", 7'000'000'000, "My_Model 7B Chat", "my_model", "chat", none, "7B"},
       {"gpt2-xl", 17'000'000, "Gpt2 Xl", "gpt2", none, none, "xl"},
-      {"Phi-3-mini-128k-instruct", 17'000'000, "Phi 3 Mini 128k Instruct", "Phi-3", "128k-instruct", none, "mini"},
+      {"Phi-3-mini-128k-instruct", 17'000'000, "Phi 3 Mini 128k Instruct", "Phi-3", "128k-instruct", none,
+       "mini"},
   };
   for (const auto& c : cases) {
     const ModelNaming n = name_model(c.directory, {c.total, c.total, 0, 0});

@@ -138,10 +138,9 @@ void add_bpe_tokenizer(KvList& kv, const HfDirectory& dir, const json& tokenizer
   kv.add_strings("tokenizer.ggml.merges", merges_of(model.value("merges", json())));
   const SpecialTokens special = read_special_tokens(*tokenizer, tokenizer_config, config);
   const std::map<std::string, std::string> id_keys = {
-      {"bos", "bos_token_id"},     {"eos", "eos_token_id"},
-      {"unk", "unknown_token_id"}, {"sep", "seperator_token_id"},
-      {"pad", "padding_token_id"}, {"mask", "mask_token_id"},
-      {"eot", "eot_token_id"},     {"eom", "eom_token_id"}};  // (sic: gguf-py's)
+      {"bos", "bos_token_id"},       {"eos", "eos_token_id"},     {"unk", "unknown_token_id"},
+      {"sep", "seperator_token_id"}, {"pad", "padding_token_id"}, {"mask", "mask_token_id"},
+      {"eot", "eot_token_id"},       {"eom", "eom_token_id"}};  // (sic: gguf-py's)
   for (const auto& [kind, id] : special.ids.items)
     if (const auto it = id_keys.find(kind); it != id_keys.end()) {
       if (id > UINT32_MAX) throw Refusal(fmt::format("{} token id {} over 2^32", kind, id));

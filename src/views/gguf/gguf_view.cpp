@@ -55,7 +55,8 @@ void check_directory(const HfDirectory& dir, const json& config) {
 bool is_reranker_name(std::string_view directory) {
   std::string lower(directory);
   std::transform(lower.begin(), lower.end(), lower.begin(), [](char c) { return std::tolower(c); });
-  return lower.find("qwen3-reranker") != std::string::npos || lower.find("qwen3-vl-reranker") != std::string::npos;
+  return lower.find("qwen3-reranker") != std::string::npos ||
+         lower.find("qwen3-vl-reranker") != std::string::npos;
 }
 
 // What an architecture adds to the converter's common steps.
@@ -106,7 +107,8 @@ ParameterCount count_parameters(const std::vector<GgufTensor>& tensors) {
     const uint64_t n = t.numel();
     count.total += n;
     if (t.name.find("_exps.") != std::string::npos && t.ne.size() >= 3) {
-      const uint64_t experts = t.ne[t.name.find(".bias") != std::string::npos ? 1 : 2];  // numpy's [-2] / [-3]
+      const uint64_t experts =
+          t.ne[t.name.find(".bias") != std::string::npos ? 1 : 2];  // numpy's [-2] / [-3]
       count.expert += n / experts;
       expert_sum += experts;
       ++expert_tensors;
@@ -121,11 +123,12 @@ ParameterCount count_parameters(const std::vector<GgufTensor>& tensors) {
 // tokenizer.ggml.pre found as the converter finds it, where transformers' AutoTokenizer loads tokenizer.json
 // as it is (TokenizersBackend): tokenizer_config.json's tokenizer_class TokenizersBackend or
 // PreTrainedTokenizerFast. Without one it loads the model type's class (LlamaTokenizer, GPT2Tokenizer), and
-// for a qwen2 model Qwen2Tokenizer whatever it says, whose own normalizer and pre-tokenizer replace the file's
-// (encoded too).
+// for a qwen2 model Qwen2Tokenizer whatever it says, whose own normalizer and pre-tokenizer replace the
+// file's (encoded too).
 std::string pre_tokenizer_name(const Architecture& arch, const HfDirectory& dir, const json& tokenizer) {
   const json tokenizer_config = dir.json("tokenizer_config.json").value_or(json::object());
-  if (arch.own_tokenizer_class) return identify_pre_tokenizer(tokenizer, tokenizer_config, TokenizerClass::qwen2);
+  if (arch.own_tokenizer_class)
+    return identify_pre_tokenizer(tokenizer, tokenizer_config, TokenizerClass::qwen2);
   const json tokenizer_class = tokenizer_config.value("tokenizer_class", json());
   if (tokenizer_class != "TokenizersBackend" && tokenizer_class != "PreTrainedTokenizerFast")
     throw Refusal(
@@ -170,9 +173,10 @@ GgufViews make_gguf_views(const std::shared_ptr<const catalog::Catalog>& hf,
   GgufViews out;
   try {
     if (!valid_directory_name(choices.directory))
-      throw Refusal(fmt::format("directory name '{}' not followed by ckptfs (ASCII letters, digits, '.', "
-                                "'_', '-')",
-                                choices.directory));
+      throw Refusal(
+          fmt::format("directory name '{}' not followed by ckptfs (ASCII letters, digits, '.', "
+                      "'_', '-')",
+                      choices.directory));
     const auto config = dir.json("config.json");
     if (!config || !config->is_object()) throw Refusal("no config.json");
     const json archs = config->value("architectures", json());

@@ -20,8 +20,8 @@ struct HfDirectory {
   std::map<std::string, std::string, std::less<>> files;  // name -> bytes
 
   bool has(std::string_view name) const { return files.contains(name); }
-  // The file parsed as a JSON object; nullopt when absent. Throws Refusal when it is not JSON or not an object
-  // (every file the converter reads as JSON holds one).
+  // The file parsed as a JSON object; nullopt when absent. Throws Refusal when it is not JSON or not an
+  // object (every file the converter reads as JSON holds one).
   std::optional<nlohmann::json> json(std::string_view name) const;
 };
 

@@ -24,16 +24,20 @@ constexpr std::string_view kCheckText =
     "it, "
     "'D you like some tea? We'Ve a'lL";
 
-// The converter's names of the hashes of the families ckptfs encodes (each hash appears once in its chain of ifs).
+// The converter's names of the hashes of the families ckptfs encodes (each hash appears once in its chain of
+// ifs).
 const std::map<std::string, std::string, std::less<>> kKnownHashes = {
-    {"3ce83efda5659b07b1ad37ca97ca5797ea4285d9b9ab0dc679e4a720c9da7454", "gpt-2"},      // GPT-2
-    {"0ef9807a4087ebef797fc749390439009c3b9eda9ad1a097abbe738f486c01e5", "llama-bpe"},  // Llama 3, BOS template
-    {"c136ed14d01c2745d4f60a9596ae66800e2b61fa45643e72436041855ad4089d", "smaug-bpe"},  // Llama 3, first revision
-    {"e636dc30a262dcc0d8c323492e32ae2b70728f4df7dfe9737d9f920a282b8aea", "qwen2"},      // Qwen1.5/2/2.5/3
-    {"d4540891389ea895b53b399da6ac824becc30f2fba0e9ddbb98f92e55ca0e97c", "qwen2"},      // Qwen3-Embedding
+    {"3ce83efda5659b07b1ad37ca97ca5797ea4285d9b9ab0dc679e4a720c9da7454", "gpt-2"},  // GPT-2
+    {"0ef9807a4087ebef797fc749390439009c3b9eda9ad1a097abbe738f486c01e5",
+     "llama-bpe"},  // Llama 3, BOS template
+    {"c136ed14d01c2745d4f60a9596ae66800e2b61fa45643e72436041855ad4089d",
+     "smaug-bpe"},                                                                  // Llama 3, first revision
+    {"e636dc30a262dcc0d8c323492e32ae2b70728f4df7dfe9737d9f920a282b8aea", "qwen2"},  // Qwen1.5/2/2.5/3
+    {"d4540891389ea895b53b399da6ac824becc30f2fba0e9ddbb98f92e55ca0e97c", "qwen2"},  // Qwen3-Embedding
 };
 
-// The pieces the pipeline's pre-tokenizers cut the text into, as bytes, before ByteLevel maps them to symbols.
+// The pieces the pipeline's pre-tokenizers cut the text into, as bytes, before ByteLevel maps them to
+// symbols.
 std::vector<std::string> pre_tokens(const TokenizerPipeline& pipeline) {
   std::vector<std::string> pieces = {std::string(kCheckText)};
   const auto split_each = [&pieces](SplitRegex regex) {
@@ -55,7 +59,8 @@ std::vector<std::string> pre_tokens(const TokenizerPipeline& pipeline) {
 std::vector<int64_t> check_text_ids(const json& tokenizer, const json& tokenizer_config,
                                     TokenizerClass tokenizer_class) {
   try {
-    const TokenizerPipeline pipeline = read_pipeline(tokenizer, tokenizer_config, tokenizer_class, kCheckText);
+    const TokenizerPipeline pipeline =
+        read_pipeline(tokenizer, tokenizer_config, tokenizer_class, kCheckText);
     const auto pieces = pre_tokens(pipeline);
     const BpeEncoder bpe(tokenizer.at("model"), pipeline.ignore_merges, pieces);
     std::vector<int64_t> ids = pipeline.before;
@@ -75,10 +80,11 @@ std::string identify_pre_tokenizer(const json& tokenizer, const json& tokenizer_
   printed += "]";
   const std::string hash = sha256_hex(printed);
   if (const auto it = kKnownHashes.find(hash); it != kKnownHashes.end()) return it->second;
-  throw Refusal(fmt::format(
-      "the converter would not recognise this BPE pre-tokenizer (check text encoded as transformers' {} does, "
-      "hash {}): -o gguf_pre=NAME names it",
-      tokenizer_class == TokenizerClass::qwen2 ? "Qwen2Tokenizer" : "TokenizersBackend", hash));
+  throw Refusal(
+      fmt::format("the converter would not recognise this BPE pre-tokenizer (check text encoded as "
+                  "transformers' {} does, "
+                  "hash {}): -o gguf_pre=NAME names it",
+                  tokenizer_class == TokenizerClass::qwen2 ? "Qwen2Tokenizer" : "TokenizersBackend", hash));
 }
 
 }  // namespace ckptfs::views::gguf

@@ -53,8 +53,9 @@ std::vector<CodePoint> decode_utf8(std::string_view s) {
   return out;
 }
 
-// Where one match of the regex starting at `i` ends: the first alternative that matches, with the backtracking
-// of Oniguruma's greedy quantifiers. Every character is matched by one of the last alternatives or \s+.
+// Where one match of the regex starting at `i` ends: the first alternative that matches, with the
+// backtracking of Oniguruma's greedy quantifiers. Every character is matched by one of the last alternatives
+// or \s+.
 class Matcher {
  public:
   Matcher(const std::vector<CodePoint>& cps, SplitRegex regex) : cps_(cps), regex_(regex) {}
@@ -66,7 +67,9 @@ class Matcher {
 
  private:
   bool is(size_t j, Category k) const { return j < cps_.size() && cps_[j].category == k; }
-  bool is_newline(size_t j) const { return j < cps_.size() && (cps_[j].value == '\r' || cps_[j].value == '\n'); }
+  bool is_newline(size_t j) const {
+    return j < cps_.size() && (cps_[j].value == '\r' || cps_[j].value == '\n');
+  }
   size_t run(size_t j, Category k) const {
     while (is(j, k)) ++j;
     return j;
@@ -107,7 +110,8 @@ class Matcher {
   size_t llama3(size_t i) const {
     const Category k = cps_[i].category;
     if (k == Category::letter) return run(i, Category::letter);
-    if (k != Category::number && !is_newline(i) && is(i + 1, Category::letter)) return run(i + 1, Category::letter);
+    if (k != Category::number && !is_newline(i) && is(i + 1, Category::letter))
+      return run(i + 1, Category::letter);
     if (k == Category::number)
       return std::min(run(i, Category::number), i + (regex_ == SplitRegex::llama3 ? 3 : 1));
     const size_t start = cps_[i].value == ' ' && is(i + 1, Category::other) ? i + 1 : i;
@@ -133,7 +137,8 @@ std::optional<SplitRegex> split_regex_of(std::string_view pattern) {
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   static constexpr std::string_view kQwen2 =
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-  static constexpr std::string_view kGpt2 = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+  static constexpr std::string_view kGpt2 =
+      R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
   if (pattern == kLlama3) return SplitRegex::llama3;
   if (pattern == kQwen2) return SplitRegex::qwen2;
   if (pattern == kGpt2) return SplitRegex::gpt2;

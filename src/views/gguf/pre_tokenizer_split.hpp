@@ -11,7 +11,7 @@
 namespace ckptfs::views::gguf {
 
 enum class SplitRegex {
-  gpt2,    // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ (ByteLevel's use_regex)
+  gpt2,  // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ (ByteLevel's use_regex)
   llama3,  // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
            // \s*[\r\n]+|\s+(?!\S)|\s+
   qwen2,   // Llama 3's with \p{N} for \p{N}{1,3}: one digit a piece
@@ -20,8 +20,8 @@ enum class SplitRegex {
 // The regex of a tokenizer.json Split pattern, nullopt for one not written out here.
 std::optional<SplitRegex> split_regex_of(std::string_view pattern);
 
-// The pieces of `text` (behavior Isolated: every match is a piece; these regexes leave no gaps). Throws Refusal
-// for a character outside the check text's.
+// The pieces of `text` (behavior Isolated: every match is a piece; these regexes leave no gaps). Throws
+// Refusal for a character outside the check text's.
 std::vector<std::string> split_text(std::string_view text, SplitRegex regex);
 
 }  // namespace ckptfs::views::gguf

@@ -1,5 +1,6 @@
 // The check text's ids for the real published tokenizers (mount_tests/gen_gguf/tokenizers) against the ids
-// llama.cpp's converter hashed for them in transformers 5.12 (mount_tests/fixtures/gguf-check-text, README.md there).
+// llama.cpp's converter hashed for them in transformers 5.12 (mount_tests/fixtures/gguf-check-text, README.md
+// there).
 #include "views/gguf/pre_tokenizer.hpp"
 
 #include <gtest/gtest.h>
@@ -23,7 +24,8 @@ const std::filesystem::path kTokenizers = kSource / "mount_tests/gen_gguf/tokeni
 
 // The tokenizer files are committed xz-compressed.
 std::string unxz(const std::filesystem::path& path) {
-  const std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(("xz -dc '" + path.string() + "'").c_str(), "r"), pclose);
+  const std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(("xz -dc '" + path.string() + "'").c_str(), "r"),
+                                                   pclose);
   if (!pipe) throw std::runtime_error("cannot run xz");
   std::string out;
   char buffer[1 << 16];
@@ -45,8 +47,8 @@ json gpt2_tokenizer() {
   while (std::getline(lines, line))
     if (!line.empty()) merges.push_back(line);
   json vocab = json::parse(unxz(kTokenizers / "gpt2/encoder.json.xz"));
-  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                           {"use_regex", true}};
+  const json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
   return {{"added_tokens", {{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}}},
           {"normalizer", nullptr},
           {"pre_tokenizer", byte_level},
@@ -107,7 +109,9 @@ class PreTokenizer : public testing::Test {
 };
 
 TEST_F(PreTokenizer, Gpt2IsTheConvertersGpt2) {
-  const json config = {{"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}, {"unk_token", "<|endoftext|>"},
+  const json config = {{"bos_token", "<|endoftext|>"},
+                       {"eos_token", "<|endoftext|>"},
+                       {"unk_token", "<|endoftext|>"},
                        {"tokenizer_class", "TokenizersBackend"}};
   expect_converters(gpt2_tokenizer(), config, TokenizerClass::backend, "gpt2");
 }
@@ -125,15 +129,18 @@ TEST_F(PreTokenizer, QwenIsTheConvertersQwen2AsQwen2TokenizerAndAsItsFile) {
   expect_converters(*qwen3_, *qwen3_config_, TokenizerClass::backend, "qwen3");
 }
 
-TEST_F(PreTokenizer, AddBosTokenOfTokenizerConfigChangesNothing) {  // transformers drops it beside a tokenizer.json
+TEST_F(PreTokenizer,
+       AddBosTokenOfTokenizerConfigChangesNothing) {  // transformers drops it beside a tokenizer.json
   json config = *llama3_config_;
   config["add_bos_token"] = true;
   expect_converters(*llama3_, config, TokenizerClass::backend, "llama3-add-bos-token");
   config["add_bos_token"] = false;
-  expect_converters(with_bos_template(*llama3_), config, TokenizerClass::backend, "llama3-bos-add-bos-token-false");
+  expect_converters(with_bos_template(*llama3_), config, TokenizerClass::backend,
+                    "llama3-bos-add-bos-token-false");
 }
 
-TEST_F(PreTokenizer, AddPrefixSpaceOfQwen2TokenizerPrefixesEveryPiece) {  // a hash the converter does not know
+TEST_F(PreTokenizer,
+       AddPrefixSpaceOfQwen2TokenizerPrefixesEveryPiece) {  // a hash the converter does not know
   json config = *qwen3_config_;
   config["add_prefix_space"] = true;
   const Reference want = reference("qwen3-add-prefix-space");
@@ -161,7 +168,8 @@ void expect_refused(const json& tokenizer, const json& config, const std::string
   }
 }
 
-TEST_F(PreTokenizer, PartsNotEncodedAreRefusedByName) {  // before any encoding: Qwen's pipeline, no vocabulary
+TEST_F(PreTokenizer,
+       PartsNotEncodedAreRefusedByName) {  // before any encoding: Qwen's pipeline, no vocabulary
   const json qwen = {{"model", {{"type", "BPE"}, {"vocab", json::object()}}},
                      {"added_tokens", (*qwen3_)["added_tokens"]},
                      {"pre_tokenizer", (*qwen3_)["pre_tokenizer"]},

@@ -45,7 +45,8 @@ json piece_id(const json& piece, const char* kind) {
 
 json template_list(const json& processor, const char* key) {
   const json list = processor.value(key, json::array());
-  if (!list.is_array()) throw Refusal(fmt::format("tokenizer.json: TemplateProcessing {} is not a list", key));
+  if (!list.is_array())
+    throw Refusal(fmt::format("tokenizer.json: TemplateProcessing {} is not a list", key));
   return list;
 }
 
@@ -88,11 +89,14 @@ void follow_template(const json& processor, State& s) {
   }
   if (pair.empty()) return;
   const size_t begin = truthy(first) && piece_id(pair.front(), "SpecialToken") == first ? 1 : 0;
-  const size_t end = truthy(last) && piece_id(pair.back(), "SpecialToken") == last ? pair.size() - 1 : pair.size();
+  const size_t end =
+      truthy(last) && piece_id(pair.back(), "SpecialToken") == last ? pair.size() - 1 : pair.size();
   if (end <= begin) return;
-  pair = json(pair.begin() + static_cast<std::ptrdiff_t>(begin), pair.begin() + static_cast<std::ptrdiff_t>(end));
+  pair = json(pair.begin() + static_cast<std::ptrdiff_t>(begin),
+              pair.begin() + static_cast<std::ptrdiff_t>(end));
   // A [sep] [eos] B
-  if (piece_id(pair.front(), "Sequence") != "A" || piece_id(pair.back(), "Sequence") != "B" || pair.size() < 3)
+  if (piece_id(pair.front(), "Sequence") != "A" || piece_id(pair.back(), "Sequence") != "B" ||
+      pair.size() < 3)
     return;
   const json middle(pair.begin() + 1, pair.end() - 1);
   const auto separates = [&](const json& piece) {
@@ -152,7 +156,7 @@ SpecialTokens read_special_tokens(const json& tokenizer, const json& tokenizer_c
   const json& tc = setup.config;
   SpecialTokens out{{}, std::move(setup.add), std::nullopt};
   const auto set_id = [&](const std::string& kind, json id) {  // _set_special_token
-    if (id.is_boolean()) id = id.get<bool>() ? 1 : 0;  // a Python bool is an int
+    if (id.is_boolean()) id = id.get<bool>() ? 1 : 0;          // a Python bool is an int
     if (!id.is_number_integer()) return;
     if (id.get<int64_t>() < 0) throw Refusal(fmt::format("a negative {} token id", kind));
     out.ids.set_default(kind, id.get<uint64_t>());
@@ -161,7 +165,8 @@ SpecialTokens read_special_tokens(const json& tokenizer, const json& tokenizer_c
     const json chat_template = tc.value("chat_template", json());
     if (chat_template.is_array())
       throw Refusal("tokenizer_config.json: a list of chat templates, which ckptfs does not follow yet");
-    if (chat_template.is_string()) out.chat_template = chat_template.get<std::string>();  // other types: ignored
+    if (chat_template.is_string())
+      out.chat_template = chat_template.get<std::string>();  // other types: ignored
     const json added = tokenizer.value("added_tokens", json::array());
     for (const auto& kind : setup.types) {
       if (const json add = tc.value("add_" + kind + "_token", json()); add.is_boolean())

@@ -2,10 +2,9 @@
 // _try_load_from_config_json): their ids, whether the tokenizer adds them, the chat template.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -37,8 +36,8 @@ struct SpecialTokens {
 };
 
 // `tokenizer`: tokenizer.json; `tokenizer_config`: tokenizer_config.json (an object; {} where there is none);
-// `config`: config.json. Follows the ByteLevel and TemplateProcessing post-processors, alone or in a Sequence;
-// throws Refusal for any other, and for a chat template that is a list.
+// `config`: config.json. Follows the ByteLevel and TemplateProcessing post-processors, alone or in a
+// Sequence; throws Refusal for any other, and for a chat template that is a list.
 SpecialTokens read_special_tokens(const nlohmann::json& tokenizer, const nlohmann::json& tokenizer_config,
                                   const nlohmann::json& config);
 

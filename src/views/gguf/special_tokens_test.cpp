@@ -14,8 +14,8 @@ namespace {
 
 using nlohmann::json;
 
-const std::filesystem::path kCases = std::filesystem::path(CKPTFS_SOURCE_DIR) /
-                                     "mount_tests/fixtures/gguf-special-tokens/cases.json";
+const std::filesystem::path kCases =
+    std::filesystem::path(CKPTFS_SOURCE_DIR) / "mount_tests/fixtures/gguf-special-tokens/cases.json";
 
 json pairs(const auto& ordered) {
   json out = json::array();
@@ -29,7 +29,8 @@ TEST(SpecialTokens, AreWhatGgufPyReadsInEveryCase) {
   ASSERT_GE(cases.size(), 20u);
   for (const auto& c : cases) {
     SCOPED_TRACE(c.at("name").get<std::string>());
-    const json tokenizer_config = c.at("tokenizer_config").is_null() ? json::object() : c.at("tokenizer_config");
+    const json tokenizer_config =
+        c.at("tokenizer_config").is_null() ? json::object() : c.at("tokenizer_config");
     const SpecialTokens got = read_special_tokens(c.at("tokenizer"), tokenizer_config, c.at("config"));
     json ids = c.at("ids");
     for (auto& pair : ids)  // a Python bool is an int id

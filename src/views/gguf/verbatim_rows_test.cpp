@@ -63,7 +63,8 @@ TEST(VerbatimRows, Bf16WithNansAndPermutedRowsInEverySubRange) {
       const uint64_t h = row / kHeadRows, i = row % kHeadRows / 2, j = row % 2;
       const uint64_t from = heads == 0 ? row : h * kHeadRows + j * kHeadRows / 2 + i;
       for (uint64_t c = 0; c < kCols; ++c)
-        expected.push_back(f32_to_bf16(std::bit_cast<uint32_t>(widened(DType::BF16, source[from * kCols + c]))));
+        expected.push_back(
+            f32_to_bf16(std::bit_cast<uint32_t>(widened(DType::BF16, source[from * kCols + c]))));
     }
     const GgufTensor t{"w.weight", {kCols, kRows}, GgmlType::bf16, SourceRows{ref, heads}};
     ASSERT_NE(verbatim_rows(t), nullptr);
@@ -82,8 +83,8 @@ TEST(VerbatimRows, EveryF16BitPatternComesBackAsTheConverterWritesIt) {
   std::vector<uint16_t> all(1 << 16);
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
   const SourceFile file = SourceFile::of(all);
-  const GgufTensor t{"w.weight", {256, 256}, GgmlType::f16,
-                     SourceRows{source_tensor(file, DType::F16, {256, 256}), 0}};
+  const GgufTensor t{
+      "w.weight", {256, 256}, GgmlType::f16, SourceRows{source_tensor(file, DType::F16, {256, 256}), 0}};
   ASSERT_NE(verbatim_rows(t), nullptr);
   const auto got = data_of(t, 0, all.size() * 2);
   for (size_t i = 0; i < all.size(); ++i) {
