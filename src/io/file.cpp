@@ -20,11 +20,25 @@
 
 namespace ckptfs::io {
 
+namespace {
+
+// The descriptor side of a file read from disk; null for a decoded item or an object.
+const OnDisk* on_disk_of(const Origin& origin) {
+  return std::visit(Overloaded{
+                        [](const OnDisk& disk) { return &disk; },
+                        [](const Decoded&) -> const OnDisk* { return nullptr; },
+                        [](const Remote&) -> const OnDisk* { return nullptr; },
+                    },
+                    origin);
+}
+
+}  // namespace
+
 File::File(std::filesystem::path path, FileIdentity identity, std::shared_ptr<SourceCaches> caches)
     : path_(std::move(path)), identity_(std::move(identity)), caches_(std::move(caches)) {}
 
 File::~File() {
-  if (const auto* disk = std::get_if<OnDisk>(&origin_); disk != nullptr && disk->slot)
+  if (const OnDisk* disk = on_disk_of(origin_); disk != nullptr && disk->slot)
     caches_->descriptors.forget(*disk->slot);
 }
 
@@ -50,7 +64,7 @@ std::shared_ptr<File> File::open(const std::filesystem::path& path) {
 }
 
 const OnDisk& File::on_disk() const {
-  const auto* disk = std::get_if<OnDisk>(&origin_);
+  const OnDisk* disk = on_disk_of(origin_);
   if (disk == nullptr)
     throw std::logic_error(path_.string() + ": has no descriptor (a decoded item or an object)");
   return *disk;
@@ -118,7 +132,7 @@ std::optional<Access> File::access() const {
 }
 
 bool File::has_descriptor() const {
-  return std::holds_alternative<OnDisk>(origin_);
+  return on_disk_of(origin_) != nullptr;
 }
 
 OpenFdPtr File::descriptor() const {
