@@ -359,8 +359,8 @@ def test_a_view_fetches_what_it_reads_and_says_so(store, gateway_env, ckptfs_bin
     sent = sum(e["bytes_sent"] for e in object_gets(gateway, before))
     fetched = stats[f"fetched from {url}"]
     objects = len(fetched["objects"])
-    assert reads <= fetched["fetched"] <= 1.05 * reads + objects * (128 << 10), (reads, fetched)
-    assert fetched["fetched"] == sent, (fetched, sent)
+    assert reads <= fetched["bytes_fetched"] <= 1.05 * reads + objects * (128 << 10), (reads, fetched)
+    assert fetched["bytes_fetched"] == sent, (fetched, sent)
     assert stats["served"]["fp32/model.safetensors"] == len(data)
 
 

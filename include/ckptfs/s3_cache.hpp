@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,6 +67,11 @@ struct ObjectFetchStats {
   std::uint64_t bytes_fetched = 0;
   std::uint64_t requests = 0;  // its GETs that succeeded (BlockCacheStats::requests counts failed ones too)
 };
+
+// The counters as JSON, under their field names (ckptfs-stats.json, the probe's `stats`); an object's
+// entry names its key and ETag, not the bucket (the source it belongs to names it).
+void to_json(nlohmann::json& out, const BlockCacheStats& stats);
+void to_json(nlohmann::json& out, const ObjectFetchStats& stats);
 
 // Where the cache's bytes come from: the store in the product (`client_reader`), a fake in tests.
 class RangeReader {

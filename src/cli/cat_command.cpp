@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kCatUsage =
     "ckptfs cat SRC VIEW_PATH [--tag T] [--strict] [--strip-prefix P] [--config FILE] [-o FILE|--output "
     "FILE]\n"
     "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
@@ -108,7 +108,7 @@ int run_cat(std::span<const std::string> args) {
     return 0;
   }
   try {
-    const Arguments a = parse_arguments(args, {"--strict", "--output"}, 2, kUsage);
+    const Arguments a = parse_arguments(args, {"--strict", "--output"}, 2, kCatUsage);
     const std::string& view = a.positional[1];
     const std::string output = a.output.value_or("-");
     io::Runtime runtime;

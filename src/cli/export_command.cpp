@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kExportUsage =
     "ckptfs export SRC OUT [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--universal] "
     "[--shard-size SIZE]\n"
     "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
@@ -30,7 +30,7 @@ constexpr const char* kUsage =
 
 int run_export(std::span<const std::string> args) {
   try {
-    Arguments a = parse_arguments(args, {"--universal", "--strict", "--shard-size"}, 2, kUsage);
+    Arguments a = parse_arguments(args, {"--universal", "--strict", "--shard-size"}, 2, kExportUsage);
     ShardOptions shards{.unsharded_copy = false};
     if (a.shard_size) shards.max_shard_size = parse_shard_size_option("--shard-size", *a.shard_size);
     io::Runtime runtime;

@@ -12,7 +12,7 @@ namespace ckptfs::cli {
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kIndexUsage =
     "ckptfs index SRC [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--cache DIR]\n"
     "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
@@ -20,13 +20,13 @@ constexpr const char* kUsage =
 
 int run_index(std::span<const std::string> args) {
   try {
-    Arguments a = parse_arguments(args, {"--strict"}, 1, kUsage);
+    Arguments a = parse_arguments(args, {"--strict"}, 1, kIndexUsage);
     const OpenOptions options = complete_saves_only(a.open_options());  // what a mount of SRC loads
     const auto dir = a.cache ? std::optional<std::filesystem::path>(std::filesystem::absolute(*a.cache))
                              : index::default_cache_dir();
     if (!dir)
-      throw UsageError(
-          fmt::format("no cache dir: set XDG_CACHE_HOME or HOME, or give --cache DIR\nusage: {}", kUsage));
+      throw UsageError(fmt::format("no cache dir: set XDG_CACHE_HOME or HOME, or give --cache DIR\nusage: {}",
+                                   kIndexUsage));
     io::Runtime runtime;
     const auto source = open_source(a.positional[0], a.s3, runtime);
     fmt::print("{}\n", index::write_index(source, options, *dir).string());

@@ -15,7 +15,7 @@ namespace ckptfs::cli {
 
 namespace {
 
-constexpr const char* kUsage =
+constexpr const char* kInspectUsage =
     "ckptfs inspect SRC [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--json] [--tensors]\n"
     "       (SRC s3://BUCKET/PREFIX: [--endpoint URL] [--region R] [--s3-path-style] [--s3-no-sign])";
 
@@ -75,7 +75,7 @@ void print_text(const Checkpoint& cp, bool tensors) {
 
 int run_inspect(std::span<const std::string> args) {
   try {
-    Arguments a = parse_arguments(args, {"--json", "--tensors", "--strict"}, 1, kUsage);
+    Arguments a = parse_arguments(args, {"--json", "--tensors", "--strict"}, 1, kInspectUsage);
     // What a mount of SRC serves: the complete saves.
     io::Runtime runtime;
     Checkpoint cp =

@@ -14,7 +14,7 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage:
+constexpr const char* kCommandsUsage = R"(usage:
   ckptfs SRC MNT [-o opt,...] [-f] [-d]     mount the merged views of checkpoint SRC on MNT
   ckptfs mount SRC MNT [...]                the same
   ckptfs inspect SRC [--tag T] [--strict] [--strip-prefix P] [--config FILE] [--json] [--tensors]
@@ -44,12 +44,12 @@ docs/exit-codes.md. Manual: man ckptfs.
 int main(int argc, char** argv) {
   using namespace ckptfs;
   if (argc < 2) {
-    std::fputs(kUsage, stderr);
+    std::fputs(kCommandsUsage, stderr);
     return static_cast<int>(ExitCode::usage);
   }
   const std::string command = argv[1];
   if (command == "--help" || command == "-h" || command == "help") {
-    std::fputs(kUsage, stdout);
+    std::fputs(kCommandsUsage, stdout);
     return 0;
   }
   if (command == "--version" || command == "-V") {
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   const bool mount_option = command == "-o" || command.starts_with("-o") || command == "-f" ||
                             command == "-d" || command == "--tag";
   if (!command.empty() && command[0] == '-' && !mount_option) {
-    fmt::print(stderr, "ckptfs: unknown option '{}'\n{}", command, kUsage);
+    fmt::print(stderr, "ckptfs: unknown option '{}'\n{}", command, kCommandsUsage);
     return static_cast<int>(ExitCode::usage);
   }
   return cli::run_mount(argc, argv);

@@ -31,9 +31,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kUsage = "ckptfs SRC MNT [-o opt,...] [-f] [-d] [--tag T]";
+constexpr const char* kMountUsage = "ckptfs SRC MNT [-o opt,...] [-f] [-d] [--tag T]";
 
-constexpr const char* kHelp = R"(usage: ckptfs SRC MNT [-o opt,...] [-f] [-d] [--tag T]
+constexpr const char* kMountHelp = R"(usage: ckptfs SRC MNT [-o opt,...] [-f] [-d] [--tag T]
        ckptfs mount SRC MNT [...]
 
 Mounts the merged views of checkpoint SRC read-only on MNT (layout: docs/mount.md). Returns once the
@@ -255,7 +255,8 @@ std::vector<std::string> split_options(const std::string& list) {
   };
   const int rc = fuse_opt_parse(&args, &out, none, collect);
   fuse_opt_free_args(&args);
-  if (rc != 0) throw UsageError(fmt::format("-o {}: cannot parse the option list\nusage: {}", list, kUsage));
+  if (rc != 0)
+    throw UsageError(fmt::format("-o {}: cannot parse the option list\nusage: {}", list, kMountUsage));
   return out;
 }
 
@@ -265,13 +266,13 @@ MountArguments parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-o" || (a.starts_with("-o") && a.size() > 2)) {
-      if (a == "-o" && ++i >= argc) throw UsageError(fmt::format("-o needs a value\nusage: {}", kUsage));
+      if (a == "-o" && ++i >= argc) throw UsageError(fmt::format("-o needs a value\nusage: {}", kMountUsage));
       for (const auto& option : split_options(a == "-o" ? argv[i] : a.substr(2))) add_mount_option(m, option);
     } else {
       rest.push_back(std::move(a));
     }
   }
-  Arguments a = parse_arguments(rest, {"-f", "-d"}, 2, kUsage);
+  Arguments a = parse_arguments(rest, {"-f", "-d"}, 2, kMountUsage);
   if (a.tag) m.open.tag = a.tag;
   // The flags inspect, export, index and cat take for an s3:// SRC mean the same here (-o spells them for
   // fstab, and wins where both are given).
@@ -314,7 +315,7 @@ int run_mount(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "-h" || a == "--help") {
-      std::fputs(kHelp, stdout);
+      std::fputs(kMountHelp, stdout);
       return 0;
     }
   }

@@ -31,22 +31,13 @@ nlohmann::json RemoteCache::figures() const {
     std::lock_guard lock(mutex_);
     cache = cache_;
   }
-  nlohmann::json out = {{"fetched", 0},      {"requests", 0},   {"retries", 0},
-                        {"hits", 0},         {"misses", 0},     {"disk_hits", 0},
-                        {"memory_bytes", 0}, {"disk_bytes", 0}, {"objects", nlohmann::json::array()}};
-  if (cache == nullptr) return out;
-  const s3::BlockCacheStats s = cache->stats();
-  out.update({{"fetched", s.bytes_fetched},
-              {"requests", s.requests},
-              {"retries", s.retries},
-              {"hits", s.hits},
-              {"misses", s.misses},
-              {"disk_hits", s.disk_hits},
-              {"memory_bytes", s.memory_bytes},
-              {"disk_bytes", s.disk_bytes}});
-  for (const auto& o : cache->object_stats())
-    out["objects"].push_back(
-        {{"key", o.key}, {"etag", o.etag}, {"fetched", o.bytes_fetched}, {"requests", o.requests}});
+  if (cache == nullptr) {  // nothing read yet: every counter 0
+    nlohmann::json out = s3::BlockCacheStats{};
+    out["objects"] = nlohmann::json::array();
+    return out;
+  }
+  nlohmann::json out = cache->stats();
+  out["objects"] = cache->object_stats();
   return out;
 }
 

@@ -108,8 +108,8 @@ DiskCache::DiskCache(fs::path dir, std::uint64_t max_bytes) : dir_(std::move(dir
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec || ::access(dir_.c_str(), R_OK | W_OK | X_OK) != 0)
-    throw Error(ExitCode::usage, fmt::format("cache_dir {}: not a writable directory{}", dir_.string(),
-                                             ec ? ": " + ec.message() : ""));
+    throw ckptfs::Error(ExitCode::usage, fmt::format("cache_dir {}: not a writable directory{}",
+                                                     dir_.string(), ec ? ": " + ec.message() : ""));
   index_existing_files();
 }
 

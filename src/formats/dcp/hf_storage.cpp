@@ -42,7 +42,7 @@ std::vector<fs::path> safetensors_files_in(const fs::path& dir) {
 }
 
 // One rank's chunk of a tensor: a whole safetensors tensor placed at `offsets` of the global tensor.
-struct Chunk {
+struct RankChunk {
   std::vector<int64_t> offsets;
   torch::SourceTensor source;
   fs::path file;
@@ -50,7 +50,7 @@ struct Chunk {
 
 struct ChunkedTensor {
   std::string fqn;
-  std::vector<Chunk> chunks;
+  std::vector<RankChunk> chunks;
 };
 
 // DCP_SHARDING_INFO, '{"<fqn>": {"saved_offsets": [...]}, ...}' (a JSON text inside the string-valued
@@ -145,7 +145,7 @@ std::string file_names(const ChunkedTensor& t) {
 // The global tensor: its shape is not recorded anywhere, so it is the chunks' extent (as
 // HuggingFaceStorageReader and consolidate_safetensors_files compute it); the chunks must then tile it.
 catalog::LogicalTensor assemble(const ChunkedTensor& t, const fs::path& dir) {
-  const Chunk& first = t.chunks.front();
+  const RankChunk& first = t.chunks.front();
   std::vector<int64_t> shape(first.offsets.size(), 0);
   std::vector<catalog::Box> boxes;
   for (const auto& c : t.chunks) {
@@ -192,7 +192,7 @@ void check_index(const fs::path& index, const std::vector<ChunkedTensor>& tensor
     const auto it = by_fqn.find(fqn);
     const bool held =
         it != by_fqn.end() && std::any_of(it->second->chunks.begin(), it->second->chunks.end(),
-                                          [&](const Chunk& c) { return c.file.filename() == name; });
+                                          [&](const RankChunk& c) { return c.file.filename() == name; });
     if (!held)
       throw FormatError(
           fmt::format("{}: weight_map puts {} in {}, which does not hold it", index.string(), fqn, name));
