@@ -224,51 +224,6 @@ void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
   fuse_reply_none(req);
 }
 
-// How far ahead of a sequential reader prefetch reaches, and the least it refills that window by. A
-// prefetch hands each source file the ranges behind its step of the view: a step per read would be a
-// slice of one read, and a quarter of the window ahead leaves it three quarters full.
-// Over an object store each range is a GET, whose cost is per request (the bench's gateway spends about
-// 1.2 ms of CPU on each, whatever its size: 1,600 GETs of 64 KiB cost it more than 64 of 17 MB): a ZeRO-3
-// view's step is a slice of every rank object, so the window grows with the objects until each step is a
-// GET of io::kRemoteRequestBytes per object, as far as the block cache's memory allows: the step before, half
-// read, stays while the next arrives, so the window and half again must fit beside the reads in flight
-// (kRemoteReadsInFlight, or half of a cache of twice that or less: the kernel's readahead and FUSE
-// requests, each rounded out; a window of two thirds of a 32 MiB cache refetched a fifth of an 8-rank
-// bf16 view). Each range's end is rounded up to the next request (ExtentFile::prefetch), half a request per
-// object on average held beyond the window: that comes off it, down to a quarter of it (at 64 ranks a window
-// left whole made the prefetches of the objects asked for last fail for want of memory, every step: those
-// objects were read in 40-odd small GETs each). The files streaming at once share it
-// (OpenFiles::window_of); each refills by halves. Both bounds are source bytes: a bf16 view of fp32 masters
-// reads two for each byte it serves.
-constexpr uint64_t kRemoteReadsInFlight = uint64_t{16} << 20;
-
-PrefetchWindow prefetch_window(const Context& c, const vfs::Node& node) {
-  if (!io::reads_objects(node.sources)) return {c.prefetch_bytes, c.prefetch_bytes / 4};
-  const uint64_t wanted = std::max(2 * c.prefetch_bytes, 2 * io::kRemoteRequestBytes * node.sources.size());
-  const uint64_t room = c.remote_cache_bytes > 2 * kRemoteReadsInFlight
-                            ? c.remote_cache_bytes - kRemoteReadsInFlight
-                            : c.remote_cache_bytes / 2;
-  uint64_t source_window = std::min(wanted, room / 3 * 2);
-  source_window -= std::min(source_window / 4 * 3, io::kRemoteRequestBytes / 2 * node.sources.size());
-  std::vector<catalog::Piece> runs;
-  node.file->append_source_runs(runs);
-  const uint64_t source_bytes = views::distinct_source_bytes(std::move(runs));
-  const uint64_t window =
-      source_bytes > node.size()
-          ? static_cast<uint64_t>(static_cast<long double>(source_window) * node.size() / source_bytes)
-          : source_window;
-  return {window, window / 2, true};
-}
-
-// Starts the prefetch a read of [start, start + length) of `open` moves its window on by, if any.
-void prefetch_ahead(const Context& c, OpenFile& open, uint64_t start, uint64_t length, uint64_t file_size) {
-  const PrefetchWindow window = c.open_files->window_of(open);
-  const auto ahead = open.read_ahead.next(start, length, window.window, window.step, file_size);
-  if (!ahead) return;
-  if (window.shared) c.open_files->set_streaming(open, ahead->first + ahead->second < file_size);
-  open.content->prefetch(ahead->first, ahead->second);
-}
-
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   guarded(req, ino, "open", [&] {
     const Context& c = context(req);
@@ -293,8 +248,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // made at open (its size only known then): each read goes to the server.
     fi->keep_cache = !node->file->live();
     fi->direct_io = node->file->live();
-    fi->fh = reinterpret_cast<uint64_t>(
-        c.open_files->open(ino, node->file, [&] { return prefetch_window(c, *node); }));
+    fi->fh = reinterpret_cast<uint64_t>(c.open_files->open(
+        ino, node->file, [&] { return prefetch_window(*node, c.prefetch_bytes, c.remote_cache_bytes); }));
     fuse_reply_open(req, fi);
   });
 }
@@ -314,7 +269,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_fil
     // One buffer per worker thread, as large as the largest request it served (max_read bounds it).
     thread_local std::vector<std::byte> buffer;
     if (buffer.size() < length) buffer.resize(length);
-    if (open != nullptr && c.prefetch_bytes > 0) prefetch_ahead(c, *open, start, length, file_size);
+    if (open != nullptr && c.prefetch_bytes > 0)
+      c.open_files->prefetch_for_read(*open, start, length, file_size);
     // Source bytes that need no conversion are not read here: the reply takes them from the files.
     thread_local std::vector<catalog::DeferredRun> deferred;
     deferred.clear();

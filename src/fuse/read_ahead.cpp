@@ -1,6 +1,9 @@
 #include "fuse/read_ahead.hpp"
 
 #include <algorithm>
+#include <vector>
+
+#include "ckptfs/io.hpp"
 
 namespace ckptfs::fuse {
 
@@ -11,6 +14,9 @@ namespace {
 uint64_t slack(uint64_t window) {
   return std::max<uint64_t>(window / 4, 2u << 20);
 }
+
+// What the kernel's readahead and the FUSE requests in flight may hold of the block cache (prefetch_window).
+constexpr uint64_t kRemoteReadsInFlight = uint64_t{16} << 20;
 
 }  // namespace
 
@@ -36,6 +42,40 @@ std::optional<std::pair<uint64_t, uint64_t>> ReadAhead::next(uint64_t offset, ui
   if (from >= to || (to - from < step && to < size)) return std::nullopt;
   s.prefetched_to = to;
   return std::pair{from, to - from};
+}
+
+// How far ahead of a sequential reader prefetch reaches, and the least it refills that window by. A
+// prefetch hands each source file the ranges behind its step of the view: a step per read would be a
+// slice of one read, and a quarter of the window ahead leaves it three quarters full.
+// Over an object store each range is a GET, whose cost is per request (the bench's gateway spends about
+// 1.2 ms of CPU on each, whatever its size: 1,600 GETs of 64 KiB cost it more than 64 of 17 MB): a ZeRO-3
+// view's step is a slice of every rank object, so the window grows with the objects until each step is a
+// GET of io::kRemoteRequestBytes per object, as far as the block cache's memory allows: the step before, half
+// read, stays while the next arrives, so the window and half again must fit beside the reads in flight
+// (kRemoteReadsInFlight, or half of a cache of twice that or less: the kernel's readahead and FUSE
+// requests, each rounded out; a window of two thirds of a 32 MiB cache refetched a fifth of an 8-rank
+// bf16 view). Each range's end is rounded up to the next request (ExtentFile::prefetch), half a request per
+// object on average held beyond the window: that comes off it, down to a quarter of it (at 64 ranks a window
+// left whole made the prefetches of the objects asked for last fail for want of memory, every step: those
+// objects were read in 40-odd small GETs each). The files streaming at once share it
+// (OpenFiles::window_of); each refills by halves. Both bounds are source bytes: a bf16 view of fp32 masters
+// reads two for each byte it serves.
+PrefetchWindow prefetch_window(const vfs::Node& node, uint64_t prefetch_bytes, uint64_t remote_cache_bytes) {
+  if (!io::reads_objects(node.sources)) return {prefetch_bytes, prefetch_bytes / 4};
+  const uint64_t wanted = std::max(2 * prefetch_bytes, 2 * io::kRemoteRequestBytes * node.sources.size());
+  const uint64_t room = remote_cache_bytes > 2 * kRemoteReadsInFlight
+                            ? remote_cache_bytes - kRemoteReadsInFlight
+                            : remote_cache_bytes / 2;
+  uint64_t source_window = std::min(wanted, room / 3 * 2);
+  source_window -= std::min(source_window / 4 * 3, io::kRemoteRequestBytes / 2 * node.sources.size());
+  std::vector<catalog::Piece> runs;
+  node.file->append_source_runs(runs);
+  const uint64_t source_bytes = views::distinct_source_bytes(std::move(runs));
+  const uint64_t window =
+      source_bytes > node.size()
+          ? static_cast<uint64_t>(static_cast<long double>(source_window) * node.size() / source_bytes)
+          : source_window;
+  return {window, window / 2, true};
 }
 
 OpenFile* OpenFiles::open(uint64_t ino, const views::VirtualFilePtr& file,
@@ -75,6 +115,14 @@ void OpenFiles::set_streaming(OpenFile& file, bool on) {
   if (file.streaming == on) return;
   file.streaming = on;
   on ? ++streaming_ : --streaming_;
+}
+
+void OpenFiles::prefetch_for_read(OpenFile& file, uint64_t start, uint64_t length, uint64_t file_size) {
+  const PrefetchWindow window = window_of(file);
+  const auto ahead = file.read_ahead.next(start, length, window.window, window.step, file_size);
+  if (!ahead) return;
+  if (window.shared) set_streaming(file, ahead->first + ahead->second < file_size);
+  file.content->prefetch(ahead->first, ahead->second);
 }
 
 }  // namespace ckptfs::fuse

@@ -1,5 +1,6 @@
-// Per open file: which of its readers read sequentially, and how far ahead of each the source ranges it
-// will need have been prefetched.
+// The prefetch policy: how far ahead of a sequential reader of a file the source ranges it will need are
+// prefetched (its window), and per open file which of its readers read sequentially and how far ahead of
+// each the window has been advised.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "ckptfs/vfs.hpp"
 #include "ckptfs/views.hpp"
 
 namespace ckptfs::fuse {
@@ -57,12 +59,17 @@ struct PrefetchWindow {
   }
 };
 
+// The window of a file of the tree, chosen at its first open: `prefetch_bytes` (-o prefetch) for local
+// sources; over objects, what `remote_cache_bytes` (the block cache's memory) allows (read_ahead.cpp says
+// how).
+PrefetchWindow prefetch_window(const vfs::Node& node, uint64_t prefetch_bytes, uint64_t remote_cache_bytes);
+
 // An open file: what its reads go to (the file's open_layout(), else the file) and its prefetch state.
 struct OpenFile {
   OpenFile(views::VirtualFilePtr content, PrefetchWindow prefetch)
       : content(std::move(content)), prefetch(prefetch) {}
   const views::VirtualFilePtr content;
-  const PrefetchWindow prefetch;  // chosen at its first open (operations.cpp prefetch_window)
+  const PrefetchWindow prefetch;  // chosen at its first open (prefetch_window)
   ReadAhead read_ahead;
   bool streaming = false;  // it holds a part of a shared window (OpenFiles::set_streaming)
 };
@@ -83,6 +90,8 @@ class OpenFiles {
   // Whether `file` streams: from its first prefetch of a shared window until one reaches its end or its
   // last handle closes (a loader that keeps every shard of a model open reads one at a time).
   void set_streaming(OpenFile& file, bool on);
+  // Starts the prefetch a read of [start, start + length) of `file` moves its window on by, if any.
+  void prefetch_for_read(OpenFile& file, uint64_t start, uint64_t length, uint64_t file_size);
 
  private:
   struct Entry {
