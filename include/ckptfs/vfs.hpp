@@ -16,6 +16,7 @@
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/io.hpp"
 #include "ckptfs/layout.hpp"
+#include "ckptfs/live_stats.hpp"
 #include "ckptfs/views.hpp"
 
 namespace ckptfs::vfs {
@@ -138,8 +139,9 @@ std::vector<std::string> closest_names(const VirtualTree& tree, const Node& dir,
                                        size_t limit);
 
 struct TreeOptions {
-  bool stats_file = false;  // -o stats: ckptfs-stats.json, the daemon's figures (live_stats.hpp) at each open
-  ShardOptions shards;      // -o shard_size
+  // -o stats: ckptfs-stats.json, the figures of these (the mount's Runtime's) at each open; none without.
+  std::shared_ptr<const io::LiveStats> stats;
+  ShardOptions shards;  // -o shard_size
   // A live mount (docs/mount.md#live-runs): what ckptfs.json says of it under "live" (null: a snapshot).
   nlohmann::json live;
   GgufOptions gguf;  // -o gguf_pre

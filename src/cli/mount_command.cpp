@@ -342,7 +342,7 @@ int run_mount(int argc, char** argv) {
                                                  opened.index_file.string()));
     for (const auto& l : opened.checkpoint.left_out)
       fmt::print(stderr, "ckptfs: left out tag {} (-o strict refuses instead): {}\n", l.name, l.error);
-    vfs::TreeOptions tree_options{m.stats_file, m.shards, {}, m.gguf};
+    vfs::TreeOptions tree_options{m.stats_file ? runtime.stats() : nullptr, m.shards, {}, m.gguf};
     std::optional<LiveRun> live;
     if (follows(m, opened.checkpoint)) {
       live.emplace(LiveRun::Options{m.source, m.open, tree_options, m.refresh, opened.index_file, opened.key},

@@ -147,10 +147,11 @@ void serve(std::shared_ptr<const vfs::VirtualTree> tree, const ServeOptions& opt
                   &open_files,
                   std::chrono::milliseconds(options.source_check_ms),
                   &failures};
-  live_stats::add_section("served", [&] { return served_bytes(*inodes.current()); });
+  runtime.stats()->add_section("served", [&] { return served_bytes(*inodes.current()); });
   const struct Unregister {
-    ~Unregister() { live_stats::remove_section("served"); }
-  } unregister;
+    std::shared_ptr<io::LiveStats> stats;
+    ~Unregister() { stats->remove_section("served"); }
+  } unregister{runtime.stats()};
   const fuse_lowlevel_ops ops = make_operations();
   auto session = new_session(options, ops, context);
   fuse_session* se = session.get();

@@ -161,8 +161,8 @@ std::filesystem::path open_remote_source(const s3::Url& url, std::shared_ptr<s3:
   auto tree = list_source(remote_tree::components(url.str()), client, cache);
   const std::filesystem::path source = fmt::format("s3://{}", remote_tree::joined(tree->root, 0));
   runtime.add_source(source);  // its decoded items
-  live_stats::add_section("fetched from " + source.string(),
-                          [cache = tree->cache] { return cache->figures(); });
+  runtime.stats()->add_section("fetched from " + source.string(),
+                               [cache = tree->cache] { return cache->figures(); });
   std::lock_guard lock(remote_tree::registry().mutex);
   remote_tree::registry().trees.push_back(std::move(tree));
   return source;

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "ckptfs/live_stats.hpp"
 #include "ckptfs/s3_cache.hpp"
 #include "io/remote_object.hpp"
 #include "io/source_caches.hpp"
@@ -42,11 +43,15 @@ class Runtime {
   // In the daemon, right after the fork (fuse_daemonize): the caches made before it start afresh.
   void forked();
 
+  // The sections of the mount's ckptfs-stats.json (-o stats).
+  const std::shared_ptr<LiveStats>& stats() const { return stats_; }
+
  private:
   s3::BlockCacheOptions remote_;
   std::shared_ptr<SourceCaches> caches_;
   std::mutex mutex_;
   std::vector<std::weak_ptr<RemoteCache>> remote_caches_;
+  std::shared_ptr<LiveStats> stats_ = std::make_shared<LiveStats>();
 };
 
 }  // namespace ckptfs::io

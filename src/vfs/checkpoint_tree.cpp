@@ -87,9 +87,10 @@ VirtualTree build_tree(const Checkpoint& checkpoint, const TreeOptions& options)
   info["ckptfs"] = {{"version", version::project_version()},
                     {"git_revision", revision.empty() ? nlohmann::json() : nlohmann::json(revision)}};
   builder.add_file(ckptfs::views::kInfoFile, views::make_bytes_file(info.dump(2) + "\n"));
-  if (options.stats_file)
-    builder.add_file(ckptfs::views::kStatsFile,
-                     views::make_live_file([] { return live_stats::snapshot().dump(2) + "\n"; }));
+  if (options.stats)
+    builder.add_file(ckptfs::views::kStatsFile, views::make_live_file([stats = options.stats] {
+                       return stats->snapshot().dump(2) + "\n";
+                     }));
   return std::move(builder).build();
 }
 
