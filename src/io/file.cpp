@@ -13,7 +13,6 @@
 #include "io/decoded_item.hpp"
 #include "io/expectation.hpp"
 #include "io/fd_cache.hpp"
-#include "io/readahead_size.hpp"
 #include "io/remote_object.hpp"
 #include "io/remote_tree.hpp"
 #include "io/source_caches.hpp"
@@ -57,7 +56,7 @@ std::shared_ptr<File> File::open(const std::filesystem::path& path) {
   }
   auto [fd, identity, access] = open_source(path);
   std::shared_ptr<File> file(new File(path, identity, caches_for(path)));
-  OnDisk disk{std::make_shared<DescriptorSlot>(), readahead_bytes(identity.device), access};
+  OnDisk disk{std::make_shared<DescriptorSlot>(), file->caches_->readahead.bytes(identity.device), access};
   file->caches_->descriptors.insert(*disk.slot, std::move(fd));  // the indexing that follows reads it at once
   file->origin_ = std::move(disk);
   return file;

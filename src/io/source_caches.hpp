@@ -9,6 +9,7 @@
 
 #include "io/decoded_cache.hpp"
 #include "io/fd_cache.hpp"
+#include "io/readahead_size.hpp"
 
 namespace ckptfs::io {
 
@@ -17,6 +18,7 @@ struct SourceCaches {
       : descriptors(max_open_files, kernel_readahead), decoded(decoded_bytes) {}
   DescriptorCache descriptors;
   DecodedCache decoded;
+  DeviceReadahead readahead;  // the pieces File::prefetch advises on each device
 };
 
 // Files at or below `root` read through `caches` while those live (the Runtime holds them).
