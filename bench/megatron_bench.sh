@@ -6,13 +6,15 @@
 # rank files with cat and through the passthrough FUSE floor, all in one run so the ratios compare like
 # with like (same machine, same page cache). Numbers are reported, never asserted.
 #
-#   bash bench/megatron_bench.sh [WORKDIR] [--distopt | --gpt2]
+#   bash bench/megatron_bench.sh [WORKDIR] [--distopt | --gpt2] [--repeat N]
 #                         (default WORKDIR: build/bench; needs root for FUSE mounts and the bdi
 #                         readahead knob; CKPTFS_BIN overrides the binary, default build/ckptfs;
 #                         --distopt: the distributed-optimizer variant, masters and moments in
 #                         distrib_optim.pt beside each model_optim_rng.pt; --gpt2: case bench_gpt2_tp2,
 #                         a GPT-2-style TP=2 one-layer bf16 model of hidden 2304 / ffn 9216, ~0.8 GB of
-#                         rank files, whose hf/ view is nearly all transposed Conv1D weights)
+#                         rank files, whose hf/ view is nearly all transposed Conv1D weights;
+#                         --repeat N: the first reads of the views N times, default 5, each view
+#                         once per repetition in turn, and their medians)
 #
 # The checkpoint: case bench_llama_tp4_pp2[_distopt] of mount_tests/gen_megatron/megatron_cases.py
 # (bench_cases(): not among the cases the tests or generate.py write), written by the generator's own
@@ -30,7 +32,8 @@
 #   - ckptfs mount (index every pickle + build the tree, until the mount is live), its seconds, the
 #     daemon's RSS right after mounting (the catalog's memory) and the bytes it read to index;
 #   - first read (cat > /dev/null, fresh mount each) of model.safetensors, fp32/model.safetensors and
-#     hf/model.safetensors: GB/s, ratios to passthrough_ll's first read and to cat; the bytes the daemon
+#     hf/model.safetensors, each once per repetition, in turn: GB/s, ratios to passthrough_ll's first read
+#     and to cat, and the ratio hf/ to model.safetensors of each repetition, as "MEDIAN [MIN-MAX]"; the bytes the daemon
 #     read from the rank files for it (rchar of /proc/PID/io, pread) against the view's size and the
 #     rank files' total; how much of the rank files was in the page cache before (fincore: other work on
 #     the machine can evict them, and then the read waits for the disk); the daemon's VmHWM after the read;
@@ -47,14 +50,16 @@ cd "$(dirname "$0")/.."
 source bench/lib_bench.sh  # is_mounted, unmount, wait_mounted, fresh_dir, readahead, rate, timed_cat, ...
 SPEC_VERSION=1  # bump when the generation below changes what it writes
 case_name=bench_llama_tp4_pp2
-args=()
+rest=()
 for a in "$@"; do
   case $a in
     --distopt) case_name=bench_llama_tp4_pp2_distopt ;;
     --gpt2) case_name=bench_gpt2_tp2 ;;
-    *) args+=("$a") ;;
+    *) rest+=("$a") ;;
   esac
 done
+repeat=5
+parse_repeat "${rest[@]}"  # $repeat and $args
 bench_setup "${args[0]:-}"  # $work, $bin, $read_timeout, $t_start
 case_dir=$work/megatron/$case_name
 ckpt=$case_dir/checkpoint
@@ -177,7 +182,7 @@ build_passthrough_ll "$pt_bin"
 declare -A pt
 for ra in 1024 0; do  # a fresh mount per file: its page cache cold, the source warm
   total=0
-  res=$(resident)
+  res_before=$(resident)
   for f in "${shards[@]}"; do
     fresh_dir "$pt_mnt"
     timeout 60 "$pt_bin" -o "source=$ckpt,ro,cache=always" "$pt_mnt"
@@ -190,7 +195,7 @@ for ra in 1024 0; do  # a fresh mount per file: its page cache cold, the source 
   pt[$ra]=$(rate "$shard_bytes" "$total")
   record "passthrough_ll.ra$ra.first_s" "$total" "read_ahead_kb=$ra_now (0: the default), a fresh mount per file"
   echo "baseline passthrough_ll first read, read_ahead_kb=$ra_now, 1 reader:   ${pt[$ra]} GB/s" \
-    "($(gb "$res") in the page cache before)"
+    "($(gb "$res_before") in the page cache before)"
 done
 echo
 
@@ -206,32 +211,40 @@ echo "ckptfs mount (index ${#shards[@]} pickles, build the tree; until live): ${
   "$files paths"
 
 hwm_max=0
-declare -A first_rate
-for view in model.safetensors fp32/model.safetensors hf/model.safetensors; do
-  ck_mount "$ck_mnt"
-  file="$ck_mnt/$view"
-  bytes=$(size_of "$file")
-  ra=$(readahead_of "$ck_mnt")
-  res=$(resident)
-  before=$(rchar_of "$ck_pid")
-  t=$(timed_cat "$file")
-  read_bytes=$(($(rchar_of "$ck_pid") - before))
-  ck_unmount "$ck_mnt"
-  hwm=$ck_hwm
-  if [ "$hwm" -gt "$hwm_max" ]; then hwm_max=$hwm; fi
-  r=$(rate "$bytes" "$t")
-  first_rate[$view]=$r
-  record "ckptfs.$view.bytes" "$bytes"
-  record "ckptfs.$view.first_s" "$t" "fresh mount; $read_bytes bytes read from the rank files; daemon VmHWM $hwm KiB"
-  printf 'ckptfs first read %-22s %10s bytes, read_ahead_kb=%s, mount %s s: %5s GB/s; / passthrough_ll %s (1024), %s (128); / cat %s\n' \
-    "$view" "$bytes" "$ra" "$ck_mount_s" "$r" "$(ratio "$r" "${pt[1024]}")" "$(ratio "$r" "${pt[0]}")" \
-    "$(ratio "$r" "$cat_rate")"
-  echo "  read from the rank files: $read_bytes bytes ($(ratio "$read_bytes" "$bytes") x the view," \
-    "$(ratio "$read_bytes" "$shard_bytes") x the rank files; $(gb "$res") of them in the page cache before);" \
-    "daemon VmHWM $(mib "$hwm")"
+declare -A res rates
+views=(model.safetensors fp32/model.safetensors hf/model.safetensors)
+for ((rep = 1; rep <= repeat; rep++)); do
+  for view in "${views[@]}"; do
+    ck_mount "$ck_mnt"
+    file="$ck_mnt/$view"
+    bytes=$(size_of "$file")
+    ra=$(readahead_of "$ck_mnt")
+    res_before=$(resident)
+    before=$(rchar_of "$ck_pid")
+    t=$(timed_cat "$file")
+    read_bytes=$(($(rchar_of "$ck_pid") - before))
+    ck_unmount "$ck_mnt"
+    hwm=$ck_hwm
+    if [ "$hwm" -gt "$hwm_max" ]; then hwm_max=$hwm; fi
+    r=$(rate "$bytes" "$t")
+    add "$view" "$r"
+    record "ckptfs.$view.bytes" "$bytes"
+    record "ckptfs.$view.rep$rep.first_s" "$t" "fresh mount; $read_bytes bytes read from the rank files; daemon VmHWM $hwm KiB"
+    printf 'ckptfs first read %-22s (repetition %d) %10s bytes, read_ahead_kb=%s, mount %s s: %5s GB/s; / passthrough_ll %s (1024), %s (128); / cat %s\n' \
+      "$view" "$rep" "$bytes" "$ra" "$ck_mount_s" "$r" "$(ratio "$r" "${pt[1024]}")" "$(ratio "$r" "${pt[0]}")" \
+      "$(ratio "$r" "$cat_rate")"
+    echo "  read from the rank files: $read_bytes bytes ($(ratio "$read_bytes" "$bytes") x the view," \
+      "$(ratio "$read_bytes" "$shard_bytes") x the rank files; $(gb "$res_before") of them in the page cache before);" \
+      "daemon VmHWM $(mib "$hwm")"
+    rates[$view]=$r
+  done
+  add hf_to_model "$(ratio "${rates[hf/model.safetensors]}" "${rates[model.safetensors]}")"
 done
-echo "hf/model.safetensors first read / model.safetensors first read:" \
-  "$(ratio "${first_rate[hf/model.safetensors]}" "${first_rate[model.safetensors]}")"
+for view in "${views[@]}"; do
+  echo "ckptfs first read $view over $repeat fresh mounts: $(summary "$view") GB/s (median [min-max])"
+done
+echo "hf/model.safetensors first read / model.safetensors first read, per repetition: ${res[hf_to_model]};" \
+  "median [min-max]: $(summary hf_to_model)"
 echo "ckptfs daemon peak RSS over these reads (VmHWM, a fresh daemon per view): $(mib "$hwm_max")"
 echo
 
