@@ -81,10 +81,19 @@ struct FlatRuns {
 struct Boxed {
   std::shared_ptr<const BoxAssembly> assembly;
 };
+// The tiles of transposed tensors that one command's reads share (src/catalog/transposed_tile_cache.hpp):
+// 8 tiles of at most an eighth of `bytes` each (at least 1 MiB; the mount's -o transpose_cache_mb=N), the
+// pool of their buffers and the thread that builds a reader's next tile ahead. Each command makes its own
+// and hands it to the transposed tensors it makes or loads (OpenOptions, vfs::GgufOptions).
+class TransposeCache;
+inline constexpr uint64_t kDefaultTransposeCacheBytes = uint64_t{128} << 20;
+std::shared_ptr<TransposeCache> make_transpose_cache(uint64_t bytes = kDefaultTransposeCacheBytes);
+
 // A 2-D tensor transposed (Hugging Face GPT-2's Conv1D weights), read through bounded tiles built with
-// large source reads (src/catalog/transposed_reader.cpp).
+// large source reads (src/catalog/transposed_reader.cpp), kept in `tiles`.
 struct Transposed {
   std::shared_ptr<const LogicalTensor> of;
+  std::shared_ptr<TransposeCache> tiles;
 };
 using TensorSource = std::variant<FlatRuns, Boxed, Transposed>;
 
@@ -170,8 +179,9 @@ torch::SourceTensor narrow(const torch::SourceTensor& src, size_t dim, int64_t s
 void append_slice(std::vector<Box>& out, const LogicalTensor& tensor, size_t dim, int64_t begin, int64_t end,
                   int64_t dst_begin);
 
-// `tensor` (2-D) transposed, named `name`.
-LogicalTensor transposed_tensor(std::string name, const LogicalTensor& tensor);
+// `tensor` (2-D) transposed, named `name`, its tiles kept in `tiles`.
+LogicalTensor transposed_tensor(std::string name, const LogicalTensor& tensor,
+                                std::shared_ptr<TransposeCache> tiles);
 
 // A logical tensor tiled by `boxes`; throws FormatError naming `name` when they do not tile `shape` or a
 // source cannot be served as `dtype`.
@@ -179,9 +189,9 @@ LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_
                                std::vector<Box> boxes, std::string origin);
 
 // Checks the source: flat runs tile [0, numel) inside their files, a transposed tensor is its source's
-// transpose, no box views a transposed tensor (its runs place no bytes), and every conversion is
-// supported (same dtype, a 16-bit float widened to F32, F32 rounded to BF16/F16). Throws FormatError
-// naming the tensor.
+// transpose and has a tile cache, no box views a transposed tensor (its runs place no bytes), and every
+// conversion is supported (same dtype, a 16-bit float widened to F32, F32 rounded to BF16/F16). Throws
+// FormatError naming the tensor.
 void validate(const LogicalTensor& tensor);
 
 // Bytes [offset, offset + length) of a source file as they are (no conversion).

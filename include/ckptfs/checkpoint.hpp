@@ -154,6 +154,9 @@ struct OpenOptions {
   // The model's config.json where none lies beside the checkpoint (-o config=FILE: an FSDP LOCAL_STATE_DICT
   // save of HF Trainer or accelerate has none); it names the architecture the model is cut and named by.
   std::optional<std::filesystem::path> model_config;
+  // Where the transposed tensors it makes (GPT-2's Conv1D weights in hf/) keep their tiles: the command's
+  // (the mount's -o transpose_cache_mb), shared by every copy of these options.
+  std::shared_ptr<catalog::TransposeCache> transpose_cache = catalog::make_transpose_cache();
 };
 
 // `options` as a mount that follows a save dir opens it the first time (docs/mount.md#live-runs): complete

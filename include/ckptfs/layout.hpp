@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ struct GgufOptions {
   std::optional<std::string>
       pre;  // tokenizer.ggml.pre forced (-o gguf_pre=NAME); unset: found as the converter does
   std::string name = "hf";  // -o gguf_name=NAME: the HF directory's name the converter is given
+  // Where GPT-2's Conv1D weights, which the converter writes transposed, keep their tiles: the command's
+  // (OpenOptions::transpose_cache).
+  std::shared_ptr<catalog::TransposeCache> transpose_cache = catalog::make_transpose_cache();
 };
 
 // model.safetensors (training dtype), fp32/pytorch_model.bin and fp32/model.safetensors (fp32 masters),

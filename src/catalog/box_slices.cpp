@@ -93,7 +93,8 @@ void append_slice(std::vector<Box>& out, const LogicalTensor& tensor, size_t dim
   }
 }
 
-LogicalTensor transposed_tensor(std::string name, const LogicalTensor& tensor) {
+LogicalTensor transposed_tensor(std::string name, const LogicalTensor& tensor,
+                                std::shared_ptr<TransposeCache> tiles) {
   if (tensor.shape.size() != 2)
     throw std::logic_error("transpose of tensor " + tensor.name + ", which is not 2-D");
   LogicalTensor t;
@@ -101,7 +102,7 @@ LogicalTensor transposed_tensor(std::string name, const LogicalTensor& tensor) {
   t.dtype = tensor.dtype;
   t.shape = {tensor.shape[1], tensor.shape[0]};
   t.origin = tensor.origin + ", transposed";
-  t.source = Transposed{std::make_shared<LogicalTensor>(tensor)};
+  t.source = Transposed{std::make_shared<LogicalTensor>(tensor), std::move(tiles)};
   return t;
 }
 

@@ -343,7 +343,7 @@ TEST(Catalog, BoxOverATransposedTensorIsRefused) {
   };
   EXPECT_NO_THROW(boxed_over(flat));
   try {
-    boxed_over(transposed_tensor("w.T", flat));
+    boxed_over(transposed_tensor("w.T", flat, make_transpose_cache()));
     ADD_FAILURE() << "a box over a transposed tensor was accepted";
   } catch (const FormatError& e) {
     EXPECT_EQ(std::string(e.what()),

@@ -134,6 +134,7 @@ void validate_boxed(const LogicalTensor& tensor, const Boxed& boxed) {
 void validate_transposed(const LogicalTensor& tensor, const Transposed& transposed) {
   // The source was validated when it was built.
   if (!transposed.of) fail(tensor, "has no source tensor");
+  if (!transposed.tiles) fail(tensor, "has no tile cache");
   const auto& src = transposed.of->shape;
   if (tensor.shape.size() != 2 || src.size() != 2 || tensor.shape[0] != src[1] || tensor.shape[1] != src[0] ||
       tensor.dtype != transposed.of->dtype)

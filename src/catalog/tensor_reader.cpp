@@ -1,7 +1,7 @@
 // read_tensor: plans the source runs behind a byte range of a logical tensor, reads each run of pieces
 // that sit back to back in one file with a single pread, and converts dtypes through a bounded,
-// per-thread scratch buffer. Nothing is shared between calls (but the tiles of transposed tensors,
-// transposed_reader.cpp), so any number of threads may read at once.
+// per-thread scratch buffer. Nothing is shared between calls (but the tiles of transposed tensors, in their
+// TransposeCache: transposed_tile_cache.hpp), so any number of threads may read at once.
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -1,5 +1,6 @@
 // Reads of a transposed tensor (catalog::Transposed, Hugging Face GPT-2's Conv1D weights) through
-// tiles of it built with few large source reads and shared by all server threads.
+// tiles of it built with few large source reads and shared by all threads reading through its
+// TransposeCache (Transposed::tiles).
 #pragma once
 
 #include <cstdint>
@@ -14,11 +15,6 @@ namespace ckptfs::catalog {
 // of kMinHeldRun bytes or more are left to it as bytes of the tiles they are in (see read_tensor).
 void read_transposed(const LogicalTensor& tensor, const Transposed& source, uint64_t first, uint64_t count,
                      std::span<std::byte> out, std::vector<DeferredRun>* deferred = nullptr);
-
-// The memory the tiles of transposed tensors may hold, shared by all threads: kCacheTiles (8) tiles of at
-// most an eighth of it each (default 128 MiB; `-o transpose_cache_mb=N`, at least 1 MiB). Set before serving.
-void set_transposed_cache_bytes(uint64_t bytes);
-inline constexpr uint64_t kDefaultTransposedCacheBytes = uint64_t{128} << 20;
 
 // Has the first tile whose first element is in [first, first + count) of the transposed `tensor` built
 // in the background, unless the cache has no room for it without evicting a tile not yet read to its end

@@ -2,6 +2,7 @@
 // transpose of the source values computed by the test: flat and tensor-parallel (boxed) sources, several
 // shapes (sources far above the cache, one with output rows longer than a tile), dtype conversion,
 // random and concurrent ranges, the number of source reads, and the source runs prefetch is told about.
+// Each test reads through caches of its own, of the size it needs.
 #include "catalog/transposed_reader.hpp"
 
 #include <gtest/gtest.h>
@@ -66,8 +67,9 @@ void fill_expected(Case& c, int64_t rows, int64_t cols, DType from, DType to) {
       served_element(r * c_n + col, from, to, c.expected.data() + (col * r_n + r) * size);
 }
 
-// One file holding the source row-major, as flat runs cut at random points.
-Case flat_case(int64_t rows, int64_t cols, DType from, DType to, std::mt19937& rng) {
+// One file holding the source row-major, as flat runs cut at random points; tiles kept in `tiles`.
+Case flat_case(int64_t rows, int64_t cols, DType from, DType to, std::mt19937& rng,
+               std::shared_ptr<TransposeCache> tiles = make_transpose_cache()) {
   Case c;
   const uint64_t numel = static_cast<uint64_t>(rows * cols);
   c.files.push_back(std::make_unique<SourceFile>(source_file_bytes(0, numel, from)));
@@ -81,13 +83,15 @@ Case flat_case(int64_t rows, int64_t cols, DType from, DType to, std::mt19937& r
     e += n;
   }
   validate(src);
-  c.transposed = transposed_tensor("t", src);
+  c.transposed = transposed_tensor("t", src, std::move(tiles));
   fill_expected(c, rows, cols, from, to);
   return c;
 }
 
-// The source split by columns over two tensor-parallel files at `cut` (a row-parallel linear's weight).
-Case boxed_case(int64_t rows, int64_t cols, int64_t cut, DType from, DType to) {
+// The source split by columns over two tensor-parallel files at `cut` (a row-parallel linear's weight);
+// tiles kept in `tiles`.
+Case boxed_case(int64_t rows, int64_t cols, int64_t cut, DType from, DType to,
+                std::shared_ptr<TransposeCache> tiles = make_transpose_cache()) {
   Case c;
   std::vector<Box> boxes;
   for (const auto& [lo, hi] : {std::pair{int64_t{0}, cut}, std::pair{cut, cols}}) {
@@ -107,16 +111,17 @@ Case boxed_case(int64_t rows, int64_t cols, int64_t cut, DType from, DType to) {
     b.source.strides = {hi - lo, 1};
     boxes.push_back(std::move(b));
   }
-  c.transposed = transposed_tensor("t", assembled_tensor("src", to, {rows, cols}, std::move(boxes), "tp"));
+  c.transposed = transposed_tensor("t", assembled_tensor("src", to, {rows, cols}, std::move(boxes), "tp"),
+                                   std::move(tiles));
   fill_expected(c, rows, cols, from, to);
   return c;
 }
 
-// The tile cache at `bytes` for one test.
-struct CacheSize {
-  explicit CacheSize(uint64_t bytes) { set_transposed_cache_bytes(bytes); }
-  ~CacheSize() { set_transposed_cache_bytes(kDefaultTransposedCacheBytes); }
-};
+// `c`'s tensor read through a new cache of `bytes`.
+void read_through_cache_of(Case& c, uint64_t bytes) {
+  c.transposed =
+      transposed_tensor("t", *std::get<Transposed>(c.transposed.source).of, make_transpose_cache(bytes));
+}
 
 void expect_range(const Case& c, uint64_t offset, uint64_t length) {
   std::vector<std::byte> got(length);
@@ -147,9 +152,9 @@ TEST(TransposedReader, FlatSourcesOfManyShapesMatchBruteForce) {
 
 TEST(TransposedReader, SourceFarAboveTheCacheReadFrontToBackAndAtRandom) {
   std::mt19937 rng(11);
-  const Case c = flat_case(3000, 5000, DType::F32, DType::F32, rng);                // 60 MB
-  for (const uint64_t cache : {uint64_t{4} << 20, kDefaultTransposedCacheBytes}) {  // 15x the cache; 0.45x
-    const CacheSize size(cache);
+  Case c = flat_case(3000, 5000, DType::F32, DType::F32, rng);                     // 60 MB
+  for (const uint64_t cache : {uint64_t{4} << 20, kDefaultTransposeCacheBytes}) {  // 15x the cache; 0.45x
+    read_through_cache_of(c, cache);
     for (uint64_t off = 0; off < c.expected.size(); off += 128 << 10)
       expect_range(c, off, std::min<uint64_t>(128 << 10, c.expected.size() - off));
     expect_random_ranges(c, rng, 40);
@@ -160,8 +165,8 @@ TEST(TransposedReader, SourceFarAboveTheCacheReadFrontToBackAndAtRandom) {
 // as the kernel asks: each tile reads whole bands of rows with a few reads per file, never one per row
 // (18 tiles x 4096 rows would be 73,728 reads) nor per element.
 TEST(TransposedReader, TensorParallelSourceFarAboveTheCacheIsReadInFewLargeReads) {
-  const CacheSize size(uint64_t{4} << 20);
-  const Case c = boxed_case(4096, 2304, 1152, DType::BF16, DType::BF16);  // 18.9 MB
+  const Case c =
+      boxed_case(4096, 2304, 1152, DType::BF16, DType::BF16, make_transpose_cache(4 << 20));  // 18.9 MB
   std::vector<std::byte> got(128 << 10);
   const uint64_t before = read_syscalls();
   for (uint64_t off = 0; off < c.expected.size(); off += got.size()) {
@@ -176,8 +181,8 @@ TEST(TransposedReader, TensorParallelSourceFarAboveTheCacheIsReadInFewLargeReads
 // kernel asks: tiles of whole output columns, so each source byte is read once (tiles of whole output
 // rows would read every source row once per tile), and each reply comes straight from the tiles.
 TEST(TransposedReader, SourceThatFitsHalfTheCacheIsReadOnce) {
-  const CacheSize size(uint64_t{16} << 20);                              // tiles of 2 MiB
-  const Case c = boxed_case(4096, 1024, 400, DType::BF16, DType::BF16);  // 8.4 MB: 4 tiles of 1024 columns
+  // 8.4 MB in tiles of 2 MiB: 4 tiles of 1024 columns
+  const Case c = boxed_case(4096, 1024, 400, DType::BF16, DType::BF16, make_transpose_cache(16 << 20));
   std::vector<std::byte> got(128 << 10);
   std::vector<DeferredRun> deferred;
   uint64_t held = 0;
@@ -213,7 +218,7 @@ TEST(TransposedReader, OneAndEightByteElementsMatchBruteForce) {
     src.shape = {rows, cols};
     std::get<FlatRuns>(src.source).pieces.push_back({0, numel, c.files[0]->file(), 0, dtype});
     validate(src);
-    c.transposed = transposed_tensor("t", src);
+    c.transposed = transposed_tensor("t", src, make_transpose_cache());
     c.expected.resize(bytes.size());
     for (uint64_t r = 0; r < static_cast<uint64_t>(rows); ++r)
       for (uint64_t col = 0; col < static_cast<uint64_t>(cols); ++col)
@@ -229,9 +234,9 @@ TEST(TransposedReader, OneAndEightByteElementsMatchBruteForce) {
 // its bytes were served, so neither tensor's tiles make room for the other's early and each source is
 // read once.
 TEST(TransposedReader, ChunksServedOutOfOrderBuildEachTileOnce) {
-  const CacheSize size(uint64_t{16} << 20);  // 8 tiles of 2 MiB: 4 per tensor
-  const Case a = boxed_case(4096, 1024, 400, DType::BF16, DType::BF16);
-  const Case b = boxed_case(4096, 1024, 700, DType::BF16, DType::BF16);
+  const auto cache = make_transpose_cache(16 << 20);  // 8 tiles of 2 MiB: 4 per tensor
+  const Case a = boxed_case(4096, 1024, 400, DType::BF16, DType::BF16, cache);
+  const Case b = boxed_case(4096, 1024, 700, DType::BF16, DType::BF16, cache);
   const uint64_t chunk = 128 << 10;
   std::vector<uint64_t> order(a.expected.size() / chunk);
   std::iota(order.begin(), order.end(), uint64_t{0});
@@ -255,18 +260,19 @@ TEST(TransposedReader, ConvertsDtypes) {
 
 TEST(TransposedReader, TensorParallelSourceMatchesBruteForce) {
   std::mt19937 rng(17);
-  const Case c = boxed_case(2304, 1500, 611, DType::BF16, DType::F32);  // 13.8 MB served
+  Case c = boxed_case(2304, 1500, 611, DType::BF16, DType::F32);  // 13.8 MB served
   expect_range(c, 0, c.expected.size());
   expect_random_ranges(c, rng, 60);
-  const CacheSize size(uint64_t{1} << 20);  // 13x the cache
+  read_through_cache_of(c, 1 << 20);  // 13x the cache
   expect_range(c, 0, c.expected.size());
   expect_random_ranges(c, rng, 60);
 }
 
 TEST(TransposedReader, ConcurrentReadsShareTilesAndAgree) {
   std::mt19937 rng(19);
-  const Case a = flat_case(2000, 3000, DType::F32, DType::F32, rng);
-  const Case b = boxed_case(1000, 2500, 1200, DType::BF16, DType::F32);
+  const auto cache = make_transpose_cache();
+  const Case a = flat_case(2000, 3000, DType::F32, DType::F32, rng, cache);
+  const Case b = boxed_case(1000, 2500, 1200, DType::BF16, DType::F32, cache);
   std::vector<std::thread> threads;
   std::atomic<int> mismatches = 0;
   for (int t = 0; t < 8; ++t)
@@ -283,6 +289,24 @@ TEST(TransposedReader, ConcurrentReadsShareTilesAndAgree) {
     });
   for (auto& t : threads) t.join();
   EXPECT_EQ(mismatches, 0);
+}
+
+// A reply may hold a tile past its tensor and the tensor's cache (a command's reads end before its cache
+// goes, but a tile's buffer keeps the pool it returns to alive either way).
+TEST(TransposedReader, HeldTileOutlivesItsCache) {
+  std::mt19937 rng(37);
+  std::vector<std::byte> got(64 << 10);
+  std::vector<DeferredRun> deferred;
+  std::vector<std::byte> expected;
+  {
+    const Case c = flat_case(300, 400, DType::F32, DType::F32, rng);  // one tile
+    read_tensor(c.transposed, 0, got, &deferred);
+    expected.assign(c.expected.begin(), c.expected.begin() + static_cast<ptrdiff_t>(got.size()));
+  }  // the tensor, its cache and its source file gone
+  ASSERT_FALSE(deferred.empty());
+  for (const DeferredRun& run : deferred)
+    std::memcpy(run.dst, std::get<HeldBytes>(run.from).data, run.length);
+  EXPECT_EQ(got, expected);
 }
 
 // Byte intervals [offset, end) per file, sorted and merged where they touch.
@@ -305,9 +329,9 @@ Intervals merged(Intervals in) {
 // computed from the test's own layout of the two tensor-parallel files), exactly, and nothing for a
 // range inside a tile: a front-to-back read builds a tile, reading its whole block, at its first element.
 TEST(TransposedReader, RunsAreTheSourceBlocksOfTheTilesARangeStarts) {
-  const CacheSize size(uint64_t{1} << 20);  // tiles of 65,536 F32 elements: 63 output rows x 1000 columns
   const uint64_t rows = 2000, cols = 1000, cut = 377;  // the source; tiles 2 across the 2000 output columns
-  const Case c = boxed_case(rows, cols, cut, DType::F32, DType::F32);
+  // tiles of 65,536 F32 elements: 63 output rows x 1000 columns
+  const Case c = boxed_case(rows, cols, cut, DType::F32, DType::F32, make_transpose_cache(1 << 20));
   const uint64_t tile_rows = 63, tile_cols = 1000;
   std::mt19937 rng(23);
   int empty = 0;

@@ -116,8 +116,12 @@ int run_cat(std::span<const std::string> args) {
     if (output != "-" && !io::is_remote(source) && is_inside(output, source))
       throw UsageError(
           fmt::format("{}: is inside the source directory; ckptfs never writes to the source", output));
-    const Checkpoint checkpoint = open_checkpoint(source, a.open_options());
-    const vfs::VirtualTree tree = vfs::build_tree(checkpoint);
+    const OpenOptions options = a.open_options();
+    const Checkpoint checkpoint = open_checkpoint(source, options);
+    vfs::TreeOptions tree_options;
+    // one cache for hf/'s and gguf/'s transposed tensors
+    tree_options.gguf.transpose_cache = options.transpose_cache;
+    const vfs::VirtualTree tree = vfs::build_tree(checkpoint, tree_options);
     const vfs::Node& node = find_file(tree, view, a.positional[0]);
     const views::VirtualFilePtr layout = node.file->open_layout();
     const views::VirtualFile& content = layout ? *layout : *node.file;

@@ -38,9 +38,12 @@ int run_export(std::span<const std::string> args) {
     if (!io::is_remote(source) && is_inside(out, source))
       throw UsageError(
           fmt::format("{}: is inside the source directory; ckptfs never writes to the source", out.string()));
-    Checkpoint cp = open_checkpoint(source, a.open_options());
+    const OpenOptions options = a.open_options();
+    Checkpoint cp = open_checkpoint(source, options);
     const Tag& tag = cp.latest_tag();
-    const auto views = tag_views(tag, a.has("--universal"), shards);
+    GgufOptions gguf;
+    gguf.transpose_cache = options.transpose_cache;  // one cache for hf/'s and gguf/'s transposed tensors
+    const auto views = tag_views(tag, a.has("--universal"), shards, gguf);
     uint64_t total = 0;
     for (const auto& v : views) total += v.file->size();
     Progress progress(total);

@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <optional>
 
-#include "catalog/transposed_reader.hpp"
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/fuse.hpp"
 #include "ckptfs/index.hpp"
@@ -329,7 +328,9 @@ int run_mount(int argc, char** argv) {
     m.runtime.kernel_readahead = m.serve.prefetch_mb == 0;
     io::Runtime runtime(m.runtime);
     m.source = open_source(m.source_text, m.s3, runtime);
-    if (m.transpose_cache_mb) catalog::set_transposed_cache_bytes(uint64_t{*m.transpose_cache_mb} << 20);
+    if (m.transpose_cache_mb)
+      m.open.transpose_cache = catalog::make_transpose_cache(uint64_t{*m.transpose_cache_mb} << 20);
+    m.gguf.transpose_cache = m.open.transpose_cache;  // one cache for hf/'s and gguf/'s transposed tensors
     // A live mount serves complete saves only, from the first look: a save in progress at the mount waits
     // for its framework's mark like one begun later.
     if (may_follow(m)) m.open = complete_saves_only(std::move(m.open));

@@ -70,8 +70,10 @@ std::string encode_checkpoint(const Checkpoint& checkpoint) {
   return out.take();
 }
 
-Checkpoint decode_checkpoint(std::span<const std::byte> data) {
+Checkpoint decode_checkpoint(std::span<const std::byte> data,
+                             std::shared_ptr<catalog::TransposeCache> transpose_cache) {
   Decoder in(data);
+  in.give(std::move(transpose_cache));
   std::vector<Watched> watched;
   in(watched);
   check_unchanged(watched);

@@ -18,7 +18,10 @@ std::string encode_checkpoint(const Checkpoint& checkpoint);
 
 // The decoder's one entry point (also the fuzz target's): any bytes at all give a Checkpoint, or
 // FormatError when they are damaged, or StaleIndex (a FormatError) when a source is no longer what was
-// indexed; never another exception, never a crash.
-Checkpoint decode_checkpoint(std::span<const std::byte> data);
+// indexed; never another exception, never a crash. Its transposed tensors keep their tiles in
+// `transpose_cache` (the loading command's; by default one of their own).
+Checkpoint decode_checkpoint(
+    std::span<const std::byte> data,
+    std::shared_ptr<catalog::TransposeCache> transpose_cache = catalog::make_transpose_cache());
 
 }  // namespace ckptfs::index

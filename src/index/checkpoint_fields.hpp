@@ -218,11 +218,14 @@ struct Fields<catalog::Boxed> {
 };
 template <>
 struct Fields<catalog::Transposed> {
-  static auto of(auto& t) { return std::tie(t.of); }
+  static auto of(auto& t) { return std::tie(t.of, t.tiles); }
   static void check(const catalog::Transposed& t) {
     require(t.of != nullptr, "a transposed tensor's source");
   }
 };
+// A transposed tensor's tiles are the loading command's (decode_checkpoint's transpose_cache).
+template <>
+inline constexpr bool kMadeAgain<catalog::TransposeCache> = true;
 template <>
 struct Fields<catalog::LogicalTensor> {
   static auto of(auto& t) { return std::tie(t.name, t.dtype, t.shape, t.source, t.origin); }

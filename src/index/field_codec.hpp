@@ -41,7 +41,9 @@ template <class T>
 struct Wire {};
 
 // Specialised true for a type the index keeps nothing of: its value is made again when the index is
-// loaded (an open descriptor, a store's client), so it has no Fields<T>, and decodes default-built.
+// loaded (an open descriptor, a store's client), so it has no Fields<T>, and decodes default-built; held by
+// shared pointer (a cache of the command that loads the index), it decodes as the object of its type the
+// Decoder was given (Decoder::give), else null.
 template <class T>
 inline constexpr bool kMadeAgain = false;
 
@@ -146,7 +148,7 @@ class Encoder {
       out_.u64(v.index());
       std::visit([&](const auto& alternative) { one(alternative); }, v);
     } else if constexpr (kIs<T, std::shared_ptr>) {
-      shared(v);
+      if constexpr (!kMadeAgain<std::remove_const_t<typename T::element_type>>) shared(v);
     } else if constexpr (!kMadeAgain<T>) {
       std::apply([&](const auto&... field) { (one(field), ...); }, fields_of(v));
     }
@@ -189,6 +191,11 @@ class Decoder {
   }
   void finish() const {
     if (!in_.done()) in_.fail("bytes left after the end");
+  }
+  // What every shared pointer to a T the index keeps nothing of (kMadeAgain<T>) decodes as.
+  template <class T>
+  void give(std::shared_ptr<T> object) {
+    given_[typeid(std::shared_ptr<T>)] = std::move(object);  // (T may be incomplete)
   }
 
  private:
@@ -236,7 +243,13 @@ class Decoder {
     } else if constexpr (kIs<T, std::variant>) {
       alternative(v, in_.index(std::variant_size_v<T>), std::make_index_sequence<std::variant_size_v<T>>());
     } else if constexpr (kIs<T, std::shared_ptr>) {
-      shared(v);
+      using U = std::remove_const_t<typename T::element_type>;
+      if constexpr (kMadeAgain<U>) {
+        const auto it = given_.find(typeid(std::shared_ptr<U>));
+        v = it == given_.end() ? nullptr : std::static_pointer_cast<U>(it->second);
+      } else {
+        shared(v);
+      }
     } else if constexpr (!kMadeAgain<T>) {
       std::apply([&](auto&... field) { (one(field), ...); }, fields_of(v));
       if constexpr (requires { Fields<T>::check(v); }) Fields<T>::check(v);
@@ -289,6 +302,7 @@ class Decoder {
   ByteReader in_;
   int depth_ = 0;
   std::unordered_map<std::type_index, std::vector<std::shared_ptr<const void>>> tables_;
+  std::unordered_map<std::type_index, std::shared_ptr<void>> given_;
 };
 
 }  // namespace ckptfs::index

@@ -118,7 +118,7 @@ Opened open_indexed(const fs::path& source, const OpenOptions& options,
     out.parsed_because = kNoBuildId;
   } else if (auto bytes = read_whole(out.index_file)) {
     try {
-      out.checkpoint = decode_checkpoint(as_bytes(unpack_index(*bytes, key)));
+      out.checkpoint = decode_checkpoint(as_bytes(unpack_index(*bytes, key)), options.transpose_cache);
       out.from_index = true;
       out.key = key.key;  // a live mount rewrites it as the run saves
       return out;

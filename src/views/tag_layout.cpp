@@ -101,7 +101,7 @@ std::optional<views::gguf::GgufViews> gguf_views(const Tag& tag, const ShardOpti
   // the converter takes the tensors shard file by shard file, as the safetensors view serves them
   const auto order = views::state_dict_order(*catalog, *catalog);
   return views::gguf::make_gguf_views(catalog, views::plan_shards(*catalog, order, shards.max_shard_size),
-                                      dir, {gguf.pre, gguf.name});
+                                      dir, {gguf.pre, gguf.name, gguf.transpose_cache});
 }
 
 void add_gguf(std::vector<ViewFile>& views, const Tag& tag, const ShardOptions& shards,

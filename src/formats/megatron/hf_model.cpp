@@ -351,8 +351,9 @@ std::pair<std::string, int64_t> without_expert_number(std::string_view name) {
 
 class HfBuilder {
  public:
-  HfBuilder(const ModelArgs& args, const Family& family, catalog::Catalog& out)
-      : args_(args), family_(family), out_(out) {}
+  HfBuilder(const ModelArgs& args, const Family& family, catalog::Catalog& out,
+            std::shared_ptr<catalog::TransposeCache> transpose_cache)
+      : args_(args), family_(family), out_(out), transpose_cache_(std::move(transpose_cache)) {}
 
   void add(const LogicalTensor& t) {
     if (auto layer = parse_layer_name(t.name)) {
@@ -415,7 +416,8 @@ class HfBuilder {
         emit_rows(prefix + rule.hf, t, {{0, std::min(all, args_.vocab.value_or(all))}});
         break;
       case Op::Transpose:
-        emit(catalog::transposed_tensor(prefix + rule.hf, rows(prefix + rule.hf, t, {{0, all}})));
+        emit(catalog::transposed_tensor(prefix + rule.hf, rows(prefix + rule.hf, t, {{0, all}}),
+                                        transpose_cache_));
         break;
       case Op::SplitGateUp:
         emit_rows(prefix + hf, t, {{0, all / 2}});
@@ -433,7 +435,8 @@ class HfBuilder {
         q.insert(q.end(), k.begin(), k.end());
         q.insert(q.end(), v.begin(), v.end());
         LogicalTensor fused = rows(prefix + rule.hf, t, q);
-        emit(t.shape.size() == 2 ? catalog::transposed_tensor(prefix + rule.hf, fused) : std::move(fused));
+        emit(t.shape.size() == 2 ? catalog::transposed_tensor(prefix + rule.hf, fused, transpose_cache_)
+                                 : std::move(fused));
         break;
       }
     }
@@ -442,6 +445,7 @@ class HfBuilder {
   const ModelArgs& args_;
   const Family& family_;
   catalog::Catalog& out_;
+  std::shared_ptr<catalog::TransposeCache> transpose_cache_;  // of the Conv1D weights (GPT-2)
 };
 
 // Why Megatron's router computes something else than every MoE family of the table, or "".
@@ -581,14 +585,15 @@ bool is_tokenizer_file(const std::string& name) {
 }  // namespace
 
 void add_hf_view(Tag& tag, const ModelArgs& args, const std::vector<std::vector<fs::path>>& side_files,
-                 const std::optional<fs::path>& stack_config) {
+                 const std::optional<fs::path>& stack_config,
+                 const std::shared_ptr<catalog::TransposeCache>& transpose_cache) {
   const auto [family, why] = family_of(args);
   if (family == nullptr) {
     tag.notes.push_back("no hf/ view: " + why);
     return;
   }
   auto hf = std::make_shared<catalog::Catalog>();
-  HfBuilder builder(args, *family, *hf);
+  HfBuilder builder(args, *family, *hf, transpose_cache);
   try {
     for (const auto& t : tag.catalog(ViewRole::model)->tensors) builder.add(t);
     order_as_state_dict(*hf, *family);

@@ -18,9 +18,11 @@ namespace ckptfs::megatron {
 // model is one Hugging Face can load under these names; otherwise adds a note saying why not.
 // `side_files`: files beside the checkpoint (save dir, then iteration dir: a later one wins). `stack_config`:
 // the HF config.json a stack saved beside the checkpoint (verl's huggingface/), served as hf/config.json in
-// place of the one built from the args.
+// place of the one built from the args. `transpose_cache`: where GPT-2's transposed Conv1D weights keep
+// their tiles (OpenOptions::transpose_cache).
 void add_hf_view(Tag& tag, const ModelArgs& args,
                  const std::vector<std::vector<std::filesystem::path>>& side_files,
-                 const std::optional<std::filesystem::path>& stack_config);
+                 const std::optional<std::filesystem::path>& stack_config,
+                 const std::shared_ptr<catalog::TransposeCache>& transpose_cache);
 
 }  // namespace ckptfs::megatron

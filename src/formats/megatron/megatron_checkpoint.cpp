@@ -249,7 +249,8 @@ Checkpoint open(const fs::path& source, const OpenOptions& options) {
             const auto found = formats::side_files(d, [](const std::string&) { return false; });
             tokenizer.insert(tokenizer.end(), found.begin(), found.end());
           }
-        add_hf_view(it.tag, it.args, {root_side_files, it.tag.side_files, tokenizer}, where.hf_config);
+        add_hf_view(it.tag, it.args, {root_side_files, it.tag.side_files, tokenizer}, where.hf_config,
+                    options.transpose_cache);
         it.tag.notes.insert(it.tag.notes.end(), where.notes.begin(), where.notes.end());
         for (const auto& t : it.tag.catalog(ViewRole::model)->tensors)
           if (dtype_is_floating(t.dtype)) {

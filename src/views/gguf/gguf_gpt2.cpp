@@ -70,7 +70,8 @@ void add_gpt2_parameters(KvList& kv, const Gpt2Config& c, uint32_t file_type) {
 }
 
 std::vector<GgufTensor> gpt2_tensors(const std::shared_ptr<const catalog::Catalog>& hf,
-                                     std::span<const size_t> order, GgmlType type) {
+                                     std::span<const size_t> order, GgmlType type,
+                                     const std::shared_ptr<catalog::TransposeCache>& transpose_cache) {
   // Conv1D weights are [in, out]: the converter writes them transposed
   auto transposed = std::make_shared<catalog::Catalog>();
   std::vector<std::optional<size_t>> transposed_index(hf->tensors.size());
@@ -80,7 +81,7 @@ std::vector<GgufTensor> gpt2_tensors(const std::shared_ptr<const catalog::Catalo
          t.name.ends_with(".c_fc.weight")) &&
         t.shape.size() == 2) {
       transposed_index[i] = transposed->tensors.size();
-      transposed->tensors.push_back(catalog::transposed_tensor(t.name, t));
+      transposed->tensors.push_back(catalog::transposed_tensor(t.name, t, transpose_cache));
     }
   }
   const std::shared_ptr<const catalog::Catalog> transposed_catalog = std::move(transposed);

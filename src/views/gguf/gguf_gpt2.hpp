@@ -25,9 +25,11 @@ Gpt2Config read_gpt2_config(const nlohmann::json& config);
 void add_gpt2_parameters(KvList& kv, const Gpt2Config& c, uint32_t file_type);
 
 // The tensors of `hf`, taken in `order` (the converter's), for output type `type`, the transposed weights
-// read through a catalog of their own (catalog::Transposed's tiles). Throws Refusal for a tensor the
-// converter cannot map (the attention buffers attn.bias / attn.masked_bias: the converter fails on them).
+// read through a catalog of their own (catalog::Transposed, their tiles kept in `transpose_cache`). Throws
+// Refusal for a tensor the converter cannot map (the attention buffers attn.bias / attn.masked_bias: the
+// converter fails on them).
 std::vector<GgufTensor> gpt2_tensors(const std::shared_ptr<const catalog::Catalog>& hf,
-                                     std::span<const size_t> order, GgmlType type);
+                                     std::span<const size_t> order, GgmlType type,
+                                     const std::shared_ptr<catalog::TransposeCache>& transpose_cache);
 
 }  // namespace ckptfs::views::gguf

@@ -77,7 +77,8 @@ constexpr std::array<std::pair<std::string_view, Family>, 5> kLlamaLike = {
      {"Qwen3MoeForCausalLM", Family::qwen3_moe}}};
 
 Architecture architecture_of(const std::string& arch, const json& config,
-                             const std::shared_ptr<const catalog::Catalog>& hf, std::vector<size_t> order) {
+                             const std::shared_ptr<const catalog::Catalog>& hf, std::vector<size_t> order,
+                             const std::shared_ptr<catalog::TransposeCache>& transpose_cache) {
   for (const auto& [class_name, family] : kLlamaLike) {
     if (arch != class_name) continue;
     const LlamaConfig c = read_llama_config(config, family);
@@ -91,7 +92,9 @@ Architecture architecture_of(const std::string& arch, const json& config,
     const Gpt2Config c = read_gpt2_config(config);
     return {"gpt2", false, false,
             [c](KvList& kv, uint32_t file_type) { add_gpt2_parameters(kv, c, file_type); },
-            [hf, order](GgmlType type) { return gpt2_tensors(hf, order, type); }};
+            [hf, order, transpose_cache](GgmlType type) {
+              return gpt2_tensors(hf, order, type, transpose_cache);
+            }};
   }
   throw Refusal(
       fmt::format("architecture {} not served yet (LlamaForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "
@@ -183,7 +186,8 @@ GgufViews make_gguf_views(const std::shared_ptr<const catalog::Catalog>& hf,
     if (!archs.is_array() || archs.empty() || !archs[0].is_string())
       throw Refusal("config.json names no architecture (the converter: Failed to detect model architecture)");
     const std::string arch_name = archs[0].get<std::string>();
-    const Architecture arch = architecture_of(arch_name, *config, hf, converter_order(*hf, shards));
+    const Architecture arch =
+        architecture_of(arch_name, *config, hf, converter_order(*hf, shards), choices.transpose_cache);
     if (arch_name == "Qwen3ForCausalLM" && is_reranker_name(choices.directory))
       throw Refusal("a directory named like a Qwen3 reranker: the converter writes a reranker");
     check_directory(dir, *config);

@@ -23,6 +23,7 @@ struct GgufChoices {
   std::optional<std::string> pre;  // tokenizer.ggml.pre forced (-o gguf_pre=NAME); unset, found as the
                                    // converter finds it (pre_tokenizer.hpp)
   std::string directory = "hf";    // the name of the directory the converter is given (-o gguf_name=NAME)
+  std::shared_ptr<catalog::TransposeCache> transpose_cache;  // GgufOptions::transpose_cache
 };
 
 // The gguf/ files of the model whose tensors `hf` holds under Hugging Face names, saved as `shards` (tensor
