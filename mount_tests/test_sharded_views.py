@@ -17,12 +17,15 @@ rest runs on the host: the single file stays available under unsharded/ (equal t
 model.safetensors), export --shard-size writes the mount's shards and index (and no unsharded/), and a bad
 SIZE is exit 2 with a one-line message.
 """
+import glob
 import json
+import math
 import os
 import shutil
 import sys
 
 import pytest
+import torch
 
 import helpers as H
 from conftest import case_info, case_source, generate_only
@@ -156,6 +159,26 @@ def test_single_file_stays_under_unsharded(ckptfs_bin, llama, tmp_path):
         with open(os.path.join(sharded, "ckptfs.json")) as f:
             listed = {v["path"] for v in json.load(f)["tags"][0]["views"]}
         assert {INDEX, "unsharded/model.safetensors", "fp32/" + INDEX, "fp32/pytorch_model.bin"} <= listed, listed
+
+
+@pytest.mark.parametrize("case", ["z2_bf16_dp2", "z3_bf16_dp2"])
+def test_total_parameters_count_each_parameter_once_and_no_buffer(ckptfs_bin, tmp_path, case):
+    """save_pretrained's total_parameters is model.num_parameters(): each parameter once, no buffer. DeepSpeed's
+    model states name the buffers (buffer_names) and the tied parameters (shared_params): the index of the
+    model and fp32 views counts what its param_shapes and frozen_param_shapes list, read here with torch."""
+    src = case_source(generate_only([case]), case)
+    states = sorted(glob.glob(os.path.join(H.resolve_tag_dir(src), "*model_states.pt")))
+    first = torch.load(states[0], map_location="cpu", weights_only=False)
+    assert first["buffer_names"] and first["shared_params"], "the case must have buffers and a tied parameter"
+    shapes = [s for group in first["param_shapes"] for s in group.values()]
+    shapes += list((first["frozen_param_shapes"] or {}).values())
+    parameters = sum(math.prod(s) for s in shapes)
+    with mounted(ckptfs_bin, src, tmp_path / "mnt", "-o", "shard_size=1KB") as mnt:
+        for view in ["", "fp32"]:
+            with open(os.path.join(mnt, view, INDEX)) as f:
+                index = json.load(f)
+            assert index["metadata"]["total_parameters"] == parameters, (view, parameters)
+            assert set(first["buffer_names"]) <= set(index["weight_map"]), "buffers stay in the files"
 
 
 def test_export_shard_size_writes_the_mounts_shards(ckptfs_bin, llama, tmp_path):

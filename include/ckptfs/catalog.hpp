@@ -97,12 +97,18 @@ struct Transposed {
 };
 using TensorSource = std::variant<FlatRuns, Boxed, Transposed>;
 
+// What a tensor is to the model, where the checkpoint tells (DeepSpeed's buffer_names and shared_params):
+// a sharded view's index counts the parameters as save_pretrained's model.num_parameters() does, each once
+// and no buffer. A format that does not tell leaves every tensor a parameter.
+enum class ModelRole : uint8_t { parameter, buffer, tied_alias };
+
 struct LogicalTensor {
   std::string name;
   DType dtype = DType::F32;  // the dtype it is served in; sources are converted to it when they differ
   std::vector<int64_t> shape;
   TensorSource source;
   std::string origin;  // provenance shown by `ckptfs inspect --tensors`
+  ModelRole role = ModelRole::parameter;
 
   uint64_t numel() const;
   uint64_t nbytes() const { return numel() * dtype_size(dtype); }

@@ -30,6 +30,8 @@ template <>
 inline constexpr pickle::Kind kLastEnum<pickle::Kind> = pickle::Kind::Native;
 template <>
 inline constexpr ViewRole kLastEnum<ViewRole> = ViewRole::hf;
+template <>
+inline constexpr catalog::ModelRole kLastEnum<catalog::ModelRole> = catalog::ModelRole::tied_alias;
 
 // A source file as indexed: reopened on decoding, and trusted only with the identity it had; a decoded
 // item (a compressed DCP item) is its backing file's range instead, with that file's identity.
@@ -228,7 +230,7 @@ template <>
 inline constexpr bool kMadeAgain<catalog::TransposeCache> = true;
 template <>
 struct Fields<catalog::LogicalTensor> {
-  static auto of(auto& t) { return std::tie(t.name, t.dtype, t.shape, t.source, t.origin); }
+  static auto of(auto& t) { return std::tie(t.name, t.dtype, t.shape, t.source, t.origin, t.role); }
   static void check(const catalog::LogicalTensor& t) { catalog::validate(t); }
 };
 template <>

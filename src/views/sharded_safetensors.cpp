@@ -10,8 +10,9 @@ namespace ckptfs::views {
 
 namespace {
 
-// save_pretrained's index: {"metadata": {"total_parameters": model.num_parameters(), "total_size": the bytes
-// of all shards' tensors}, "weight_map": {tensor: shard file}}, through json.dumps(indent=2, sort_keys=True):
+// save_pretrained's index: {"metadata": {"total_parameters": model.num_parameters() (each parameter once, no
+// buffer: what the checkpoint names as buffers and tied aliases is left out), "total_size": the bytes of
+// all shards' tensors}, "weight_map": {tensor: shard file}}, through json.dumps(indent=2, sort_keys=True):
 // nlohmann's object keeps its keys sorted bytewise (code point order, as Python sorts str) and dump with
 // ensure_ascii escapes as json.dumps does.
 std::string shard_index(const catalog::Catalog& catalog, const std::vector<std::vector<size_t>>& shards) {
@@ -23,7 +24,7 @@ std::string shard_index(const catalog::Catalog& catalog, const std::vector<std::
       const auto& t = catalog.tensors[i];
       if (!weight_map.emplace(t.name, file).second)
         throw FormatError(fmt::format("safetensors view: tensor name {} appears twice", t.name));
-      parameters += t.numel();  // every tensor of a view counts: it cannot tell a parameter from a buffer
+      if (t.role == catalog::ModelRole::parameter) parameters += t.numel();
       bytes += t.nbytes();
     }
   }

@@ -193,8 +193,22 @@ void add_master_files(Tag& tag, const TagParts& parts) {
     for (const auto& f : t.files()) tag.files.push_back(f->path());
 }
 
+// The buffers and tied aliases the model states name (buffer_names, shared_params) marked in `c`.
+void mark_model_roles(Catalog& c, const TagParts& parts) {
+  std::set<std::string> aliases;
+  for (const auto& [alias, owner] : parts.aliases) aliases.insert(alias);
+  for (auto& t : c.tensors)
+    t.role = parts.buffers.contains(t.name) ? catalog::ModelRole::buffer
+             : aliases.contains(t.name)     ? catalog::ModelRole::tied_alias
+                                            : catalog::ModelRole::parameter;
+}
+
 void finish_tag(Tag& tag, TagParts& parts, std::shared_ptr<Catalog> fp32, CatalogPtr model, bool zero3) {
   const fs::path& dir = tag.dir;
+  mark_model_roles(*fp32, parts);
+  auto marked = std::make_shared<Catalog>(*model);
+  mark_model_roles(*marked, parts);
+  model = std::move(marked);
   require_unique_names(*fp32, dir, "fp32");
   require_unique_names(*model, dir, "model");
   for (const catalog::Catalog* c : {static_cast<const catalog::Catalog*>(fp32.get()), model.get()}) {

@@ -186,8 +186,10 @@ class Merger {
       const formats::TensorParallelRule rule =
           sp ? formats::TensorParallelRule(sub_layout(info_, *sp, pattern, t.name, slices))
              : split_of(t.name);
-      merged->tensors.push_back(formats::merge_tensor_parallel(t.name, rule, slices, t.dtype, &out.notes,
-                                                               fmt::format("{} {}", role, t.name)));
+      LogicalTensor whole = formats::merge_tensor_parallel(t.name, rule, slices, t.dtype, &out.notes,
+                                                           fmt::format("{} {}", role, t.name));
+      whole.role = t.role;  // as TP rank 0's model states name it
+      merged->tensors.push_back(std::move(whole));
     }
     return merged;
   }
