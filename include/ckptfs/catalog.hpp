@@ -132,14 +132,16 @@ struct TensorRef {
   explicit operator bool() const { return catalog != nullptr; }  // false: no tensor (default-constructed)
 };
 
-// A logical tensor inside a pickle value tree: what views that write general values (universal files,
-// optimizer states) put where torch.save would write a tensor.
-struct TensorValue final : pickle::Native {
+// A logical tensor inside a pickle value tree (a pickle::Native): what views that write general values
+// (universal files, optimizer states) put where torch.save would write a tensor.
+struct TensorValue {
   TensorRef tensor;
   std::vector<int64_t> shape;  // as pickled: tensor->shape, or a reshape with the same element count
   bool requires_grad = false;
-  std::string describe() const override { return "tensor " + tensor->name; }
 };
+
+// The logical tensor a value holds, or null.
+const TensorValue* as_tensor_value(const pickle::Value& value);
 
 // `tensor` as a pickle value (Kind::Native holding a TensorValue); `shape` defaults to tensor->shape.
 pickle::ValuePtr tensor_value(TensorRef tensor, bool requires_grad = false,

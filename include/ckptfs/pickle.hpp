@@ -8,23 +8,32 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "ckptfs/error.hpp"
 
+// The natives a value may hold, each defined by the layer above that builds it: pickle, below them all,
+// only declares them (it includes none of their headers) and never looks inside.
+namespace ckptfs::torch {
+struct StorageRef;    // a storage as a torch pickle names it (torch's persistent_load hook)
+struct TensorObject;  // a tensor of a torch.save file (torch's reduce hook)
+}  // namespace ckptfs::torch
+namespace ckptfs::catalog {
+struct TensorValue;  // a logical tensor placed in a value tree that views write
+}  // namespace ckptfs::catalog
+
 namespace ckptfs::pickle {
 
-// Payload a higher layer attaches to a value (torch attaches tensors); the pickle layer never looks inside.
-struct Native {
-  virtual ~Native() = default;
-  virtual std::string describe() const { return "native value"; }
-  // What a consumer copying the value costs, in the units of UnpickleOptions::max_expansion.
-  virtual uint64_t weight() const { return 1; }
-};
+// What a Kind::Native value holds: one of a closed set, visited with ckptfs::Overloaded, never cast.
+using Native =
+    std::variant<std::shared_ptr<const torch::StorageRef>, std::shared_ptr<const torch::TensorObject>,
+                 std::shared_ptr<const catalog::TensorValue>>;
 
 // The pickle runs past the end of the given bytes: a caller reading a prefix of a longer stream (the
 // legacy torch format) may retry with more bytes.
@@ -64,12 +73,12 @@ struct Value {
   // Global and Object: the callable or class. Dict: "collections.OrderedDict"; Tuple: "torch.Size" (set
   // by the torch reader, so that a writer can pickle the shape back as what it was).
   std::string module, name;
-  std::string member;        // Object made by getattr(module.name, member) (enum members pickled by name)
-  ValuePtr args;             // Object: the argument tuple given to REDUCE / NEWOBJ
-  ValuePtr state;            // Object and Dict: the BUILD state, kept apart from entries
-  ValuePtr kwargs;           // Object made by NEWOBJ_EX: the keyword arguments
-  bool made_by_new = false;  // Object made by NEWOBJ / NEWOBJ_EX (cls.__new__(cls, *args), no __init__)
-  std::shared_ptr<const pickle::Native> native;
+  std::string member;            // Object made by getattr(module.name, member) (enum members pickled by name)
+  ValuePtr args;                 // Object: the argument tuple given to REDUCE / NEWOBJ
+  ValuePtr state;                // Object and Dict: the BUILD state, kept apart from entries
+  ValuePtr kwargs;               // Object made by NEWOBJ_EX: the keyword arguments
+  bool made_by_new = false;      // Object made by NEWOBJ / NEWOBJ_EX (cls.__new__(cls, *args), no __init__)
+  std::optional<Native> native;  // Native (and only Native): never null
 
   // Releases children iteratively, so destroying an arbitrarily deep tree never overflows the stack.
   ~Value();
@@ -82,7 +91,7 @@ struct Value {
   // in a Python dict). An Object also looks in its BUILD state (a dict, or the (dict, slots) pair).
   const Value* find(std::string_view key) const;
   // Short description for error messages: "int", "dict", "deepspeed.runtime.zero.config.ZeroStageEnum"
-  // (an Object made by getattr adds ".member"; a Native value describes itself).
+  // (an Object made by getattr adds ".member"; a Native value: "storage" or "tensor").
   std::string describe() const;
 };
 
@@ -105,6 +114,9 @@ struct UnpickleOptions {
   // REDUCE / NEWOBJ on a global: return a value to push, or nullptr to let the unpickler build its
   // default (the builtins it models, else an opaque Object).
   std::function<ValuePtr(const Value& callable, const ValuePtr& args)> reduce;
+  // What copying a native the hooks built costs, in the units of max_expansion (a tensor's shape and
+  // strides); without a callback, 1.
+  std::function<uint64_t(const Native& native)> native_weight;
 };
 
 // Unpickles one pickle from the start of `data`. `consumed`, when given, receives the number of bytes

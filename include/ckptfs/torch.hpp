@@ -33,11 +33,10 @@ struct SourceTensor {
   bool is_contiguous() const;  // row-major contiguous (strides of size-1 dims ignored)
 };
 
-// What the unpickler pushes for _rebuild_tensor_v2/_v3, _rebuild_parameter, _rebuild_from_type_v2.
-struct TensorObject : pickle::Native {
+// What the unpickler pushes for _rebuild_tensor_v2/_v3, _rebuild_parameter, _rebuild_from_type_v2 (a
+// pickle::Native).
+struct TensorObject {
   SourceTensor tensor;
-  std::string describe() const override { return "tensor"; }
-  uint64_t weight() const override { return 1 + tensor.shape.size() + tensor.strides.size(); }
 };
 
 // The tensor a value holds, or nullptr.

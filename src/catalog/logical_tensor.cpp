@@ -2,11 +2,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <memory>
 #include <unordered_set>
+#include <variant>
 
 #include "catalog/dtype_convert.hpp"
 #include "ckptfs/catalog.hpp"
 #include "ckptfs/error.hpp"
+#include "ckptfs/overloaded.hpp"
 
 namespace ckptfs::catalog {
 
@@ -23,8 +26,19 @@ pickle::ValuePtr tensor_value(TensorRef tensor, bool requires_grad,
   native->tensor = std::move(tensor);
   native->requires_grad = requires_grad;
   auto v = pickle::make_value(pickle::Kind::Native);
-  v->native = std::move(native);
+  v->native = std::shared_ptr<const TensorValue>(std::move(native));
   return v;
+}
+
+const TensorValue* as_tensor_value(const pickle::Value& value) {
+  if (!value.native) return nullptr;
+  return std::visit(
+      Overloaded{
+          [](const std::shared_ptr<const torch::StorageRef>&) -> const TensorValue* { return nullptr; },
+          [](const std::shared_ptr<const torch::TensorObject>&) -> const TensorValue* { return nullptr; },
+          [](const std::shared_ptr<const TensorValue>& t) -> const TensorValue* { return t.get(); },
+      },
+      *value.native);
 }
 
 std::vector<io::FilePtr> LogicalTensor::files() const {

@@ -10,6 +10,7 @@
 #include "ckptfs/torch.hpp"
 #include "index/field_codec.hpp"
 #include "io/decoded_item.hpp"
+#include "torch/tensor_builder.hpp"
 
 namespace ckptfs::index {
 
@@ -103,26 +104,6 @@ struct Wire<catalog::BoxAssembly> {
   }
 };
 
-// The natives a value tree may hold; any other makes the checkpoint unindexable (UnsupportedError).
-template <>
-struct Wire<pickle::Native> {
-  using type = std::variant<catalog::TensorValue, torch::TensorObject>;
-  static type to(const pickle::Native& n) {
-    if (const auto* tv = dynamic_cast<const catalog::TensorValue*>(&n))
-      return type(std::in_place_index<0>, *tv);
-    if (const auto* to = dynamic_cast<const torch::TensorObject*>(&n))
-      return type(std::in_place_index<1>, *to);
-    throw UnsupportedError("index: a value holds " + n.describe() + ", which the index cannot encode");
-  }
-  static std::shared_ptr<const pickle::Native> from(type&& w) {
-    return std::visit(
-        [](auto&& native) -> std::shared_ptr<const pickle::Native> {
-          return std::make_shared<const std::decay_t<decltype(native)>>(std::move(native));
-        },
-        std::move(w));
-  }
-};
-
 template <>
 struct Fields<io::FileIdentity> {
   static auto of(auto& t) {
@@ -158,6 +139,12 @@ struct Fields<pickle::Value> {
     return std::tie(v.kind, v.boolean, v.integer, v.real, v.text, v.items, v.entries, v.module, v.name,
                     v.member, v.args, v.state, v.kwargs, v.made_by_new, v.native);
   }
+  static void check(const pickle::Value& v) {
+    if ((v.kind == pickle::Kind::Native) != v.native.has_value())
+      throw FormatError("index: a value's native does not match its kind");
+    if (v.native)
+      require(std::visit([](const auto& native) { return native != nullptr; }, *v.native), "a native");
+  }
 };
 template <>
 struct Fields<torch::StorageSpan> {
@@ -173,11 +160,10 @@ struct Fields<torch::SourceTensor> {
       throw FormatError("index: a tensor's shape and strides differ in length");
   }
 };
-// The natives a value tree may hold are polymorphic (pickle::Native), so not aggregates.
 template <>
-inline constexpr bool kNotCounted<torch::TensorObject> = true;
-template <>
-inline constexpr bool kNotCounted<catalog::TensorValue> = true;
+struct Fields<torch::StorageRef> {
+  static auto of(auto& s) { return std::tie(s.key, s.dtype, s.offset, s.nbytes); }
+};
 template <>
 struct Fields<torch::TensorObject> {
   static auto of(auto& t) { return std::tie(t.tensor); }

@@ -5,8 +5,8 @@
 // integers (range checked), enums (bounded by kLastEnum), doubles, strings, paths, vectors, maps, pairs,
 // optionals, variants (index, then the alternative), shared pointers (an object shared by several holders is
 // written once, later uses by number: the decoded checkpoint shares what the parsed one shared). Types
-// rebuilt by a function rather than field by field (a File reopens and checks its identity, a polymorphic
-// Native, a BoxAssembly) describe a Wire type instead; a type made again whole when decoding (an open
+// rebuilt by a function rather than field by field (a File reopens and checks its identity, a BoxAssembly)
+// describe a Wire type instead; a type made again whole when decoding (an open
 // descriptor) is kMadeAgain.
 #pragma once
 
@@ -46,11 +46,6 @@ struct Wire {};
 // Decoder was given (Decoder::give), else null.
 template <class T>
 inline constexpr bool kMadeAgain = false;
-
-// Specialised true for a type whose members cannot be counted, not being an aggregate (a pickle::Native
-// has virtual functions): its Fields<T> is not checked against its members.
-template <class T>
-inline constexpr bool kNotCounted = false;
 
 // The last enumerator of each enum the index holds: a decoded value above it is damage.
 template <class E>
@@ -93,16 +88,18 @@ constexpr size_t member_count() {
 template <class T>
 inline constexpr size_t kListed = std::tuple_size_v<decltype(Fields<T>::of(std::declval<T&>()))>;
 
-// Fields<T> names as many fields as T has members (those of a kNotCounted type are not counted).
+// Fields<T> names as many fields as T has members.
 template <class T>
-inline constexpr bool kListsEveryMember = kNotCounted<T> || kListed<T> == member_count<T>();
+inline constexpr bool kListsEveryMember = kListed<T> == member_count<T>();
 
 // The fields of `t` (const when encoding), checked to be every member of T.
 template <class T>
 auto fields_of(T& t) {
   using U = std::remove_const_t<T>;
-  static_assert(kNotCounted<U> != std::is_aggregate_v<U>,
-                "a non-aggregate is kNotCounted (its members cannot be counted), an aggregate is counted");
+  static_assert(
+      std::is_aggregate_v<U>,
+      "Fields<T> describes an aggregate (whose members can be counted); a type rebuilt by a function "
+      "has a Wire");
   static_assert(kListsEveryMember<U>,
                 "Fields<T>::of leaves out a member of T: list it (index_file.hpp's "
                 "kFormatVersion changes with what the index holds)");

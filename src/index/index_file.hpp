@@ -17,9 +17,9 @@ struct IndexKey {
 // Bump whenever the encoding changes (checkpoint_fields.hpp). A change in what indexing produces needs
 // no bump: it comes with a new build, and every build has its own build id.
 inline constexpr uint64_t kFormatVersion =
-    10;  // 10: tensors' model roles; 9: the saves in progress; 8: a file's expectations not yet checked; 7:
-         // remote objects (ETags, listing states); 6: DeepSpeed's part of a tag; 5: field lists, LZ4 frame,
-         // build id; 4: tensor handles
+    11;  // 11: a value's native as a closed variant (storages too); 10: tensors' model roles; 9: the saves in
+         // progress; 8: a file's expectations not yet checked; 7: remote objects (ETags, listing states); 6:
+         // DeepSpeed's part of a tag; 5: field lists, LZ4 frame, build id; 4: tensor handles
 
 std::string pack_index(const IndexKey& key, std::string_view body);
 

@@ -33,17 +33,20 @@ bool has_children(const Value& v) {
 
 }  // namespace
 
-uint64_t shallow_weight(const Value& v) {
+uint64_t shallow_weight(const Value& v, const NativeWeight& native_weight) {
   const uint64_t text = v.text.size() + v.module.size() + v.name.size() + v.member.size();
-  return 1 + v.items.size() + v.entries.size() + text / 8 + (v.native ? v.native->weight() : 0);
+  const uint64_t native = !v.native ? 0 : native_weight ? native_weight(*v.native) : 1;
+  return 1 + v.items.size() + v.entries.size() + text / 8 + native;
 }
 
 std::optional<std::string> check_structure(const Value& root, size_t max_depth, uint64_t max_weight,
+                                           const NativeWeight& native_weight,
                                            std::unordered_set<const Value*>* containers) {
   const auto too_big = [&] {
     return fmt::format("the value expands to more than {} units (shared references repeated)", max_weight);
   };
-  if (!has_children(root)) return shallow_weight(root) > max_weight ? std::optional(too_big()) : std::nullopt;
+  if (!has_children(root))
+    return shallow_weight(root, native_weight) > max_weight ? std::optional(too_big()) : std::nullopt;
   constexpr size_t kInProgress = std::numeric_limits<size_t>::max();
   const auto too_deep = [&] { return fmt::format("containers nested deeper than {} levels", max_depth); };
   if (max_depth == 0) return too_deep();
@@ -60,7 +63,7 @@ std::optional<std::string> check_structure(const Value& root, size_t max_depth, 
   // Weights never exceed max_weight before the check below returns, so sums of two cannot overflow
   // (max_weight is far below 2^63).
   std::unordered_map<const Value*, Done> done;
-  std::vector<Frame> path{{&root, 0, 1, shallow_weight(root)}};
+  std::vector<Frame> path{{&root, 0, 1, shallow_weight(root, native_weight)}};
   done[&root] = {kInProgress, 0};
   while (!path.empty()) {
     Frame& frame = path.back();
@@ -78,7 +81,7 @@ std::optional<std::string> check_structure(const Value& root, size_t max_depth, 
     const Value* c = child(*frame.value, frame.next_child++);
     if (c == nullptr) continue;
     if (!has_children(*c)) {
-      frame.weight += shallow_weight(*c);
+      frame.weight += shallow_weight(*c, native_weight);
       continue;
     }
     auto [it, inserted] = done.try_emplace(c, Done{kInProgress, 0});
@@ -91,7 +94,7 @@ std::optional<std::string> check_structure(const Value& root, size_t max_depth, 
       continue;
     }
     if (path.size() >= max_depth) return too_deep();
-    path.push_back({c, 0, 1, shallow_weight(*c)});
+    path.push_back({c, 0, 1, shallow_weight(*c, native_weight)});
   }
   if (containers)
     for (const auto& [value, info] : done) containers->insert(value);

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <unordered_set>
@@ -11,8 +13,12 @@
 
 namespace ckptfs::pickle {
 
-// What copying `v` alone costs (not its children): 1, plus 1 per item or entry, plus its text / 8.
-uint64_t shallow_weight(const Value& v);
+// What a native costs (UnpickleOptions::native_weight); null: 1.
+using NativeWeight = std::function<uint64_t(const Native&)>;
+
+// What copying `v` alone costs (not its children): 1, plus 1 per item or entry, plus its text / 8, plus
+// its native's weight.
+uint64_t shallow_weight(const Value& v, const NativeWeight& native_weight);
 
 // The problem (a cycle, nesting deeper than max_depth containers, a weight over max_weight with every
 // shared subtree counted at each place it appears), or nullopt. Iterative; its own stack never exceeds
@@ -20,6 +26,7 @@ uint64_t shallow_weight(const Value& v);
 // When the structure is fine and `containers` is given, it receives every value with children that is
 // reachable from `root`.
 std::optional<std::string> check_structure(const Value& root, size_t max_depth, uint64_t max_weight,
+                                           const NativeWeight& native_weight,
                                            std::unordered_set<const Value*>* containers = nullptr);
 
 }  // namespace ckptfs::pickle

@@ -76,7 +76,8 @@ class Unpickler {
       }
       ValuePtr result = pop();
       std::unordered_set<const Value*> kept;
-      if (auto problem = check_structure(*result, opt_.max_depth, max_weight_, &kept)) fail(*problem);
+      if (auto problem = check_structure(*result, opt_.max_depth, max_weight_, opt_.native_weight, &kept))
+        fail(*problem);
       // The result is a tree; values the pickle built and dropped may still hold each other in a
       // cycle (a dict set into itself, then popped), which only cutting their links frees.
       break_cycles(&kept);
@@ -98,8 +99,8 @@ class Unpickler {
   // the items of an argument's items (_rebuild_from_type_v2's inner shape); a memoized argument used over
   // and over would make that unbounded, so the copies draw on the expansion budget. The time spent here
   // is proportional to the charge.
-  static uint64_t weight_within(const Value& v, int levels) {
-    uint64_t w = shallow_weight(v);
+  uint64_t weight_within(const Value& v, int levels) const {
+    uint64_t w = shallow_weight(v, opt_.native_weight);
     if (levels > 0)
       for (const auto& item : v.items) w += weight_within(*item, levels - 1);
     return w;

@@ -1,6 +1,7 @@
 #include <utility>
 #include <vector>
 
+#include "ckptfs/overloaded.hpp"
 #include "ckptfs/pickle.hpp"
 
 namespace ckptfs::pickle {
@@ -87,7 +88,13 @@ std::string Value::describe() const {
     case Kind::Object:
       return member.empty() ? module + "." + name : module + "." + name + "." + member;
     case Kind::Native:
-      return native ? native->describe() : "native value";
+      if (!native) return "native value";
+      return std::visit(Overloaded{
+                            [](const std::shared_ptr<const torch::StorageRef>&) { return "storage"; },
+                            [](const std::shared_ptr<const torch::TensorObject>&) { return "tensor"; },
+                            [](const std::shared_ptr<const catalog::TensorValue>&) { return "tensor"; },
+                        },
+                        *native);
   }
   return "unknown";
 }

@@ -1,3 +1,7 @@
+#include <memory>
+#include <variant>
+
+#include "ckptfs/overloaded.hpp"
 #include "ckptfs/torch.hpp"
 
 namespace ckptfs::torch {
@@ -20,9 +24,14 @@ bool SourceTensor::is_contiguous() const {
 }
 
 const SourceTensor* as_tensor(const pickle::Value& value) {
-  if (value.kind != pickle::Kind::Native) return nullptr;
-  const auto* object = dynamic_cast<const TensorObject*>(value.native.get());
-  return object ? &object->tensor : nullptr;
+  if (!value.native) return nullptr;
+  return std::visit(
+      Overloaded{
+          [](const std::shared_ptr<const StorageRef>&) -> const SourceTensor* { return nullptr; },
+          [](const std::shared_ptr<const TensorObject>& t) -> const SourceTensor* { return &t->tensor; },
+          [](const std::shared_ptr<const catalog::TensorValue>&) -> const SourceTensor* { return nullptr; },
+      },
+      *value.native);
 }
 
 const SourceTensor* as_tensor(const pickle::Value* value) {

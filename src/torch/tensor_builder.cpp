@@ -4,8 +4,11 @@
 #include <fmt/ranges.h>
 
 #include <limits>
+#include <memory>
+#include <variant>
 
 #include "ckptfs/error.hpp"
+#include "ckptfs/overloaded.hpp"
 
 namespace ckptfs::torch {
 
@@ -71,12 +74,39 @@ DType storage_dtype(const Value& type) {
   throw UnsupportedError(fmt::format("storage type {}.{} is not supported", type.module, type.name));
 }
 
+// The storage a value holds, or null.
+std::shared_ptr<const StorageRef> as_storage(const Value& v) {
+  if (!v.native) return nullptr;
+  return std::visit(
+      Overloaded{
+          [](const std::shared_ptr<const StorageRef>& s) { return s; },
+          [](const std::shared_ptr<const TensorObject>&) { return std::shared_ptr<const StorageRef>(); },
+          [](const std::shared_ptr<const catalog::TensorValue>&) {
+            return std::shared_ptr<const StorageRef>();
+          },
+      },
+      *v.native);
+}
+
+// What a consumer copying the native copies besides itself: a tensor's shape and strides.
+uint64_t native_weight(const pickle::Native& native) {
+  return std::visit(Overloaded{
+                        [](const std::shared_ptr<const StorageRef>&) -> uint64_t { return 1; },
+                        [](const std::shared_ptr<const TensorObject>& t) -> uint64_t {
+                          return 1 + t->tensor.shape.size() + t->tensor.strides.size();
+                        },
+                        [](const std::shared_ptr<const catalog::TensorValue>&) -> uint64_t { return 1; },
+                    },
+                    native);
+}
+
 }  // namespace
 
 pickle::UnpickleOptions TensorBuilder::options() {
   pickle::UnpickleOptions o;
   o.persistent_load = [this](const ValuePtr& pid) { return persistent_load(pid); };
   o.reduce = [this](const Value& callable, const ValuePtr& args) { return reduce(callable, args); };
+  o.native_weight = native_weight;
   return o;
 }
 
@@ -124,9 +154,8 @@ ValuePtr TensorBuilder::persistent_load(const ValuePtr& pid) {
     storage->dtype = dtype;
     storage->offset = view_offset * item;
     storage->nbytes = view_numel * item;
-    ref = std::make_shared<Value>();
-    ref->kind = Kind::Native;
-    ref->native = std::move(storage);
+    ref = pickle::make_value(Kind::Native);
+    ref->native = std::shared_ptr<const StorageRef>(std::move(storage));
   }
   return ref;
 }
@@ -168,7 +197,7 @@ ValuePtr TensorBuilder::rebuild_tensor(std::string_view fn, const std::vector<Va
   if (a.size() != required && (v1 || a.size() != required + 1))
     throw FormatError(fmt::format("{}: {} arguments", fn, a.size()));
   const Value& storage_value = arg(fn, a, 0, Kind::Native, "a storage");
-  auto storage = std::dynamic_pointer_cast<const StorageRef>(storage_value.native);
+  auto storage = as_storage(storage_value);
   if (!storage)
     throw FormatError(
         fmt::format("{}: argument 1 is a {}, expected a storage", fn, storage_value.describe()));
@@ -203,18 +232,17 @@ ValuePtr TensorBuilder::rebuild_parameter(const std::vector<ValuePtr>& a) {
     throw FormatError(fmt::format("_rebuild_parameter: data is a {}, not a tensor", a[0]->describe()));
   SourceTensor t = *data;
   t.requires_grad = arg("_rebuild_parameter", a, 1, Kind::Bool, "a bool").boolean;
-  auto storage = storage_of_.at(static_cast<const TensorObject*>(a[0]->native.get()));
+  auto storage = storage_of_.at(data);
   return add_tensor(std::move(t), std::move(storage));
 }
 
 ValuePtr TensorBuilder::add_tensor(SourceTensor tensor, std::shared_ptr<const StorageRef> storage) {
   auto object = std::make_shared<TensorObject>();
   object->tensor = std::move(tensor);
-  storage_of_.emplace(object.get(), storage);
+  storage_of_.emplace(&object->tensor, storage);
   tensors_.push_back({object, std::move(storage)});
-  auto v = std::make_shared<Value>();
-  v->kind = Kind::Native;
-  v->native = std::move(object);
+  auto v = pickle::make_value(Kind::Native);
+  v->native = std::shared_ptr<const TensorObject>(std::move(object));
   return v;
 }
 

@@ -17,13 +17,13 @@
 
 namespace ckptfs::torch {
 
-// A storage as the pickle names it: (part of) a root storage that the container stores under `key`.
-struct StorageRef : pickle::Native {
+// A storage as the pickle names it (a pickle::Native): (part of) a root storage that the container stores
+// under `key`.
+struct StorageRef {
   std::string key;
   DType dtype = DType::U8;  // the storage class's element type; U8 for UntypedStorage
   uint64_t offset = 0;      // bytes into the root storage (legacy storage views)
   uint64_t nbytes = 0;
-  std::string describe() const override { return "storage"; }
 };
 
 // A root storage: its element type and count, as the persistent ids give them.
@@ -59,7 +59,7 @@ class TensorBuilder {
   std::map<std::string, RootStorage> storages_;
   std::map<std::string, pickle::ValuePtr> refs_;  // one StorageRef value per key (and view)
   std::vector<Pending> tensors_;
-  std::map<const TensorObject*, std::shared_ptr<const StorageRef>> storage_of_;
+  std::map<const SourceTensor*, std::shared_ptr<const StorageRef>> storage_of_;  // by TensorObject::tensor
 };
 
 }  // namespace ckptfs::torch

@@ -186,7 +186,7 @@ class ValuePickler {
   }
 
   void save_native(const pickle::Value& v) {
-    const auto* ref = dynamic_cast<const catalog::TensorValue*>(v.native.get());
+    const auto* ref = catalog::as_tensor_value(v);
     if (ref == nullptr) throw FormatError(fmt::format("torch.save view: cannot write a {}", v.describe()));
     auto [it, inserted] =
         storage_keys_.try_emplace(&*ref->tensor, storages_.size());  // one storage per tensor

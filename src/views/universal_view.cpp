@@ -69,7 +69,7 @@ class UniversalParamFile final : public VirtualFile {
     if (what_ == kFp32) return p.fp32;
     if (what_ != kStep) return p.state[what_];
     const pickle::Value* v = p.step.get();
-    const auto* step = v && v->native ? dynamic_cast<const catalog::TensorValue*>(v->native.get()) : nullptr;
+    const auto* step = v ? catalog::as_tensor_value(*v) : nullptr;
     return step ? step->tensor : catalog::TensorRef{};
   }
 
