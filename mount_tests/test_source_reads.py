@@ -9,6 +9,7 @@ import json
 import mmap
 import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -19,7 +20,8 @@ import helpers as H
 from conftest import GENERATOR, GEN_TIMEOUT, case_info
 from mounting import mounted
 
-# mincore counts what the first read pulls into the page cache: no other worker may read the case meanwhile.
+# mincore counts what the first read pulls into the page cache: the tests measure one private copy of the
+# case (other modules read the generated case), one at a time.
 pytestmark = pytest.mark.xdist_group("source_reads")
 
 CASE = "source_reads_z3_dp8"
@@ -60,12 +62,16 @@ def drop_page_cache():
 
 
 @pytest.fixture(scope="module")
-def case(fixtures_dir):
+def case(fixtures_dir, tmp_path_factory):
+    """(the generated case's directory, a private copy of its source that only this module reads, its info)."""
     if not os.access("/proc/sys/vm/drop_caches", os.W_OK):
         pytest.skip("needs a writable /proc/sys/vm/drop_caches (root)")
     proc = H.run([sys.executable, GENERATOR, fixtures_dir, "--only", CASE], timeout=GEN_TIMEOUT)
     assert proc.returncode == 0, H.describe(proc)
-    return os.path.join(fixtures_dir, CASE), case_info(fixtures_dir, CASE)
+    info = case_info(fixtures_dir, CASE)
+    src = tmp_path_factory.mktemp("source_reads") / info["src"]
+    shutil.copytree(os.path.join(fixtures_dir, CASE, info["src"]), src)
+    return os.path.join(fixtures_dir, CASE), str(src), info
 
 
 def read_with_cat(path):
@@ -93,8 +99,7 @@ def read_shuffled(path):
 @pytest.mark.parametrize("view,manifest", [("fp32/model.safetensors", "fp32.manifest.json"),
                                            ("model.safetensors", "model.manifest.json")])
 def test_first_read_pulls_only_the_masters(case, ckptfs_bin, tmp_path, view, manifest, reader):
-    case_dir, info = case
-    src = os.path.join(case_dir, info["src"])
+    case_dir, src, info = case
     tag_dir = os.path.join(src, info["latest"])
     files = sorted(os.path.join(tag_dir, f) for f in os.listdir(tag_dir))
     masters = info["fp32_master_bytes"]
