@@ -28,7 +28,7 @@ LogicalTensor make_tensor(std::string name, DType dtype, std::vector<int64_t> sh
   t.name = std::move(name);
   t.dtype = dtype;
   t.shape = std::move(shape);
-  std::get<FlatRuns>(t.source).pieces = std::move(pieces);
+  t.source = FlatRuns{std::move(pieces)};
   return t;
 }
 
@@ -85,7 +85,7 @@ LogicalTensor random_tensor(std::mt19937& rng, const std::vector<std::unique_ptr
   t.name = "t";
   t.dtype = std::array{DType::F32, DType::F16, DType::BF16, DType::I64}[rng() % 4];
   t.shape = {static_cast<int64_t>(rng() % 40), static_cast<int64_t>(1 + rng() % 50)};
-  auto& pieces = std::get<FlatRuns>(t.source).pieces;
+  std::vector<Piece> pieces;
   for (uint64_t e = 0; e < t.numel();) {
     Piece p;
     p.dst_begin = e;
@@ -106,6 +106,7 @@ LogicalTensor random_tensor(std::mt19937& rng, const std::vector<std::unique_ptr
     pieces.push_back(p);
     e += p.count;
   }
+  t.source = FlatRuns{std::move(pieces)};
   return t;
 }
 
@@ -164,8 +165,8 @@ TEST(Catalog, ConversionLargerThanScratchBuffer) {
   std::vector<uint16_t> values(3 << 20);  // 6 MiB of f16, more than one 4 MiB scratch chunk
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<uint16_t>(i * 2654435761u >> 16);
   SourceFile src = SourceFile::of(values);
-  LogicalTensor t = make_tensor("big", DType::F32, {static_cast<int64_t>(values.size())});
-  std::get<FlatRuns>(t.source).pieces.push_back({0, values.size(), src.file(), 0, DType::F16});
+  LogicalTensor t = make_tensor("big", DType::F32, {static_cast<int64_t>(values.size())},
+                                {{0, values.size(), src.file(), 0, DType::F16}});
   std::vector<uint32_t> out(values.size());
   read_tensor(t, 0, std::as_writable_bytes(std::span(out)));
   for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(out[i], ref::f16_to_f32(values[i])) << i;
@@ -233,9 +234,10 @@ TEST_F(CatalogStrided, EveryLayoutReadsInRowMajorOrder) {
       {{{2, 3, 4}, {24, 4, 1}, 0}, 2},  // contiguous inner box, gap between outer slices
   };
   for (const auto& [s, pieces] : cases) {
-    LogicalTensor t = make_tensor("s", DType::I32, s.shape);
-    append_source_tensor(std::get<FlatRuns>(t.source).pieces, 0, tensor(s));
-    EXPECT_EQ(std::get<FlatRuns>(t.source).pieces.size(), pieces) << ::testing::PrintToString(s.shape);
+    std::vector<Piece> appended;
+    append_source_tensor(appended, 0, tensor(s));
+    EXPECT_EQ(appended.size(), pieces) << ::testing::PrintToString(s.shape);
+    LogicalTensor t = make_tensor("s", DType::I32, s.shape, std::move(appended));
     ASSERT_NO_THROW(validate(t));
     std::vector<int32_t> expected = row_major_values(s);
     for (auto& v : expected) v += 2;  // storage starts at file element 2
@@ -263,12 +265,13 @@ TEST_F(CatalogStrided, RangesOfStridedSourcesMatchBruteForce) {
     const auto all = row_major_values(s);
     // Split the element range into random consecutive slices appended one after the other, as ZeRO
     // partitions are; the merged pieces must read back as the whole.
-    LogicalTensor t = make_tensor("r", DType::I32, {static_cast<int64_t>(all.size())});
+    std::vector<Piece> pieces;
     for (uint64_t first = 0; first < all.size();) {
       const uint64_t count = std::min<uint64_t>(all.size() - first, rng() % 7);
-      append_source_range(std::get<FlatRuns>(t.source).pieces, first, tensor(s), first, count);
+      append_source_range(pieces, first, tensor(s), first, count);
       first += count;
     }
+    LogicalTensor t = make_tensor("r", DType::I32, {static_cast<int64_t>(all.size())}, std::move(pieces));
     ASSERT_NO_THROW(validate(t));
     std::vector<int32_t> expected = all;
     for (auto& v : expected) v += 2;
@@ -398,9 +401,9 @@ TEST(Catalog, RepeatedElementsAreBounded) {
 TEST(Catalog, PiecesBackToBackInOneFileAreOnePread) {
   if (read_syscalls() == 0) GTEST_SKIP() << "/proc/self/io unavailable";
   SourceFile src = SourceFile::of(std::vector<float>(1000, 1.5f));
-  LogicalTensor t = make_tensor("t", DType::F32, {1000});
-  auto& pieces = std::get<FlatRuns>(t.source).pieces;
+  std::vector<Piece> pieces;
   for (uint64_t i = 0; i < 1000; i += 10) pieces.push_back({i, 10, src.file(), i * 4, DType::F32});
+  const LogicalTensor t = make_tensor("t", DType::F32, {1000}, std::move(pieces));
   std::vector<float> out(1000);
   const uint64_t overhead = [] {
     const uint64_t a = read_syscalls();

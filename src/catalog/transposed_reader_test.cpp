@@ -77,11 +77,13 @@ Case flat_case(int64_t rows, int64_t cols, DType from, DType to, std::mt19937& r
   src.name = "src";
   src.dtype = to;
   src.shape = {rows, cols};
+  FlatRuns runs;
   for (uint64_t e = 0; e < numel;) {
     const uint64_t n = std::min<uint64_t>(numel - e, 1 + rng() % (numel / 3 + 1));
-    std::get<FlatRuns>(src.source).pieces.push_back({e, n, c.files[0]->file(), e * dtype_size(from), from});
+    runs.pieces.push_back({e, n, c.files[0]->file(), e * dtype_size(from), from});
     e += n;
   }
+  src.source = std::move(runs);
   validate(src);
   c.transposed = transposed_tensor("t", src, std::move(tiles));
   fill_expected(c, rows, cols, from, to);
@@ -216,7 +218,7 @@ TEST(TransposedReader, OneAndEightByteElementsMatchBruteForce) {
     src.name = "src";
     src.dtype = dtype;
     src.shape = {rows, cols};
-    std::get<FlatRuns>(src.source).pieces.push_back({0, numel, c.files[0]->file(), 0, dtype});
+    src.source = FlatRuns{{{0, numel, c.files[0]->file(), 0, dtype}}};
     validate(src);
     c.transposed = transposed_tensor("t", src, make_transpose_cache());
     c.expected.resize(bytes.size());

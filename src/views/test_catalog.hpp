@@ -31,9 +31,11 @@ class TestCatalog {
       std::vector<std::byte> bytes(t.nbytes() + 1);  // never empty: a file is opened for every tensor
       for (auto& b : bytes) b = static_cast<std::byte>(rng());
       files_.push_back(std::make_unique<SourceFile>(bytes));
+      std::vector<catalog::Piece> pieces;
       if (t.numel() > 0)
-        std::get<catalog::FlatRuns>(t.source).pieces.push_back(
+        pieces.push_back(
             {.count = t.numel(), .file = files_.back()->file(), .src_offset = 1, .src_dtype = t.dtype});
+      t.source = catalog::FlatRuns{std::move(pieces)};
       c->tensors.push_back(std::move(t));
     }
     catalog_ = std::move(c);

@@ -198,13 +198,14 @@ TEST(TorchSave, Zip64RecordsPastFourGiB) {
   // A 4 GiB + 20 byte tensor whose bytes are never read: only headers and extents are checked.
   const TestCatalog tc({{"a", DType::F32, {3}}, {"c", DType::F16, {2}}});
   auto c = std::make_shared<catalog::Catalog>(*tc.catalog());
-  catalog::LogicalTensor big;
-  big.name = "big";
-  big.dtype = DType::F32;
-  big.shape = {(int64_t{1} << 30) + 5};
+  constexpr uint64_t big_numel = (uint64_t{1} << 30) + 5;
   const auto& file_of_a = std::get<catalog::FlatRuns>(c->tensors[0].source).pieces[0].file;
-  std::get<catalog::FlatRuns>(big.source)
-      .pieces.push_back({.count = big.numel(), .file = file_of_a, .src_dtype = DType::F32});
+  const catalog::LogicalTensor big{
+      .name = "big",
+      .dtype = DType::F32,
+      .shape = {static_cast<int64_t>(big_numel)},
+      .source = catalog::FlatRuns{{{.count = big_numel, .file = file_of_a, .src_dtype = DType::F32}}},
+      .origin = {}};
   c->tensors.insert(c->tensors.begin() + 1, big);
   const auto file = make_torch_save(c, "archive");
   const auto& extents = dynamic_cast<const ExtentFile&>(*file).extents();

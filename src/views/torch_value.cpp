@@ -264,7 +264,7 @@ VirtualFilePtr make_torch_save_value(const pickle::Value& root, const std::strin
     records.push_back({"byteorder", "little"});
   }
   for (size_t i = 0; i < pickled.storages.size(); ++i)
-    records.push_back({fmt::format("data/{}", i), {}, pickled.storages[i]});
+    records.push_back({fmt::format("data/{}", i), pickled.storages[i]});
   records.push_back({"version", "3\n"});
   ExtentBuilder out;
   append_zip(out, archive_name, records);

@@ -19,13 +19,13 @@ std::string read_all(const VirtualFile& f, uint64_t offset, uint64_t length) {
 }
 
 catalog::LogicalTensor bytes_tensor(const SourceFile& src, uint64_t offset, uint64_t n) {
-  catalog::LogicalTensor t;
-  t.name = "u8";
-  t.dtype = DType::U8;
-  t.shape = {static_cast<int64_t>(n)};
-  std::get<catalog::FlatRuns>(t.source).pieces.push_back(
-      {.count = n, .file = src.file(), .src_offset = offset, .src_dtype = DType::U8});
-  return t;
+  return {
+      .name = "u8",
+      .dtype = DType::U8,
+      .shape = {static_cast<int64_t>(n)},
+      .source =
+          catalog::FlatRuns{{{.count = n, .file = src.file(), .src_offset = offset, .src_dtype = DType::U8}}},
+      .origin = {}};
 }
 
 TEST(Views, ExtentFileReadsAcrossExtents) {

@@ -1,5 +1,7 @@
 #include "views/zip_writer.hpp"
 
+#include "ckptfs/overloaded.hpp"
+
 namespace ckptfs::views {
 
 namespace {
@@ -41,7 +43,11 @@ void append_zip(ExtentBuilder& out, std::string_view root, std::span<const ZipRe
   Header central;
   for (const ZipRecord& r : records) {
     const std::string name = std::string(root) + "/" + r.name;
-    const uint64_t size = r.tensor ? r.tensor->nbytes() : r.bytes.size();
+    const uint64_t size = std::visit(Overloaded{
+                                         [](const std::string& bytes) -> uint64_t { return bytes.size(); },
+                                         [](const catalog::TensorRef& tensor) { return tensor->nbytes(); },
+                                     },
+                                     r.content);
     const uint64_t cursor = out.offset() - archive_start;
     const std::string z64 = zip64_extra(size, cursor);
     const uint64_t start = cursor + 30 + name.size() + z64.size() + 4;
@@ -53,10 +59,11 @@ void append_zip(ExtentBuilder& out, std::string_view root, std::span<const ZipRe
     local.u16(name.size()).u16(z64.size() + 4 + pad).bytes(name).bytes(z64);
     local.bytes("FB").u16(pad).bytes(std::string(pad, 'Z'));
     out.append(local.text);
-    if (r.tensor)
-      out.append(r.tensor);
-    else
-      out.append(r.bytes);
+    std::visit(Overloaded{
+                   [&](const std::string& bytes) { out.append(bytes); },
+                   [&](const catalog::TensorRef& tensor) { out.append(tensor); },
+               },
+               r.content);
     if (size > 0) {
       Header descriptor;
       descriptor.u32(0x08074b50).u32(0);

@@ -5,15 +5,15 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 
 #include "views/extent_builder.hpp"
 
 namespace ckptfs::views {
 
 struct ZipRecord {
-  std::string name;             // inside the top folder: "data.pkl", "data/0"
-  std::string bytes;            // the content of a small record ...
-  catalog::TensorRef tensor{};  // ... or of a tensor's bytes when set
+  std::string name;                                       // inside the top folder: "data.pkl", "data/0"
+  std::variant<std::string, catalog::TensorRef> content;  // a small record's bytes, or a tensor's
 };
 
 inline constexpr uint64_t kZipAlignment = 64;  // torch's default .storage_alignment

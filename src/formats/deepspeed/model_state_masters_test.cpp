@@ -134,8 +134,10 @@ TEST_F(FusedMastersTest, EachParamTakesItsOffsetInItsGroupsBuffer) {
   const catalog::LogicalTensor& v = m.trainable[1];
   EXPECT_EQ(v.shape, (std::vector<int64_t>{3, 2}));
   EXPECT_EQ(v.dtype, DType::F32);
-  ASSERT_EQ(std::get<catalog::FlatRuns>(v.source).pieces.size(), 1u);
-  EXPECT_EQ(std::get<catalog::FlatRuns>(v.source).pieces[0].src_offset, 4 * (100 + 8));
+  const auto* runs = std::get_if<catalog::FlatRuns>(&v.source);
+  ASSERT_NE(runs, nullptr);
+  ASSERT_EQ(runs->pieces.size(), 1u);
+  EXPECT_EQ(runs->pieces[0].src_offset, 4 * (100 + 8));
 }
 
 TEST_F(FusedMastersTest, NoBufferOfTheGroupsSizeIsAnError) {

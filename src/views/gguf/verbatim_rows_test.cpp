@@ -28,7 +28,7 @@ catalog::TensorRef source_tensor(const SourceFile& file, DType dtype, std::vecto
   t.dtype = dtype;
   t.shape = std::move(shape);
   const uint64_t numel = file.bytes().size() / dtype_size(dtype);
-  std::get<catalog::FlatRuns>(t.source).pieces = {{0, numel, file.file(), 0, dtype}};
+  t.source = catalog::FlatRuns{{{0, numel, file.file(), 0, dtype}}};
   catalog->tensors.push_back(std::move(t));
   return {std::move(catalog), 0};
 }
