@@ -202,9 +202,9 @@ LogicalTensor assembled_tensor(std::string name, DType dtype, std::vector<int64_
 // FormatError naming the tensor.
 void validate(const LogicalTensor& tensor);
 
-// Bytes [offset, offset + length) of a source file as they are (no conversion).
+// Bytes [offset, offset + length) of a source file on disk as they are (no conversion).
 struct FileBytes {
-  const io::File* file = nullptr;
+  io::DiskFileRef file;
   uint64_t offset = 0;
 };
 // Bytes in memory that `holder` keeps alive (a tile of a transposed tensor, shared by the server threads).

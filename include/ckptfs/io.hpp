@@ -131,15 +131,6 @@ class File {
   void read_exact(uint64_t offset, std::span<std::byte> dst) const;
   std::vector<std::byte> read(uint64_t offset, uint64_t length) const;
 
-  // The file's open descriptor, held open while the result lives (reopened and checked as read_exact
-  // does): for a reply spliced straight from the file. Throws SourceError like read_exact; only for
-  // files that have one (not decoded items).
-  OpenFdPtr descriptor() const;
-  bool has_descriptor() const;
-  // Throws SourceError naming the file unless `fd` (from descriptor()) still shows the identity indexed:
-  // one fstat, for a reply spliced from it, which libfuse would send short (the fd read stops at the new
-  // end) from a shard truncated since the mount, or with the new bytes of one rewritten in place.
-  void check_descriptor(const OpenFd& fd) const;
   const Origin& origin() const { return origin_; }
   // The descriptor and decoded-item caches it reads through (a decoded item: its file's).
   SourceCaches& caches() const { return *caches_; }
@@ -174,6 +165,7 @@ class File {
   bool unchanged_within(std::chrono::nanoseconds interval) const;
 
  private:
+  friend class DiskFileRef;
   File(std::filesystem::path path, FileIdentity identity, std::shared_ptr<SourceCaches> caches);
   void read_on_disk(const OnDisk& disk, uint64_t offset, std::span<std::byte> dst) const;
   void prefetch_on_disk(const OnDisk& disk, uint64_t offset, uint64_t length) const;
@@ -191,6 +183,27 @@ class File {
 };
 
 using FilePtr = std::shared_ptr<File>;
+
+// A file on disk, held: what a reply spliced from the file (file -> pipe -> /dev/fuse) needs, made only for a
+// File with a descriptor of its own (not an object, not a decoded item), and keeping it alive however long
+// the reply takes.
+class DiskFileRef {
+ public:
+  // `file`, held, when it is on disk; nullopt otherwise.
+  static std::optional<DiskFileRef> of(FilePtr file);
+  const File& file() const { return *file_; }
+  // The file's open descriptor, held open while the result lives (reopened and checked as read_exact
+  // does). Throws SourceError like read_exact.
+  OpenFdPtr descriptor() const;
+  // Throws SourceError naming the file unless `fd` (from descriptor()) still shows the identity indexed:
+  // one fstat, for a reply spliced from it, which libfuse would send short (the fd read stops at the new
+  // end) from a shard truncated since the mount, or with the new bytes of one rewritten in place.
+  void check_descriptor(const OpenFd& fd) const;
+
+ private:
+  explicit DiskFileRef(FilePtr file) : file_(std::move(file)) {}
+  FilePtr file_;
+};
 
 // Whether files read from one source tree are objects of a store: all of them are, or none.
 inline bool reads_objects(std::span<const FilePtr> sources) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "catalog/dtype_convert.hpp"
@@ -62,9 +63,10 @@ void read_runs(const LogicalTensor& tensor, const std::vector<Piece>& pieces, ui
     }
     ++i;
     const auto dst = out.first(n * out_size);
+    std::optional<io::DiskFileRef> on_disk;
     if (p.src_dtype == tensor.dtype && deferred != nullptr && dst.size() >= kMinDeferredRun &&
-        deferred->size() < kMaxDeferredRuns && p.file->has_descriptor())
-      deferred->push_back({FileBytes{p.file.get(), src_offset}, dst.data(), dst.size()});
+        deferred->size() < kMaxDeferredRuns && (on_disk = io::DiskFileRef::of(p.file)))
+      deferred->push_back({FileBytes{std::move(*on_disk), src_offset}, dst.data(), dst.size()});
     else if (p.src_dtype == tensor.dtype)
       p.file->read_exact(src_offset, dst);
     else

@@ -38,16 +38,16 @@ fuse_bufvec& empty_bufvec(size_t count) {
 
 // A run's file with its descriptor, held open and checked once per reply however many runs it gives.
 struct HeldSource {
-  const io::File* file;
+  io::DiskFileRef file;
   io::OpenFdPtr fd;
 };
 
-int held_descriptor(std::vector<HeldSource>& held, const io::File& file) {
+int held_descriptor(std::vector<HeldSource>& held, const io::DiskFileRef& file) {
   for (const auto& h : held)
-    if (h.file == &file) return h.fd->get();
+    if (&h.file.file() == &file.file()) return h.fd->get();
   io::OpenFdPtr fd = file.descriptor();
   file.check_descriptor(*fd);
-  held.push_back({&file, std::move(fd)});
+  held.push_back({file, std::move(fd)});
   return held.back().fd->get();
 }
 
@@ -60,7 +60,7 @@ std::string after_reply(int sent, size_t bytes, const std::vector<HeldSource>& h
   // what it had, which the reader takes for the end of the file. Too late for EIO; at least say so.
   for (const auto& h : held) {
     try {
-      h.file->check_descriptor(*h.fd);
+      h.file.check_descriptor(*h.fd);
     } catch (const SourceError& e) {
       return fmt::format("{} (while a reply was spliced from it: that reply may have been short)", e.what());
     }
@@ -134,7 +134,7 @@ std::string reply_with_runs(fuse_req_t req, std::span<const std::byte> buffer,
     b = fuse_buf{};
     b.size = size;
     b.flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY);
-    b.fd = held_descriptor(held, *bytes.file);
+    b.fd = held_descriptor(held, bytes.file);
     b.pos = static_cast<off_t>(bytes.offset);
   });
   // Never SPLICE_MOVE: the kernel would take pages out of the shards' own page cache.

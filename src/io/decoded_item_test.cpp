@@ -67,7 +67,7 @@ TEST_F(DecodedItemTest, ServesTheDecodedBytesOfFramesWithAndWithoutContentSize) 
     const FilePtr f = File::decoded(DecodedItem::zstd(backing, lead.size(), frame.size()));
     ASSERT_EQ(f->size(), data.size());
     EXPECT_EQ(f->path(), backing->path());
-    EXPECT_FALSE(f->has_descriptor());
+    EXPECT_FALSE(DiskFileRef::of(f).has_value());
     EXPECT_TRUE(f->unchanged());
     EXPECT_EQ(read_range(*f, 0, data.size()), data);
     EXPECT_EQ(read_range(*f, 123'457, 77'000), data.substr(123'457, 77'000));

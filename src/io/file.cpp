@@ -130,25 +130,26 @@ std::optional<Access> File::access() const {
                     origin_);
 }
 
-bool File::has_descriptor() const {
-  return on_disk_of(origin_) != nullptr;
+std::optional<DiskFileRef> DiskFileRef::of(FilePtr file) {
+  if (on_disk_of(file->origin_) == nullptr) return std::nullopt;
+  return DiskFileRef(std::move(file));
 }
 
-OpenFdPtr File::descriptor() const {
-  return caches_->descriptors.acquire(*this, *on_disk().slot);
+OpenFdPtr DiskFileRef::descriptor() const {
+  return file_->caches_->descriptors.acquire(*file_, *file_->on_disk().slot);
 }
 
-void File::check_descriptor(const OpenFd& fd) const {
+void DiskFileRef::check_descriptor(const OpenFd& fd) const {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0)
     throw SourceError(
-        fmt::format("{}: cannot stat its open descriptor: {}", path_.string(), std::strerror(errno)));
+        fmt::format("{}: cannot stat its open descriptor: {}", file_->path_.string(), std::strerror(errno)));
   const FileIdentity now = identity_of(st);
-  if (now != identity_)
+  if (now != file_->identity_)
     throw SourceError(
         fmt::format("{}: changed since the mount ({} bytes, was {}; or its mtime or ctime differ); "
                     "remount to serve the new checkpoint",
-                    path_.string(), now.size, identity_.size));
+                    file_->path_.string(), now.size, file_->identity_.size));
 }
 
 void File::prefetch(uint64_t offset, uint64_t length) const {

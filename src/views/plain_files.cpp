@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "ckptfs/views.hpp"
@@ -32,11 +33,12 @@ class PassthroughFile final : public VirtualFile {
   void read(uint64_t offset, std::span<std::byte> dst) const override { file_->read_exact(offset, dst); }
   void read_deferring(uint64_t offset, std::span<std::byte> dst,
                       std::vector<catalog::DeferredRun>& deferred) const override {
-    if (dst.size() < catalog::kMinDeferredRun || !file_->has_descriptor())
-      return read(offset, dst);  // an object: no fd
+    std::optional<io::DiskFileRef> on_disk;
+    if (dst.size() < catalog::kMinDeferredRun || !(on_disk = io::DiskFileRef::of(file_)))
+      return read(offset, dst);  // an object or a decoded item: no fd
     if (offset > file_->size() || dst.size() > file_->size() - offset)
       return read(offset, dst);  // read says why
-    deferred.push_back({catalog::FileBytes{file_.get(), offset}, dst.data(), dst.size()});
+    deferred.push_back({catalog::FileBytes{std::move(*on_disk), offset}, dst.data(), dst.size()});
   }
   std::vector<io::FilePtr> sources() const override { return {file_}; }
   void prefetch(uint64_t offset, uint64_t length) const override { file_->prefetch(offset, length); }
