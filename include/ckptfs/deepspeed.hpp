@@ -9,7 +9,8 @@
 
 namespace ckptfs::deepspeed {
 
-// True when `source` is a DeepSpeed save dir (a `latest` file or tag dirs with model states) or a tag dir.
+// True when `root` (as `source` reads it) is a DeepSpeed save dir (a `latest` file or tag dirs with model
+// states) or a tag dir.
 bool is_deepspeed_source(const io::Source& source, const std::filesystem::path& root);
 
 Checkpoint open(const io::Source& source, const std::filesystem::path& root, const OpenOptions& options);

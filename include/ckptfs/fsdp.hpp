@@ -10,8 +10,9 @@
 
 namespace ckptfs::fsdp {
 
-// True when `source`, or a subdir of it, holds per-rank files (NAME{R}.pt with "rank" before R) whose rank-0
-// file holds DTensors or ShardedTensors, or cannot be read (refused by open, naming it).
+// True when `root` (as `source` reads it), or a subdir of it, holds per-rank files (NAME{R}.pt with "rank"
+// before R) whose rank-0 file holds DTensors or ShardedTensors, or cannot be read (refused by open, naming
+// it).
 bool is_fsdp_source(const io::Source& source, const std::filesystem::path& root);
 
 Checkpoint open(const io::Source& source, const std::filesystem::path& root, const OpenOptions& options);

@@ -35,8 +35,8 @@ Opened open_indexed(io::SourcePtr source, const OpenOptions& options,
 
 // Writes the index of a checkpoint that open_indexed parsed; nothing when it came from the index or the
 // cache is off. Best effort, never throws: a read-only or full cache dir only costs the next mount a
-// parse, and the returned warning (empty when written) says why. Reads `opened.checkpoint` only, so it
-// may run while the mount serves the same checkpoint.
+// parse, and the returned warning (empty when written) says why. Reads `opened.checkpoint` only (and the
+// state of its paths, through `opened.source`), so it may run while the mount serves the same checkpoint.
 std::string save_index(const Opened& opened);
 
 // Parses `source` and writes its index into `cache_dir` (`ckptfs index`); returns the index file.

@@ -8,8 +8,8 @@
 
 namespace ckptfs::megatron {
 
-// True when `source` is a Megatron save dir (latest_checkpointed_iteration.txt, or iter_*/release dirs
-// in the legacy or torch_dist layout) or one such iteration dir.
+// True when `root` (as `source` reads it) is a Megatron save dir (latest_checkpointed_iteration.txt, or
+// iter_*/release dirs in the legacy or torch_dist layout) or one such iteration dir.
 bool is_megatron_source(const io::Source& source, const std::filesystem::path& root);
 
 Checkpoint open(const io::Source& source, const std::filesystem::path& root, const OpenOptions& options);

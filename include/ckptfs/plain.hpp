@@ -8,7 +8,8 @@
 
 namespace ckptfs::plain {
 
-// True when `source` is a regular file (a torch.save or safetensors file is expected there).
+// True when `root` (as `source` reads it) is a regular file (a torch.save or safetensors file is expected
+// there).
 bool is_plain_source(const io::Source& source, const std::filesystem::path& root);
 
 // One tag, named after the file: model.safetensors and fp32/ of its model tensors (the same rule as for

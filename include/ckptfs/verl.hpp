@@ -8,8 +8,9 @@
 
 namespace ckptfs::verl {
 
-// True when `source` is a role dir (model_world_size_W_rank_R.pt files: actor/, critic/), a global_step_N
-// dir holding role dirs, or a save dir holding global_step_N dirs (latest_checkpointed_iteration.txt).
+// True when `root` (as `source` reads it) is a role dir (model_world_size_W_rank_R.pt files: actor/,
+// critic/), a global_step_N dir holding role dirs, or a save dir holding global_step_N dirs
+// (latest_checkpointed_iteration.txt).
 bool is_verl_source(const io::Source& source, const std::filesystem::path& root);
 
 Checkpoint open(const io::Source& source, const std::filesystem::path& root, const OpenOptions& options);

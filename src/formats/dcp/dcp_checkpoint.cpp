@@ -89,7 +89,7 @@ bool is_dcp_source(const io::Source& source, const fs::path& root) {
   return false;
 }
 
-// `source` is resolved (open_checkpoint): its filename is the dir's own name, never empty.
+// `root` is resolved (open_checkpoint): its filename is the dir's own name, never empty.
 Checkpoint open(const io::Source& source, const fs::path& root, const OpenOptions& options) {
   // step dirs sort naturally: the highest step is the last, served at the root
   formats::SaveDir<TagDirs> save_dir("dcp", root, "no DCP checkpoint (.metadata or __<rank>.metadata) found");

@@ -177,7 +177,7 @@ int64_t moe_layers(const catalog::Catalog& model) {
                        [](const catalog::LogicalTensor& t) { return t.name.ends_with("mlp.router.weight"); });
 }
 
-// The tags of `source`: Megatron's own save dir, a NeMo-RL step dir (its policy/weights/ save dir), a
+// The tags of `root`: Megatron's own save dir, a NeMo-RL step dir (its policy/weights/ save dir), a
 // NeMo 2 checkpoint folder (its weights/), a NeMo 2 checkpoints dir (a tag per checkpoint folder) or a
 // NeMo-RL checkpoint dir (a tag per step_N/: the iteration its weights' tracker names).
 formats::SaveDir<TagSource> tags_of(const io::Source& source, const fs::path& root) {
