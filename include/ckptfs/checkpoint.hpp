@@ -14,6 +14,7 @@
 
 #include "ckptfs/catalog.hpp"
 #include "ckptfs/dtype.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "ckptfs/pickle.hpp"
 
 namespace ckptfs {
@@ -167,10 +168,10 @@ inline OpenOptions complete_saves_only(OpenOptions options) {
   return options;
 }
 
-// Detects the framework of `source` (a save dir or one tag dir) and indexes it. `source` may be spelt any
-// way that names the directory (trailing slashes, `./`, `..`, symlinks): it is resolved first, so every
-// spelling gives the same checkpoint. Throws SourceError when nothing readable is there, FormatError /
-// UnsupportedError naming the file otherwise.
-Checkpoint open_checkpoint(const std::filesystem::path& source, const OpenOptions& options = {});
+// Detects the framework of `source` (its root: a save dir or one tag dir) and indexes it, reading it through
+// `source`. The root may be spelt any way that names the directory (trailing slashes, `./`, `..`, symlinks):
+// it is resolved first, so every spelling gives the same checkpoint. Throws SourceError when nothing readable
+// is there, FormatError / UnsupportedError naming the file otherwise.
+Checkpoint open_checkpoint(const io::Source& source, const OpenOptions& options = {});
 
 }  // namespace ckptfs

@@ -9,10 +9,11 @@
 
 namespace ckptfs::deepspeed {
 
-// True when `source` is a DeepSpeed save dir (a `latest` file or tag dirs with model states) or a tag dir.
-bool is_deepspeed_source(const std::filesystem::path& source);
+// True when `root` (as `source` reads it) is a DeepSpeed save dir (a `latest` file or tag dirs with model
+// states) or a tag dir.
+bool is_deepspeed_source(const io::Source& source, const std::filesystem::path& root);
 
-Checkpoint open(const std::filesystem::path& source, const OpenOptions& options);
+Checkpoint open(const io::Source& source, const std::filesystem::path& root, const OpenOptions& options);
 
 // Indexes one tag directory: validates every rank file and builds the fp32 and model catalogs.
 Tag read_tag(io::FileSet& files, const std::filesystem::path& dir, const std::string& name);

@@ -15,9 +15,9 @@ namespace ckptfs {
 // [gguf_refused], [tensors]}]} for inspect: `reads` is the bytes a whole read of the view takes from its
 // sources; `gguf_refused` why a tag with a model has no gguf/ (the converter's refusal,
 // docs/formats/gguf.md).
-nlohmann::json describe_checkpoint(const Checkpoint& checkpoint, bool with_tensors);
+nlohmann::json describe_checkpoint(const io::Source& source, const Checkpoint& checkpoint, bool with_tensors);
 // Why each tag whose views[i] hold no gguf/ file has none (gguf_refusal), for the overload below.
-std::vector<std::optional<std::string>> gguf_refusals(const Checkpoint& checkpoint,
+std::vector<std::optional<std::string>> gguf_refusals(const io::Source& source, const Checkpoint& checkpoint,
                                                       const std::vector<std::vector<ViewFile>>& views,
                                                       const ShardOptions& shards = {},
                                                       const GgufOptions& gguf = {});

@@ -10,10 +10,11 @@
 
 namespace ckptfs::fsdp {
 
-// True when `source`, or a subdir of it, holds per-rank files (NAME{R}.pt with "rank" before R) whose rank-0
-// file holds DTensors or ShardedTensors, or cannot be read (refused by open, naming it).
-bool is_fsdp_source(const std::filesystem::path& source);
+// True when `root` (as `source` reads it), or a subdir of it, holds per-rank files (NAME{R}.pt with "rank"
+// before R) whose rank-0 file holds DTensors or ShardedTensors, or cannot be read (refused by open, naming
+// it).
+bool is_fsdp_source(const io::Source& source, const std::filesystem::path& root);
 
-Checkpoint open(const std::filesystem::path& source, const OpenOptions& options);
+Checkpoint open(const io::Source& source, const std::filesystem::path& root, const OpenOptions& options);
 
 }  // namespace ckptfs::fsdp

@@ -24,23 +24,24 @@ struct Opened {
   std::filesystem::path index_file;  // where the index is (or would be); empty when the cache is off
   std::string parsed_because;        // why the index was not used, when it was looked for
   std::string key;                   // what the index is written for; empty without a cache or a build id
+  io::SourcePtr source;              // what it was opened from
 };
 
 // open_checkpoint, through the index cache in `cache_dir` (nullopt: no cache). A parsed checkpoint's index
 // is not written here: save_index does it, once the mount is live, so that a first mount is not slower
 // than a mount without the cache.
-Opened open_indexed(const std::filesystem::path& source, const OpenOptions& options,
+Opened open_indexed(io::SourcePtr source, const OpenOptions& options,
                     const std::optional<std::filesystem::path>& cache_dir);
 
 // Writes the index of a checkpoint that open_indexed parsed; nothing when it came from the index or the
 // cache is off. Best effort, never throws: a read-only or full cache dir only costs the next mount a
-// parse, and the returned warning (empty when written) says why. Reads `opened.checkpoint` only, so it
-// may run while the mount serves the same checkpoint.
+// parse, and the returned warning (empty when written) says why. Reads `opened.checkpoint` only (and the
+// state of its paths, through `opened.source`), so it may run while the mount serves the same checkpoint.
 std::string save_index(const Opened& opened);
 
 // Parses `source` and writes its index into `cache_dir` (`ckptfs index`); returns the index file.
 // Throws what open_checkpoint throws, and Error(output_failed) (exit 7) when the index cannot be written.
-std::filesystem::path write_index(const std::filesystem::path& source, const OpenOptions& options,
+std::filesystem::path write_index(const io::Source& source, const OpenOptions& options,
                                   const std::filesystem::path& cache_dir);
 
 }  // namespace ckptfs::index

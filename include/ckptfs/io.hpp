@@ -1,10 +1,11 @@
 // Read-only access to source files. A File remembers what the file was when it was indexed (device,
 // inode, size, mtime, ctime) and reads with pread through a bounded cache of open descriptors (its
-// io::Runtime's, src/io/source_caches.hpp): thousands of rank files can be indexed and served under `ulimit
-// -n 1024`, and a file whose descriptor was evicted is reopened on demand and checked to be the same file. A
-// read or prefetch takes no process-wide lock: each File holds its open descriptor in a slot of its own
-// (src/io/fd_cache.hpp) and its device's readahead size. A File can also be an object of an object store
-// (a path below an s3:// source, io_tree.hpp), read with ranged GETs pinned to its ETag.
+// source's, which are its io::Runtime's: src/io/source_caches.hpp): thousands of rank files can be indexed
+// and served under `ulimit -n 1024`, and a file whose descriptor was evicted is reopened on demand and
+// checked to be the same file. A read or prefetch takes no process-wide lock: each File holds its open
+// descriptor in a slot of its own (src/io/fd_cache.hpp) and its device's readahead size. A File can also be
+// an object of an object store (a path below an s3:// source, io_tree.hpp's io::Source), read with ranged
+// GETs pinned to its ETag.
 #pragma once
 
 #include <sys/types.h>
@@ -104,11 +105,18 @@ struct Expectation {
 
 class File {
  public:
-  // Opens `path` read-only and records its identity; it reads through the caches of the Runtime whose
-  // source holds it (io::caches_for). Throws SourceError naming the path when it cannot
-  // be opened or is not a regular file. A path below an object-store source (io_tree.hpp) is its
-  // object, with the identity its listing showed: opening sends no request.
-  static std::shared_ptr<File> open(const std::filesystem::path& path);
+  // Opens the local file at `path` read-only and records its identity; it reads through `caches` (those of
+  // the source holding it: io::Source::open). Throws SourceError naming the path when it cannot be opened
+  // or is not a regular file.
+  static std::shared_ptr<File> open(const std::filesystem::path& path, std::shared_ptr<SourceCaches> caches);
+  // A file outside any source (a unit test's, a file a command names apart from its source): caches of
+  // its own, which keep its descriptor open.
+  static std::shared_ptr<File> open_standalone(const std::filesystem::path& path);
+  // The object of a store at `path` with the identity its source's listing showed, read through `reader`:
+  // opening sends no request.
+  static std::shared_ptr<File> object(std::filesystem::path path, FileIdentity identity,
+                                      std::shared_ptr<RemoteReader> reader,
+                                      std::shared_ptr<SourceCaches> caches);
   // The decoded bytes of a compressed item of another file, read as a file of their own: reads decode
   // what they touch (through the bounded cache of decoded items), the path and identity are those of
   // the file holding the item, and it is unchanged while that file is.
@@ -237,14 +245,19 @@ class FileRange {
 // soft limit.
 uint64_t raise_open_file_limit();
 
-// Opens each path once and hands out the same File for later requests. Opens run outside the lock, so
-// the threads reading rank files in parallel do not wait for each other's open and fstat; two threads
-// opening one path at once both open it, and the first to finish is the File both get.
+class Source;  // ckptfs/io_tree.hpp
+
+// Opens each path of `source` once and hands out the same File for later requests. Opens run outside the
+// lock, so the threads reading rank files in parallel do not wait for each other's open and fstat; two
+// threads opening one path at once both open it, and the first to finish is the File both get.
 class FileSet {
  public:
+  explicit FileSet(const Source& source) : source_(source) {}
   FilePtr open(const std::filesystem::path& path);
+  const Source& source() const { return source_; }
 
  private:
+  const Source& source_;
   std::mutex mutex_;
   std::map<std::filesystem::path, FilePtr> files_;
 };

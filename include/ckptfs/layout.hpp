@@ -40,14 +40,15 @@ struct GgufOptions {
 // and, where the tag has partitioned optimizer state and `with_universal` is set, the universal/ tree
 // (docs/formats/universal.md; its files are built only when asked for: `export` skips them by default).
 // A safetensors view larger than shards.max_shard_size is served as save_pretrained shards it. gguf/ holds
-// what llama.cpp's converter makes of the model's Hugging Face directory (hf/, else the root model).
-std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal = true, const ShardOptions& shards = {},
-                                const GgufOptions& gguf = {});
+// what llama.cpp's converter makes of the model's Hugging Face directory (hf/, else the root model). The
+// files it passes through are opened from `source`, the tag's.
+std::vector<ViewFile> tag_views(const io::Source& source, const Tag& tag, bool with_universal = true,
+                                const ShardOptions& shards = {}, const GgufOptions& gguf = {});
 
 // Why the tag has no gguf/ (in the converter's terms, or what ckptfs does not follow yet; for inspect);
 // nullopt where it has one, or where its model has no config.json.
-std::optional<std::string> gguf_refusal(const Tag& tag, const ShardOptions& shards = {},
-                                        const GgufOptions& gguf = {});
+std::optional<std::string> gguf_refusal(const io::Source& source, const Tag& tag,
+                                        const ShardOptions& shards = {}, const GgufOptions& gguf = {});
 
 // One row of a listing for people (`inspect`, ckptfs.json): a view file, or a tree of many files
 // (universal/) counted as one.
@@ -63,7 +64,7 @@ std::vector<ViewSummary> summarize_views(const std::vector<ViewFile>& views, boo
 
 namespace views {
 // universal/latest_universal and universal/<tag>_universal/... of a tag with a UniversalPlan (else none).
-std::vector<ViewFile> universal_views(const Tag& tag);
+std::vector<ViewFile> universal_views(const io::Source& source, const Tag& tag);
 }  // namespace views
 
 }  // namespace ckptfs

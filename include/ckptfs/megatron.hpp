@@ -8,10 +8,10 @@
 
 namespace ckptfs::megatron {
 
-// True when `source` is a Megatron save dir (latest_checkpointed_iteration.txt, or iter_*/release dirs
-// in the legacy or torch_dist layout) or one such iteration dir.
-bool is_megatron_source(const std::filesystem::path& source);
+// True when `root` (as `source` reads it) is a Megatron save dir (latest_checkpointed_iteration.txt, or
+// iter_*/release dirs in the legacy or torch_dist layout) or one such iteration dir.
+bool is_megatron_source(const io::Source& source, const std::filesystem::path& root);
 
-Checkpoint open(const std::filesystem::path& source, const OpenOptions& options);
+Checkpoint open(const io::Source& source, const std::filesystem::path& root, const OpenOptions& options);
 
 }  // namespace ckptfs::megatron

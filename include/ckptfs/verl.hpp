@@ -8,10 +8,11 @@
 
 namespace ckptfs::verl {
 
-// True when `source` is a role dir (model_world_size_W_rank_R.pt files: actor/, critic/), a global_step_N
-// dir holding role dirs, or a save dir holding global_step_N dirs (latest_checkpointed_iteration.txt).
-bool is_verl_source(const std::filesystem::path& source);
+// True when `root` (as `source` reads it) is a role dir (model_world_size_W_rank_R.pt files: actor/,
+// critic/), a global_step_N dir holding role dirs, or a save dir holding global_step_N dirs
+// (latest_checkpointed_iteration.txt).
+bool is_verl_source(const io::Source& source, const std::filesystem::path& root);
 
-Checkpoint open(const std::filesystem::path& source, const OpenOptions& options);
+Checkpoint open(const io::Source& source, const std::filesystem::path& root, const OpenOptions& options);
 
 }  // namespace ckptfs::verl

@@ -148,7 +148,9 @@ struct TreeOptions {
 };
 
 // The mount layout for `checkpoint` (docs/mount.md): the latest tag's views at the root, the side files,
-// tags/<tag>/ for every tag, ckptfs.json, and source/<name> for side files whose name a view takes.
-VirtualTree build_tree(const Checkpoint& checkpoint, const TreeOptions& options = {});
+// tags/<tag>/ for every tag, ckptfs.json, and source/<name> for side files whose name a view takes. The files
+// it passes through are opened from `source`, the checkpoint's.
+VirtualTree build_tree(const io::Source& source, const Checkpoint& checkpoint,
+                       const TreeOptions& options = {});
 
 }  // namespace ckptfs::vfs

@@ -26,7 +26,7 @@ class SourceFile {
     for (size_t done = 0; done < bytes.size();)
       done += static_cast<size_t>(::write(fd, bytes.data() + done, bytes.size() - done));
     ::close(fd);
-    file_ = io::File::open(path_);
+    file_ = io::File::open_standalone(path_);
   }
   template <typename T>
   static SourceFile of(const std::vector<T>& values) {

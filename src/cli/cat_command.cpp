@@ -112,16 +112,16 @@ int run_cat(std::span<const std::string> args) {
     const std::string& view = a.positional[1];
     const std::string output = a.output.value_or("-");
     io::Runtime runtime;
-    const fs::path source = open_source(a.positional[0], a.s3, runtime);
-    if (output != "-" && !io::is_remote(source) && is_inside(output, source))
+    const io::SourcePtr source = open_source(a.positional[0], a.s3, runtime);
+    if (output != "-" && !source->is_remote() && is_inside(output, source->root()))
       throw UsageError(
           fmt::format("{}: is inside the source directory; ckptfs never writes to the source", output));
     const OpenOptions options = a.open_options();
-    const Checkpoint checkpoint = open_checkpoint(source, options);
+    const Checkpoint checkpoint = open_checkpoint(*source, options);
     vfs::TreeOptions tree_options;
     // one cache for hf/'s and gguf/'s transposed tensors
     tree_options.gguf.transpose_cache = options.transpose_cache;
-    const vfs::VirtualTree tree = vfs::build_tree(checkpoint, tree_options);
+    const vfs::VirtualTree tree = vfs::build_tree(*source, checkpoint, tree_options);
     const vfs::Node& node = find_file(tree, view, a.positional[0]);
     const views::VirtualFilePtr layout = node.file->open_layout();
     const views::VirtualFile& content = layout ? *layout : *node.file;

@@ -34,16 +34,17 @@ int run_export(std::span<const std::string> args) {
     ShardOptions shards{.unsharded_copy = false};
     if (a.shard_size) shards.max_shard_size = parse_shard_size_option("--shard-size", *a.shard_size);
     io::Runtime runtime;
-    const fs::path source = open_source(a.positional[0], a.s3, runtime), out = a.positional[1];
-    if (!io::is_remote(source) && is_inside(out, source))
+    const io::SourcePtr source = open_source(a.positional[0], a.s3, runtime);
+    const fs::path out = a.positional[1];
+    if (!source->is_remote() && is_inside(out, source->root()))
       throw UsageError(
           fmt::format("{}: is inside the source directory; ckptfs never writes to the source", out.string()));
     const OpenOptions options = a.open_options();
-    Checkpoint cp = open_checkpoint(source, options);
+    Checkpoint cp = open_checkpoint(*source, options);
     const Tag& tag = cp.latest_tag();
     GgufOptions gguf;
     gguf.transpose_cache = options.transpose_cache;  // one cache for hf/'s and gguf/'s transposed tensors
-    const auto views = tag_views(tag, a.has("--universal"), shards, gguf);
+    const auto views = tag_views(*source, tag, a.has("--universal"), shards, gguf);
     uint64_t total = 0;
     for (const auto& v : views) total += v.file->size();
     Progress progress(total);

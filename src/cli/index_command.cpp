@@ -29,7 +29,7 @@ int run_index(std::span<const std::string> args) {
                                    kIndexUsage));
     io::Runtime runtime;
     const auto source = open_source(a.positional[0], a.s3, runtime);
-    fmt::print("{}\n", index::write_index(source, options, *dir).string());
+    fmt::print("{}\n", index::write_index(*source, options, *dir).string());
     return 0;
   } catch (const std::exception& e) {
     return report_error(e);

@@ -30,7 +30,7 @@ void print_tensors(const catalog::Catalog& c, const std::string& title) {
                t.origin);
 }
 
-void print_text(const Checkpoint& cp, bool tensors) {
+void print_text(const io::Source& source, const Checkpoint& cp, bool tensors) {
   fmt::print("source:     {}\nframework:  {}\ntags:       ", cp.root.string(), cp.framework);
   for (size_t i = 0; i < cp.tags.size(); ++i) fmt::print("{}{}", i ? ", " : "", cp.tags[i].name);
   fmt::print(" (latest: {})\n", cp.latest);
@@ -41,8 +41,8 @@ void print_text(const Checkpoint& cp, bool tensors) {
         "docs/mount.md#live-runs)\n",
         t);
   std::vector<std::vector<ViewFile>> views;
-  for (const auto& tag : cp.tags) views.push_back(tag_views(tag));
-  const auto refusals = gguf_refusals(cp, views);
+  for (const auto& tag : cp.tags) views.push_back(tag_views(source, tag));
+  const auto refusals = gguf_refusals(source, cp, views);
   for (size_t i = 0; i < cp.tags.size(); ++i) {
     const Tag& tag = cp.tags[i];
     const auto& t = tag.topology;
@@ -78,12 +78,12 @@ int run_inspect(std::span<const std::string> args) {
     Arguments a = parse_arguments(args, {"--json", "--tensors", "--strict"}, 1, kInspectUsage);
     // What a mount of SRC serves: the complete saves.
     io::Runtime runtime;
-    Checkpoint cp =
-        open_checkpoint(open_source(a.positional[0], a.s3, runtime), complete_saves_only(a.open_options()));
+    const io::SourcePtr source = open_source(a.positional[0], a.s3, runtime);
+    Checkpoint cp = open_checkpoint(*source, complete_saves_only(a.open_options()));
     if (a.has("--json")) {
-      fmt::print("{}\n", describe_checkpoint(cp, a.has("--tensors")).dump(2));
+      fmt::print("{}\n", describe_checkpoint(*source, cp, a.has("--tensors")).dump(2));
     } else {
-      print_text(cp, a.has("--tensors"));
+      print_text(*source, cp, a.has("--tensors"));
     }
     return 0;
   } catch (const std::exception& e) {

@@ -24,22 +24,24 @@ std::set<std::string> left_out_names(const Checkpoint& cp) {
 }
 
 template <typename Paths>
-std::vector<std::pair<fs::path, std::optional<io::PathState>>> states_of(const Paths& paths) {
+std::vector<std::pair<fs::path, std::optional<io::PathState>>> states_of(const io::Source& source,
+                                                                         const Paths& paths) {
   std::vector<std::pair<fs::path, std::optional<io::PathState>>> out;
-  for (const auto& p : paths) out.emplace_back(p, io::path_state(p));
+  for (const auto& p : paths) out.emplace_back(p, source.path_state(p));
   return out;
 }
 
-bool unchanged(const std::vector<std::pair<fs::path, std::optional<io::PathState>>>& states) {
+bool unchanged(const io::Source& source,
+               const std::vector<std::pair<fs::path, std::optional<io::PathState>>>& states) {
   for (const auto& [path, state] : states)
-    if (io::path_state(path) != state) return false;
+    if (source.path_state(path) != state) return false;
   return true;
 }
 
 }  // namespace
 
 LiveRun::LiveRun(Options options, const Checkpoint& first)
-    : options_(std::move(options)), watch_(options_.source, options_.refresh), current_(first) {
+    : options_(std::move(options)), watch_(*options_.source, options_.refresh), current_(first) {
   remember(current_);
 }
 
@@ -53,10 +55,10 @@ void LiveRun::remember(const Checkpoint& checkpoint) {
     std::vector<fs::path> paths = {tag.dir};
     paths.insert(paths.end(), tag.files.begin(), tag.files.end());
     paths.insert(paths.end(), tag.side_files.begin(), tag.side_files.end());
-    kept.emplace(tag.name, states_of(paths));
+    kept.emplace(tag.name, states_of(*options_.source, paths));
   }
   snapshots_ = std::move(kept);
-  side_files_ = states_of(checkpoint.side_files);
+  side_files_ = states_of(*options_.source, checkpoint.side_files);
 }
 
 nlohmann::json LiveRun::description() const {
@@ -70,19 +72,19 @@ nlohmann::json LiveRun::description() const {
 }
 
 std::optional<Checkpoint> LiveRun::refresh(std::vector<std::string>& changes) {
-  if (io::is_remote(options_.source)) io::relist_remote_source(options_.source);
+  options_.source->relist();
   std::set<std::string> reread;  // tags known before whose files changed
   OpenOptions open = options_.open;
   open.known = [&](const std::string& name) -> const Tag* {
     const Tag* tag = current_.find(name);
     const auto snapshot = snapshots_.find(name);
     if (tag == nullptr || snapshot == snapshots_.end()) return nullptr;
-    if (unchanged(snapshot->second)) return tag;
+    if (unchanged(*options_.source, snapshot->second)) return tag;
     reread.insert(name);
     snapshots_.erase(snapshot);
     return nullptr;
   };
-  Checkpoint next = open_checkpoint(options_.source, open);
+  Checkpoint next = open_checkpoint(*options_.source, open);
 
   const auto before = tag_names(current_), after = tag_names(next);
   for (const auto& name : after)
@@ -92,7 +94,7 @@ std::optional<Checkpoint> LiveRun::refresh(std::vector<std::string>& changes) {
   for (const auto& name : reread)
     if (after.contains(name)) changes.push_back(fmt::format("tag {} read again (its files changed)", name));
   if (next.latest != current_.latest) changes.push_back(fmt::format("root now tag {}", next.latest));
-  if (states_of(next.side_files) != side_files_) changes.push_back("side files changed");
+  if (states_of(*options_.source, next.side_files) != side_files_) changes.push_back("side files changed");
   const auto left_out_before = left_out_names(current_);
   for (const auto& l : next.left_out)
     if (!left_out_before.contains(l.name))
@@ -107,7 +109,8 @@ std::optional<Checkpoint> LiveRun::refresh(std::vector<std::string>& changes) {
 void LiveRun::follow(const fuse::ReplaceTree& replace, const std::function<void(const std::string&)>& log,
                      std::stop_token stop) {
   if (!watch_.polling_because().empty())
-    log(fmt::format("following {}: {}", options_.source.string(), description()["how"].get<std::string>()));
+    log(fmt::format("following {}: {}", options_.source->root().string(),
+                    description()["how"].get<std::string>()));
   std::string last_failure;
   while (watch_.wait(stop)) {
     try {
@@ -120,11 +123,11 @@ void LiveRun::follow(const fuse::ReplaceTree& replace, const std::function<void(
       last_changes_ = changes;
       vfs::TreeOptions tree = options_.tree;
       tree.live = description();
-      replace(std::make_shared<const vfs::VirtualTree>(vfs::build_tree(current_, tree)));
-      for (const auto& change : changes) log(fmt::format("{}: {}", options_.source.string(), change));
+      replace(std::make_shared<const vfs::VirtualTree>(vfs::build_tree(*options_.source, current_, tree)));
+      for (const auto& change : changes) log(fmt::format("{}: {}", options_.source->root().string(), change));
       if (!options_.index_key.empty())
-        if (const std::string warning =
-                index::save_index({current_, false, options_.index_file, "", options_.index_key});
+        if (const std::string warning = index::save_index(
+                {current_, false, options_.index_file, "", options_.index_key, options_.source});
             !warning.empty())
           log(warning);
       last_failure.clear();
@@ -133,7 +136,7 @@ void LiveRun::follow(const fuse::ReplaceTree& replace, const std::function<void(
       // being deleted: the last tree stays served, and the next change tries again.
       if (e.what() != last_failure)
         log(fmt::format("{}: refresh failed, still serving the last complete state: {}",
-                        options_.source.string(), e.what()));
+                        options_.source->root().string(), e.what()));
       last_failure = e.what();
     }
   }

@@ -26,7 +26,7 @@ namespace ckptfs::cli {
 class LiveRun {
  public:
   struct Options {
-    std::filesystem::path source;  // as open_source returned it
+    io::SourcePtr source;  // as open_source returned it
     OpenOptions open;
     vfs::TreeOptions tree;
     std::chrono::seconds refresh;  // the poll's interval where no change events come (s3://, NFS)

@@ -122,7 +122,8 @@ constexpr std::chrono::seconds kDefaultRefresh{30};
 
 struct MountArguments {
   std::string source_text;  // as given: a path, or s3://BUCKET/PREFIX
-  fs::path source, mountpoint;
+  io::SourcePtr source;     // opened once the Runtime is made
+  fs::path mountpoint;
   s3::Options s3;
   // -o cache_mb=, cache_dir=, cache_dir_mb=, s3_connections=, max_open=, decoded_cache_mb=
   io::RuntimeOptions runtime;
@@ -353,7 +354,8 @@ int run_mount(int argc, char** argv) {
                                const std::function<void(const std::string&)>& log,
                                std::stop_token stop) { live->follow(replace, log, stop); };
     }
-    auto tree = std::make_shared<const vfs::VirtualTree>(vfs::build_tree(opened.checkpoint, tree_options));
+    auto tree =
+        std::make_shared<const vfs::VirtualTree>(vfs::build_tree(*m.source, opened.checkpoint, tree_options));
     // Indexing parsed every pickle into trees that are gone now; hand their pages back before serving.
     ::malloc_trim(0);
     fuse::serve(tree, m.serve, runtime);

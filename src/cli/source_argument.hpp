@@ -10,10 +10,11 @@
 
 namespace ckptfs::cli {
 
-// A local SRC made absolute (the daemon runs in "/", and sources are re-checked by path), or the path of
-// the object-store source registered with io (io::open_remote_source). Throws SourceError (exit 3) naming
-// the URL and the S3 error code when the store refuses the listing or holds nothing under the prefix. Its
-// files read through `runtime`'s caches (Runtime::add_source; an object through a block cache of its own).
-std::filesystem::path open_source(const std::string& text, const s3::Options& options, io::Runtime& runtime);
+// A local SRC made absolute (the daemon runs in "/", and sources are re-checked by path), or the
+// object-store source listed once (Runtime::open_remote): the handle the command passes to what reads it.
+// Throws SourceError (exit 3) naming the URL and the S3 error code when the store refuses the listing or
+// holds nothing under the prefix. Its files read through `runtime`'s caches (an object through a block cache
+// of its own).
+io::SourcePtr open_source(const std::string& text, const s3::Options& options, io::Runtime& runtime);
 
 }  // namespace ckptfs::cli

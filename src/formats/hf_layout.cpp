@@ -291,8 +291,9 @@ HfLayout layout_of(HfFamily family, const HfDims& dims) {
   return out;
 }
 
-std::variant<HfLayout, std::string> layout_from_config(const fs::path& config_json) {
-  const nlohmann::json json = read_json_object(config_json);
+std::variant<HfLayout, std::string> layout_from_config(const io::Source& source,
+                                                       const fs::path& config_json) {
+  const nlohmann::json json = read_json_object(source, config_json);
   const ConfigFields fields(json, config_json);
   // save_pretrained of a bare config (no model) writes model_type without architectures: the causal LM of
   // that type is meant
@@ -332,11 +333,12 @@ std::vector<fs::path> config_files(const OpenOptions& options, const fs::path& t
   return out;
 }
 
-std::variant<HfLayout, std::string> layout_in(const std::vector<fs::path>& configs) {
+std::variant<HfLayout, std::string> layout_in(const io::Source& source,
+                                              const std::vector<fs::path>& configs) {
   for (const auto& config : configs) {
-    if (!io::is_file(config)) continue;
+    if (!source.is_file(config)) continue;
     try {
-      return layout_from_config(config);
+      return layout_from_config(source, config);
     } catch (const Error& e) {  // the weights are served all the same, under their saved names
       return e.what();
     }

@@ -49,7 +49,8 @@ struct HfLayout {
 // model_type's causal LM), or why there is none (an architecture not in the table: a string naming it).
 // Throws FormatError naming the file when it is not JSON or a field the family needs is missing or not a
 // positive integer (exit 4).
-std::variant<HfLayout, std::string> layout_from_config(const std::filesystem::path& config_json);
+std::variant<HfLayout, std::string> layout_from_config(const io::Source& source,
+                                                       const std::filesystem::path& config_json);
 
 // The config.json files that describe the model of a tag, first first: -o config=FILE, the tag dir's, the
 // save dir's.
@@ -59,7 +60,8 @@ std::vector<std::filesystem::path> config_files(const OpenOptions& options,
 
 // The layout the first existing file of `configs` describes, or why there is none (no config.json, another
 // architecture, a field missing: layout_from_config's message).
-std::variant<HfLayout, std::string> layout_in(const std::vector<std::filesystem::path>& configs);
+std::variant<HfLayout, std::string> layout_in(const io::Source& source,
+                                              const std::vector<std::filesystem::path>& configs);
 
 // The layout of `family` with `dims`.
 HfLayout layout_of(HfFamily family, const HfDims& dims);

@@ -6,6 +6,7 @@
 
 #include "ckptfs/error.hpp"
 #include "formats/name_prefix.hpp"
+#include "io/test_source.hpp"
 #include "torch/test_support.hpp"
 
 namespace ckptfs::formats {
@@ -123,7 +124,7 @@ TEST(HfLayout, Qwen3MoeConfigAsTransformersWritesIt) {
     "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
     "head_dim": 24, "moe_intermediate_size": 32, "num_local_experts": 8, "decoder_sparse_step": 1,
     "mlp_only_layers": []})");
-  const auto layout = layout_from_config(config.path());
+  const auto layout = layout_from_config(*io::test_source(config.path()), config.path());
   ASSERT_TRUE(std::holds_alternative<HfLayout>(layout)) << std::get<std::string>(layout);
   const auto& l = std::get<HfLayout>(layout);
   EXPECT_EQ(l.family, HfFamily::qwen3_moe);
@@ -141,7 +142,7 @@ TEST(HfLayout, Qwen3MoeDenseLayersFromMlpOnlyLayersAndSparseStep) {
       "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 4, "moe_intermediate_size": 32,
       "num_experts": 8, )" +
         fields + "}");
-    return layout_from_config(config.path());
+    return layout_from_config(*io::test_source(config.path()), config.path());
   };
   const auto listed = layout_with(R"("mlp_only_layers": [3, 0])");
   ASSERT_TRUE(std::holds_alternative<HfLayout>(listed)) << std::get<std::string>(listed);
@@ -174,7 +175,7 @@ TEST(HfLayout, Qwen2MoeSharedExpertAsTransformersCreatesIt) {
     "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
     "moe_intermediate_size": 32, "shared_expert_intermediate_size": 40, "num_experts": 8,
     "mlp_only_layers": [1]})");
-  const auto layout = layout_from_config(config.path());
+  const auto layout = layout_from_config(*io::test_source(config.path()), config.path());
   ASSERT_TRUE(std::holds_alternative<HfLayout>(layout)) << std::get<std::string>(layout);
   const auto& l = std::get<HfLayout>(layout);
   EXPECT_EQ(l.family, HfFamily::qwen2_moe);

@@ -7,8 +7,9 @@
 
 namespace ckptfs::formats {
 
-nlohmann::json read_json_object(const std::filesystem::path& path, uint64_t max_bytes) {
-  const auto text = io::read_small_file(path, max_bytes);
+nlohmann::json read_json_object(const io::Source& source, const std::filesystem::path& path,
+                                uint64_t max_bytes) {
+  const auto text = source.read_small_file(path, max_bytes);
   if (!text) throw SourceError(fmt::format("{}: cannot read", path.string()));
   nlohmann::json json;
   try {

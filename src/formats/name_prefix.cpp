@@ -48,7 +48,7 @@ std::shared_ptr<catalog::Catalog> strip_prefix(const catalog::Catalog& model, co
   return out;
 }
 
-void strip_wrapper_prefixes(Checkpoint& checkpoint, const OpenOptions& options) {
+void strip_wrapper_prefixes(const io::Source& source, Checkpoint& checkpoint, const OpenOptions& options) {
   for (auto& tag : checkpoint.tags) {
     std::optional<HfLayout> layout;  // read only where needed: a tag without -o strip_prefix
     bool layout_read = false;
@@ -59,7 +59,7 @@ void strip_wrapper_prefixes(Checkpoint& checkpoint, const OpenOptions& options) 
       std::optional<std::string> prefix = options.strip_prefix;
       if (!prefix) {
         if (!layout_read) {
-          auto found = layout_in(config_files(options, tag.dir, checkpoint.root));
+          auto found = layout_in(source, config_files(options, tag.dir, checkpoint.root));
           if (auto* l = std::get_if<HfLayout>(&found)) layout = std::move(*l);
           layout_read = true;
         }

@@ -25,6 +25,6 @@ std::shared_ptr<catalog::Catalog> strip_prefix(const catalog::Catalog& model, co
 // Strips, in every tag's model and fp32 catalogs, OpenOptions::strip_prefix or else the prefix that makes
 // the names those of the architecture a config.json names (the tag dir's, else the save dir's), and notes
 // what it stripped. Names that are the architecture's already are left as they are.
-void strip_wrapper_prefixes(Checkpoint& checkpoint, const OpenOptions& options);
+void strip_wrapper_prefixes(const io::Source& source, Checkpoint& checkpoint, const OpenOptions& options);
 
 }  // namespace ckptfs::formats

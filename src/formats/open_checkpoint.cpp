@@ -73,36 +73,36 @@ const Tag& Checkpoint::latest_tag() const {
 
 namespace {
 
-// `source` with symlinks, `.`, `..` and trailing slashes resolved: adapters take tag names from the last
+// `root` with symlinks, `.`, `..` and trailing slashes resolved: adapters take tag names from the last
 // path component, so "ckpt/", "./ckpt" and a link to ckpt must all read as ckpt.
-fs::path resolved(const fs::path& source) {
+fs::path resolved(const io::Source& source, const fs::path& root) {
   std::error_code ec;
-  fs::path p = io::canonical(source, ec);
+  fs::path p = source.canonical(root, ec);
   if (ec)
     throw SourceError(
-        fmt::format("{}: {}", source.string(),
+        fmt::format("{}: {}", root.string(),
                     ec == std::errc::no_such_file_or_directory ? "no such file or directory" : ec.message()));
   return p;
 }
 
-Checkpoint open_resolved(const fs::path& source, const OpenOptions& options) {
-  if (plain::is_plain_source(source)) return plain::open(source, options);
-  if (!io::is_directory(source))
-    throw SourceError(fmt::format("{}: neither a directory nor a regular file", source.string()));
-  if (deepspeed::is_deepspeed_source(source)) return deepspeed::open(source, options);
+Checkpoint open_resolved(const io::Source& source, const fs::path& root, const OpenOptions& options) {
+  if (plain::is_plain_source(source, root)) return plain::open(source, root, options);
+  if (!source.is_directory(root))
+    throw SourceError(fmt::format("{}: neither a directory nor a regular file", root.string()));
+  if (deepspeed::is_deepspeed_source(source, root)) return deepspeed::open(source, root, options);
   // before Megatron: a verl save dir has a tracker of the same name
-  if (verl::is_verl_source(source)) return verl::open(source, options);
+  if (verl::is_verl_source(source, root)) return verl::open(source, root, options);
   // before DCP: a torch_dist iteration dir is a DCP dir too
-  if (megatron::is_megatron_source(source)) return megatron::open(source, options);
+  if (megatron::is_megatron_source(source, root)) return megatron::open(source, root, options);
   // before DCP: accelerate writes its optimizer as a DCP dir beside the rank files
-  if (fsdp::is_fsdp_source(source)) return fsdp::open(source, options);
-  if (dcp::is_dcp_source(source)) return dcp::open(source, options);
-  if (dcp::is_hf_storage_dir(source)) return dcp::open_hf_storage(source, options);
+  if (fsdp::is_fsdp_source(source, root)) return fsdp::open(source, root, options);
+  if (dcp::is_dcp_source(source, root)) return dcp::open(source, root, options);
+  if (dcp::is_hf_storage_dir(source, root)) return dcp::open_hf_storage(source, root, options);
   throw SourceError(
       fmt::format("{}: no checkpoint found (expected a DeepSpeed save dir or tag dir, a Megatron-LM save dir "
                   "or iteration dir, a verl save dir, a folder of FSDP per-rank files, a PyTorch DCP dir or "
                   "a dir of safetensors files)",
-                  source.string()));
+                  root.string()));
 }
 
 // -o config=FILE is served as config.json beside each tag's views that have none, where from_pretrained
@@ -120,9 +120,9 @@ void serve_model_config(Checkpoint& checkpoint, const OpenOptions& options) {
 
 }  // namespace
 
-Checkpoint open_checkpoint(const fs::path& source, const OpenOptions& options) {
-  Checkpoint checkpoint = open_resolved(resolved(source), options);
-  formats::strip_wrapper_prefixes(checkpoint, options);
+Checkpoint open_checkpoint(const io::Source& source, const OpenOptions& options) {
+  Checkpoint checkpoint = open_resolved(source, resolved(source, source.root()), options);
+  formats::strip_wrapper_prefixes(source, checkpoint, options);
   serve_model_config(checkpoint, options);
   return checkpoint;
 }

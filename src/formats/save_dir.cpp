@@ -7,9 +7,10 @@ namespace ckptfs::formats {
 
 namespace fs = std::filesystem;
 
-std::vector<fs::path> sorted_subdirs(const fs::path& dir, const std::function<bool(const fs::path&)>& keep) {
+std::vector<fs::path> sorted_subdirs(const io::Source& source, const fs::path& dir,
+                                     const std::function<bool(const fs::path&)>& keep) {
   std::vector<fs::path> out;
-  for (const auto& entry : io::list_directory(dir))
+  for (const auto& entry : source.list_directory(dir))
     if (entry.is_directory && keep(entry.path)) out.push_back(entry.path);
   std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
     return natural_less(a.filename().string(), b.filename().string());
@@ -17,10 +18,10 @@ std::vector<fs::path> sorted_subdirs(const fs::path& dir, const std::function<bo
   return out;
 }
 
-std::vector<fs::path> side_files(const fs::path& dir,
+std::vector<fs::path> side_files(const io::Source& source, const fs::path& dir,
                                  const std::function<bool(const std::string& name)>& is_data) {
   std::vector<fs::path> out;
-  for (const auto& entry : io::list_directory(dir))
+  for (const auto& entry : source.list_directory(dir))
     if (entry.is_file && !is_data(entry.path.filename().string())) out.push_back(entry.path);
   std::sort(out.begin(), out.end());
   return out;
@@ -30,8 +31,8 @@ bool is_decimal(std::string_view text) {
   return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-std::optional<std::string> read_tracker(const fs::path& file) {
-  auto read = io::read_small_file(file, uint64_t{1} << 20);
+std::optional<std::string> read_tracker(const io::Source& source, const fs::path& file) {
+  auto read = source.read_small_file(file, uint64_t{1} << 20);
   if (!read) return std::nullopt;
   std::string text = read->substr(0, read->find('\0'));
   text.erase(0, text.find_first_not_of(" \t\r\n"));

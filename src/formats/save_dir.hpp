@@ -21,22 +21,24 @@
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "formats/natural_order.hpp"
 
 namespace ckptfs::formats {
 
 // The subdirs of `dir` that `keep` accepts, in natural order of their names.
 std::vector<std::filesystem::path> sorted_subdirs(
-    const std::filesystem::path& dir, const std::function<bool(const std::filesystem::path&)>& keep);
+    const io::Source& source, const std::filesystem::path& dir,
+    const std::function<bool(const std::filesystem::path&)>& keep);
 
 // The regular files of `dir` whose names `is_data` does not claim, sorted: served beside the views
 // (tokenizer files, configs, trainer_state.json).
-std::vector<std::filesystem::path> side_files(const std::filesystem::path& dir,
+std::vector<std::filesystem::path> side_files(const io::Source& source, const std::filesystem::path& dir,
                                               const std::function<bool(const std::string& name)>& is_data);
 
 // The text of a tracker file (DeepSpeed's `latest`, Megatron-LM's and verl's
 // latest_checkpointed_iteration.txt) without surrounding white space; nullopt when there is no such file.
-std::optional<std::string> read_tracker(const std::filesystem::path& file);
+std::optional<std::string> read_tracker(const io::Source& source, const std::filesystem::path& file);
 
 // True when `text` is one or more ASCII digits (a step or iteration number as trackers and dir names
 // write it). A scan, not std::regex, whose recursion per character overflows the stack on long input.
@@ -92,11 +94,12 @@ std::vector<std::string> tag_names(const SaveDir<Where>& dir) {
 
 }  // namespace detail
 
-// The checkpoint of `dir`: read(files, name, where) makes the Tag of each tag kept (--tag keeps one). Throws
-// SourceError when there is no tag or none of the --tag name, FormatError when the tracker names a tag that
-// is not there.
+// The checkpoint of `dir`, read from `source`: read(files, name, where) makes the Tag of each tag kept (--tag
+// keeps one). Throws SourceError when there is no tag or none of the --tag name, FormatError when the tracker
+// names a tag that is not there.
 template <typename Where, typename Read>
-Checkpoint open_save_dir(SaveDir<Where> dir, const OpenOptions& options, Read read) {
+Checkpoint open_save_dir(const io::Source& source, SaveDir<Where> dir, const OpenOptions& options,
+                         Read read) {
   if (dir.tags.empty()) throw SourceError(fmt::format("{}: {}", dir.root.string(), dir.none_found));
   Checkpoint cp;
   cp.framework = std::move(dir.framework);
@@ -116,7 +119,7 @@ Checkpoint open_save_dir(SaveDir<Where> dir, const OpenOptions& options, Read re
     std::erase_if(dir.tags, [&](const auto& t) { return t.first != *options.tag; });
     cp.latest = *options.tag;
   }
-  io::FileSet files;
+  io::FileSet files(source);
   for (size_t i = 0; i < dir.tags.size(); ++i) {
     const auto& [name, where] = dir.tags[i];
     if (options.known) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "io/test_source.hpp"
+
 namespace ckptfs::formats {
 namespace {
 
@@ -14,12 +16,13 @@ SaveDir<int> save_dir(const std::string& tracked) {
 }
 
 Checkpoint open(SaveDir<int> dir, const OpenOptions& options, std::vector<std::string>& read) {
-  return open_save_dir(std::move(dir), options, [&](io::FileSet&, const std::string& name, int) {
-    read.push_back(name);
-    Tag tag;
-    tag.name = name;
-    return tag;
-  });
+  return open_save_dir(*io::test_source("/run"), std::move(dir), options,
+                       [&](io::FileSet&, const std::string& name, int) {
+                         read.push_back(name);
+                         Tag tag;
+                         tag.name = name;
+                         return tag;
+                       });
 }
 
 std::vector<std::string> names(const Checkpoint& cp) {

@@ -43,7 +43,7 @@ class FuseServer : public ::testing::Test {
     b.add_file("model.safetensors", memory_file(pattern(3 << 20)));
     b.add_file("fp32/pytorch_model.bin", memory_file(pattern(5000)));
     b.add_file("broken.bin", memory_file(pattern(100), {}, true));
-    b.add_file("from_shard.bin", memory_file("x", {io::File::open(source_path_)}));
+    b.add_file("from_shard.bin", memory_file("x", {io::File::open_standalone(source_path_)}));
     tree_ = std::make_shared<const vfs::VirtualTree>(std::move(b).build());
     server_ = new std::thread([] {
       ServeOptions options;

@@ -17,8 +17,8 @@ using testing::memory_file;
 
 struct Sources {
   testing::TempDir dir;
-  io::FilePtr step1 = io::File::open(dir.write("step1.pt", "one"));
-  io::FilePtr step2 = io::File::open(dir.write("step2.pt", "two"));
+  io::FilePtr step1 = io::File::open_standalone(dir.write("step1.pt", "one"));
+  io::FilePtr step2 = io::File::open_standalone(dir.write("step2.pt", "two"));
 };
 
 // The root holds the latest tag's view (one node with tags/<latest>/model.safetensors) and an info file.

@@ -19,8 +19,8 @@ struct Watched {
   io::PathState state;
 };
 
-std::optional<Watched> watch(const fs::path& path) {
-  auto state = io::path_state(path);
+std::optional<Watched> watch(const io::Source& source, const fs::path& path) {
+  auto state = source.path_state(path);
   if (!state) return std::nullopt;
   return Watched{path, std::move(*state)};
 }
@@ -29,7 +29,7 @@ bool same(const Watched& a, const Watched& b) {
   return a.state == b.state;
 }
 
-std::vector<Watched> watched_of(const Checkpoint& cp) {
+std::vector<Watched> watched_of(const io::Source& source, const Checkpoint& cp) {
   std::set<fs::path> dirs = {cp.root};
   for (const auto& tag : cp.tags) {
     dirs.insert(tag.dir);
@@ -37,18 +37,18 @@ std::vector<Watched> watched_of(const Checkpoint& cp) {
   }
   std::set<fs::path> paths = dirs;
   for (const auto& d : dirs) {
-    for (const auto& e : io::list_directory(d))
+    for (const auto& e : source.list_directory(d))
       if (e.is_file) paths.insert(e.path);
   }
   std::vector<Watched> out;
   for (const auto& p : paths)
-    if (auto w = watch(p)) out.push_back(std::move(*w));
+    if (auto w = watch(source, p)) out.push_back(std::move(*w));
   return out;
 }
 
-void check_unchanged(const std::vector<Watched>& watched) {
+void check_unchanged(const io::Source& source, const std::vector<Watched>& watched) {
   for (const auto& w : watched)
-    if (const auto now = watch(w.path); !now || !same(*now, w))
+    if (const auto now = watch(source, w.path); !now || !same(*now, w))
       throw StaleIndex(w.path.string() + " changed since it was indexed");
 }
 
@@ -64,19 +64,20 @@ struct Fields<Watched> {
 };
 
 // The watched paths first: an index whose tags changed is found stale before anything else is read.
-std::string encode_checkpoint(const Checkpoint& checkpoint) {
+std::string encode_checkpoint(const io::Source& source, const Checkpoint& checkpoint) {
   Encoder out;
-  out(watched_of(checkpoint), checkpoint);
+  out(watched_of(source, checkpoint), checkpoint);
   return out.take();
 }
 
-Checkpoint decode_checkpoint(std::span<const std::byte> data,
+Checkpoint decode_checkpoint(std::span<const std::byte> data, io::SourcePtr source,
                              std::shared_ptr<catalog::TransposeCache> transpose_cache) {
   Decoder in(data);
+  in.give(source);
   in.give(std::move(transpose_cache));
   std::vector<Watched> watched;
   in(watched);
-  check_unchanged(watched);
+  check_unchanged(*source, watched);
   Checkpoint checkpoint;
   in(checkpoint);
   in.finish();

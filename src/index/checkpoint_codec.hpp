@@ -13,15 +13,16 @@
 namespace ckptfs::index {
 
 // Throws UnsupportedError when the checkpoint holds something the index cannot encode (then no index is
-// written and mounts parse as before).
-std::string encode_checkpoint(const Checkpoint& checkpoint);
+// written and mounts parse as before). `source` is the one the checkpoint was opened from.
+std::string encode_checkpoint(const io::Source& source, const Checkpoint& checkpoint);
 
 // The decoder's one entry point (also the fuzz target's): any bytes at all give a Checkpoint, or
 // FormatError when they are damaged, or StaleIndex (a FormatError) when a source is no longer what was
-// indexed; never another exception, never a crash. Its transposed tensors keep their tiles in
-// `transpose_cache` (the loading command's; by default one of their own).
+// indexed; never another exception, never a crash. Its files are reopened from `source` (the loading
+// command's), its transposed tensors keep their tiles in `transpose_cache` (the loading command's; by
+// default one of their own).
 Checkpoint decode_checkpoint(
-    std::span<const std::byte> data,
+    std::span<const std::byte> data, io::SourcePtr source,
     std::shared_ptr<catalog::TransposeCache> transpose_cache = catalog::make_transpose_cache());
 
 }  // namespace ckptfs::index

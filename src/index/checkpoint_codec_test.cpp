@@ -14,6 +14,7 @@
 
 #include "ckptfs/error.hpp"
 #include "index/checkpoint_fields.hpp"
+#include "io/test_source.hpp"
 
 namespace ckptfs::index {
 namespace {
@@ -126,15 +127,17 @@ class FirstDifference {
 class RoundTrip : public testing::TestWithParam<const char*> {};
 
 TEST_P(RoundTrip, DecodedIsParsedFieldByField) {
-  const Checkpoint parsed = open_checkpoint(kExamples / GetParam());
-  const Checkpoint decoded = decode_checkpoint(bytes_of(encode_checkpoint(parsed)));
+  const Checkpoint parsed = open_checkpoint(*io::test_source(kExamples / GetParam()));
+  const Checkpoint decoded =
+      decode_checkpoint(bytes_of(encode_checkpoint(*io::test_source("/"), parsed)), io::test_source("/"));
   EXPECT_EQ(FirstDifference()(parsed, decoded, "checkpoint"), "");
 }
 
 // The comparison is not vacuous: a member changed after decoding is found, and named by its path.
 TEST(FirstDifference, NamesAChangedMember) {
-  const Checkpoint parsed = open_checkpoint(kExamples / "deepspeed-zero3-bf16");
-  Checkpoint changed = decode_checkpoint(bytes_of(encode_checkpoint(parsed)));
+  const Checkpoint parsed = open_checkpoint(*io::test_source(kExamples / "deepspeed-zero3-bf16"));
+  Checkpoint changed =
+      decode_checkpoint(bytes_of(encode_checkpoint(*io::test_source("/"), parsed)), io::test_source("/"));
   changed.tags.back().topology.dp += 1;
   const std::string tag = std::to_string(changed.tags.size() - 1);
   EXPECT_EQ(FirstDifference()(parsed, changed, "checkpoint"),
@@ -142,12 +145,12 @@ TEST(FirstDifference, NamesAChangedMember) {
 }
 
 TEST_P(RoundTrip, DecodedServesWhatParsingServes) {
-  const Checkpoint parsed = open_checkpoint(kExamples / GetParam());
-  const std::string encoded = encode_checkpoint(parsed);
-  const Checkpoint decoded = decode_checkpoint(bytes_of(encoded));
+  const Checkpoint parsed = open_checkpoint(*io::test_source(kExamples / GetParam()));
+  const std::string encoded = encode_checkpoint(*io::test_source("/"), parsed);
+  const Checkpoint decoded = decode_checkpoint(bytes_of(encoded), io::test_source("/"));
   expect_same_tensors(parsed, decoded);
   // Every field the encoder writes came back (sharing included): the decoded checkpoint encodes alike.
-  EXPECT_EQ(encode_checkpoint(decoded), encoded);
+  EXPECT_EQ(encode_checkpoint(*io::test_source("/"), decoded), encoded);
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, RoundTrip,
@@ -159,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(Examples, RoundTrip,
 // Decodes `bytes`; true when it gave a checkpoint, false on FormatError; any other exception fails.
 bool decodes(const std::string& bytes) {
   try {
-    decode_checkpoint(bytes_of(bytes));
+    decode_checkpoint(bytes_of(bytes), io::test_source("/"));
     return true;
   } catch (const FormatError&) {
     return false;
@@ -167,14 +170,16 @@ bool decodes(const std::string& bytes) {
 }
 
 TEST(DamagedEncoding, EveryTruncationIsAFormatError) {
-  const std::string encoded = encode_checkpoint(open_checkpoint(kExamples / "megatron-tp2-pp2"));
+  const std::string encoded = encode_checkpoint(
+      *io::test_source("/"), open_checkpoint(*io::test_source(kExamples / "megatron-tp2-pp2")));
   const size_t step = std::max<size_t>(1, encoded.size() / 3000);
   for (size_t n = 0; n < encoded.size(); n += step) EXPECT_FALSE(decodes(encoded.substr(0, n))) << n;
   EXPECT_FALSE(decodes(encoded + '\0'));
 }
 
 TEST(DamagedEncoding, FlippedBytesDecodeOrFailCleanly) {
-  const std::string encoded = encode_checkpoint(open_checkpoint(kExamples / "deepspeed-universal-z2-bf16"));
+  const std::string encoded = encode_checkpoint(
+      *io::test_source("/"), open_checkpoint(*io::test_source(kExamples / "deepspeed-universal-z2-bf16")));
   const size_t step = std::max<size_t>(1, encoded.size() / 2000);
   int refused = 0;
   for (size_t at = 0; at < encoded.size(); at += step) {
@@ -191,7 +196,8 @@ TEST(DamagedEncoding, FlippedBytesDecodeOrFailCleanly) {
 // dereferences, a variant turned into another form, a count or number changed) decode or fail cleanly.
 TEST(DamagedEncoding, MutatedEncodingsDecodeOrFailCleanly) {
   for (const char* example : {"dcp-shard1-ws2", "verl-fsdp2-ws2"}) {
-    const std::string encoded = encode_checkpoint(open_checkpoint(kExamples / example));
+    const std::string encoded =
+        encode_checkpoint(*io::test_source("/"), open_checkpoint(*io::test_source(kExamples / example)));
     std::mt19937 rng(11);
     for (int round = 0; round < 4000; ++round) {
       std::string damaged = encoded;
@@ -217,9 +223,10 @@ TEST(DamagedEncoding, AChangedSourceIsStale) {
   const fs::path dir = fs::path(testing::TempDir()) / "codec-stale";
   fs::remove_all(dir);
   fs::copy(kExamples / "deepspeed-zero3-bf16", dir, fs::copy_options::recursive);
-  const std::string encoded = encode_checkpoint(open_checkpoint(dir));
+  const std::string encoded =
+      encode_checkpoint(*io::test_source("/"), open_checkpoint(*io::test_source(dir)));
   fs::last_write_time(dir / "latest", fs::last_write_time(dir / "latest") + std::chrono::seconds(5));
-  EXPECT_THROW(decode_checkpoint(bytes_of(encoded)), StaleIndex);
+  EXPECT_THROW(decode_checkpoint(bytes_of(encoded), io::test_source("/")), StaleIndex);
   fs::remove_all(dir);
 }
 

@@ -43,12 +43,13 @@ struct FileRecord {
   std::vector<io::Expectation> expectations;  // not checked yet: checked by the mount that loads the index
 };
 
-// A file (or an object, found in its source's listing taken at this mount) opened again, trusted only
-// with the identity it had when indexed.
-inline io::FilePtr reopened(const FileRecord& r) {
+// A file (or an object, found in its source's listing taken at this mount) opened again from `source`, the
+// loading command's (decode_checkpoint's), trusted only with the identity it had when indexed.
+inline io::FilePtr reopened(const FileRecord& r, const io::Source* source) {
+  if (source == nullptr) throw StaleIndex(r.path.string() + ": no source to reopen it from");
   io::FilePtr file;
   try {
-    file = io::File::open(r.path);
+    file = source->open(r.path);
   } catch (const SourceError& e) {
     throw StaleIndex(e.what());
   }
@@ -60,12 +61,13 @@ template <>
 struct Wire<io::File> {
   using type = FileRecord;
   static FileRecord to(const io::File& f) { return {f.path(), f.identity(), f.origin(), f.expectations()}; }
-  static io::FilePtr from(FileRecord&& r) {
+  static io::FilePtr from(FileRecord&& r, const Decoder& in) {
+    const auto source = in.given<const io::Source>();
     io::FilePtr file =
         std::visit(Overloaded{
-                       [&](const io::OnDisk&) { return reopened(r); },
+                       [&](const io::OnDisk&) { return reopened(r, source.get()); },
                        [](const io::Decoded& d) { return io::File::decoded(d.item); },  // checked non-null
-                       [&](const io::Remote&) { return reopened(r); },
+                       [&](const io::Remote&) { return reopened(r, source.get()); },
                    },
                    r.origin);
     // Only an object defers its checks (a local file checks them at parse): any other is damage.

@@ -36,7 +36,8 @@ template <class T>
 struct Fields;
 
 // Specialised for a type held by shared pointer that is rebuilt from a wire value: `using type = W;`,
-// `static W to(const T&)`, `static std::shared_ptr<...T> from(W&&)` (may throw FormatError).
+// `static W to(const T&)`, `static std::shared_ptr<...T> from(W&&)` or `from(W&&, const Decoder&)` (may throw
+// FormatError).
 template <class T>
 struct Wire {};
 
@@ -192,7 +193,15 @@ class Decoder {
   // What every shared pointer to a T the index keeps nothing of (kMadeAgain<T>) decodes as.
   template <class T>
   void give(std::shared_ptr<T> object) {
-    given_[typeid(std::shared_ptr<T>)] = std::move(object);  // (T may be incomplete)
+    // (T may be incomplete, or const)
+    given_[typeid(std::shared_ptr<T>)] = std::const_pointer_cast<std::remove_const_t<T>>(std::move(object));
+  }
+  // What give() handed it for T, else null: for a Wire<U>::from(wire, decoder) that needs the loading
+  // command's objects (the source its files are reopened from).
+  template <class T>
+  std::shared_ptr<T> given() const {
+    const auto it = given_.find(typeid(std::shared_ptr<T>));
+    return it == given_.end() ? nullptr : std::static_pointer_cast<T>(it->second);
   }
 
  private:
@@ -279,7 +288,10 @@ class Decoder {
     if constexpr (codec_detail::Wired<U>) {
       typename Wire<U>::type wire;
       one(wire);
-      p = Wire<U>::from(std::move(wire));
+      if constexpr (requires { Wire<U>::from(std::move(wire), *this); })
+        p = Wire<U>::from(std::move(wire), *this);
+      else
+        p = Wire<U>::from(std::move(wire));
       table.push_back(p);
     } else {
       auto made = std::make_shared<U>();

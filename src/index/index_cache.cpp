@@ -48,10 +48,10 @@ constexpr std::string_view kNoBuildId =
               fmt::format("{}: cannot write the index: {}", path.string(), std::strerror(err)));
 }
 
-fs::path canonical_source(const fs::path& source) {
+fs::path canonical_source(const io::Source& source) {
   std::error_code ec;
-  fs::path p = io::canonical(source, ec);
-  return ec ? fs::absolute(source).lexically_normal() : p;
+  fs::path p = source.canonical(source.root(), ec);
+  return ec ? fs::absolute(source.root()).lexically_normal() : p;
 }
 
 std::span<const std::byte> as_bytes(std::string_view s) {
@@ -105,20 +105,22 @@ std::optional<fs::path> default_cache_dir() {
   return std::nullopt;
 }
 
-Opened open_indexed(const fs::path& source, const OpenOptions& options,
+Opened open_indexed(io::SourcePtr source, const OpenOptions& options,
                     const std::optional<fs::path>& cache_dir) {
   Opened out;
+  out.source = source;
   if (!cache_dir) {
-    out.checkpoint = open_checkpoint(source, options);
+    out.checkpoint = open_checkpoint(*source, options);
     return out;
   }
-  const IndexKey key = index_key(canonical_source(source), options);
+  const IndexKey key = index_key(canonical_source(*source), options);
   out.index_file = index_file(*cache_dir, key);
   if (key.build_id.empty()) {
     out.parsed_because = kNoBuildId;
   } else if (auto bytes = read_whole(out.index_file)) {
     try {
-      out.checkpoint = decode_checkpoint(as_bytes(unpack_index(*bytes, key)), options.transpose_cache);
+      out.checkpoint =
+          decode_checkpoint(as_bytes(unpack_index(*bytes, key)), source, options.transpose_cache);
       out.from_index = true;
       out.key = key.key;  // a live mount rewrites it as the run saves
       return out;
@@ -128,7 +130,7 @@ Opened open_indexed(const fs::path& source, const OpenOptions& options,
   } else {
     out.parsed_because = "no index yet";
   }
-  out.checkpoint = open_checkpoint(source, options);
+  out.checkpoint = open_checkpoint(*source, options);
   if (!key.build_id.empty()) out.key = key.key;
   return out;
 }
@@ -136,19 +138,19 @@ Opened open_indexed(const fs::path& source, const OpenOptions& options,
 std::string save_index(const Opened& opened) {
   if (opened.from_index || opened.key.empty()) return {};
   try {
-    write_atomically(opened.index_file,
-                     pack_index({build_id(), opened.key}, encode_checkpoint(opened.checkpoint)));
+    write_atomically(opened.index_file, pack_index({build_id(), opened.key},
+                                                   encode_checkpoint(*opened.source, opened.checkpoint)));
     return {};
   } catch (const std::exception& e) {  // best effort: the mount works without it, the next one parses
     return fmt::format("index not written (the next mount parses again): {}", e.what());
   }
 }
 
-fs::path write_index(const fs::path& source, const OpenOptions& options, const fs::path& cache_dir) {
+fs::path write_index(const io::Source& source, const OpenOptions& options, const fs::path& cache_dir) {
   const IndexKey key = index_key(canonical_source(source), options);
   if (key.build_id.empty()) throw Error(ExitCode::output_failed, std::string(kNoBuildId));
   const fs::path file = index_file(cache_dir, key);
-  write_atomically(file, pack_index(key, encode_checkpoint(open_checkpoint(source, options))));
+  write_atomically(file, pack_index(key, encode_checkpoint(source, open_checkpoint(source, options))));
   return file;
 }
 

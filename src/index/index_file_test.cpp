@@ -13,6 +13,7 @@
 #include "ckptfs/index.hpp"
 #include "index/build_id.hpp"
 #include "index/checkpoint_fields.hpp"
+#include "io/test_source.hpp"
 
 namespace ckptfs::index {
 namespace {
@@ -79,16 +80,16 @@ class Cache : public testing::Test {
 
 TEST_F(Cache, ADamagedFrameIsParsedAgain) {
   const fs::path cache = root_ / "cache";
-  const Opened first = open_indexed(root_ / "src", {}, cache);
+  const Opened first = open_indexed(io::test_source(root_ / "src"), {}, cache);
   ASSERT_FALSE(first.from_index);
   EXPECT_EQ(save_index(first), "");
-  EXPECT_TRUE(open_indexed(root_ / "src", {}, cache).from_index);
+  EXPECT_TRUE(open_indexed(io::test_source(root_ / "src"), {}, cache).from_index);
   {  // the content checksum, the frame's last 4 bytes
     std::fstream f(first.index_file, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-2, std::ios::end);
     f.put('\x5a');
   }
-  const Opened again = open_indexed(root_ / "src", {}, cache);
+  const Opened again = open_indexed(io::test_source(root_ / "src"), {}, cache);
   EXPECT_FALSE(again.from_index);
   EXPECT_NE(again.parsed_because.find("damaged"), std::string::npos) << again.parsed_because;
   EXPECT_EQ(again.checkpoint.tags.size(), first.checkpoint.tags.size());
@@ -97,11 +98,11 @@ TEST_F(Cache, ADamagedFrameIsParsedAgain) {
 TEST_F(Cache, AnUnwritableCacheDirIsAWarningOrExitSeven) {
   std::ofstream(root_ / "a-file") << "not a directory";
   const fs::path cache = root_ / "a-file" / "cache";
-  const Opened opened = open_indexed(root_ / "src", {}, cache);
+  const Opened opened = open_indexed(io::test_source(root_ / "src"), {}, cache);
   EXPECT_FALSE(opened.from_index);
   EXPECT_NE(save_index(opened).find("cannot write the index"), std::string::npos);
   try {
-    write_index(root_ / "src", {}, cache);
+    write_index(*io::test_source(root_ / "src"), {}, cache);
     ADD_FAILURE() << "write_index wrote into a file";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::output_failed) << e.what();

@@ -54,8 +54,9 @@ std::string shared_filesystem(const fs::path& dir) {
 
 }  // namespace
 
-ChangeWatch::ChangeWatch(const fs::path& root, std::chrono::milliseconds interval) : interval_(interval) {
-  if (is_remote(root)) {
+ChangeWatch::ChangeWatch(const Source& source, std::chrono::milliseconds interval) : interval_(interval) {
+  const fs::path& root = source.root();
+  if (source.is_remote()) {
     polling_because_ = "an object store sends no change events";
     return;
   }

@@ -11,6 +11,8 @@
 #include <stop_token>
 #include <string>
 
+#include "ckptfs/io_tree.hpp"
+
 namespace ckptfs::io {
 
 class ChangeWatch {
@@ -18,7 +20,8 @@ class ChangeWatch {
   static constexpr size_t kMaxWatches = 8192;
   static constexpr int kDepth = 2;
 
-  ChangeWatch(const std::filesystem::path& root, std::chrono::milliseconds interval);
+  // Watches `source`'s root.
+  ChangeWatch(const Source& source, std::chrono::milliseconds interval);
   ~ChangeWatch();
   ChangeWatch(const ChangeWatch&) = delete;
   ChangeWatch& operator=(const ChangeWatch&) = delete;

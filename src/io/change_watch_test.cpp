@@ -5,6 +5,7 @@
 #include <fstream>
 #include <thread>
 
+#include "io/runtime.hpp"
 #include "vfs/test_files.hpp"
 
 namespace ckptfs::io {
@@ -25,7 +26,8 @@ std::jthread in_a_moment(Act act) {
 TEST(ChangeWatch, AFileWrittenTwoLevelsDownIsSeen) {
   testing::TempDir dir;
   fs::create_directories(dir.path() / "step-1" / "model");
-  ChangeWatch watch(dir.path(), 3600s);
+  Runtime runtime;
+  ChangeWatch watch(*runtime.open_local(dir.path()), 3600s);
   ASSERT_EQ(watch.polling_because(), "");
   auto writer = in_a_moment([&] { std::ofstream(dir.path() / "step-1" / "model" / ".metadata") << "x"; });
   std::stop_source stop;
@@ -34,7 +36,8 @@ TEST(ChangeWatch, AFileWrittenTwoLevelsDownIsSeen) {
 
 TEST(ChangeWatch, ADirectoryMadeAfterTheWatchIsWatchedToo) {
   testing::TempDir dir;
-  ChangeWatch watch(dir.path(), 3600s);
+  Runtime runtime;
+  ChangeWatch watch(*runtime.open_local(dir.path()), 3600s);
   std::stop_source stop;
   auto writer = in_a_moment([&] { fs::create_directories(dir.path() / "step-2"); });
   EXPECT_TRUE(watch.wait(stop.get_token()));
@@ -45,7 +48,8 @@ TEST(ChangeWatch, ADirectoryMadeAfterTheWatchIsWatchedToo) {
 
 TEST(ChangeWatch, AStopEndsTheWait) {
   testing::TempDir dir;
-  ChangeWatch watch(dir.path(), 3600s);
+  Runtime runtime;
+  ChangeWatch watch(*runtime.open_local(dir.path()), 3600s);
   std::stop_source stop;
   auto stopper = in_a_moment([&] { stop.request_stop(); });
   EXPECT_FALSE(watch.wait(stop.get_token()));

@@ -63,7 +63,7 @@ TEST_F(DecodedItemTest, ServesTheDecodedBytesOfFramesWithAndWithoutContentSize) 
   const std::string data = pattern(300'000);
   for (const auto& frame : {frame_with_size(data), frame_without_size(data)}) {
     const std::string lead = "0123456789";
-    const FilePtr backing = File::open(dir_.write("items.distcp", lead + frame + "tail"));
+    const FilePtr backing = File::open_standalone(dir_.write("items.distcp", lead + frame + "tail"));
     const FilePtr f = File::decoded(DecodedItem::zstd(backing, lead.size(), frame.size()));
     ASSERT_EQ(f->size(), data.size());
     EXPECT_EQ(f->path(), backing->path());
@@ -83,8 +83,8 @@ TEST_F(DecodedItemTest, AnItemLargerThanTheCacheIsStreamedToTheRangeAndNotKept) 
     RuntimeOptions options;
     options.decoded_cache_bytes = cache_bytes;
     Runtime runtime(options);
-    runtime.add_source(dir_.path());
-    const FilePtr f = File::decoded(DecodedItem::zstd(File::open(path), 0, frame.size()));
+    const FilePtr f =
+        File::decoded(DecodedItem::zstd(runtime.open_local(dir_.path())->open(path), 0, frame.size()));
     EXPECT_EQ(read_range(*f, 1'200'001, 299'999), data.substr(1'200'001));
     EXPECT_EQ(read_range(*f, 5, 1), data.substr(5, 1));
     // Kept (after the first pass, which learnt its size) only when it fits.
@@ -95,7 +95,7 @@ TEST_F(DecodedItemTest, AnItemLargerThanTheCacheIsStreamedToTheRangeAndNotKept) 
 
 TEST_F(DecodedItemTest, BytesThatAreNotOneWholeFrameFailAtMountNamingTheFileAndRange) {
   const std::string frame = frame_without_size(pattern(5000));
-  const FilePtr not_zstd = File::open(dir_.write("a.distcp", "PK\x03\x04 a zip, not zstd"));
+  const FilePtr not_zstd = File::open_standalone(dir_.write("a.distcp", "PK\x03\x04 a zip, not zstd"));
   try {
     DecodedItem::zstd(not_zstd, 0, not_zstd->size());
     FAIL();
@@ -104,13 +104,13 @@ TEST_F(DecodedItemTest, BytesThatAreNotOneWholeFrameFailAtMountNamingTheFileAndR
               std::string::npos)
         << e.what();
   }
-  const FilePtr cut = File::open(dir_.write("b.distcp", frame.substr(0, frame.size() - 3)));
+  const FilePtr cut = File::open_standalone(dir_.write("b.distcp", frame.substr(0, frame.size() - 3)));
   EXPECT_THROW(DecodedItem::zstd(cut, 0, cut->size()), FormatError);
-  const FilePtr trailing = File::open(dir_.write("c.distcp", frame + frame));
+  const FilePtr trailing = File::open_standalone(dir_.write("c.distcp", frame + frame));
   EXPECT_THROW(DecodedItem::zstd(trailing, 0, trailing->size()), FormatError);
   std::string flipped = frame_without_size(pattern(5000), true);
   flipped[flipped.size() / 2] ^= 0x5A;
-  const FilePtr corrupt = File::open(dir_.write("d.distcp", flipped));
+  const FilePtr corrupt = File::open_standalone(dir_.write("d.distcp", flipped));
   EXPECT_THROW(DecodedItem::zstd(corrupt, 0, corrupt->size()), FormatError);
 }
 
@@ -121,7 +121,7 @@ TEST_F(DecodedItemTest, AFrameThatNoLongerDecodesFailsTheReadWithSourceError) {
   const std::string frame = frame_without_size(data, true);
   std::string flipped = frame;
   flipped[flipped.size() / 2] ^= 0x5A;
-  const FilePtr backing = File::open(dir_.write("e.distcp", flipped));
+  const FilePtr backing = File::open_standalone(dir_.write("e.distcp", flipped));
   const FilePtr f =
       File::decoded(std::make_shared<const DecodedItem>(backing, 0, flipped.size(), data.size()));
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -133,7 +133,7 @@ TEST_F(DecodedItemTest, AFrameThatNoLongerDecodesFailsTheReadWithSourceError) {
           << e.what();
     }
   }
-  const FilePtr other = File::open(dir_.write("f.distcp", frame));
+  const FilePtr other = File::open_standalone(dir_.write("f.distcp", frame));
   const FilePtr wrong =
       File::decoded(std::make_shared<const DecodedItem>(other, 0, frame.size(), data.size() + 1));
   EXPECT_THROW(wrong->read(0, 10), SourceError);

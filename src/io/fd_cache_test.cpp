@@ -36,11 +36,11 @@ std::string read_all(const File& f) {
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
-// Files "0", "1", ... of `dir`, file i holding content(i), each opened.
+// Files "0", "1", ... of `dir`, file i holding content(i), each opened from `source`.
 template <class Content>
-std::vector<FilePtr> open_numbered(const TempDir& dir, int count, Content content) {
+std::vector<FilePtr> open_numbered(const Source& source, const TempDir& dir, int count, Content content) {
   std::vector<FilePtr> files;
-  for (int i = 0; i < count; ++i) files.push_back(File::open(dir.write(std::to_string(i), content(i))));
+  for (int i = 0; i < count; ++i) files.push_back(source.open(dir.write(std::to_string(i), content(i))));
   return files;
 }
 
@@ -52,11 +52,12 @@ RuntimeOptions keeping_open(size_t max_open) {
 }
 
 struct CachedDir {
-  CachedDir(const TempDir& dir, size_t max_open) : runtime(keeping_open(max_open)) {
-    runtime.add_source(dir.path());
-  }
+  CachedDir(const TempDir& dir, size_t max_open)
+      : runtime(keeping_open(max_open)), source(runtime.open_local(dir.path())) {}
   size_t open_count() { return runtime.caches().descriptors.open_count(); }
+  FilePtr open(const std::filesystem::path& path) const { return source->open(path); }
   Runtime runtime;
+  SourcePtr source;
 };
 
 TEST(FdCacheTest, ManyFilesReadThroughABoundedNumberOfDescriptors) {
@@ -64,7 +65,7 @@ TEST(FdCacheTest, ManyFilesReadThroughABoundedNumberOfDescriptors) {
   CachedDir source(dir, 8);
   const size_t before = process_fds();
   std::vector<FilePtr> files =
-      open_numbered(dir, 200, [](int i) { return "content of file " + std::to_string(i); });
+      open_numbered(*source.source, dir, 200, [](int i) { return "content of file " + std::to_string(i); });
   EXPECT_LE(source.open_count(), 8u);
   for (int round = 0; round < 3; ++round)
     for (int i = 0; i < 200; ++i) ASSERT_EQ(read_all(*files[i]), "content of file " + std::to_string(i));
@@ -78,8 +79,8 @@ TEST(FdCacheTest, ReopenedFileReplacedWithSameSizeAndMtimeIsRefused) {
   TempDir dir;
   CachedDir source(dir, 1);
   const auto path = dir.write("shard.pt", "original bytes");
-  FilePtr shard = File::open(path);
-  FilePtr other = File::open(dir.write("other.pt", "evicts the shard"));  // shard's fd is closed now
+  FilePtr shard = source.open(path);
+  FilePtr other = source.open(dir.write("other.pt", "evicts the shard"));  // shard's fd is closed now
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   // A same-size replacement that keeps the mtime: only the inode (and ctime) tell.
@@ -101,7 +102,7 @@ TEST(FdCacheTest, ReopenedFileReplacedWithSameSizeAndMtimeIsRefused) {
 TEST(FdCacheTest, UnchangedFileIsReopenedTransparently) {
   TempDir dir;
   CachedDir source(dir, 1);
-  FilePtr a = File::open(dir.write("a", "aaaa")), b = File::open(dir.write("b", "bbbb"));
+  FilePtr a = source.open(dir.write("a", "aaaa")), b = source.open(dir.write("b", "bbbb"));
   EXPECT_TRUE(a->unchanged());
   EXPECT_EQ(read_all(*a), "aaaa");
   EXPECT_EQ(read_all(*b), "bbbb");
@@ -112,7 +113,7 @@ TEST(FdCacheTest, UnchangedFileIsReopenedTransparently) {
 TEST(FdCacheTest, InPlaceChangeOfTheSameSizeIsDetected) {
   TempDir dir;
   const auto path = dir.write("f", "12345678");
-  FilePtr f = File::open(path);
+  FilePtr f = File::open_standalone(path);
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   dir.write("f", "87654321");
@@ -127,8 +128,8 @@ TEST(FdCacheTest, ThreadsReadWhileTheCacheEvicts) {
   TempDir dir;
   CachedDir source(dir, 4);
   const size_t before = process_fds();
-  const std::vector<FilePtr> files =
-      open_numbered(dir, 64, [](int i) { return std::string(4096, static_cast<char>('a' + i % 26)); });
+  const std::vector<FilePtr> files = open_numbered(
+      *source.source, dir, 64, [](int i) { return std::string(4096, static_cast<char>('a' + i % 26)); });
   std::atomic<bool> stop{false};
   std::atomic<size_t> wrong{0}, reads{0};
   std::vector<std::thread> readers;
@@ -159,7 +160,9 @@ TEST(FdCacheTest, ThreadsReadWhileTheCacheEvicts) {
 TEST(FileSet, ThreadsOpeningOnePathGetOneFile) {
   TempDir dir;
   const auto path = dir.write("rank_0.pt", "rank zero");
-  FileSet set;
+  Runtime runtime;
+  const SourcePtr source = runtime.open_local(dir.path());
+  FileSet set(*source);
   std::vector<FilePtr> got(8);
   std::vector<std::thread> threads;
   for (size_t t = 0; t < got.size(); ++t) threads.emplace_back([&, t] { got[t] = set.open(path); });
@@ -174,7 +177,7 @@ TEST(SourceCheck, AChangeIsSeenOnceTheIntervalHasPassed) {
   using namespace std::chrono_literals;
   TempDir dir;
   const auto path = dir.write("shard.pt", "12345678");
-  FilePtr f = File::open(path);
+  FilePtr f = File::open_standalone(path);
   EXPECT_TRUE(f->unchanged_within(1h));
   dir.write("shard.pt", "1234");
   EXPECT_TRUE(f->unchanged_within(1h));  // within the interval of the check above: not stat'ed again

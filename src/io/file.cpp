@@ -10,6 +10,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "io/decoded_item.hpp"
 #include "io/expectation.hpp"
 #include "io/fd_cache.hpp"
@@ -41,24 +42,24 @@ File::~File() {
     caches_->descriptors.forget(*disk->slot);
 }
 
-std::shared_ptr<File> File::open(const std::filesystem::path& path) {
-  if (remote_tree::is_s3_path(path)) {
-    auto object = remote_tree::object(path);
-    if (!object)
-      throw SourceError(fmt::format("{}: no such object in the listing taken at the mount", path.string()));
-    FileIdentity identity;
-    identity.size = object->info.size;
-    identity.etag = object->info.etag;
-    identity.last_modified = object->info.last_modified;
-    std::shared_ptr<File> file(new File(path, std::move(identity), caches_for(path)));
-    file->origin_ = Remote{std::make_shared<RemoteReader>(object->cache, object->bucket, object->info)};
-    return file;
-  }
+std::shared_ptr<File> File::open(const std::filesystem::path& path, std::shared_ptr<SourceCaches> caches) {
   auto [fd, identity, access] = open_source(path);
-  std::shared_ptr<File> file(new File(path, identity, caches_for(path)));
+  std::shared_ptr<File> file(new File(path, identity, std::move(caches)));
   OnDisk disk{std::make_shared<DescriptorSlot>(), file->caches_->readahead.bytes(identity.device), access};
   file->caches_->descriptors.insert(*disk.slot, std::move(fd));  // the indexing that follows reads it at once
   file->origin_ = std::move(disk);
+  return file;
+}
+
+std::shared_ptr<File> File::open_standalone(const std::filesystem::path& path) {
+  return open(path, std::make_shared<SourceCaches>(1, true, kDefaultDecodedCacheBytes));
+}
+
+std::shared_ptr<File> File::object(std::filesystem::path path, FileIdentity identity,
+                                   std::shared_ptr<RemoteReader> reader,
+                                   std::shared_ptr<SourceCaches> caches) {
+  std::shared_ptr<File> file(new File(std::move(path), std::move(identity), std::move(caches)));
+  file->origin_ = Remote{std::move(reader)};
   return file;
 }
 
@@ -287,7 +288,7 @@ FilePtr FileSet::open(const std::filesystem::path& path) {
     std::lock_guard lock(mutex_);
     if (auto it = files_.find(key); it != files_.end()) return it->second;
   }
-  auto file = File::open(path);
+  auto file = source_.open(path);
   std::lock_guard lock(mutex_);
   return files_.try_emplace(key, std::move(file)).first->second;  // a racing open of the path may have won
 }

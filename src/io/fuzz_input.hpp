@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ckptfs/io.hpp"
+#include "io/runtime.hpp"
 
 namespace ckptfs::io {
 
@@ -28,7 +29,9 @@ class FuzzInput {
   FuzzInput& operator=(const FuzzInput&) = delete;
 
   const std::string& path() const { return path_; }
-  FilePtr open() const { return File::open(path_); }
+  FilePtr open() const { return File::open_standalone(path_); }
+  // A source for the parsers that take one: the local file system, its files read through caches of its own.
+  const Source& source() const { return *source_; }
   // The input under `name` in a directory of this process's own (for parsers that go by file names):
   // a symlink, replaced by the next input's.
   std::filesystem::path link_as(const std::string& name) const {
@@ -46,6 +49,7 @@ class FuzzInput {
  private:
   int fd_;
   std::string path_;
+  SourcePtr source_ = Runtime().open_local("/");
 };
 
 }  // namespace ckptfs::io

@@ -1,6 +1,6 @@
 #include "io/runtime.hpp"
 
-#include "ckptfs/io_tree.hpp"
+#include "io/remote_tree.hpp"
 
 namespace ckptfs::io {
 
@@ -9,11 +9,16 @@ Runtime::Runtime(RuntimeOptions options)
       caches_(std::make_shared<SourceCaches>(options.max_open_files, options.kernel_readahead,
                                              options.decoded_cache_bytes)) {}
 
-void Runtime::add_source(const std::filesystem::path& root) {
-  register_source(root, caches_);
-  std::error_code ec;
-  if (const auto canonical = io::canonical(root, ec); !ec && canonical != root)
-    register_source(canonical, caches_);
+std::shared_ptr<Source> Runtime::open_local(std::filesystem::path root) {
+  return std::make_shared<Source>(std::move(root), caches_);
+}
+
+std::shared_ptr<Source> Runtime::open_remote(const s3::Url& url, std::shared_ptr<s3::Client> client) {
+  auto cache = remote_cache(s3::client_reader(client));
+  auto listing = std::make_shared<remote_tree::Listing>(url, std::move(client), cache);
+  stats_->add_section("fetched from " + listing->root().string(), [cache] { return cache->figures(); });
+  auto root = listing->root();
+  return std::make_shared<Source>(std::move(root), caches_, std::move(listing));
 }
 
 std::shared_ptr<RemoteCache> Runtime::remote_cache(std::shared_ptr<s3::RangeReader> reader) {

@@ -2,6 +2,7 @@
 // own), handed to what uses them rather than kept in process globals: the block caches of the object-store
 // sources it opens (their options, and the fork of the daemon, which their fetch threads do not follow),
 // and the descriptor and decoded-item caches the files of its sources read through (io/source_caches.hpp).
+// It makes the io::Source handles the command passes down to what reads its sources.
 #pragma once
 
 #include <filesystem>
@@ -9,7 +10,9 @@
 #include <mutex>
 #include <vector>
 
+#include "ckptfs/io_tree.hpp"
 #include "ckptfs/live_stats.hpp"
+#include "ckptfs/s3.hpp"
 #include "ckptfs/s3_cache.hpp"
 #include "io/remote_object.hpp"
 #include "io/source_caches.hpp"
@@ -30,9 +33,13 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // Files at or below `root` (a source's path) read through this Runtime's descriptor and decoded-item
-  // caches, under its path as spelled and its canonical path (an index may name either).
-  void add_source(const std::filesystem::path& root);
+  // The local source at `root` (absolute), whose files read through this Runtime's descriptor and
+  // decoded-item caches, whether spelled under `root` or its canonical path (an index may name either).
+  std::shared_ptr<Source> open_local(std::filesystem::path root);
+  // The object-store source at `url`, listed once through `client` (remote_tree::Listing; throws as it
+  // does), its objects read through a block cache of this Runtime's and their decoded items through its
+  // decoded-item cache.
+  std::shared_ptr<Source> open_remote(const s3::Url& url, std::shared_ptr<s3::Client> client);
   SourceCaches& caches() { return *caches_; }
 
   // The block cache of an object-store source read through `reader` (-o cache_mb=, cache_dir=,

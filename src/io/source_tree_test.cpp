@@ -1,6 +1,6 @@
-// io_tree.hpp on local paths (the same answers std::filesystem gives the adapters) and on s3:// paths that
-// no opened source holds (refused, never taken for local ones). Remote trees are exercised against a real
-// store by mount_tests/test_s3_mount.py.
+// io::Source on local paths (the same answers std::filesystem gives the adapters) and on s3:// paths that
+// a local source does not hold (refused, never taken for local ones). Remote trees are exercised against a
+// real store by mount_tests/test_s3_mount.py.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +9,7 @@
 
 #include "ckptfs/error.hpp"
 #include "ckptfs/io_tree.hpp"
+#include "io/runtime.hpp"
 
 namespace ckptfs::io {
 namespace {
@@ -16,6 +17,11 @@ namespace {
 namespace fs = std::filesystem;
 
 // A tree of the test's own (ctest runs the tests of this file at once).
+// A local source of the test's own.
+SourcePtr local_source(const fs::path& root) {
+  return Runtime().open_local(root);
+}
+
 fs::path make_tree() {
   const fs::path root =
       fs::path(testing::TempDir()) /
@@ -30,32 +36,34 @@ fs::path make_tree() {
 
 TEST(SourceTree, LocalPathsAnswerAsTheFileSystem) {
   const fs::path root = make_tree();
-  EXPECT_TRUE(io::is_directory(root));
-  EXPECT_TRUE(io::is_directory(root / "linked"));  // followed, as fs::is_directory does
-  EXPECT_TRUE(io::is_file(root / "latest"));
-  EXPECT_FALSE(io::is_file(root / "global_step1"));
-  EXPECT_TRUE(io::exists(root / "latest"));
-  EXPECT_FALSE(io::exists(root / "missing"));
-  EXPECT_FALSE(io::is_remote(root));
+  const SourcePtr source = local_source(root);
+  EXPECT_TRUE(source->is_directory(root));
+  EXPECT_TRUE(source->is_directory(root / "linked"));  // followed, as fs::is_directory does
+  EXPECT_TRUE(source->is_file(root / "latest"));
+  EXPECT_FALSE(source->is_file(root / "global_step1"));
+  EXPECT_TRUE(source->exists(root / "latest"));
+  EXPECT_FALSE(source->exists(root / "missing"));
+  EXPECT_FALSE(source->is_remote());
   std::set<std::pair<std::string, bool>> names;
-  for (const auto& e : io::list_directory(root)) {
+  for (const auto& e : source->list_directory(root)) {
     EXPECT_EQ(e.path.parent_path(), root);
     EXPECT_NE(e.is_directory, e.is_file);
     names.emplace(e.path.filename().string(), e.is_directory);
   }
   EXPECT_EQ(names, (std::set<std::pair<std::string, bool>>{
                        {"latest", false}, {"global_step1", true}, {"linked", true}}));
-  EXPECT_TRUE(io::list_directory(root / "latest").empty());
-  EXPECT_TRUE(io::list_directory(root / "missing").empty());
+  EXPECT_TRUE(source->list_directory(root / "latest").empty());
+  EXPECT_TRUE(source->list_directory(root / "missing").empty());
 }
 
 TEST(SourceTree, SmallFilesAreReadWholeWithinTheirLimit) {
   const fs::path root = make_tree();
-  EXPECT_EQ(io::read_small_file(root / "latest", 100), "global_step1\n");
-  EXPECT_EQ(io::read_small_file(root / "missing", 100), std::nullopt);
-  EXPECT_EQ(io::read_small_file(root / "global_step1", 100), std::nullopt);
+  const SourcePtr source = local_source(root);
+  EXPECT_EQ(source->read_small_file(root / "latest", 100), "global_step1\n");
+  EXPECT_EQ(source->read_small_file(root / "missing", 100), std::nullopt);
+  EXPECT_EQ(source->read_small_file(root / "global_step1", 100), std::nullopt);
   try {
-    io::read_small_file(root / "global_step1" / "big.json", 4096);
+    source->read_small_file(root / "global_step1" / "big.json", 4096);
     FAIL() << "no error past the limit";
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("big.json: larger than 4096 bytes"), std::string::npos) << e.what();
@@ -64,32 +72,34 @@ TEST(SourceTree, SmallFilesAreReadWholeWithinTheirLimit) {
 
 TEST(SourceTree, PathStateSeesAChange) {
   const fs::path root = make_tree();
-  const auto before = io::path_state(root / "latest");
+  const SourcePtr source = local_source(root);
+  const auto before = source->path_state(root / "latest");
   ASSERT_TRUE(before);
   EXPECT_FALSE(before->directory);
   EXPECT_EQ(before->size, 13u);
   std::ofstream(root / "latest") << "global_step22\n";
-  EXPECT_NE(io::path_state(root / "latest"), before);
-  EXPECT_TRUE(io::path_state(root)->directory);
-  EXPECT_EQ(io::path_state(root / "missing"), std::nullopt);
+  EXPECT_NE(source->path_state(root / "latest"), before);
+  EXPECT_TRUE(source->path_state(root)->directory);
+  EXPECT_EQ(source->path_state(root / "missing"), std::nullopt);
 }
 
 TEST(SourceTree, CanonicalResolvesLocalSpellingsAndKeepsRemoteOnes) {
   const fs::path root = make_tree();
+  const SourcePtr source = local_source(root);
   std::error_code ec;
-  EXPECT_EQ(io::canonical(root / "linked" / ".." / "latest", ec), fs::canonical(root / "latest"));
+  EXPECT_EQ(source->canonical(root / "linked" / ".." / "latest", ec), fs::canonical(root / "latest"));
   EXPECT_FALSE(ec);
-  io::canonical(root / "missing", ec);
+  source->canonical(root / "missing", ec);
   EXPECT_TRUE(ec);
-  EXPECT_EQ(io::canonical("s3://bucket/ckpt", ec), fs::path("s3://bucket/ckpt"));
+  EXPECT_EQ(source->canonical("s3://bucket/ckpt", ec), fs::path("s3://bucket/ckpt"));
   EXPECT_FALSE(ec);
 }
 
-TEST(SourceTree, AnS3PathNoOpenedSourceHoldsIsRefused) {
+TEST(SourceTree, AnS3PathOfALocalSourceIsRefused) {
+  const SourcePtr source = local_source(make_tree());
   const fs::path path = "s3://ckptfs-never-opened/ckpt/latest";
-  EXPECT_TRUE(io::is_remote(path));
-  EXPECT_THROW(io::is_file(path), SourceError);
-  EXPECT_THROW(io::list_directory(path.parent_path()), SourceError);
+  EXPECT_THROW(source->is_file(path), SourceError);
+  EXPECT_THROW(source->list_directory(path.parent_path()), SourceError);
 }
 
 }  // namespace

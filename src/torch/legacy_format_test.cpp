@@ -22,7 +22,7 @@ std::vector<float> floats(const SourceTensor& t) {
 }
 
 TEST(LegacyFormat, ReadsTorch113File) {
-  auto archive = TorchArchive::open(io::File::open(kLegacy));
+  auto archive = TorchArchive::open(io::File::open_standalone(kLegacy));
   EXPECT_FALSE(archive.is_zip());
   const auto& root = *archive.root();
   EXPECT_EQ(root.find("n")->integer, 3);
@@ -52,7 +52,7 @@ TEST(LegacyFormat, TruncatedFilesAreRejected) {
   ASSERT_GT(content.size(), 100u);
   for (size_t cut : {content.size() - 1, content.size() - 40, size_t{200}, size_t{40}}) {
     test_support::TempFile f(content.substr(0, cut));
-    EXPECT_THROW(TorchArchive::open(io::File::open(f.path())), FormatError) << cut;
+    EXPECT_THROW(TorchArchive::open(io::File::open_standalone(f.path())), FormatError) << cut;
   }
 }
 

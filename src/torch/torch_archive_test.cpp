@@ -13,7 +13,7 @@ using test_support::PickleWriter;
 using test_support::TempFile;
 
 TorchArchive open_zip(const TempFile& f) {
-  return TorchArchive::open(io::File::open(f.path()));
+  return TorchArchive::open(io::File::open_standalone(f.path()));
 }
 
 std::string error_of(const std::string& content) {
@@ -66,7 +66,7 @@ TEST(TorchArchive, ArchiveNestedInAByteRange) {
   const std::string second = build_zip({{"data.pkl", two_views_pickle()}, {"data/0", std::string(48, 'b')}});
   const std::string head(100, '\0');
   TempFile f(head + first + second + "trailing");
-  const auto file = io::File::open(f.path());
+  const auto file = io::File::open_standalone(f.path());
   const auto archive = TorchArchive::open(io::FileRange(file, head.size() + first.size(), second.size()));
   const SourceTensor* a = as_tensor(archive.root()->find("a"));
   ASSERT_NE(a, nullptr);

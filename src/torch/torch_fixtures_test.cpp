@@ -122,7 +122,7 @@ TEST(TorchFixtures, EveryFileMatchesItsInventory) {
     for (const auto& [name, info] : inventory.items()) {
       if (!info.contains("zip_root")) continue;
       SCOPED_TRACE(dir.path().filename().string() + "/" + name);
-      auto archive = TorchArchive::open(io::File::open(dir.path() / name));
+      auto archive = TorchArchive::open(io::File::open_standalone(dir.path() / name));
       std::vector<std::string> problems;
       compare(*archive.root(), info["structure"], "", problems);
       EXPECT_TRUE(problems.empty()) << fmt::format("{}", fmt::join(problems, "\n"));
@@ -135,7 +135,7 @@ TEST(TorchFixtures, EveryFileMatchesItsInventory) {
 TEST(TorchFixtures, Bf16OptimizerStatesOfZero2) {
   const auto path =
       kFixtures / "z2_bf16_ws2/checkpoint/global_step3/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt";
-  auto archive = TorchArchive::open(io::File::open(path));
+  auto archive = TorchArchive::open(io::File::open_standalone(path));
   const Value* osd = archive.root()->find("optimizer_state_dict");
   ASSERT_NE(osd, nullptr);
   const Value* stage = osd->find("zero_stage");

@@ -13,7 +13,7 @@ using test_support::TempFile;
 
 std::string error_of(const std::string& zip) {
   TempFile f(zip);
-  auto file = io::File::open(f.path());
+  auto file = io::File::open_standalone(f.path());
   try {
     auto index = ZipIndex::read(file);
     for (const char* name : {"data.pkl", "data/0"})
@@ -31,7 +31,7 @@ TEST(ZipIndex, LocatesAlignedRecords) {
       SCOPED_TRACE(testing::PrintToString(std::make_pair(z64, tail)));
       TempFile f(build_zip({{"data.pkl", "abc"}, {"data/0", std::string(100, 'x')}, {"version", "3\n"}},
                            {.root = "my_model", .zip64_tail = tail, .zip64_extras = z64}));
-      auto file = io::File::open(f.path());
+      auto file = io::File::open_standalone(f.path());
       auto index = ZipIndex::read(file);
       EXPECT_EQ(index.root(), "my_model");
       const ZipEntry* e = index.find("data/0");
@@ -104,7 +104,7 @@ TEST(ZipIndex, TorchPlacementIsWhereTorchSaveWroteEachRecord) {
   size_t placed = 0;
   for (const auto& rank_file : std::filesystem::directory_iterator(dir)) {
     SCOPED_TRACE(rank_file.path().string());
-    auto file = io::File::open(rank_file.path());
+    auto file = io::File::open_standalone(rank_file.path());
     const ZipIndex index = ZipIndex::read(file);
     for (const std::string name : {"data.pkl", "version"}) {
       const ZipEntry* e = index.find(name);
@@ -130,7 +130,7 @@ TEST(ZipIndex, ARecordNotWhereTorchPutsItFailsItsExpectation) {
   // data sits 28 bytes further than the placement says, and the header bytes say so.
   TempFile f(build_zip({{"data.pkl", "abc"}, {"data/0", std::string(100, 'x')}},
                        {.root = "m", .zip64_tail = true, .zip64_extras = true}));
-  auto file = io::File::open(f.path());
+  auto file = io::File::open_standalone(f.path());
   const ZipIndex index = ZipIndex::read(file);
   const ZipEntry* e = index.find("data/0");
   const auto placement = index.torch_placement(file, *e);

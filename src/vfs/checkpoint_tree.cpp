@@ -19,14 +19,14 @@ constexpr std::string_view kRenamedDir = "source";  // side files whose name a v
 
 }  // namespace
 
-VirtualTree build_tree(const Checkpoint& checkpoint, const TreeOptions& options) {
+VirtualTree build_tree(const io::Source& source, const Checkpoint& checkpoint, const TreeOptions& options) {
   const ShardOptions& shards = options.shards;
   // What has no POSIX modes (an object store's) is the mounting user's, as s3fs and mountpoint-s3 show it.
-  SourceAccess access(checkpoint.root, {::geteuid(), ::getegid(), 0555});
+  SourceAccess access(checkpoint.root, source.is_remote(), {::geteuid(), ::getegid(), 0555});
   TreeBuilder builder(access.directory(checkpoint.root));
   builder.set_directory_access(ckptfs::views::kTagsDir, access.directory(checkpoint.root));
   std::vector<std::vector<ViewFile>> views;  // per tag; the root shares the latest tag's files
-  for (const auto& tag : checkpoint.tags) views.push_back(tag_views(tag, true, shards, options.gguf));
+  for (const auto& tag : checkpoint.tags) views.push_back(tag_views(source, tag, true, shards, options.gguf));
   const Tag& latest = checkpoint.latest_tag();
   const auto& root_views = views[&latest - checkpoint.tags.data()];
   size_t entries = root_views.size();
@@ -63,7 +63,7 @@ VirtualTree build_tree(const Checkpoint& checkpoint, const TreeOptions& options)
   for (const auto& path : checkpoint.side_files) {
     std::string name = path.filename().string();
     any_renamed = any_renamed || taken.contains(name);
-    side_files.emplace_back(std::move(name), io::File::open(path));
+    side_files.emplace_back(std::move(name), source.open(path));
   }
   if (any_renamed) taken.insert(std::string(kRenamedDir));
   nlohmann::json renamed = nlohmann::json::object();
@@ -77,8 +77,8 @@ VirtualTree build_tree(const Checkpoint& checkpoint, const TreeOptions& options)
     builder.add_file(mount_path, views::make_passthrough(file), access.file({file}));
   }
 
-  nlohmann::json info =
-      describe_checkpoint(checkpoint, false, views, gguf_refusals(checkpoint, views, shards, options.gguf));
+  nlohmann::json info = describe_checkpoint(checkpoint, false, views,
+                                            gguf_refusals(source, checkpoint, views, shards, options.gguf));
   info["root_tag"] = latest.name;
   info["renamed_side_files"] = std::move(renamed);
   if (!options.live.is_null()) info["live"] = options.live;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckptfs/vfs.hpp"
+#include "io/test_source.hpp"
 #include "vfs/test_files.hpp"
 
 namespace ckptfs::vfs {
@@ -30,12 +31,13 @@ const Node& at(const VirtualTree& tree, std::string_view path) {
 // model.safetensors and must move to source/.
 struct Fixture {
   testing::TempDir dir;
+  io::SourcePtr source = io::test_source(dir.path());
   Checkpoint checkpoint;
 
   Fixture() {
     const float values[4] = {1.f, 2.f, 3.f, 4.f};
-    const auto shard =
-        io::File::open(dir.write("shard.pt", std::string(reinterpret_cast<const char*>(values), 16)));
+    const auto shard = io::File::open_standalone(
+        dir.write("shard.pt", std::string(reinterpret_cast<const char*>(values), 16)));
     for (const char* name : {"step1", "step2"}) {
       auto catalog = std::make_shared<catalog::Catalog>();
       catalog->tensors.push_back({"w",
@@ -58,7 +60,7 @@ struct Fixture {
 
 TEST(VfsCheckpointTree, LatestTagAtTheRootAndEveryTagUnderTags) {
   Fixture f;
-  const VirtualTree tree = build_tree(f.checkpoint);
+  const VirtualTree tree = build_tree(*f.source, f.checkpoint);
   for (const char* view : {"model.safetensors", "fp32/pytorch_model.bin", "fp32/model.safetensors"}) {
     EXPECT_EQ(read(at(tree, view)), read(at(tree, std::string("tags/step1/") + view))) << view;
     EXPECT_NE(read(at(tree, view)), read(at(tree, std::string("tags/step2/") + view))) << view;
@@ -72,15 +74,15 @@ TEST(VfsCheckpointTree, LatestTagAtTheRootAndEveryTagUnderTags) {
 // Optimizer states are kept apart from the view roles: a state named "model" leaves the model view alone.
 TEST(VfsCheckpointTree, AStateNamedModelLeavesTheModelView) {
   Fixture f;
-  const std::string model = read(at(build_tree(f.checkpoint), "model.safetensors"));
+  const std::string model = read(at(build_tree(*f.source, f.checkpoint), "model.safetensors"));
   f.checkpoint.tags[0].states["model"] = f.checkpoint.tags[1].catalog(ViewRole::model);
-  EXPECT_NE(read(at(build_tree(f.checkpoint), "tags/step2/model.safetensors")), model);
-  EXPECT_EQ(read(at(build_tree(f.checkpoint), "model.safetensors")), model);
+  EXPECT_NE(read(at(build_tree(*f.source, f.checkpoint), "tags/step2/model.safetensors")), model);
+  EXPECT_EQ(read(at(build_tree(*f.source, f.checkpoint), "model.safetensors")), model);
 }
 
 TEST(VfsCheckpointTree, SideFilesPassThroughAndYieldToViews) {
   Fixture f;
-  const VirtualTree tree = build_tree(f.checkpoint);
+  const VirtualTree tree = build_tree(*f.source, f.checkpoint);
   EXPECT_EQ(read(at(tree, "config.json")), "{\"a\": 1}");
   EXPECT_EQ(read(at(tree, "source/model.safetensors")), "side");
   EXPECT_EQ(at(tree, "source/model.safetensors").sources.at(0)->path(), f.dir.path() / "model.safetensors");
@@ -99,7 +101,7 @@ TEST(VfsCheckpointTree, TagSideFilesYieldToViews) {
   f.checkpoint.tags[0].side_files = {f.dir.write("model.safetensors", "side"), f.dir.write("fp32", "a file"),
                                      f.dir.write("ckptfs.json", "{}"),
                                      f.dir.write("config.json", "{\"a\": 1}")};
-  const VirtualTree tree = build_tree(f.checkpoint);
+  const VirtualTree tree = build_tree(*f.source, f.checkpoint);
   for (const std::string dir : {"", "tags/step1/"}) {
     EXPECT_EQ(read(at(tree, dir + "source/model.safetensors")), "side") << dir;
     EXPECT_EQ(read(at(tree, dir + "source/fp32")), "a file") << dir;
@@ -115,7 +117,7 @@ TEST(VfsCheckpointTree, TagSideFilesYieldToViews) {
 
 TEST(VfsCheckpointTree, InfoFileDescribesTheMount) {
   Fixture f;
-  const VirtualTree tree = build_tree(f.checkpoint);
+  const VirtualTree tree = build_tree(*f.source, f.checkpoint);
   const auto info = nlohmann::json::parse(read(at(tree, "ckptfs.json")));
   EXPECT_EQ(info["root_tag"], "step1");
   EXPECT_EQ(info["framework"], "deepspeed");
@@ -126,7 +128,7 @@ TEST(VfsCheckpointTree, InfoFileDescribesTheMount) {
 
 TEST(VfsCheckpointTree, SameCheckpointSameInodes) {
   Fixture f;
-  const VirtualTree a = build_tree(f.checkpoint), b = build_tree(f.checkpoint);
+  const VirtualTree a = build_tree(*f.source, f.checkpoint), b = build_tree(*f.source, f.checkpoint);
   ASSERT_EQ(a.node_count(), b.node_count());
   for (Ino ino = kRootIno; ino <= a.node_count(); ++ino) EXPECT_EQ(a.path(ino), b.path(ino));
 }

@@ -2,8 +2,6 @@
 
 #include <sys/stat.h>
 
-#include "ckptfs/io_tree.hpp"
-
 namespace ckptfs::vfs {
 
 namespace fs = std::filesystem;
@@ -19,9 +17,11 @@ mode_t with_search_bits(mode_t read_bits) {
 
 }  // namespace
 
-SourceAccess::SourceAccess(const fs::path& src, io::Access unlisted) : unlisted_(unlisted) {
+SourceAccess::SourceAccess(const fs::path& src, bool remote, io::Access unlisted)
+    : remote_(remote), unlisted_(unlisted) {
   src_dir_ = src;
-  if (!io::is_remote(src) && !io::is_directory(src)) src_dir_ = src.parent_path();
+  std::error_code ec;
+  if (!remote && !fs::is_directory(src, ec)) src_dir_ = src.parent_path();
 }
 
 io::Access SourceAccess::stat_access(const fs::path& path) {
@@ -63,8 +63,9 @@ mode_t SourceAccess::reachable_read_bits(const fs::path& path, const io::Access&
 }
 
 io::Access SourceAccess::directory(const fs::path& dir) {
-  if (io::is_remote(dir)) return unlisted_;
-  const fs::path d = io::is_directory(dir) ? dir : dir.parent_path();
+  if (remote_) return unlisted_;
+  std::error_code ec;
+  const fs::path d = fs::is_directory(dir, ec) ? dir : dir.parent_path();
   io::Access access = stat_access(d);
   access.mode = with_search_bits(reachable_read_bits(d, access));
   return access;

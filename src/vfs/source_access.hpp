@@ -18,8 +18,9 @@ class SourceAccess {
  public:
   // `src`: the checkpoint's root (a directory, or a lone file whose directory then counts: its owner and
   // group stand in for sources that share none). `unlisted`: the owner, group and directory mode of what
-  // has no POSIX modes (an object store's objects and prefixes).
-  SourceAccess(const std::filesystem::path& src, io::Access unlisted);
+  // has no POSIX modes (an object store's objects and prefixes), which every directory of a `remote` SRC
+  // (io::Source::is_remote) takes.
+  SourceAccess(const std::filesystem::path& src, bool remote, io::Access unlisted);
 
   // The access of a mount directory standing for source directory `dir` (a file: its directory).
   io::Access directory(const std::filesystem::path& dir);
@@ -40,6 +41,7 @@ class SourceAccess {
   std::filesystem::path resolved_parent(const std::filesystem::path& path);
 
   std::filesystem::path src_dir_;  // SRC's directory
+  bool remote_;
   io::Access unlisted_;
   std::map<std::filesystem::path, io::Access> stats_;
   std::map<const io::File*, io::Access> sources_;

@@ -23,13 +23,13 @@ struct Sources {
     fs::create_directory(tag);
     dir.write("tag/rank0.pt", "0");
     dir.write("tag/rank1.pt", "1");
-    rank0 = io::File::open(tag / "rank0.pt");
-    rank1 = io::File::open(tag / "rank1.pt");
+    rank0 = io::File::open_standalone(tag / "rank0.pt");
+    rank1 = io::File::open_standalone(tag / "rank1.pt");
   }
   // Modes set before the files are opened count: io::File records them at open.
   void reopen() {
-    rank0 = io::File::open(tag / "rank0.pt");
-    rank1 = io::File::open(tag / "rank1.pt");
+    rank0 = io::File::open_standalone(tag / "rank0.pt");
+    rank1 = io::File::open_standalone(tag / "rank1.pt");
   }
 };
 
@@ -40,7 +40,7 @@ TEST(SourceAccess, AViewGetsTheReadBitsEverySourceGrants) {
   ::chmod((s.tag / "rank0.pt").c_str(), 0644);
   ::chmod((s.tag / "rank1.pt").c_str(), 0640);
   s.reopen();
-  SourceAccess access(s.dir.path(), kUnlisted);
+  SourceAccess access(s.dir.path(), false, kUnlisted);
   const auto view = access.file({s.rank0, s.rank1});
   ASSERT_TRUE(view);
   EXPECT_EQ(view->mode, 0440u);
@@ -55,7 +55,7 @@ TEST(SourceAccess, ADirectoryAClassCannotPassTakesItsReadBitsOnWhatIsBelow) {
   ::chmod(s.tag.c_str(), 0750);  // others cannot reach the rank files
   ::chmod((s.tag / "rank0.pt").c_str(), 0644);
   s.reopen();
-  SourceAccess access(s.dir.path(), kUnlisted);
+  SourceAccess access(s.dir.path(), false, kUnlisted);
   EXPECT_EQ(access.file({s.rank0})->mode, 0440u);
   EXPECT_EQ(access.directory(s.tag).mode, 0550u);
   EXPECT_EQ(access.directory(s.dir.path()).mode, 0555u);
@@ -67,7 +67,7 @@ TEST(SourceAccess, ADirectoryClosedToOthersClosesEverythingBelowIt) {
   ::chmod(s.tag.c_str(), 0755);
   ::chmod((s.tag / "rank0.pt").c_str(), 0644);
   s.reopen();
-  SourceAccess access(s.dir.path(), kUnlisted);
+  SourceAccess access(s.dir.path(), false, kUnlisted);
   EXPECT_EQ(access.directory(s.dir.path()).mode, 0500u);
   EXPECT_EQ(access.directory(s.tag).mode, 0500u);
   EXPECT_EQ(access.file({s.rank0})->mode, 0400u);
@@ -84,20 +84,20 @@ TEST(SourceAccess, ASymbolicLinkIsReachedThroughTheDirectoriesOfWhatItNames) {
   ::chmod(s.dir.path().c_str(), 0755);
   ::chmod(s.tag.c_str(), 0755);
   fs::create_symlink(hidden / "rank2.pt", s.tag / "rank2.pt");
-  SourceAccess access(s.dir.path(), kUnlisted);
-  EXPECT_EQ(access.file({io::File::open(s.tag / "rank2.pt")})->mode, 0400u);
+  SourceAccess access(s.dir.path(), false, kUnlisted);
+  EXPECT_EQ(access.file({io::File::open_standalone(s.tag / "rank2.pt")})->mode, 0400u);
 }
 
 TEST(SourceAccess, ADirectoryShowsSearchBitsWhereverItGrantsRead) {
   Sources s;
   ::chmod(s.dir.path().c_str(), 0755);
   ::chmod(s.tag.c_str(), 0741);  // r for the group without x; x for others without r
-  SourceAccess access(s.dir.path(), kUnlisted);
+  SourceAccess access(s.dir.path(), false, kUnlisted);
   EXPECT_EQ(access.directory(s.tag).mode, 0550u);
 }
 
 TEST(SourceAccess, AnObjectHasTheUnlistedOwnerAndReadBits) {
-  SourceAccess access("s3://bucket/run", kUnlisted);
+  SourceAccess access("s3://bucket/run", true, kUnlisted);
   EXPECT_EQ(access.directory("s3://bucket/run"), kUnlisted);
 }
 

@@ -91,7 +91,7 @@ TEST(VfsTree, MtimeComesFromTheSources) {
   const auto old_path = dir.write("old.pt", "old"), new_path = dir.write("new.pt", "new");
   std::filesystem::last_write_time(old_path,
                                    std::filesystem::file_time_type::clock::now() - std::chrono::hours(48));
-  const auto old_file = io::File::open(old_path), new_file = io::File::open(new_path);
+  const auto old_file = io::File::open_standalone(old_path), new_file = io::File::open_standalone(new_path);
   ASSERT_LT(old_file->mtime_ns(), new_file->mtime_ns());
 
   TreeBuilder b;

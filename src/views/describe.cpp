@@ -18,13 +18,13 @@ nlohmann::json describe_tensors(const catalog::Catalog& c) {
 
 }  // namespace
 
-nlohmann::json describe_checkpoint(const Checkpoint& cp, bool with_tensors) {
+nlohmann::json describe_checkpoint(const io::Source& source, const Checkpoint& cp, bool with_tensors) {
   std::vector<std::vector<ViewFile>> views;
-  for (const auto& tag : cp.tags) views.push_back(tag_views(tag));
-  return describe_checkpoint(cp, with_tensors, views, gguf_refusals(cp, views), true);
+  for (const auto& tag : cp.tags) views.push_back(tag_views(source, tag));
+  return describe_checkpoint(cp, with_tensors, views, gguf_refusals(source, cp, views), true);
 }
 
-std::vector<std::optional<std::string>> gguf_refusals(const Checkpoint& cp,
+std::vector<std::optional<std::string>> gguf_refusals(const io::Source& source, const Checkpoint& cp,
                                                       const std::vector<std::vector<ViewFile>>& views,
                                                       const ShardOptions& shards, const GgufOptions& gguf) {
   std::vector<std::optional<std::string>> out;
@@ -32,7 +32,7 @@ std::vector<std::optional<std::string>> gguf_refusals(const Checkpoint& cp,
     // A tag that serves gguf/ has nothing to say; only one without asks the view why.
     const bool served =
         std::ranges::any_of(views.at(i), [](const ViewFile& v) { return v.path.starts_with("gguf/"); });
-    out.push_back(served ? std::nullopt : gguf_refusal(cp.tags[i], shards, gguf));
+    out.push_back(served ? std::nullopt : gguf_refusal(source, cp.tags[i], shards, gguf));
   }
   return out;
 }

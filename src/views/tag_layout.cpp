@@ -23,7 +23,8 @@ constexpr std::string_view kUnshardedDir = "unsharded";  // a sharded view's sin
 
 // A tag's side files beside its views; one whose name a view (or, at the mount root, ckptfs.json or tags/)
 // takes is served as source/<name> instead, as the mount does with the root's side files (docs/mount.md).
-void add_side_files(std::vector<ViewFile>& views, const std::vector<std::filesystem::path>& side_files) {
+void add_side_files(const io::Source& source, std::vector<ViewFile>& views,
+                    const std::vector<std::filesystem::path>& side_files) {
   std::set<std::string, std::less<>> taken(views::kRootNames.begin(), views::kRootNames.end());
   for (const auto& v : views) taken.insert(v.path.substr(0, v.path.find('/')));
   const bool any_moved = std::any_of(side_files.begin(), side_files.end(),
@@ -32,7 +33,7 @@ void add_side_files(std::vector<ViewFile>& views, const std::vector<std::filesys
   for (const auto& file : side_files) {
     const std::string name = file.filename().string();
     views.push_back(
-        {taken.contains(name) ? "source/" + name : name, views::make_passthrough(io::File::open(file))});
+        {taken.contains(name) ? "source/" + name : name, views::make_passthrough(source.open(file))});
   }
 }
 
@@ -52,7 +53,7 @@ void add_safetensors(std::vector<ViewFile>& views, const std::string& dir,
 
 // The files of the model's Hugging Face directory that llama.cpp's converter reads (the others are only
 // named, for its refusals): hf/'s where the tag has one, else the tag's side files.
-views::gguf::HfDirectory hf_directory(const Tag& tag) {
+views::gguf::HfDirectory hf_directory(const io::Source& source, const Tag& tag) {
   constexpr uint64_t kMaxRead = uint64_t{256} << 20;
   static const std::set<std::string, std::less<>> kRead = {"config.json", "generation_config.json",
                                                            "tokenizer.json", "tokenizer_config.json"};
@@ -61,7 +62,7 @@ views::gguf::HfDirectory hf_directory(const Tag& tag) {
     dir.files[name] = kRead.contains(name) ? bytes() : std::string();
   };
   const auto read = [&](const std::filesystem::path& path) {
-    const auto file = views::make_passthrough(io::File::open(path));
+    const auto file = views::make_passthrough(source.open(path));
     if (file->size() > kMaxRead)
       throw UnsupportedError(fmt::format("{}: over {} bytes", path.string(), kMaxRead));
     std::string bytes(file->size(), '\0');
@@ -85,15 +86,15 @@ views::gguf::HfDirectory hf_directory(const Tag& tag) {
 // gguf/ (docs/formats/gguf.md) beside the model's safetensors: hf/'s model where the tag has one (Megatron),
 // else the root model's, in the safetensors files add_safetensors serves it in. Nothing where the model has
 // no config.json.
-std::optional<views::gguf::GgufViews> gguf_views(const Tag& tag, const ShardOptions& shards,
-                                                 const GgufOptions& gguf) {
+std::optional<views::gguf::GgufViews> gguf_views(const io::Source& source, const Tag& tag,
+                                                 const ShardOptions& shards, const GgufOptions& gguf) {
   const ViewRole role = tag.has(ViewRole::hf) ? ViewRole::hf : ViewRole::model;
   if (!tag.has(role)) return std::nullopt;
   const auto& catalog = tag.catalog(role);
   // gguf/ never costs the tag its other views: a side file that cannot be read is its refusal
   views::gguf::HfDirectory dir;
   try {
-    dir = hf_directory(tag);
+    dir = hf_directory(source, tag);
   } catch (const Error& e) {
     return views::gguf::GgufViews{{}, e.what()};
   }
@@ -104,16 +105,16 @@ std::optional<views::gguf::GgufViews> gguf_views(const Tag& tag, const ShardOpti
                                       dir, {gguf.pre, gguf.name, gguf.transpose_cache});
 }
 
-void add_gguf(std::vector<ViewFile>& views, const Tag& tag, const ShardOptions& shards,
-              const GgufOptions& gguf) {
-  if (auto g = gguf_views(tag, shards, gguf))
+void add_gguf(const io::Source& source, std::vector<ViewFile>& views, const Tag& tag,
+              const ShardOptions& shards, const GgufOptions& gguf) {
+  if (auto g = gguf_views(source, tag, shards, gguf))
     for (auto& f : g->files) views.push_back({"gguf/" + f.name, std::move(f.file)});
 }
 
 }  // namespace
 
-std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal, const ShardOptions& shards,
-                                const GgufOptions& gguf) {
+std::vector<ViewFile> tag_views(const io::Source& source, const Tag& tag, bool with_universal,
+                                const ShardOptions& shards, const GgufOptions& gguf) {
   // The view builders know the tensors, not where they come from: their errors (a name that appears
   // twice, a header over the size limit) get the tag directory.
   try {
@@ -134,24 +135,24 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal, const Shard
       if (tag.has(ViewRole::hf, folder))
         add_safetensors(views, dir_of(folder) + "hf/", tag.catalog(ViewRole::hf, folder),
                         *tag.catalog(ViewRole::hf, folder), shards);
-    add_gguf(views, tag, shards, gguf);
+    add_gguf(source, views, tag, shards, gguf);
     for (const auto& extra : tag.extra_files)
-      views.push_back({extra.path, std::visit(Overloaded{[](const WrittenText& w) -> views::VirtualFilePtr {
-                                                           return views::make_bytes_file(w.text);
-                                                         },
-                                                         [](const PassedThrough& p) -> views::VirtualFilePtr {
-                                                           return views::make_passthrough(
-                                                               io::File::open(p.source));
-                                                         }},
-                                              extra.bytes)});
+      views.push_back(
+          {extra.path, std::visit(Overloaded{[](const WrittenText& w) -> views::VirtualFilePtr {
+                                               return views::make_bytes_file(w.text);
+                                             },
+                                             [&](const PassedThrough& p) -> views::VirtualFilePtr {
+                                               return views::make_passthrough(source.open(p.source));
+                                             }},
+                                  extra.bytes)});
     for (const auto& state : tag.state_files) {
       // torch.save names the zip's top folder after the file: full_state.pt -> full_state/
       const std::string stem = std::filesystem::path(state.path).stem().string();
       views.push_back({state.path, views::make_torch_save_value(*state.value, stem)});
     }
     if (with_universal)
-      for (auto& v : views::universal_views(tag)) views.push_back(std::move(v));
-    add_side_files(views, tag.side_files);
+      for (auto& v : views::universal_views(source, tag)) views.push_back(std::move(v));
+    add_side_files(source, views, tag.side_files);
     return views;
   } catch (const UnsupportedError& e) {
     throw UnsupportedError(fmt::format("{}: {}", tag.dir.string(), e.what()));
@@ -160,9 +161,10 @@ std::vector<ViewFile> tag_views(const Tag& tag, bool with_universal, const Shard
   }
 }
 
-std::optional<std::string> gguf_refusal(const Tag& tag, const ShardOptions& shards, const GgufOptions& gguf) {
+std::optional<std::string> gguf_refusal(const io::Source& source, const Tag& tag, const ShardOptions& shards,
+                                        const GgufOptions& gguf) {
   try {
-    const auto g = gguf_views(tag, shards, gguf);
+    const auto g = gguf_views(source, tag, shards, gguf);
     return g && g->files.empty() ? std::optional(g->refusal) : std::nullopt;
   } catch (const Error& e) {
     return e.what();

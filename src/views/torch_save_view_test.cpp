@@ -147,7 +147,7 @@ class Materialized {
 TEST(TorchSave, ProjectReaderFindsEveryTensor) {
   const TestCatalog tc(kSpecs);
   const Materialized out(*make_torch_save(tc.catalog(), "archive"));
-  const auto archive = torch::TorchArchive::open(io::File::open(out.path()));
+  const auto archive = torch::TorchArchive::open(io::File::open_standalone(out.path()));
   const auto& root = *archive.root();
   ASSERT_EQ(root.kind, pickle::Kind::Dict);
   ASSERT_EQ(root.entries.size(), kSpecs.size());
@@ -181,7 +181,7 @@ TEST(TorchSave, Float8AndWideUnsignedPickleUntypedStorageAsTorchDoes) {
   EXPECT_NE(bytes.find("ctorch.storage\nUntypedStorage\n"), std::string::npos);
   EXPECT_EQ(bytes.find("ctorch\nUntypedStorage\n"), std::string::npos);
   EXPECT_NE(bytes.find("ctorch\nfloat8_e5m2fnuz\n"), std::string::npos);
-  const auto archive = torch::TorchArchive::open(io::File::open(out.path()));
+  const auto archive = torch::TorchArchive::open(io::File::open_standalone(out.path()));
   const auto& root = *archive.root();
   ASSERT_EQ(root.entries.size(), specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {

@@ -114,15 +114,14 @@ void require_directory_name(const std::string& name, const Tag& tag) {
 
 }  // namespace
 
-std::vector<ViewFile> universal_views(const Tag& tag) {
+std::vector<ViewFile> universal_views(const io::Source& source, const Tag& tag) {
   std::vector<ViewFile> out;
   const auto plan = tag.universal();
   if (!plan) return out;
   const std::string dir = fmt::format("universal/{}_universal", tag.name);
   out.push_back({"universal/latest_universal", make_bytes_file(tag.name + "_universal")});
   for (const auto& path : plan->model_state_files)
-    out.push_back(
-        {fmt::format("{}/{}", dir, path.filename().string()), make_passthrough(io::File::open(path))});
+    out.push_back({fmt::format("{}/{}", dir, path.filename().string()), make_passthrough(source.open(path))});
   out.push_back({dir + "/zero/optimizer_state.pt",
                  make_torch_save_value(*plan->optimizer_state, "optimizer_state", ZipRecords::torch_1_13)});
   std::unordered_map<std::string, uint64_t> sizes;

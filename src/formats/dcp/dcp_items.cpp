@@ -41,7 +41,7 @@ void ItemReader::fail(const Item& item, const std::string& what) const {
 
 io::FilePtr ItemReader::data_file(const Item& item, const ItemLocation& loc) const {
   const fs::path path = dir_ / loc.relative_path;
-  if (!io::is_file(path)) fail(item, fmt::format("its data file {} is missing", path.string()));
+  if (!files_.source().is_file(path)) fail(item, fmt::format("its data file {} is missing", path.string()));
   io::FilePtr file = files_.open(path);
   if (loc.offset > file->size() || loc.length > file->size() - loc.offset)
     fail(item, fmt::format("bytes {}..{} lie outside {} ({} bytes)", loc.offset, loc.offset + loc.length,

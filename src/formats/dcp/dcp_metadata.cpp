@@ -104,9 +104,9 @@ std::vector<pickle::ValuePtr> planner_path(const PlannerPaths& paths, const std:
 
 }  // namespace
 
-Metadata read_metadata(const fs::path& file) {
+Metadata read_metadata(const io::Source& source, const fs::path& file) {
   // The size (fstat of the opened file) is checked before anything is read.
-  const auto opened = io::File::open(file);
+  const auto opened = source.open(file);
   if (opened->size() > kMaxMetadataBytes)
     throw FormatError(fmt::format("{}: larger than 1 GiB", file.string()));
   const std::vector<std::byte> bytes = opened->read(0, opened->size());

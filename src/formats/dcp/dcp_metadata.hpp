@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ckptfs/dtype.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "ckptfs/pickle.hpp"
 
 namespace ckptfs::dcp {
@@ -48,17 +49,17 @@ struct Metadata {
 // Reads `dir`/.metadata. Throws FormatError naming the file (and the item) when the pickle is not DCP
 // metadata, a tensor chunk has no storage entry, or a field has the wrong type; UnsupportedError for a
 // metadata class or dtype ckptfs does not know.
-Metadata read_metadata(const std::filesystem::path& file);
+Metadata read_metadata(const io::Source& source, const std::filesystem::path& file);
 
 // The metadata files of a DCP dir: its .metadata or, saved with use_collectives=False, one __<rank>.metadata
 // per rank (in rank order, each describing only that rank's items); empty when there is none.
-std::vector<std::filesystem::path> metadata_files(const std::filesystem::path& dir);
+std::vector<std::filesystem::path> metadata_files(const io::Source& source, const std::filesystem::path& dir);
 bool is_rank_metadata_name(const std::string& file_name);
 
 // Every item of a DCP dir: its .metadata, or the per-rank files merged (rank_metadata.cpp): an item
 // several ranks hold (replicated) is taken from the lowest rank, after checking that they agree on
 // kind, dtype and size (FormatError naming both files otherwise); a tensor's chunks are the union over
 // the ranks. SourceError when the dir has no metadata file.
-Metadata read_dir_metadata(const std::filesystem::path& dir);
+Metadata read_dir_metadata(const io::Source& source, const std::filesystem::path& dir);
 
 }  // namespace ckptfs::dcp

@@ -9,7 +9,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const ckptfs::io::FuzzInput input(data, size);
   try {
-    ckptfs::dcp::read_metadata(input.path());
+    ckptfs::dcp::read_metadata(input.source(), input.path());
   } catch (const ckptfs::Error&) {
   }
   return 0;

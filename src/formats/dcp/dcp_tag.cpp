@@ -55,10 +55,10 @@ bool is_model_dir(const fs::path& dir) {
 }
 
 // Data-parallel ranks that wrote files: the distinct r of __<r>_<n>.distcp.
-int rank_count(const fs::path& dir) {
+int rank_count(const io::Source& source, const fs::path& dir) {
   static const std::regex kDataFile(R"(__(\d+)_\d+\.distcp)");
   std::set<std::string> ranks;
-  for (const auto& entry : io::list_directory(dir)) {
+  for (const auto& entry : source.list_directory(dir)) {
     std::smatch m;
     const std::string name = entry.path.filename().string();
     if (std::regex_match(name, m, kDataFile)) ranks.insert(m[1].str());
@@ -102,7 +102,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name,
       break;
     }
   for (const auto& d : dcp_dirs) {
-    const Metadata md = read_dir_metadata(d);
+    const Metadata md = read_dir_metadata(files.source(), d);
     ItemReader reader(files, d, md.files.front());
     tag.format += storage_notes(md);
     auto state = std::make_shared<Catalog>();  // every tensor item
@@ -135,7 +135,7 @@ Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name,
     for (const auto& t : state->tensors)
       for (const auto& f : t.files()) data_files.insert(f->path());
     tag.files.insert(tag.files.end(), data_files.begin(), data_files.end());
-    tag.topology.dp = std::max(tag.topology.dp, rank_count(d));
+    tag.topology.dp = std::max(tag.topology.dp, rank_count(files.source(), d));
     const std::string role = dcp_dirs.size() == 1 ? "state" : "state/" + d.filename().string();
     if (&d == model_dir) {
       auto model = model_catalog(md.items, state, reader.metadata_path());

@@ -31,9 +31,9 @@ constexpr std::string_view kShardedDir = "sharded";  // where the shards go when
 constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 30;
 constexpr int64_t kMaxExtent = int64_t{1} << 48;  // per dimension: offset + size never overflows
 
-std::vector<fs::path> safetensors_files_in(const fs::path& dir) {
+std::vector<fs::path> safetensors_files_in(const io::Source& source, const fs::path& dir) {
   std::vector<fs::path> out;
-  for (const auto& entry : io::list_directory(dir))
+  for (const auto& entry : source.list_directory(dir))
     if (entry.is_file && entry.path.extension() == ".safetensors") out.push_back(entry.path);
   std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) {
     return natural_less(a.filename().string(), b.filename().string());
@@ -176,8 +176,8 @@ catalog::LogicalTensor assemble(const ChunkedTensor& t, const fs::path& dir) {
 
 // model.safetensors.index.json, when there is one: every file its weight_map names must be there and hold
 // the tensor it is named for (HF loaders open the files through it).
-void check_index(const fs::path& index, const std::vector<ChunkedTensor>& tensors) {
-  const nlohmann::json j = formats::read_json_object(index, kMaxIndexBytes);
+void check_index(const io::Source& source, const fs::path& index, const std::vector<ChunkedTensor>& tensors) {
+  const nlohmann::json j = formats::read_json_object(source, index, kMaxIndexBytes);
   if (!j.contains("weight_map") || !j["weight_map"].is_object())
     throw FormatError(fmt::format("{}: no weight_map object", index.string()));
   std::map<std::string, const ChunkedTensor*> by_fqn;
@@ -186,7 +186,7 @@ void check_index(const fs::path& index, const std::vector<ChunkedTensor>& tensor
     if (!file.is_string())
       throw FormatError(fmt::format("{}: weight_map[{}] is not a file name", index.string(), fqn));
     const std::string name = file.get<std::string>();
-    if (name.find('/') != std::string::npos || !io::is_file(index.parent_path() / name))
+    if (name.find('/') != std::string::npos || !source.is_file(index.parent_path() / name))
       throw FormatError(
           fmt::format("{}: weight_map puts {} in {}, which is missing", index.string(), fqn, name));
     const auto it = by_fqn.find(fqn);
@@ -221,7 +221,7 @@ int rank_count(const fs::path& data_dir, const std::vector<fs::path>& data_files
 }
 
 // Which of the writer's layouts the dir holds, for `ckptfs inspect`.
-std::string layout_name(const fs::path& dir, const fs::path& data_dir,
+std::string layout_name(const io::Source& source, const fs::path& dir, const fs::path& data_dir,
                         const std::vector<ChunkedTensor>& tensors) {
   if (data_dir != dir) return "distributed shards in sharded/, not consolidated";
   const bool sharded = std::any_of(tensors.begin(), tensors.end(), [](const ChunkedTensor& t) {
@@ -229,37 +229,37 @@ std::string layout_name(const fs::path& dir, const fs::path& data_dir,
                                               [](int64_t o) { return o != 0; });
   });
   if (sharded) return "distributed shards (save_distributed=True)";
-  if (io::is_directory(dir / kShardedDir))
+  if (source.is_directory(dir / kShardedDir))
     return "consolidated (consolidate_safetensors_files; sharded/ not read)";
   return "full tensors (rank-0 save)";
 }
 
 }  // namespace
 
-bool is_hf_storage_dir(const fs::path& dir) {
-  return io::is_directory(dir) &&
-         (!safetensors_files_in(dir).empty() || !safetensors_files_in(dir / kShardedDir).empty());
+bool is_hf_storage_dir(const io::Source& source, const fs::path& dir) {
+  return source.is_directory(dir) && (!safetensors_files_in(source, dir).empty() ||
+                                      !safetensors_files_in(source, dir / kShardedDir).empty());
 }
 
 Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
   // Consolidated files, when there are any, are what HuggingFaceStorageReader reads; sharded/ then holds
   // the same tensors again and is left alone.
   fs::path data_dir = dir;
-  std::vector<fs::path> data_files = safetensors_files_in(dir);
+  std::vector<fs::path> data_files = safetensors_files_in(files.source(), dir);
   if (data_files.empty()) {
     data_dir = dir / kShardedDir;
-    data_files = safetensors_files_in(data_dir);
+    data_files = safetensors_files_in(files.source(), data_dir);
   }
   Tag tag;
   tag.topology.dp = rank_count(data_dir, data_files);
   const std::vector<ChunkedTensor> chunked = chunked_tensors(files, data_files);
   tag.name = name;
   tag.dir = dir;
-  tag.format =
-      "PyTorch DCP Hugging Face storage (HuggingFaceStorageWriter): " + layout_name(dir, data_dir, chunked);
+  tag.format = "PyTorch DCP Hugging Face storage (HuggingFaceStorageWriter): " +
+               layout_name(files.source(), dir, data_dir, chunked);
   tag.files = data_files;
-  if (const fs::path index = dir / kIndexName; io::is_file(index)) {
-    check_index(index, chunked);
+  if (const fs::path index = dir / kIndexName; files.source().is_file(index)) {
+    check_index(files.source(), index, chunked);
     tag.files.push_back(index);
   }
   auto model = std::make_shared<Catalog>();
@@ -272,22 +272,22 @@ Tag read_hf_storage_tag(io::FileSet& files, const fs::path& dir, const std::stri
       break;
     }
   tag.topology.optimizer = "-";
-  if (data_dir == dir && io::is_directory(dir / kShardedDir))
+  if (data_dir == dir && files.source().is_directory(dir / kShardedDir))
     tag.notes.push_back("sharded/ is not read: the consolidated files beside it hold the same tensors");
   tag.add(ViewRole::fp32, formats::upcast_to_fp32(*model));
   tag.add(ViewRole::model, std::move(model));
   // The dir's other files (the index, config.json, ...), beside the views (a name a view takes moves to
   // source/).
-  tag.side_files = formats::side_files(dir, [&](const std::string& file) {
+  tag.side_files = formats::side_files(files.source(), dir, [&](const std::string& file) {
     return std::find(data_files.begin(), data_files.end(), dir / file) != data_files.end();
   });
   return tag;
 }
 
-Checkpoint open_hf_storage(const fs::path& dir, const OpenOptions& options) {
+Checkpoint open_hf_storage(const io::Source& source, const fs::path& dir, const OpenOptions& options) {
   formats::SaveDir<fs::path> save_dir("dcp", dir);
   save_dir.tags.emplace_back(dir.filename().string(), dir);
-  return formats::open_save_dir(std::move(save_dir), options,
+  return formats::open_save_dir(source, std::move(save_dir), options,
                                 [](io::FileSet& files, const std::string& name, const fs::path& tag_dir) {
                                   return read_hf_storage_tag(files, tag_dir, name);
                                 });

@@ -13,7 +13,7 @@ namespace ckptfs::dcp {
 
 // True when `dir` is a directory holding *.safetensors files, at its top level (what
 // HuggingFaceStorageReader reads) or in sharded/ (distributed shards whose consolidation never ran).
-bool is_hf_storage_dir(const std::filesystem::path& dir);
+bool is_hf_storage_dir(const io::Source& source, const std::filesystem::path& dir);
 
 // The tag of such a dir: model.safetensors and fp32/ of every tensor, each merged from the chunks its files
 // hold (offsets from DCP_SHARDING_INFO, else the whole tensor); the dir's other regular files
@@ -22,6 +22,7 @@ bool is_hf_storage_dir(const std::filesystem::path& dir);
 Tag read_hf_storage_tag(io::FileSet& files, const std::filesystem::path& dir, const std::string& name);
 
 // `dir` as SRC: its one tag, named after it.
-Checkpoint open_hf_storage(const std::filesystem::path& dir, const OpenOptions& options);
+Checkpoint open_hf_storage(const io::Source& source, const std::filesystem::path& dir,
+                           const OpenOptions& options);
 
 }  // namespace ckptfs::dcp

@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const ckptfs::io::FuzzInput input(data, size);
   const auto shard = input.link_as("shard-00001-model-00001-of-00001.safetensors");
   try {
-    const auto cp = ckptfs::dcp::open_hf_storage(shard.parent_path(), {});
+    const auto cp = ckptfs::dcp::open_hf_storage(input.source(), shard.parent_path(), {});
     ckptfs::catalog::read_small_tensors(*cp.tags.at(0).catalog(ckptfs::ViewRole::model));
   } catch (const ckptfs::Error&) {
   }

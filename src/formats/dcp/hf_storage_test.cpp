@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckptfs/error.hpp"
+#include "io/test_source.hpp"
 #include "vfs/test_files.hpp"
 
 namespace ckptfs::dcp {
@@ -51,7 +52,7 @@ const catalog::LogicalTensor& model_tensor(const Checkpoint& cp, size_t i) {
 
 std::string open_error(const fs::path& dir) {
   try {
-    open_hf_storage(dir, {});
+    open_hf_storage(*io::test_source(dir), dir, {});
   } catch (const FormatError& e) {
     return e.what();
   }
@@ -70,8 +71,8 @@ TEST(HfStorage, ChunksOfRanksMergeIntoGlobalTensors) {
   testing::TempDir dir;
   write_two_ranks(dir);
   dir.write("config.json", "{}");
-  ASSERT_TRUE(is_hf_storage_dir(dir.path()));
-  const Checkpoint cp = open_hf_storage(dir.path(), {});
+  ASSERT_TRUE(is_hf_storage_dir(*io::test_source(dir.path()), dir.path()));
+  const Checkpoint cp = open_hf_storage(*io::test_source(dir.path()), dir.path(), {});
   const Tag& tag = cp.tags.at(0);
   EXPECT_EQ(tag.topology.dp, 2);
   EXPECT_NE(tag.format.find("distributed shards"), std::string::npos) << tag.format;
@@ -90,7 +91,7 @@ TEST(HfStorage, ConsolidatedFilesWinOverSharded) {
   dir.write("model-00001-of-00001.safetensors", safetensors({{"w", {3}, {7, 8, 9}, {0}}}, false));
   dir.write("model.safetensors.index.json",
             R"({"metadata": {"total_size": 12}, "weight_map": {"w": "model-00001-of-00001.safetensors"}})");
-  const Checkpoint cp = open_hf_storage(dir.path(), {});
+  const Checkpoint cp = open_hf_storage(*io::test_source(dir.path()), dir.path(), {});
   EXPECT_EQ(read_all(model_tensor(cp, 0)), (std::vector<float>{7, 8, 9}));
   EXPECT_NE(cp.tags[0].format.find("consolidated"), std::string::npos);
   EXPECT_EQ(cp.tags[0].notes.size(), 1u);
@@ -103,7 +104,7 @@ TEST(HfStorage, ShardsAloneInShardedAreRead) {
   testing::TempDir inner;
   write_two_ranks(inner);
   for (const auto& e : fs::directory_iterator(inner.path())) fs::copy(e.path(), dir.path() / "sharded");
-  const Checkpoint cp = open_hf_storage(dir.path(), {});
+  const Checkpoint cp = open_hf_storage(*io::test_source(dir.path()), dir.path(), {});
   EXPECT_EQ(read_all(model_tensor(cp, 0)), (std::vector<float>{1, 2, 3, 4, 5, 6}));
   EXPECT_NE(cp.tags[0].format.find("sharded/, not consolidated"), std::string::npos);
 }

@@ -54,10 +54,10 @@ bool is_rank_metadata_name(const std::string& file_name) {
   return std::regex_match(file_name, kRankMetadata);
 }
 
-std::vector<fs::path> metadata_files(const fs::path& dir) {
-  if (io::is_file(dir / ".metadata")) return {dir / ".metadata"};
+std::vector<fs::path> metadata_files(const io::Source& source, const fs::path& dir) {
+  if (source.is_file(dir / ".metadata")) return {dir / ".metadata"};
   std::vector<std::pair<unsigned long long, fs::path>> ranks;
-  for (const auto& entry : io::list_directory(dir)) {
+  for (const auto& entry : source.list_directory(dir)) {
     std::smatch m;
     const std::string name = entry.path.filename().string();
     if (entry.is_file && std::regex_match(name, m, kRankMetadata))
@@ -69,11 +69,11 @@ std::vector<fs::path> metadata_files(const fs::path& dir) {
   return out;
 }
 
-Metadata read_dir_metadata(const fs::path& dir) {
-  const auto files = metadata_files(dir);
+Metadata read_dir_metadata(const io::Source& source, const fs::path& dir) {
+  const auto files = metadata_files(source, dir);
   if (files.empty())
     throw SourceError(fmt::format("{}: no DCP metadata (.metadata or __<rank>.metadata)", dir.string()));
-  auto ranks = formats::read_all(files, [](const fs::path& f) { return read_metadata(f); });
+  auto ranks = formats::read_all(files, [&](const fs::path& f) { return read_metadata(source, f); });
   Metadata out = std::move(ranks.front());
   std::unordered_map<std::string, size_t> position;
   for (size_t i = 0; i < out.items.size(); ++i) position[out.items[i].fqn] = i;

@@ -20,6 +20,7 @@
 #include "ckptfs/checkpoint.hpp"
 #include "ckptfs/error.hpp"
 #include "ckptfs/layout.hpp"
+#include "io/test_source.hpp"
 
 namespace ckptfs {
 namespace {
@@ -88,10 +89,10 @@ struct Source {
 };
 
 // Reads every byte of every view (in odd-sized chunks, so reads straddle extents).
-void read_views(const Checkpoint& cp) {
+void read_views(const io::Source& source, const Checkpoint& cp) {
   std::vector<std::byte> buffer(300007);
   for (const auto& tag : cp.tags) {
-    for (const auto& view : tag_views(tag)) {
+    for (const auto& view : tag_views(source, tag)) {
       const uint64_t size = view.file->size();
       for (uint64_t at = 0; at < size;) {
         const uint64_t n = std::min<uint64_t>(buffer.size(), size - at);
@@ -332,14 +333,15 @@ void corrupt_and_open(const fs::path& source, const std::string& label, uint32_t
                       const fs::path& work, Outcomes& out) {
   const fs::path tag_dir = work / label / "global_step3";
   Corrupter corrupter(source, tag_dir, seed);
-  ASSERT_NO_THROW(read_views(open_checkpoint(tag_dir))) << label << " unmodified";
+  const io::SourcePtr tag_source = io::test_source(tag_dir);
+  ASSERT_NO_THROW(read_views(*tag_source, open_checkpoint(*tag_source))) << label << " unmodified";
   for (int i = 0; i < n; ++i) {
     const std::string what = label + " #" + std::to_string(i) + " " + corrupter.mutate();
     if (!corrupter.changed()) ++out.unchanged;
     ++out.total;
     const auto start = std::chrono::steady_clock::now();
     try {
-      read_views(open_checkpoint(tag_dir));
+      read_views(*tag_source, open_checkpoint(*tag_source));
       ++out.counts["opened"];
     } catch (const Error& e) {
       ++out.counts["exit " + std::to_string(static_cast<int>(e.code()))];

@@ -58,11 +58,11 @@ std::vector<fs::path> TagFiles::all() const {
   return out;
 }
 
-TagFiles list_tag_files(const fs::path& dir) {
+TagFiles list_tag_files(const io::Source& source, const fs::path& dir) {
   TagFiles files;
-  if (!io::is_directory(dir))
+  if (!source.is_directory(dir))
     throw SourceError(fmt::format("{}: cannot list: not a directory", dir.string()));
-  for (const auto& entry : io::list_directory(dir)) {
+  for (const auto& entry : source.list_directory(dir)) {
     if (!entry.is_file) continue;
     const std::string name = entry.path.filename().string();
     std::smatch m;
@@ -92,8 +92,8 @@ TagFiles list_tag_files(const fs::path& dir) {
   return files;
 }
 
-bool is_tag_dir(const fs::path& dir) {
-  for (const auto& entry : io::list_directory(dir)) {
+bool is_tag_dir(const io::Source& source, const fs::path& dir) {
+  for (const auto& entry : source.list_directory(dir)) {
     const std::string name = entry.path.filename().string();
     if (std::regex_match(name, kModelStates) || std::regex_match(name, kZero3ModelStates)) return true;
   }

@@ -5,6 +5,8 @@
 #include <map>
 #include <vector>
 
+#include "ckptfs/io_tree.hpp"
+
 namespace ckptfs::deepspeed {
 
 struct TagFiles {
@@ -24,9 +26,9 @@ struct TagFiles {
 };
 
 // Lists `dir` and classifies every DeepSpeed file in it; other files are ignored.
-TagFiles list_tag_files(const std::filesystem::path& dir);
+TagFiles list_tag_files(const io::Source& source, const std::filesystem::path& dir);
 
 // True when `dir` holds DeepSpeed model-state files.
-bool is_tag_dir(const std::filesystem::path& dir);
+bool is_tag_dir(const io::Source& source, const std::filesystem::path& dir);
 
 }  // namespace ckptfs::deepspeed

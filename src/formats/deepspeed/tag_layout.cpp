@@ -22,7 +22,7 @@ void require_one_zero3_mp_rank(const TagFiles& tf, std::string_view checkpoints)
 }  // namespace
 
 TagLayout tag_layout(io::FileSet& files, const TagFiles& tf, const std::filesystem::path& dir) {
-  if (is_universal_dir(dir)) {
+  if (is_universal_dir(files.source(), dir)) {
     // Several model-state copies: TP ranks (`module` set) or pipeline stages (`module` None).
     if (tf.model_states.size() > 1 && read_model_states(files, tf.model_states.begin()->second).module)
       return TensorParallelUniversal{};

@@ -11,6 +11,7 @@
 
 #include "ckptfs/deepspeed.hpp"
 #include "ckptfs/error.hpp"
+#include "io/test_source.hpp"
 
 namespace ckptfs::deepspeed {
 namespace {
@@ -20,8 +21,9 @@ namespace fs = std::filesystem;
 const fs::path kFixtures = fs::path(CKPTFS_SOURCE_DIR) / "mount_tests/fixtures";
 
 TagLayout layout_of(const fs::path& dir) {
-  io::FileSet files;
-  return tag_layout(files, list_tag_files(dir), dir);
+  const io::SourcePtr source = io::test_source(dir);
+  io::FileSet files(*source);
+  return tag_layout(files, list_tag_files(*source, dir), dir);
 }
 
 TEST(TagLayout, OfEveryRealFixtureTag) {
@@ -60,7 +62,8 @@ class TagLayoutOfNamedFiles : public testing::Test {
   }
   // What read_tag refuses the tag with; empty when it does not refuse it as unsupported.
   std::string unsupported() const {
-    io::FileSet files;
+    const io::SourcePtr source = io::test_source(dir);
+    io::FileSet files(*source);
     try {
       read_tag(files, dir, "global_step3");
     } catch (const UnsupportedError& e) {

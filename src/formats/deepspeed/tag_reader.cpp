@@ -60,9 +60,9 @@ RankTag read_rank(io::FileSet& files, const TagFiles& tf, const fs::path& dir, c
 }
 
 Tag read_tag(io::FileSet& files, const fs::path& dir, const std::string& name) {
-  TagFiles tf = list_tag_files(dir);
+  TagFiles tf = list_tag_files(files.source(), dir);
   if (tf.empty()) throw SourceError(fmt::format("{}: no DeepSpeed model-state files", dir.string()));
-  require_supported_moe(tf, is_universal_dir(dir));
+  require_supported_moe(tf, is_universal_dir(files.source(), dir));
   return std::visit(
       Overloaded{
           [&](RankLayout layout) { return read_rank(files, tf, dir, name, first_mp_rank(tf), layout).tag; },

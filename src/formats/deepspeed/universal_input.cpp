@@ -57,8 +57,8 @@ void require_merged_shape(const fs::path& path, const pickle::Value* root, const
 
 }  // namespace
 
-bool is_universal_dir(const fs::path& dir) {
-  return io::is_file(dir / "zero" / "optimizer_state.pt");
+bool is_universal_dir(const io::Source& source, const fs::path& dir) {
+  return source.is_file(dir / "zero" / "optimizer_state.pt");
 }
 
 namespace {
@@ -73,7 +73,7 @@ struct UniversalMaster {
 
 UniversalMaster open_master(io::FileSet& files, const fs::path& dir, const std::string& name) {
   fs::path path = dir / "zero" / name / "fp32.pt";
-  if (!io::is_file(path))
+  if (!files.source().is_file(path))
     throw FormatError(
         fmt::format("{}: missing: the universal checkpoint has no fp32 masters of {}", path.string(), name));
   auto archive = torch::TorchArchive::open(files.open(path));
@@ -121,9 +121,9 @@ std::vector<catalog::LogicalTensor> read_named_universal_masters(io::FileSet& fi
   return out;
 }
 
-std::vector<std::string> universal_param_dirs(const fs::path& dir) {
+std::vector<std::string> universal_param_dirs(const io::Source& source, const fs::path& dir) {
   std::vector<std::string> names;
-  for (const auto& e : io::list_directory(dir / "zero"))
+  for (const auto& e : source.list_directory(dir / "zero"))
     if (e.is_directory) names.push_back(e.path.filename().string());
   std::sort(names.begin(), names.end());
   return names;

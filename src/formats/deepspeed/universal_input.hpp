@@ -8,12 +8,13 @@
 
 #include "ckptfs/catalog.hpp"
 #include "ckptfs/io.hpp"
+#include "ckptfs/io_tree.hpp"
 #include "formats/deepspeed/state_files.hpp"
 
 namespace ckptfs::deepspeed {
 
 // True when `dir` holds zero/optimizer_state.pt (what ds_to_universal writes).
-bool is_universal_dir(const std::filesystem::path& dir);
+bool is_universal_dir(const io::Source& source, const std::filesystem::path& dir);
 
 // The fp32 masters of the params of `groups` (param_shapes of a model-state file, in order), each read
 // from <dir>/zero/<name>/fp32.pt ({'param': T, ...} or a bare tensor) and shaped as param_shapes says.
@@ -31,6 +32,6 @@ std::vector<catalog::LogicalTensor> read_named_universal_masters(io::FileSet& fi
                                                                  const std::vector<std::string>& names);
 
 // The names of the parameter folders under <dir>/zero, sorted.
-std::vector<std::string> universal_param_dirs(const std::filesystem::path& dir);
+std::vector<std::string> universal_param_dirs(const io::Source& source, const std::filesystem::path& dir);
 
 }  // namespace ckptfs::deepspeed

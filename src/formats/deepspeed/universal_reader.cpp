@@ -60,7 +60,7 @@ TagParts read_universal(io::FileSet& files, const TagFiles& tf, const fs::path& 
   }
   topo.pp = parts.model_from_masters ? static_cast<int>(tf.model_states.size()) : 1;
   if (named_by_slices)
-    for (const auto& name : universal_param_dirs(dir))
+    for (const auto& name : universal_param_dirs(files.source(), dir))
       if (!seen.contains(name))
         throw FormatError(
             fmt::format("{}: no model-state copy names this parameter (they have no param_shapes and "

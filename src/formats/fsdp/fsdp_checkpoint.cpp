@@ -162,11 +162,11 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
   Tag tag;
   tag.name = name;
   tag.dir = dir;
-  const auto config = formats::layout_in(formats::config_files(options, dir, root));
+  const auto config = formats::layout_in(files.source(), formats::config_files(options, dir, root));
   const std::variant<HfLayout, std::string> no_config = "config.json describes the first model only";
   std::set<std::string> model_files;
   std::vector<std::string> kinds;
-  for (const auto& group : formats::fsdp::rank_file_groups(dir)) {
+  for (const auto& group : formats::fsdp::rank_file_groups(files.source(), dir)) {
     auto ranks = read_group(files, group);
     if (!ranks) continue;
     const bool flat = std::any_of(ranks->at(0).values.begin(), ranks->at(0).values.end(), [](const auto& v) {
@@ -199,10 +199,11 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
         "{}: its rank files hold no DTensor or ShardedTensor (no per-rank model save)", dir.string()));
   tag.format = fmt::format("FSDP per-rank save: {}", fmt::join(kinds, "; "));
   for (size_t i = 0; i < kinds.size(); ++i)
-    if (io::is_directory(dir / fmt::format("optimizer_{}", i)))
+    if (files.source().is_directory(dir / fmt::format("optimizer_{}", i)))
       tag.notes.push_back(
           fmt::format("optimizer_{}/: the optimizer's DCP checkpoint (accelerate), not served", i));
-  tag.side_files = formats::side_files(dir, [&](const std::string& n) { return model_files.contains(n); });
+  tag.side_files =
+      formats::side_files(files.source(), dir, [&](const std::string& n) { return model_files.contains(n); });
   return tag;
 }
 
@@ -210,10 +211,10 @@ Tag read_tag(io::FileSet& files, const std::string& name, const fs::path& dir, c
 // ShardedTensors, or cannot be read (open then names it: such a dir is never served as something else, such
 // as the optimizer's DCP dir beside accelerate's model files). Other per-rank files (a DCP dir's
 // dataloader_rank{R}.pt) leave the dir to the other adapters.
-bool holds_rank_model(const fs::path& dir) {
-  io::FileSet files;
+bool holds_rank_model(const io::Source& source, const fs::path& dir) {
+  io::FileSet files(source);
   try {
-    for (const auto& group : formats::fsdp::rank_file_groups(dir))
+    for (const auto& group : formats::fsdp::rank_file_groups(source, dir))
       if (formats::read_rank_state_dict(files, group.files[0]).holds_distributed_tensors()) return true;
   } catch (const Error&) {
     return true;
@@ -223,29 +224,32 @@ bool holds_rank_model(const fs::path& dir) {
 
 }  // namespace
 
-bool is_fsdp_source(const fs::path& source) {
-  if (formats::fsdp::has_rank_files(source)) return holds_rank_model(source);
-  const auto dirs = formats::sorted_subdirs(source, formats::fsdp::has_rank_files);
-  return std::any_of(dirs.begin(), dirs.end(), holds_rank_model);
+bool is_fsdp_source(const io::Source& source, const fs::path& root) {
+  if (formats::fsdp::has_rank_files(source, root)) return holds_rank_model(source, root);
+  const auto dirs = formats::sorted_subdirs(
+      source, root, [&](const fs::path& d) { return formats::fsdp::has_rank_files(source, d); });
+  return std::any_of(dirs.begin(), dirs.end(),
+                     [&](const fs::path& d) { return holds_rank_model(source, d); });
 }
 
-Checkpoint open(const fs::path& source, const OpenOptions& options) {
-  formats::SaveDir<fs::path> save_dir("fsdp", source, "no per-rank model files (NAME_rank{R}.pt, .bin)");
-  if (formats::fsdp::has_rank_files(source)) {
-    save_dir.tags.emplace_back(source.filename().string(), source);
+Checkpoint open(const io::Source& source, const fs::path& root, const OpenOptions& options) {
+  formats::SaveDir<fs::path> save_dir("fsdp", root, "no per-rank model files (NAME_rank{R}.pt, .bin)");
+  if (formats::fsdp::has_rank_files(source, root)) {
+    save_dir.tags.emplace_back(root.filename().string(), root);
   } else {
-    for (const auto& d : formats::sorted_subdirs(source, formats::fsdp::has_rank_files))
+    for (const auto& d : formats::sorted_subdirs(
+             source, root, [&](const fs::path& d) { return formats::fsdp::has_rank_files(source, d); }))
       save_dir.tags.emplace_back(d.filename().string(), d);
-    save_dir.side_files = formats::side_files(source, [](const std::string&) { return false; });
+    save_dir.side_files = formats::side_files(source, root, [](const std::string&) { return false; });
     // HF Trainer writes trainer_state.json into checkpoint-N/ after the model and the optimizer
-    save_dir.complete = [](const std::string& name, const fs::path& dir) {
+    save_dir.complete = [&](const std::string& name, const fs::path& dir) {
       static const std::regex kTrainerStep(R"(checkpoint-\d+)");
-      return !std::regex_match(name, kTrainerStep) || io::exists(dir / "trainer_state.json");
+      return !std::regex_match(name, kTrainerStep) || source.exists(dir / "trainer_state.json");
     };
   }
-  return formats::open_save_dir(std::move(save_dir), options,
+  return formats::open_save_dir(source, std::move(save_dir), options,
                                 [&](io::FileSet& files, const std::string& name, const fs::path& dir) {
-                                  return read_tag(files, name, dir, source, options);
+                                  return read_tag(files, name, dir, root, options);
                                 });
 }
 

@@ -30,10 +30,10 @@ bool is_group_params(const std::string& fqn) {
 
 OptimizerRecord read_optimizer_record(io::FileSet& files, const std::filesystem::path& dir) {
   OptimizerRecord out;
-  const auto metadata = dcp::metadata_files(dir);
+  const auto metadata = dcp::metadata_files(files.source(), dir);
   if (metadata.empty()) return out;
   const dcp::ItemReader reader(files, dir, metadata.front());
-  for (const auto& item : dcp::read_dir_metadata(dir).items) {
+  for (const auto& item : dcp::read_dir_metadata(files.source(), dir).items) {
     const auto last_dot = item.fqn.rfind('.');
     if (item.is_tensor && item.fqn.starts_with(kState) && last_dot > kState.size() &&
         has_parameter_shape(std::string_view(item.fqn).substr(last_dot + 1))) {

@@ -26,10 +26,10 @@ bool is_other_state(const std::string& name) {
 
 }  // namespace
 
-std::vector<RankFiles> rank_file_groups(const fs::path& dir) {
+std::vector<RankFiles> rank_file_groups(const io::Source& source, const fs::path& dir) {
   std::map<std::pair<std::string, std::string>, std::map<int, fs::path>>
       groups;  // (stem, extension) -> rank -> file
-  for (const auto& entry : io::list_directory(dir)) {
+  for (const auto& entry : source.list_directory(dir)) {
     const std::string name = entry.path.filename().string();
     std::smatch m;
     if (entry.is_file && !is_other_state(name) && std::regex_match(name, m, kRankFile))
@@ -55,8 +55,8 @@ std::vector<RankFiles> rank_file_groups(const fs::path& dir) {
   return out;
 }
 
-bool has_rank_files(const fs::path& dir) {
-  for (const auto& entry : io::list_directory(dir)) {
+bool has_rank_files(const io::Source& source, const fs::path& dir) {
+  for (const auto& entry : source.list_directory(dir)) {
     const std::string name = entry.path.filename().string();
     if (entry.is_file && !is_other_state(name) && std::regex_match(name, kRankFile)) return true;
   }

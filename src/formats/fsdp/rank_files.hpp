@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "ckptfs/io_tree.hpp"
+
 namespace ckptfs::formats::fsdp {
 
 struct RankFiles {
@@ -19,9 +21,9 @@ struct RankFiles {
 // The groups of rank files of `dir` (names with "rank" before the number that ends them: NAME{R}.pt, .pth,
 // .bin), the shortest stem first (accelerate's first model, then pytorch_model_fsdp_{I}_rank). Throws
 // FormatError naming the missing file when a group lacks a rank below its highest.
-std::vector<RankFiles> rank_file_groups(const std::filesystem::path& dir);
+std::vector<RankFiles> rank_file_groups(const io::Source& source, const std::filesystem::path& dir);
 
 // Whether `dir` holds such files (a cheap look at names, for detection).
-bool has_rank_files(const std::filesystem::path& dir);
+bool has_rank_files(const io::Source& source, const std::filesystem::path& dir);
 
 }  // namespace ckptfs::formats::fsdp

@@ -103,8 +103,8 @@ int64_t padded_vocab(const ModelSection& m, int64_t vocab, int tp) {
   return (vocab + multiple - 1) / multiple * multiple;
 }
 
-YAML::Node load_yaml(const fs::path& file) {
-  const auto text = io::read_small_file(file, kMaxRunConfigBytes);
+YAML::Node load_yaml(const io::Source& source, const fs::path& file) {
+  const auto text = source.read_small_file(file, kMaxRunConfigBytes);
   if (!text) throw SourceError(fmt::format("{}: cannot read", file.string()));
   try {
     return YAML::Load(*text);
@@ -114,8 +114,8 @@ YAML::Node load_yaml(const fs::path& file) {
 }
 
 // The `place.section:` mapping of `file` (a TransformerConfig dumped as YAML).
-YAML::Node model_section(const fs::path& file, YamlConfigPlace place) {
-  const YAML::Node root = load_yaml(file);
+YAML::Node model_section(const io::Source& source, const fs::path& file, YamlConfigPlace place) {
+  const YAML::Node root = load_yaml(source, file);
   if (!root.IsMap() || !root[place.section] || !root[place.section].IsMap())
     throw FormatError(fmt::format("{}: no {}: mapping ({} writes the model's config there)", file.string(),
                                   place.section, place.writer));
@@ -181,23 +181,24 @@ ModelArgs read_model_config(const YAML::Node& section, const fs::path& run_confi
 
 }  // namespace
 
-ModelArgs read_bridge_model_config(const fs::path& run_config) {
+ModelArgs read_bridge_model_config(const io::Source& source, const fs::path& run_config) {
   constexpr YamlConfigPlace kPlace{"model", "Megatron-Bridge"};
-  return read_model_config(model_section(run_config, kPlace), run_config, kPlace);
+  return read_model_config(model_section(source, run_config, kPlace), run_config, kPlace);
 }
 
-ModelArgs read_nemo_model_config(const fs::path& model_yaml) {
+ModelArgs read_nemo_model_config(const io::Source& source, const fs::path& model_yaml) {
   constexpr YamlConfigPlace kPlace{"config", "NeMo 2"};
-  return read_model_config(model_section(model_yaml, kPlace), model_yaml, kPlace);
+  return read_model_config(model_section(source, model_yaml, kPlace), model_yaml, kPlace);
 }
 
-ModelArgs read_verl_model_config(const fs::path& transformer_config, const fs::path& hf_config) {
+ModelArgs read_verl_model_config(const io::Source& source, const fs::path& transformer_config,
+                                 const fs::path& hf_config) {
   // JSON is YAML; yaml-cpp also takes the NaN and Infinity json.dump writes for such floats
-  YAML::Node config = load_yaml(transformer_config);
+  YAML::Node config = load_yaml(source, transformer_config);
   if (!config.IsMap())
     throw FormatError(fmt::format("{}: not a mapping (verl dumps the model's TransformerConfig here)",
                                   transformer_config.string()));
-  const HfModelConfig hf = read_hf_model_config(hf_config);
+  const HfModelConfig hf = read_hf_model_config(source, hf_config);
   // what verl's model initializer passes GPTModel from the HF config (no vocabulary padding), and the
   // activation its config converter sets (dropped from the dump as a callable)
   config["vocab_size"] = hf.vocab_size;

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "ckptfs/io_tree.hpp"
 #include "formats/megatron/model_args.hpp"
 
 namespace ckptfs::megatron {
@@ -17,12 +18,12 @@ constexpr const char* kBridgeRunConfig = "run_config.yaml";
 // The model's sizes and options from `run_config` (read with yaml-cpp). Throws FormatError naming the file
 // and the field when it is not YAML, has no `model:` mapping, or a field ckptfs needs is missing or of the
 // wrong type (exit 4).
-ModelArgs read_bridge_model_config(const std::filesystem::path& run_config);
+ModelArgs read_bridge_model_config(const io::Source& source, const std::filesystem::path& run_config);
 // The same from the `config:` mapping of NeMo 2's context/model.yaml.
-ModelArgs read_nemo_model_config(const std::filesystem::path& model_yaml);
+ModelArgs read_nemo_model_config(const io::Source& source, const std::filesystem::path& model_yaml);
 // The same from verl's transformer_config.json (the whole file is the mapping) and, for what GPTModel takes
 // beside its TransformerConfig, the role's huggingface/config.json (formats/megatron/verl_layout.hpp).
-ModelArgs read_verl_model_config(const std::filesystem::path& transformer_config,
+ModelArgs read_verl_model_config(const io::Source& source, const std::filesystem::path& transformer_config,
                                  const std::filesystem::path& hf_config);
 
 }  // namespace ckptfs::megatron

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "ckptfs/error.hpp"
+#include "io/test_source.hpp"
 #include "torch/test_support.hpp"
 
 namespace ckptfs::megatron {
@@ -41,7 +42,7 @@ TEST(BridgeRunConfig, ModelSectionAsMegatronArgs) {
       run_config(std::string(kQwen3Moe) + "  should_pad_vocab: true\n" +
                  "  transformer_impl: transformer_engine\n  transformer_layer_spec:\n    _call_: false\n"
                  "    _target_: megatron.bridge.models.gpt_provider.local_layer_spec\n");
-  const ModelArgs a = read_bridge_model_config(config.path());
+  const ModelArgs a = read_bridge_model_config(*io::test_source("/"), config.path());
   EXPECT_EQ(a.tp, 2);
   EXPECT_EQ(a.padded_vocab, 256);  // 250 up to a multiple of 128 x TP 2
   EXPECT_EQ(a.vocab, 250);
@@ -58,7 +59,7 @@ TEST(BridgeRunConfig, ModelSectionAsMegatronArgs) {
 
 TEST(BridgeRunConfig, TransformerEngineSpecKeepsGroupedExperts) {
   const auto config = run_config(std::string(kQwen3Moe) + "  transformer_impl: transformer_engine\n");
-  const ModelArgs a = read_bridge_model_config(config.path());
+  const ModelArgs a = read_bridge_model_config(*io::test_source("/"), config.path());
   EXPECT_FALSE(a.local_spec);
   EXPECT_TRUE(a.moe_grouped_gemm);
   EXPECT_EQ(a.padded_vocab, 250);  // should_pad_vocab absent: no padding
@@ -67,7 +68,7 @@ TEST(BridgeRunConfig, TransformerEngineSpecKeepsGroupedExperts) {
 TEST(BridgeRunConfig, WrongFieldsNameTheFileAndField) {
   const auto config = run_config("  num_layers: two\n");
   try {
-    read_bridge_model_config(config.path());
+    read_bridge_model_config(*io::test_source("/"), config.path());
     FAIL() << "no error";
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find(config.path().string() + ": model.num_layers: expected an integer"),
@@ -79,11 +80,12 @@ TEST(BridgeRunConfig, WrongFieldsNameTheFileAndField) {
 // moe_layer_freq as Bridge's dataclass holds it: an int (every n-th layer) or a list (a 0 or 1 per layer);
 // the string form Megatron evaluates as Python is refused, never evaluated
 TEST(BridgeRunConfig, MoeLayerFrequencyAsIntOrList) {
-  const ModelArgs every_second =
-      read_bridge_model_config(run_config(std::string(kQwen3Moe) + "  moe_layer_freq: 2\n").path());
+  const ModelArgs every_second = read_bridge_model_config(
+      *io::test_source("/"), run_config(std::string(kQwen3Moe) + "  moe_layer_freq: 2\n").path());
   EXPECT_EQ(every_second.moe_layer_pattern, (std::vector<int>{1, 0}));
   EXPECT_FALSE(every_second.moe_every_layer);
   const ModelArgs listed = read_bridge_model_config(
+      *io::test_source("/"),
       run_config(std::string(kQwen3Moe) + "  moe_layer_freq: [0, 1]\n  moe_shared_expert_gate: true\n")
           .path());
   EXPECT_EQ(listed.moe_layer_pattern, (std::vector<int>{0, 1}));
@@ -91,7 +93,7 @@ TEST(BridgeRunConfig, MoeLayerFrequencyAsIntOrList) {
   for (const char* freq : {"\"([0]+[1]*1)\"", "[1, 1, 1]", "0"}) {
     const auto config = run_config(std::string(kQwen3Moe) + "  moe_layer_freq: " + freq + "\n");
     try {
-      read_bridge_model_config(config.path());
+      read_bridge_model_config(*io::test_source("/"), config.path());
       ADD_FAILURE() << freq << ": no error";
     } catch (const FormatError& e) {
       EXPECT_NE(
@@ -111,7 +113,7 @@ TEST(NemoModelYaml, ConfigSectionAsMegatronArgs) {
           "    _target_: nemo.collections.llm.gpt.model.base.local_layer_spec\n"
           "model_transform: null\ntokenizer:\n  _target_: nemo.collections.common.tokenizers.AutoTokenizer\n",
       "model.yaml");
-  const ModelArgs a = read_nemo_model_config(yaml.path());
+  const ModelArgs a = read_nemo_model_config(*io::test_source("/"), yaml.path());
   EXPECT_EQ(a.tp, 2);
   EXPECT_EQ(a.padded_vocab, 250);  // NeMo's vocab_size is the embedding's: no should_pad_vocab
   EXPECT_EQ(a.num_experts, 8);
@@ -125,7 +127,7 @@ TEST(NemoModelYaml, MissingConfigOrFieldNamesTheFile) {
   EXPECT_THROW(
       {
         try {
-          read_nemo_model_config(no_config.path());
+          read_nemo_model_config(*io::test_source("/"), no_config.path());
         } catch (const FormatError& e) {
           EXPECT_NE(std::string(e.what()).find(no_config.path().string() + ": no config: mapping (NeMo 2"),
                     std::string::npos)
@@ -136,7 +138,7 @@ TEST(NemoModelYaml, MissingConfigOrFieldNamesTheFile) {
       FormatError);
   const torch::test_support::TempFile no_layers("config:\n  hidden_size: 64\n", "model.yaml");
   try {
-    read_nemo_model_config(no_layers.path());
+    read_nemo_model_config(*io::test_source("/"), no_layers.path());
     FAIL() << "no error";
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find(": config.num_layers: missing: NeMo 2 saves"), std::string::npos)

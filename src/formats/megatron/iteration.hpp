@@ -17,8 +17,9 @@ struct Iteration {
   ModelArgs args;
 };
 
-bool is_legacy_iteration(const std::filesystem::path& dir);      // holds mp_rank_* dirs
-bool is_torch_dist_iteration(const std::filesystem::path& dir);  // holds metadata.json and .metadata
+bool is_legacy_iteration(const io::Source& source, const std::filesystem::path& dir);  // holds mp_rank_* dirs
+bool is_torch_dist_iteration(const io::Source& source,
+                             const std::filesystem::path& dir);  // holds metadata.json and .metadata
 
 Iteration read_legacy_iteration(io::FileSet& files, const std::filesystem::path& dir,
                                 const std::string& name);

@@ -28,10 +28,10 @@ struct RankDir {
   fs::path dir;
 };
 
-std::vector<RankDir> rank_dirs(const fs::path& dir) {
+std::vector<RankDir> rank_dirs(const io::Source& source, const fs::path& dir) {
   static const std::regex kName(R"(mp_rank_(\d{2,})((?:_\d{3,}){0,2}))");
   std::vector<RankDir> out;
-  for (const auto& entry : io::list_directory(dir)) {
+  for (const auto& entry : source.list_directory(dir)) {
     std::smatch m;
     const std::string name = entry.path.filename().string();
     if (!entry.is_directory || !std::regex_match(name, m, kName)) continue;
@@ -84,7 +84,8 @@ std::shared_ptr<catalog::Catalog> read_masters(io::FileSet& files, const ModelAr
       for (const auto& ep : pp)
         for (const auto& f : ep) {
           const fs::path optim = f.archive.file()->path().parent_path() / "distrib_optim.pt";
-          if (missing.empty() && !io::is_file(optim)) missing = fmt::format("{} is missing", optim.string());
+          if (missing.empty() && !files.source().is_file(optim))
+            missing = fmt::format("{} is missing", optim.string());
           if (missing.empty()) optim_paths.push_back(optim);
         }
   try {
@@ -121,19 +122,19 @@ std::shared_ptr<catalog::Catalog> read_masters(io::FileSet& files, const ModelAr
 
 }  // namespace
 
-bool is_legacy_iteration(const fs::path& dir) {
-  for (const auto& r : rank_dirs(dir)) {
-    if (io::is_file(r.dir / kModelFile)) return true;
+bool is_legacy_iteration(const io::Source& source, const fs::path& dir) {
+  for (const auto& r : rank_dirs(source, dir)) {
+    if (source.is_file(r.dir / kModelFile)) return true;
   }
   return false;
 }
 
 Iteration read_legacy_iteration(io::FileSet& files, const fs::path& dir, const std::string& name) {
-  const auto dirs = rank_dirs(dir);
+  const auto dirs = rank_dirs(files.source(), dir);
   if (dirs.empty()) throw SourceError(fmt::format("{}: no mp_rank_* dirs", dir.string()));
   const auto open = [&](const fs::path& rank_dir) {
     const fs::path path = rank_dir / kModelFile;
-    if (!io::is_file(path))
+    if (!files.source().is_file(path))
       throw FormatError(fmt::format("{}: missing (every rank dir holds one)", path.string()));
     return torch::TorchArchive::open(files.open(path));
   };

@@ -15,17 +15,22 @@
 #include <optional>
 #include <vector>
 
+#include "ckptfs/io_tree.hpp"
+
 namespace ckptfs::megatron {
 
 std::filesystem::path nemo2_weights(const std::filesystem::path& checkpoint);
 // context/model.yaml of the checkpoint folder that holds `weights` (a dir named weights/).
-std::optional<std::filesystem::path> nemo2_model_yaml_of_weights(const std::filesystem::path& weights);
+std::optional<std::filesystem::path> nemo2_model_yaml_of_weights(const io::Source& source,
+                                                                 const std::filesystem::path& weights);
 // The HF tokenizer dir of a checkpoint folder's context/, if it has one.
-std::optional<std::filesystem::path> nemo2_tokenizer(const std::filesystem::path& checkpoint);
+std::optional<std::filesystem::path> nemo2_tokenizer(const io::Source& source,
+                                                     const std::filesystem::path& checkpoint);
 
 // A NeMo 2 checkpoint folder: weights/ a torch_dist dir, context/ beside it.
-bool is_nemo2_checkpoint(const std::filesystem::path& dir);
+bool is_nemo2_checkpoint(const io::Source& source, const std::filesystem::path& dir);
 // The NeMo 2 checkpoint folders of a checkpoints dir, in natural order.
-std::vector<std::filesystem::path> nemo2_checkpoints(const std::filesystem::path& dir);
+std::vector<std::filesystem::path> nemo2_checkpoints(const io::Source& source,
+                                                     const std::filesystem::path& dir);
 
 }  // namespace ckptfs::megatron

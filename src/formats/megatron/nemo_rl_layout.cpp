@@ -13,8 +13,9 @@ std::filesystem::path nemo_rl_tokenizer(const std::filesystem::path& step) {
 }
 
 std::vector<std::filesystem::path> nemo_rl_steps(
-    const std::filesystem::path& dir, const std::function<bool(const std::filesystem::path&)>& is_weights) {
-  return formats::sorted_subdirs(dir, [&](const std::filesystem::path& d) {
+    const io::Source& source, const std::filesystem::path& dir,
+    const std::function<bool(const std::filesystem::path&)>& is_weights) {
+  return formats::sorted_subdirs(source, dir, [&](const std::filesystem::path& d) {
     const std::string name = d.filename().string();
     return name.starts_with("step_") && name.size() > 5 &&
            formats::is_decimal(std::string_view(name).substr(5)) && is_weights(nemo_rl_weights(d));

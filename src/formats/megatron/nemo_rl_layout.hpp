@@ -12,6 +12,8 @@
 #include <functional>
 #include <vector>
 
+#include "ckptfs/io_tree.hpp"
+
 namespace ckptfs::megatron {
 
 // The policy's weights dir of a NeMo-RL step dir.
@@ -22,6 +24,7 @@ std::filesystem::path nemo_rl_tokenizer(const std::filesystem::path& step);
 // The step_N dirs of a NeMo-RL checkpoint dir whose policy/weights/ `is_weights` accepts, in natural order
 // (tmp_step_N and old_step_N, mid-save, are not steps).
 std::vector<std::filesystem::path> nemo_rl_steps(
-    const std::filesystem::path& dir, const std::function<bool(const std::filesystem::path&)>& is_weights);
+    const io::Source& source, const std::filesystem::path& dir,
+    const std::function<bool(const std::filesystem::path&)>& is_weights);
 
 }  // namespace ckptfs::megatron

@@ -49,10 +49,10 @@ struct SavedConfig {
 SavedConfig read_config(const fs::path& dir, const dcp::Metadata& md, const dcp::ItemReader& reader,
                         io::FileSet& files, std::vector<fs::path>& used) {
   const fs::path common = dir / "common.pt", run_config = dir / kBridgeRunConfig;
-  const std::optional<fs::path> nemo_yaml = nemo2_model_yaml_of_weights(dir);
-  const std::optional<VerlModelConfig> verl = verl_model_config_of(dir);
-  const bool stack_config = io::is_file(run_config) || nemo_yaml.has_value() || verl.has_value();
-  if (io::is_file(common)) {
+  const std::optional<fs::path> nemo_yaml = nemo2_model_yaml_of_weights(files.source(), dir);
+  const std::optional<VerlModelConfig> verl = verl_model_config_of(files.source(), dir);
+  const bool stack_config = files.source().is_file(run_config) || nemo_yaml.has_value() || verl.has_value();
+  if (files.source().is_file(common)) {
     used.push_back(common);
     const auto archive = torch::TorchArchive::open(files.open(common));
     const formats::Field args = formats::root_field(archive)["args"];
@@ -64,17 +64,17 @@ SavedConfig read_config(const fs::path& dir, const dcp::Metadata& md, const dcp:
       const formats::Field args = formats::root_field(archive).at(0)["args"];
       if (!stack_config || args.present()) return {read_model_args(args), ConfigSource::megatron_args};
     }
-  if (io::is_file(run_config)) {
+  if (files.source().is_file(run_config)) {
     used.push_back(run_config);
-    return {read_bridge_model_config(run_config), ConfigSource::bridge_run_config};
+    return {read_bridge_model_config(files.source(), run_config), ConfigSource::bridge_run_config};
   }
   if (nemo_yaml) {
     used.push_back(*nemo_yaml);
-    return {read_nemo_model_config(*nemo_yaml), ConfigSource::nemo_model_yaml};
+    return {read_nemo_model_config(files.source(), *nemo_yaml), ConfigSource::nemo_model_yaml};
   }
   if (verl) {
     used.insert(used.end(), {verl->transformer_config, verl->hf_config});
-    return {read_verl_model_config(verl->transformer_config, verl->hf_config),
+    return {read_verl_model_config(files.source(), verl->transformer_config, verl->hf_config),
             ConfigSource::verl_transformer_config};
   }
   throw FormatError(
@@ -177,15 +177,15 @@ std::optional<std::string> off_model_shape(const catalog::Catalog& masters, cons
 
 }  // namespace
 
-bool is_torch_dist_iteration(const fs::path& dir) {
-  return io::is_file(dir / "metadata.json") && io::is_file(dir / ".metadata");
+bool is_torch_dist_iteration(const io::Source& source, const fs::path& dir) {
+  return source.is_file(dir / "metadata.json") && source.is_file(dir / ".metadata");
 }
 
 Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, const std::string& name) {
   const fs::path marker = dir / "metadata.json";
   nlohmann::json backend;
   try {
-    backend = nlohmann::json::parse(io::read_small_file(marker, uint64_t{16} << 20).value_or(""));
+    backend = nlohmann::json::parse(files.source().read_small_file(marker, uint64_t{16} << 20).value_or(""));
   } catch (const nlohmann::json::exception& e) {
     throw FormatError(fmt::format("{}: not JSON: {}", marker.string(), e.what()));
   }
@@ -195,7 +195,7 @@ Iteration read_torch_dist_iteration(io::FileSet& files, const fs::path& dir, con
                                            ? backend["sharded_backend"].dump()
                                            : "missing"));
   dcp::ItemReader reader(files, dir);
-  const dcp::Metadata md = dcp::read_metadata(reader.metadata_path());
+  const dcp::Metadata md = dcp::read_metadata(files.source(), reader.metadata_path());
   Iteration it;
   it.tag.name = name;
   it.tag.dir = dir;

@@ -51,29 +51,30 @@ fs::path verl_huggingface(const fs::path& role) {
   return role / "huggingface";
 }
 
-bool is_verl_megatron_role(const fs::path& dir) {
-  return is_torch_dist_iteration(verl_dist_ckpt(dir)) &&
-         (io::is_file(dir / kTransformerConfig) || io::is_directory(verl_huggingface(dir)));
+bool is_verl_megatron_role(const io::Source& source, const fs::path& dir) {
+  return is_torch_dist_iteration(source, verl_dist_ckpt(dir)) &&
+         (source.is_file(dir / kTransformerConfig) || source.is_directory(verl_huggingface(dir)));
 }
 
-std::vector<fs::path> verl_megatron_roles(const fs::path& step) {
-  auto roles = formats::sorted_subdirs(step, is_verl_megatron_role);
+std::vector<fs::path> verl_megatron_roles(const io::Source& source, const fs::path& step) {
+  auto roles = formats::sorted_subdirs(source, step,
+                                       [&](const fs::path& d) { return is_verl_megatron_role(source, d); });
   std::stable_partition(roles.begin(), roles.end(),
                         [](const fs::path& r) { return r.filename() == "actor"; });
   return roles;
 }
 
-std::vector<fs::path> verl_megatron_steps(const fs::path& run) {
-  return formats::sorted_subdirs(run, [](const fs::path& d) {
-    return formats::verl::is_step_name(d.filename().string()) && !verl_megatron_roles(d).empty();
+std::vector<fs::path> verl_megatron_steps(const io::Source& source, const fs::path& run) {
+  return formats::sorted_subdirs(source, run, [&](const fs::path& d) {
+    return formats::verl::is_step_name(d.filename().string()) && !verl_megatron_roles(source, d).empty();
   });
 }
 
-HfModelConfig read_hf_model_config(const fs::path& config_json) {
-  if (!io::is_file(config_json))
+HfModelConfig read_hf_model_config(const io::Source& source, const fs::path& config_json) {
+  if (!source.is_file(config_json))
     throw FormatError(
         fmt::format("{}: missing (verl saves the model's HF config there)", config_json.string()));
-  const nlohmann::json json = formats::read_json_object(config_json);
+  const nlohmann::json json = formats::read_json_object(source, config_json);
   HfModelConfig c;
   c.vocab_size = positive(json, "vocab_size", config_json);
   c.max_positions = positive(json, "max_position_embeddings", config_json);
@@ -91,9 +92,9 @@ HfModelConfig read_hf_model_config(const fs::path& config_json) {
   return c;
 }
 
-std::optional<VerlModelConfig> verl_model_config_of(const fs::path& dir) {
+std::optional<VerlModelConfig> verl_model_config_of(const io::Source& source, const fs::path& dir) {
   const fs::path role = dir.parent_path();
-  if (dir.filename() != "dist_ckpt" || !io::is_file(role / kTransformerConfig)) return std::nullopt;
+  if (dir.filename() != "dist_ckpt" || !source.is_file(role / kTransformerConfig)) return std::nullopt;
   return VerlModelConfig{role / kTransformerConfig, verl_huggingface(role) / "config.json"};
 }
 

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "ckptfs/io_tree.hpp"
+
 namespace ckptfs::megatron {
 
 // The files a verl role dir keeps the model's config in: TransformerConfig's dump and the HF config
@@ -31,11 +33,13 @@ std::filesystem::path verl_huggingface(const std::filesystem::path& role);
 
 // A role dir of verl's Megatron backend: dist_ckpt/ a torch_dist dir, transformer_config.json or huggingface/
 // beside it.
-bool is_verl_megatron_role(const std::filesystem::path& dir);
+bool is_verl_megatron_role(const io::Source& source, const std::filesystem::path& dir);
 // The role dirs of a step dir, the actor first, then the others in natural order.
-std::vector<std::filesystem::path> verl_megatron_roles(const std::filesystem::path& step);
+std::vector<std::filesystem::path> verl_megatron_roles(const io::Source& source,
+                                                       const std::filesystem::path& step);
 // The global_step_N dirs of a run dir that hold a role, in natural order.
-std::vector<std::filesystem::path> verl_megatron_steps(const std::filesystem::path& run);
+std::vector<std::filesystem::path> verl_megatron_steps(const io::Source& source,
+                                                       const std::filesystem::path& run);
 
 // The HF config fields verl builds megatron-core's GPTModel with (verl/models/mcore/model_initializer.py,
 // config_converter.py): vocab_size unpadded, max_position_embeddings, rope_theta (or rope_parameters'),
@@ -47,10 +51,11 @@ struct HfModelConfig {
   bool tied_embeddings = true;
   std::string activation = "silu";
 };
-HfModelConfig read_hf_model_config(const std::filesystem::path& config_json);
+HfModelConfig read_hf_model_config(const io::Source& source, const std::filesystem::path& config_json);
 
 // The config files of the role whose dist_ckpt/ `dir` is, when it is one with transformer_config.json beside
 // it.
-std::optional<VerlModelConfig> verl_model_config_of(const std::filesystem::path& dir);
+std::optional<VerlModelConfig> verl_model_config_of(const io::Source& source,
+                                                    const std::filesystem::path& dir);
 
 }  // namespace ckptfs::megatron

@@ -49,23 +49,23 @@ void walk(const pickle::Value& v, std::vector<std::string>& path, std::vector<Fo
   }
 }
 
-std::vector<Found> tensors_of(io::FileSet& files, const fs::path& source) {
+std::vector<Found> tensors_of(io::FileSet& files, const fs::path& root) {
   std::vector<Found> out;
-  const io::FilePtr file = files.open(source);
-  if (source.extension() == ".safetensors") {
+  const io::FilePtr file = files.open(root);
+  if (root.extension() == ".safetensors") {
     for (auto& e : read_safetensors(file)) out.push_back({{e.name}, std::move(e.tensor)});
     return out;
   }
   const auto archive = torch::TorchArchive::open(file);
   std::vector<std::string> path;
   walk(*archive.root(), path, out);
-  if (out.empty()) throw FormatError(fmt::format("{}: holds no tensor", source.string()));
+  if (out.empty()) throw FormatError(fmt::format("{}: holds no tensor", root.string()));
   return out;
 }
 
 // The file's one tag: its tensors as "state", the model views chosen among them.
-Tag read_file_tag(io::FileSet& files, const std::string& name, const fs::path& source) {
-  const auto found = tensors_of(files, source);
+Tag read_file_tag(io::FileSet& files, const std::string& name, const fs::path& root) {
+  const auto found = tensors_of(files, root);
   auto all = std::make_shared<Catalog>();
   for (const auto& f : found) {
     std::string joined;
@@ -74,12 +74,12 @@ Tag read_file_tag(io::FileSet& files, const std::string& name, const fs::path& s
   }
   std::vector<formats::StateEntry> entries;
   for (size_t i = 0; i < found.size(); ++i) entries.push_back({found[i].path, {all, i}});
-  auto model = formats::select_model(entries, source);
+  auto model = formats::select_model(entries, root);
   Tag tag;
   tag.name = name;
-  tag.dir = source;
-  tag.format = source.extension() == ".safetensors" ? "safetensors file" : "torch.save file";
-  tag.files = {source};
+  tag.dir = root;
+  tag.format = root.extension() == ".safetensors" ? "safetensors file" : "torch.save file";
+  tag.files = {root};
   for (const auto& t : model->tensors)
     if (dtype_is_floating(t.dtype)) {
       tag.topology.train_dtype = t.dtype;
@@ -94,15 +94,14 @@ Tag read_file_tag(io::FileSet& files, const std::string& name, const fs::path& s
 
 }  // namespace
 
-bool is_plain_source(const fs::path& source) {
-  return io::is_file(source);
+bool is_plain_source(const io::Source& source, const fs::path& root) {
+  return source.is_file(root);
 }
 
-Checkpoint open(const fs::path& source, const OpenOptions& options) {
-  formats::SaveDir<fs::path> file(source.extension() == ".safetensors" ? "safetensors" : "torch.save",
-                                  source);
-  file.tags.emplace_back(source.filename().string(), source);
-  return formats::open_save_dir(std::move(file), options, read_file_tag);
+Checkpoint open(const io::Source& source, const fs::path& root, const OpenOptions& options) {
+  formats::SaveDir<fs::path> file(root.extension() == ".safetensors" ? "safetensors" : "torch.save", root);
+  file.tags.emplace_back(root.filename().string(), root);
+  return formats::open_save_dir(source, std::move(file), options, read_file_tag);
 }
 
 }  // namespace ckptfs::plain

@@ -11,7 +11,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const ckptfs::io::FuzzInput input(data, size);
   try {
-    const auto cp = ckptfs::plain::open(input.link_as("model.safetensors"), {});
+    const auto cp = ckptfs::plain::open(input.source(), input.link_as("model.safetensors"), {});
     for (const auto role : {ckptfs::ViewRole::model, ckptfs::ViewRole::fp32})
       ckptfs::catalog::read_small_tensors(*cp.tags.at(0).catalog(role));
   } catch (const ckptfs::Error&) {

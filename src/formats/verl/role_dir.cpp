@@ -33,9 +33,9 @@ fs::path rank_file(const fs::path& dir, std::string_view kind, int world_size, i
 }
 
 // The world size the model files are named with; every rank 0..W-1 must have its file.
-int model_world_size(const fs::path& dir) {
+int model_world_size(const io::Source& source, const fs::path& dir) {
   std::map<int, std::set<int>> ranks;  // world size -> ranks
-  for (const auto& entry : io::list_directory(dir)) {
+  for (const auto& entry : source.list_directory(dir)) {
     std::smatch m;
     const std::string name = entry.path.filename().string();
     if (std::regex_match(name, m, kModelFile)) ranks[std::stoi(m[1].str())].insert(std::stoi(m[2].str()));
@@ -59,9 +59,9 @@ int model_world_size(const fs::path& dir) {
 }
 
 // fsdp_config.json ({"FSDP_version": 1|2, "world_size": W}, written by rank 0): checked against the files.
-std::optional<int> read_fsdp_config(const fs::path& dir, int world_size) {
+std::optional<int> read_fsdp_config(const io::Source& source, const fs::path& dir, int world_size) {
   const fs::path path = dir / "fsdp_config.json";
-  const auto text = io::read_small_file(path, kMaxConfigBytes);
+  const auto text = source.read_small_file(path, kMaxConfigBytes);
   if (!text) return std::nullopt;
   nlohmann::json cfg;
   try {
@@ -81,13 +81,15 @@ std::optional<int> read_fsdp_config(const fs::path& dir, int world_size) {
 }
 
 // The other per-rank files (optimizer, extra state) either exist for every rank or for none.
-std::vector<fs::path> rank_files(const fs::path& dir, std::string_view kind, int world_size) {
+std::vector<fs::path> rank_files(const io::Source& source, const fs::path& dir, std::string_view kind,
+                                 int world_size) {
   std::vector<fs::path> out;
   for (int r = 0; r < world_size; ++r)
-    if (io::is_file(rank_file(dir, kind, world_size, r))) out.push_back(rank_file(dir, kind, world_size, r));
+    if (source.is_file(rank_file(dir, kind, world_size, r)))
+      out.push_back(rank_file(dir, kind, world_size, r));
   if (!out.empty() && out.size() != static_cast<size_t>(world_size))
     for (int r = 0; r < world_size; ++r)
-      if (!io::is_file(rank_file(dir, kind, world_size, r)))
+      if (!source.is_file(rank_file(dir, kind, world_size, r)))
         throw FormatError(fmt::format("{}: missing ({} of {} ranks saved their {} file)",
                                       rank_file(dir, kind, world_size, r).string(), out.size(), world_size,
                                       kind));
@@ -121,8 +123,9 @@ std::string describe_optimizer(io::FileSet& files, const fs::path& path) {
                      state.value().entries.size(), fmt::join(keys, ", "), layout);
 }
 
-std::vector<fs::path> huggingface_files(const fs::path& dir, std::vector<std::string>& notes) {
-  return formats::side_files(dir / "huggingface", [&](const std::string& name) {
+std::vector<fs::path> huggingface_files(const io::Source& source, const fs::path& dir,
+                                        std::vector<std::string>& notes) {
+  return formats::side_files(source, dir / "huggingface", [&](const std::string& name) {
     // save_contents "hf_model" adds the whole model: our model.safetensors takes its place
     const bool weights =
         name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json") || name.ends_with(".bin");
@@ -135,11 +138,11 @@ std::vector<fs::path> huggingface_files(const fs::path& dir, std::vector<std::st
 
 }  // namespace
 
-bool is_role_dir(const fs::path& dir) {
+bool is_role_dir(const io::Source& source, const fs::path& dir) {
   static const std::regex kVerlFile(
       R"((optim|extra_state)_world_size_\d{1,6}_rank_\d{1,6}\.pt|fsdp_config\.json)");
   bool model = false, verl = false;
-  for (const auto& entry : io::list_directory(dir)) {
+  for (const auto& entry : source.list_directory(dir)) {
     const std::string name = entry.path.filename().string();
     model = model || std::regex_match(name, kModelFile);
     verl = verl || std::regex_match(name, kVerlFile) || (name == "huggingface" && entry.is_directory);
@@ -153,8 +156,8 @@ RoleDir read_role_dir(io::FileSet& files, const fs::path& dir) {
   RoleDir role;
   role.name = dir.filename().string();
   role.dir = dir;
-  role.world_size = model_world_size(dir);
-  role.fsdp_version = read_fsdp_config(dir, role.world_size);
+  role.world_size = model_world_size(files.source(), dir);
+  role.fsdp_version = read_fsdp_config(files.source(), dir, role.world_size);
   std::vector<fs::path> model_files;
   for (int r = 0; r < role.world_size; ++r)
     model_files.push_back(rank_file(dir, "model", role.world_size, r));
@@ -167,13 +170,13 @@ RoleDir read_role_dir(io::FileSet& files, const fs::path& dir) {
       break;
     }
   role.files = model_files;
-  const auto optim = rank_files(dir, "optim", role.world_size);
-  const auto extra = rank_files(dir, "extra_state", role.world_size);
+  const auto optim = rank_files(files.source(), dir, "optim", role.world_size);
+  const auto extra = rank_files(files.source(), dir, "extra_state", role.world_size);
   role.files.insert(role.files.end(), optim.begin(), optim.end());
   role.files.insert(role.files.end(), extra.begin(), extra.end());
-  if (io::exists(dir / "fsdp_config.json")) role.files.push_back(dir / "fsdp_config.json");
+  if (files.source().exists(dir / "fsdp_config.json")) role.files.push_back(dir / "fsdp_config.json");
   role.optimizer = optim.empty() ? "not saved" : describe_optimizer(files, optim.front());
-  role.hf_files = huggingface_files(dir, role.notes);
+  role.hf_files = huggingface_files(files.source(), dir, role.notes);
   return role;
 }
 

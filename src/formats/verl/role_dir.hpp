@@ -10,6 +10,7 @@
 
 #include "ckptfs/catalog.hpp"
 #include "ckptfs/io.hpp"
+#include "ckptfs/io_tree.hpp"
 
 namespace ckptfs::formats::verl {
 
@@ -30,7 +31,7 @@ struct RoleDir {
 
 // True when `dir` holds model_world_size_W_rank_R.pt files and what verl writes beside them (optim_ or
 // extra_state_ rank files, fsdp_config.json, huggingface/), or sits in a global_step_N dir.
-bool is_role_dir(const std::filesystem::path& dir);
+bool is_role_dir(const io::Source& source, const std::filesystem::path& dir);
 
 // Reads and merges a role dir. Throws FormatError naming the file when a rank file is missing, the world
 // size disagrees with fsdp_config.json, ranks disagree on names, placements or shapes, or the shards do

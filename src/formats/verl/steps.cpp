@@ -10,8 +10,8 @@ bool is_step_name(const std::string& name) {
   return name.starts_with("global_step_") && is_decimal(std::string_view(name).substr(12));
 }
 
-std::optional<Tracked> tracked_step(const std::filesystem::path& root) {
-  const auto text = read_tracker(root / kStepTracker);
+std::optional<Tracked> tracked_step(const io::Source& source, const std::filesystem::path& root) {
+  const auto text = read_tracker(source, root / kStepTracker);
   if (!text) return std::nullopt;
   if (!is_decimal(*text) || text->size() > 18)  // std::stoll's range
     throw FormatError(fmt::format("{}: holds '{}', expected a step number", (root / kStepTracker).string(),

@@ -16,6 +16,6 @@ bool is_step_name(const std::string& name);  // global_step_N
 
 // The step dir the tracker in `root` names; nullopt without a tracker. Throws FormatError when it holds
 // something else than a step number.
-std::optional<Tracked> tracked_step(const std::filesystem::path& root);
+std::optional<Tracked> tracked_step(const io::Source& source, const std::filesystem::path& root);
 
 }  // namespace ckptfs::formats::verl

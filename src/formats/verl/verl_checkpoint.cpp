@@ -24,12 +24,13 @@ namespace {
 
 using formats::verl::is_step_name;
 
-std::vector<fs::path> role_dirs(const fs::path& step) {
-  return formats::sorted_subdirs(step, formats::verl::is_role_dir);
+std::vector<fs::path> role_dirs(const io::Source& source, const fs::path& step) {
+  return formats::sorted_subdirs(source, step,
+                                 [&](const fs::path& d) { return formats::verl::is_role_dir(source, d); });
 }
 
-bool is_step_dir(const fs::path& dir) {
-  return is_step_name(dir.filename().string()) && !role_dirs(dir).empty();
+bool is_step_dir(const io::Source& source, const fs::path& dir) {
+  return is_step_name(dir.filename().string()) && !role_dirs(source, dir).empty();
 }
 
 std::string describe_role(const RoleDir& role) {
@@ -50,8 +51,8 @@ std::shared_ptr<catalog::Catalog> bf16_model(const catalog::Catalog& parameters)
 
 // config.json as the merger's save_pretrained writes it beside its bfloat16 weights: the saved file with
 // its "dtype" ("torch_dtype" before transformers 4.56) values set to "bfloat16", every other byte kept.
-std::string bf16_config(const fs::path& path) {
-  const auto read = io::read_small_file(path, uint64_t{64} << 20);
+std::string bf16_config(const io::Source& source, const fs::path& path) {
+  const auto read = source.read_small_file(path, uint64_t{64} << 20);
   if (!read) throw SourceError(fmt::format("{}: cannot read", path.string()));
   std::string text = *read;
   // RE2, not std::regex: std::regex recurses per character and overflows the stack on a long value.
@@ -61,7 +62,7 @@ std::string bf16_config(const fs::path& path) {
 }
 
 // A role's catalogs and files in `tag`: its views at the root, or in its own folder (critic/).
-void add_role(Tag& tag, const RoleDir& role, bool at_root) {
+void add_role(const io::Source& source, Tag& tag, const RoleDir& role, bool at_root) {
   const std::string prefix = at_root ? "" : role.name + "/";
   for (const auto& t : role.parameters->tensors)
     if (t.dtype == DType::F16)
@@ -74,7 +75,8 @@ void add_role(Tag& tag, const RoleDir& role, bool at_root) {
   tag.add(ViewRole::fp32, formats::upcast_to_fp32(*role.parameters), folder);
   for (const auto& f : role.hf_files) {
     if (f.filename() == "config.json")
-      tag.extra_files.push_back({.path = prefix + "config.json", .bytes = WrittenText{bf16_config(f)}});
+      tag.extra_files.push_back(
+          {.path = prefix + "config.json", .bytes = WrittenText{bf16_config(source, f)}});
     else
       tag.extra_files.push_back({.path = prefix + f.filename().string(), .bytes = PassedThrough{f}});
   }
@@ -95,9 +97,9 @@ Tag read_step(io::FileSet& files, const std::string& name, const fs::path& dir,
   for (const auto& r : roles) read.push_back(formats::verl::read_role_dir(files, r));
   auto root = std::find_if(read.begin(), read.end(), [](const RoleDir& r) { return r.name == "actor"; });
   if (root == read.end()) root = read.begin();
-  add_role(tag, *root, true);
+  add_role(files.source(), tag, *root, true);
   for (auto it = read.begin(); it != read.end(); ++it)
-    if (it != root) add_role(tag, *it, false);
+    if (it != root) add_role(files.source(), tag, *it, false);
   const RoleDir& main = *root;
   std::vector<std::string> names;
   for (const auto& r : read) names.push_back(r.name);
@@ -125,29 +127,32 @@ struct Step {
 
 }  // namespace
 
-bool is_verl_source(const fs::path& source) {
+bool is_verl_source(const io::Source& source, const fs::path& root) {
   // step dirs by name first: no other framework's subdirs are listed
-  return formats::verl::is_role_dir(source) || is_step_dir(source) ||
-         !formats::sorted_subdirs(source, is_step_dir).empty();
+  return formats::verl::is_role_dir(source, root) || is_step_dir(source, root) ||
+         !formats::sorted_subdirs(source, root, [&](const fs::path& d) {
+            return is_step_dir(source, d);
+          }).empty();
 }
 
-Checkpoint open(const fs::path& source, const OpenOptions& options) {
-  formats::SaveDir<Step> save_dir("verl", source,
+Checkpoint open(const io::Source& source, const fs::path& root, const OpenOptions& options) {
+  formats::SaveDir<Step> save_dir("verl", root,
                                   "no verl checkpoint (global_step_N/actor/model_world_size_W_rank_R.pt)");
   auto& steps = save_dir.tags;
-  if (formats::verl::is_role_dir(source)) {
+  if (formats::verl::is_role_dir(source, root)) {
     // one role dir: the tag is its step (global_step_N/actor/) when it has one
-    const std::string parent = source.parent_path().filename().string();
-    steps.emplace_back(is_step_name(parent) ? parent : source.filename().string(), Step{source, {source}});
-  } else if (is_step_dir(source)) {
-    steps.emplace_back(source.filename().string(), Step{source, role_dirs(source)});
+    const std::string parent = root.parent_path().filename().string();
+    steps.emplace_back(is_step_name(parent) ? parent : root.filename().string(), Step{root, {root}});
+  } else if (is_step_dir(source, root)) {
+    steps.emplace_back(root.filename().string(), Step{root, role_dirs(source, root)});
   } else {
-    for (const auto& d : formats::sorted_subdirs(source, is_step_dir))
-      steps.emplace_back(d.filename().string(), Step{d, role_dirs(d)});
+    for (const auto& d :
+         formats::sorted_subdirs(source, root, [&](const fs::path& d) { return is_step_dir(source, d); }))
+      steps.emplace_back(d.filename().string(), Step{d, role_dirs(source, d)});
   }
   // the tracker is read only beside step dirs: without any, the error says they are missing
-  if (!steps.empty()) save_dir.tracked = formats::verl::tracked_step(source);
-  return formats::open_save_dir(std::move(save_dir), options,
+  if (!steps.empty()) save_dir.tracked = formats::verl::tracked_step(source, root);
+  return formats::open_save_dir(source, std::move(save_dir), options,
                                 [](io::FileSet& files, const std::string& name, const Step& step) {
                                   return read_step(files, name, step.dir, step.roles);
                                 });
